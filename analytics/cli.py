@@ -1,0 +1,58 @@
+"""The ``hourglass`` command line: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+DEFAULT_CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "kai"
+
+
+def _cmd_conformance(args: argparse.Namespace) -> int:
+    from scheduler.conformance import run_file, scenario_files
+
+    root = Path(args.dir)
+    if not root.exists():
+        print(f"conformance: no such directory: {root}", file=sys.stderr)
+        return 2
+    passed = failed = soft = 0
+    for path in scenario_files(root):
+        res = run_file(path)
+        if res.passed:
+            passed += 1
+            continue
+        detail = res.error or "; ".join(res.diffs[:3]) + (
+            f" (+{len(res.diffs) - 3} more)" if len(res.diffs) > 3 else ""
+        )
+        if res.strict:
+            failed += 1
+            print(f"FAIL {path.relative_to(root)}: {detail}")
+        else:
+            soft += 1
+            print(f"non-strict mismatch {path.relative_to(root)}: {detail}")
+    if soft:
+        print(f"non-strict mismatches (not counted as failures): {soft}")
+    print(f"conformance: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("conformance", help="run KAI conformance scenario files")
+    c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
+    c.set_defaults(func=_cmd_conformance)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hourglass`` console script."""
+    args = build_parser().parse_args(argv)
+    rc: int = args.func(args)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

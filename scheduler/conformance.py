@@ -1,0 +1,283 @@
+"""Conformance scenarios (KAI's table tests as JSON): load one into a snapshot, run it, compare.
+
+The file format is documented in ``tests/conformance/kai/SCHEMA.md``. ``run_file`` returns a
+:class:`ScenarioResult` with every difference between the expected and the actual outcome.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scheduler.cycle import open_session, result_state, run_actions, settle
+from scheduler.proportion import ResourceQuota
+from scheduler.session import Session, SessionConfig
+from scheduler.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+
+NOW_MS = 1_000_000_000_000  # a fixed logical "now" for scenarios; ages count back from it
+PHASES = {
+    "allocate": "allocate",
+    "consolidation": "consolidation",
+    "reclaim": "reclaim",
+    "preempt": "preempt",
+    "stale_gang_eviction": "stale_gang_eviction",
+}
+_RES_KEYS = (("gpu", "gpu"), ("cpu_millicores", "cpu"), ("memory_bytes", "memory"))
+
+
+@dataclass
+class ScenarioResult:
+    """Outcome of one scenario file."""
+
+    path: str
+    name: str
+    strict: bool
+    diffs: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.diffs and self.error is None
+
+
+def _gpu_milli(x: float | None) -> int | None:
+    return None if x is None else round(x * 1000)
+
+
+def _queue_resources(q: dict[str, Any]) -> dict[str, ResourceQuota]:
+    out: dict[str, ResourceQuota] = {}
+    defaults = {"gpu": (0, None, 0), "cpu": (None, None, 1), "memory": (None, None, 1)}
+    for key, res in _RES_KEYS:
+        spec = q.get(key)
+        quota, limit, weight = defaults[res]
+        if spec is not None:
+            quota = spec.get("quota", quota)
+            limit = spec.get("limit", limit)
+            weight = spec.get("over_quota_weight", weight)
+        if res == "gpu":
+            quota, limit = _gpu_milli(quota), _gpu_milli(limit)
+        else:
+            quota = None if quota is None else int(quota)
+            limit = None if limit is None else int(limit)
+        out[res] = ResourceQuota.of(quota, limit, weight)
+    return out
+
+
+def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
+    """Scenario JSON -> (snapshot, engine config)."""
+    cfg = doc.get("config", {})
+    placement = cfg.get("node_placement", {})
+    fs_enabled = cfg.get("queue_fair_share_enabled", True)
+    config = SessionConfig(
+        gpu_placement=placement.get("gpu", "binpack"),
+        cpu_placement=placement.get("cpu", "binpack"),
+        gpu_sharing_placement=cfg.get("gpu_sharing_placement", "binpack"),
+        fair_share_enabled=fs_enabled,
+        stale_grace_ms=int(doc["run"].get("stale_grace_period_seconds", 60) * 1000),
+    )
+    nodes = tuple(
+        Node(
+            name=n["name"],
+            cpu=n.get("cpu_millicores", 20_000_000),
+            memory=n.get("memory_bytes", 20_000_000_000),
+            gpus=n.get("gpus", 0),
+            gpu_memory_mib=n.get("gpu_memory_mib", 100),
+            max_pods=n.get("max_pods", 110),
+            labels=n.get("labels", {}),
+        )
+        for n in doc.get("cluster", {}).get("nodes", [])
+    )
+    queues = []
+    for i, q in enumerate(doc.get("queues", [])):
+        res = _queue_resources(q)
+        if not fs_enabled:
+            res = {r: ResourceQuota.of(None, None, 1) for r in res}
+        queues.append(
+            Queue(
+                name=q["name"],
+                parent=q.get("parent"),
+                resources=res,
+                priority=q.get("priority", 100),
+                order=i,
+            )
+        )
+    jobs = []
+    pods = []
+    device_next: Counter[str] = Counter()
+    groups: dict[tuple[str, str], int] = {}
+    for j in doc.get("jobs", []):
+        prio = j.get("priority", 0)
+        stale = j.get("stale_for_seconds")
+        jobs.append(
+            Job(
+                uid=j["name"],
+                name=j["name"],
+                queue=j["queue"],
+                min_available=j.get("min_available", len(j["tasks"])),
+                priority=prio,
+                preemptible=j.get("preemptible", prio < 100),
+                created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
+                stale_since_ms=None if stale is None else NOW_MS - int(stale * 1000),
+                deleting=j.get("deleting", False),
+            )
+        )
+        for idx, t in enumerate(j["tasks"]):
+            frac = t.get("gpu_fraction")
+            req = PodRequest(
+                cpu=t.get("cpu_millicores", 1000),
+                memory=t.get("memory_bytes", 1_000_000_000),
+                gpus=t.get("gpus", 0),
+                gpu_fraction_milli=None if frac is None else round(frac * 1000),
+                gpu_fraction_devices=t.get("gpu_fraction_devices", 1),
+                gpu_memory_mib=t.get("gpu_memory_mib"),
+            )
+            status = PodStatus(t.get("status", "pending"))
+            node = t.get("node")
+            devices: tuple[int, ...] = ()
+            portion = 0
+            if node is not None and status is not PodStatus.PENDING:
+                if req.is_shared:
+                    labels = t.get("gpu_groups") or [None] * req.gpu_fraction_devices
+                    devs = []
+                    for label in labels:
+                        key = (node, str(label)) if label is not None else None
+                        if key is not None and key in groups:
+                            devs.append(groups[key])
+                        else:
+                            d = device_next[node]
+                            device_next[node] += 1
+                            if key is not None:
+                                groups[key] = d
+                            devs.append(d)
+                    devices = tuple(devs)
+                    if req.gpu_fraction_milli is not None:
+                        portion = req.gpu_fraction_milli
+                    else:
+                        mem = next((n.gpu_memory_mib for n in nodes if n.name == node), None) or 100
+                        mem = mem // 100 * 100
+                        portion = -(-(req.gpu_memory_mib or 0) * 100 // mem) * 10
+                elif req.gpus:
+                    start = device_next[node]
+                    device_next[node] += req.gpus
+                    devices = tuple(range(start, start + req.gpus))
+            pods.append(
+                Pod(
+                    uid=t.get("name", f"{j['name']}-{idx}"),
+                    name=t.get("name", f"{j['name']}-{idx}"),
+                    job=j["name"],
+                    request=req,
+                    status=status,
+                    node=node if status is not PodStatus.PENDING else None,
+                    gpu_devices=devices,
+                    gpu_milli_per_device=portion,
+                    task_priority=t.get("order_priority", 0),
+                    index=idx,
+                    created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
+                    allowed_nodes=tuple(t["allowed_nodes"]) if t.get("allowed_nodes") is not None else None,
+                )
+            )
+    # Devices the scenario placed on are taken in order; make sure the node has that many.
+    for name, used in device_next.items():
+        node_spec = next((n for n in nodes if n.name == name), None)
+        if node_spec is not None and used > node_spec.gpus:
+            raise ValueError(f"scenario places {used} GPU devices on node {name} which has {node_spec.gpus}")
+    return ClusterState(nodes=nodes, queues=tuple(queues), jobs=tuple(jobs), pods=tuple(pods)), config
+
+
+def _task_views(state: ClusterState) -> dict[str, tuple[str, str | None]]:
+    return {p.name: (p.status.value, p.node) for p in state.pods}
+
+
+def compare(doc: dict[str, Any], state: ClusterState, ssn: Session | None) -> list[str]:
+    """Differences between `expect` and the task states in `state`."""
+    exp = doc.get("expect", {})
+    tasks = _task_views(state)
+    by_job: dict[str, list[str]] = {}
+    for p in state.pods:
+        by_job.setdefault(p.job, []).append(p.name)
+    diffs: list[str] = []
+
+    def check(label: str, name: str, want: dict[str, Any]) -> None:
+        status, node = tasks[name]
+        if status != want["status"]:
+            diffs.append(f"{label}: status {status}, expected {want['status']}")
+        if "node" in want and node != want["node"]:
+            diffs.append(f"{label}: node {node}, expected {want['node']}")
+        if "node_any_of" in want and node not in want["node_any_of"]:
+            diffs.append(f"{label}: node {node}, expected one of {want['node_any_of']}")
+
+    for job, want in exp.get("jobs", {}).items():
+        for tname in by_job.get(job, []):
+            check(f"job {job} task {tname}", tname, want)
+    for tname, want in exp.get("tasks", {}).items():
+        check(f"task {tname}", tname, want)
+    for ts in exp.get("task_sets", []):
+        got = dict(Counter(tasks[t][0] for t in ts["tasks"]))
+        want_counts = {k: v for k, v in ts["status_counts"].items() if v}
+        if got != want_counts:
+            diffs.append(f"task set {ts['tasks'][0]}..: states {dict(got)}, expected {want_counts}")
+        if "node_counts" in ts:
+            placed = dict(Counter(tasks[t][1] for t in ts["tasks"] if tasks[t][1] is not None))
+            want_nodes = {k: v for k, v in ts["node_counts"].items() if v}
+            if placed != want_nodes:
+                diffs.append(f"task set {ts['tasks'][0]}..: nodes {placed}, expected {want_nodes}")
+    if "nodes" in exp and ssn is not None:
+        for name, want in exp["nodes"].items():
+            n = ssn.node_by_name[name]
+            got = {"idle_gpus": n.idle_gpu_count(), "releasing_gpus": n.releasing_gpu_count()}
+            for k, v in want.items():
+                if got.get(k) != v:
+                    diffs.append(f"node {name}: {k} {got.get(k)}, expected {v}")
+    return diffs
+
+
+def run_doc(doc: dict[str, Any]) -> tuple[list[str], ClusterState]:
+    """Run one cluster scenario; returns (differences, final state)."""
+    run = doc["run"]
+    state, config = load_state(doc)
+    if run["mode"] == "single_pass":
+        ssn = run_actions(open_session(state, config, NOW_MS), (PHASES[run["phase"]],))
+        out = result_state(ssn)
+        return compare(doc, out, ssn), out
+    phases = tuple(PHASES[p] for p in run["phases"])
+    step = int(run.get("seconds_between_cycles", 1) * 1000)
+    now = NOW_MS
+    for _ in range(run["cycles"]):
+        ssn = run_actions(open_session(state, config, now), phases)
+        state = settle(result_state(ssn))
+        now += step
+    diffs = [f"after {run['cycles']} cycle(s): {d}" for d in compare(doc, state, None)]
+    for i in range(run.get("confirm_cycles", 0)):
+        ssn = run_actions(open_session(state, config, now), phases)
+        out = result_state(ssn)
+        diffs += [f"confirm cycle {i + 1}: {d}" for d in compare(doc, out, ssn)]
+        state = settle(out)
+        now += step
+        if diffs:
+            break
+    return diffs, state
+
+
+def run_file(path: Path) -> ScenarioResult:
+    """Run one scenario file of any mode."""
+    doc = json.loads(path.read_text())
+    res = ScenarioResult(str(path), doc.get("name", path.stem), bool(doc.get("strict", True)))
+    try:
+        if doc["run"]["mode"] == "fair_share":
+            from scheduler.fairshare_scenarios import check_fair_share_scenario
+
+            res.diffs = check_fair_share_scenario(doc)
+        else:
+            res.diffs, _ = run_doc(doc)
+    except Exception as e:  # a broken scenario must be reported, not abort the whole run
+        res.error = f"{type(e).__name__}: {e}"
+    return res
+
+
+def scenario_files(root: Path) -> Iterator[Path]:
+    """Every scenario file under `root`, any depth, in a stable order."""
+    yield from sorted(p for p in root.rglob("*.json") if p.is_file())

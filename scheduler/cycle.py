@@ -1,0 +1,78 @@
+"""One scheduling cycle: open a session on a snapshot, run the actions in order, collect the outcome.
+
+The action registry lists the actions in the order a cycle runs them (KAI's default order). Each action is
+a module with a ``NAME`` and a ``run(session)`` entry point.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from types import ModuleType
+
+from scheduler.actions import allocate, consolidation, preempt, reclaim, stale_gang
+from scheduler.session import Session, SessionConfig
+from scheduler.state import ClusterState, Job, Pod, PodStatus
+
+ACTION_MODULES: tuple[ModuleType, ...] = (allocate, consolidation, reclaim, preempt, stale_gang)
+ACTIONS: dict[str, Callable[[Session], None]] = {m.NAME: m.run for m in ACTION_MODULES}
+DEFAULT_ORDER: tuple[str, ...] = tuple(m.NAME for m in ACTION_MODULES)
+
+
+def open_session(
+    state: ClusterState,
+    config: SessionConfig | None = None,
+    now_ms: int = 0,
+    usage: Mapping[str, Mapping[str, float]] | None = None,
+) -> Session:
+    """Snapshot -> session with fair shares computed."""
+    return Session(state, config, now_ms, {k: dict(v) for k, v in (usage or {}).items()})
+
+
+def run_actions(ssn: Session, actions: tuple[str, ...] = DEFAULT_ORDER) -> Session:
+    """Run the named actions, in order, on `ssn`."""
+    for name in actions:
+        if name == "consolidation" and (
+            ssn.config.max_consolidation_preemptees == 0
+            or "spread" in (ssn.config.gpu_placement, ssn.config.cpu_placement)
+        ):
+            continue  # KAI disables consolidation with a spread strategy or a zero preemptee budget
+        ACTIONS[name](ssn)
+    return ssn
+
+
+def result_state(ssn: Session) -> ClusterState:
+    """The snapshot after the cycle: every task in the state the actions left it, job clocks updated."""
+    pods = []
+    for t in ssn.tasks:
+        node = t.node.name if t.node is not None and t.status is not PodStatus.PENDING else None
+        pods.append(
+            replace(
+                t.pod,
+                status=t.status,
+                node=node,
+                gpu_devices=t.devices if node else (),
+                gpu_milli_per_device=t.portion if node else 0,
+            )
+        )
+    jobs: list[Job] = [
+        replace(j.spec, last_start_ms=j.last_start_ms, stale_since_ms=j.stale_since_ms) for j in ssn.jobs
+    ]
+    return replace(ssn.state, jobs=tuple(jobs), pods=tuple(pods))
+
+
+def settle(state: ClusterState) -> ClusterState:
+    """What the cluster does between two cycles (used by simulations and multi-cycle scenarios).
+
+    allocated -> running; pipelined -> pending (re-queued); releasing -> pending (the evicted pod is
+    re-created unscheduled) unless its job is being deleted, in which case it stays releasing.
+    """
+    deleting = {j.uid for j in state.jobs if j.deleting}
+    pods: list[Pod] = []
+    for p in state.pods:
+        if p.status is PodStatus.ALLOCATED:
+            p = replace(p, status=PodStatus.RUNNING)
+        elif p.status is PodStatus.PIPELINED or (p.status is PodStatus.RELEASING and p.job not in deleting):
+            p = replace(p, status=PodStatus.PENDING, node=None, gpu_devices=(), gpu_milli_per_device=0)
+        pods.append(p)
+    return replace(state, pods=tuple(pods))

@@ -1,0 +1,234 @@
+"""Which job goes next: DRF queue order over the queue tree, job order inside a leaf queue.
+
+The queue comparator follows KAI's proportion plugin rules, first decisive rule wins:
+under fair share first, under deserved quota (with the job) first, higher queue priority, no usage without
+an allocatable share, smaller dominant resource share with the job, without it, smaller allocatable share,
+older queue. In victim mode every comparison is inverted, so victims come first from the queue that looks
+most over its share.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+from scheduler.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
+
+_INF = float("inf")
+
+
+def job_init_resources(ssn: Session, job: JobInfo) -> Vec:
+    """Resources of the tasks the job would place next (KAI's "init resources")."""
+    out = [0, 0, 0]
+    for t in job.tasks_to_allocate():
+        v = ssn.task_vec(t)
+        for r in range(3):
+            out[r] += v[r]
+    return out
+
+
+def job_allocated(ssn: Session, job: JobInfo) -> Vec:
+    out = [0, 0, 0]
+    for t in job.tasks:
+        if t.status.value in ("allocated", "running", "pipelined"):
+            v = ssn.task_vec(t)
+            for r in range(3):
+                out[r] += v[r]
+    return out
+
+
+def _le(a: Vec, b: list[int | None]) -> bool:
+    return all(bv is None or av <= bv for av, bv in zip(a, b, strict=True))
+
+
+def dominant_share(ssn: Session, q: QueueInfo, alloc: Vec) -> float:
+    """max over resources of allocated / AllocatableShare (unlimited -> cluster total; 0 -> alloc * 1000)."""
+    best = 0.0
+    for r in range(3):
+        a = alloc[r]
+        share = q.allocatable_share(r)
+        if share is None:
+            share = ssn.total[r]
+        if share == 0:
+            # KAI multiplies the allocation (in its own units: GPUs, millicores, bytes) by 1000.
+            v = (a / 1000 if r == G else a) * 1000.0
+        else:
+            v = a / share
+        best = max(best, v)
+    return best
+
+
+class QueueComparator:
+    """KAI's queue order, evaluated on the best pending job of each queue (or its victims)."""
+
+    def __init__(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self._init_cache: dict[str, Vec] = {}
+
+    def init_res(self, job: JobInfo | None) -> Vec:
+        if job is None:
+            return [0, 0, 0]
+        key = job.uid
+        v = self._init_cache.get(key)
+        if v is None:
+            v = job_init_resources(self.ssn, job)
+            self._init_cache[key] = v
+        return v
+
+    def forget(self, job: JobInfo) -> None:
+        self._init_cache.pop(job.uid, None)
+
+    def compare(
+        self,
+        lq: QueueInfo,
+        rq: QueueInfo,
+        lj: JobInfo | None,
+        rj: JobInfo | None,
+        lv: list[JobInfo] | None = None,
+        rv: list[JobInfo] | None = None,
+    ) -> int:
+        """-1 when `lq` goes first, +1 when `rq` does."""
+        # 1. under-utilised first: over-utilised means fair share < allocated in every resource.
+        lo = all(lq.fair_share[r] < lq.allocated[r] for r in range(3))
+        ro = all(rq.fair_share[r] < rq.allocated[r] for r in range(3))
+        if lo != ro:
+            return 1 if lo else -1
+        li, ri = self.init_res(lj), self.init_res(rj)
+        la = [lq.allocated[r] + li[r] for r in range(3)]
+        ra = [rq.allocated[r] + ri[r] for r in range(3)]
+        # 2. starved (stays within deserved with the job) first.
+        ls = _le(la, [lq.deserved(r) for r in range(3)])
+        rs = _le(ra, [rq.deserved(r) for r in range(3)])
+        if ls != rs:
+            return -1 if ls else 1
+        # 3. higher queue priority first.
+        if lq.spec.priority != rq.spec.priority:
+            return -1 if lq.spec.priority > rq.spec.priority else 1
+        # 4. penalise using a resource with no allocatable share.
+        lz = any(lq.allocatable_share(r) == 0 and la[r] > 0 for r in range(3))
+        rz = any(rq.allocatable_share(r) == 0 and ra[r] > 0 for r in range(3))
+        if lz != rz:
+            return 1 if lz else -1
+        # 5. smaller dominant share with the job (minus victims).
+        lw, rw = list(la), list(ra)
+        for vs, w in ((lv, lw), (rv, rw)):
+            for v in vs or ():
+                va = job_allocated(self.ssn, v)
+                for r in range(3):
+                    w[r] -= va[r]
+        lds, rds = dominant_share(self.ssn, lq, lw), dominant_share(self.ssn, rq, rw)
+        if lds != rds:
+            return -1 if lds < rds else 1
+        # 6. smaller dominant share without the job.
+        lds, rds = dominant_share(self.ssn, lq, lq.allocated), dominant_share(self.ssn, rq, rq.allocated)
+        if lds != rds:
+            return -1 if lds < rds else 1
+        # 7. smaller allocatable share (<= everywhere, < somewhere).
+        lsh = [lq.allocatable_share(r) for r in range(3)]
+        rsh = [rq.allocatable_share(r) for r in range(3)]
+        lx = [_INF if x is None else x for x in lsh]
+        rx = [_INF if x is None else x for x in rsh]
+        if all(a <= b for a, b in zip(lx, rx, strict=True)) and any(
+            a < b for a, b in zip(lx, rx, strict=True)
+        ):
+            return -1
+        if all(b <= a for a, b in zip(lx, rx, strict=True)) and any(
+            b < a for a, b in zip(lx, rx, strict=True)
+        ):
+            return 1
+        # 8. older queue first.
+        return -1 if (lq.spec.order, lq.name) < (rq.spec.order, rq.name) else 1
+
+
+class JobsByQueue:
+    """A tree of priority queues: at every level, the child whose best job wins the queue comparator."""
+
+    def __init__(self, ssn: Session, jobs: Iterable[JobInfo], victim: bool = False) -> None:
+        self.ssn = ssn
+        self.victim = victim
+        self.cmp = QueueComparator(ssn)
+        self._heaps: dict[str, list[tuple[tuple[object, ...], int, JobInfo]]] = {}
+        self._seq = 0
+        self.popped: dict[str, list[JobInfo]] = {}
+        for j in jobs:
+            self.push(j)
+
+    def _key(self, job: JobInfo) -> tuple[object, ...]:
+        k = job.sort_key()
+        if self.victim:
+            return tuple(_Neg(x) for x in k)
+        return k
+
+    def push(self, job: JobInfo) -> None:
+        assert job.queue is not None
+        self.cmp.forget(job)
+        self._seq += 1
+        heapq.heappush(self._heaps.setdefault(job.queue.name, []), (self._key(job), self._seq, job))
+
+    def __bool__(self) -> bool:
+        return any(self._heaps.values())
+
+    def _best_job(self, q: QueueInfo) -> JobInfo | None:
+        h = self._heaps.get(q.name)
+        return h[0][2] if h else None
+
+    def _active_children(self, nodes: Iterable[QueueInfo]) -> list[QueueInfo]:
+        return [q for q in nodes if self._has_jobs(q)]
+
+    def _has_jobs(self, q: QueueInfo) -> bool:
+        if q.is_leaf:
+            return bool(self._heaps.get(q.name))
+        return any(self._has_jobs(c) for c in q.children)
+
+    def _best_leaf(self, candidates: list[QueueInfo]) -> QueueInfo | None:
+        best: QueueInfo | None = None
+        best_leaf: QueueInfo | None = None
+        for q in candidates:
+            leaf = q if q.is_leaf else self._best_leaf(self._active_children(q.children))
+            if leaf is None:
+                continue
+            if best is None or self._better(q, leaf, best, best_leaf):
+                best, best_leaf = q, leaf
+        return best_leaf
+
+    def _better(self, q: QueueInfo, leaf: QueueInfo, bq: QueueInfo, bleaf: QueueInfo | None) -> bool:
+        assert bleaf is not None
+        if self.victim:
+            lv = [*self.popped.get(leaf.name, []), *filter(None, [self._best_job(leaf)])]
+            rv = [*self.popped.get(bleaf.name, []), *filter(None, [self._best_job(bleaf)])]
+            return self.cmp.compare(q, bq, None, None, lv, rv) > 0
+        return self.cmp.compare(q, bq, self._best_job(leaf), self._best_job(bleaf)) < 0
+
+    def pop(self) -> JobInfo | None:
+        """The next job: best root queue, then best child, down to a leaf; then that leaf's best job."""
+        roots = self._active_children(q for q in self.ssn.queues.values() if q.parent is None)
+        leaf = self._best_leaf(roots)
+        if leaf is None:
+            return None
+        _, _, job = heapq.heappop(self._heaps[leaf.name])
+        if self.victim:
+            self.popped.setdefault(leaf.name, []).append(job)
+        return job
+
+
+class _Neg:
+    """Wraps a sort key element to invert its order (victim mode)."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: object) -> None:
+        self.v = v
+
+    def __lt__(self, other: _Neg) -> bool:
+        return bool(other.v < self.v)  # type: ignore[operator]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Neg) and bool(self.v == other.v)
+
+    def __hash__(self) -> int:
+        return hash(self.v)
+
+
+def task_order(tasks: Iterable[TaskInfo]) -> list[TaskInfo]:
+    """Tasks in placement order (eviction uses the reverse)."""
+    return sorted(tasks, key=TaskInfo.sort_key)

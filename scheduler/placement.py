@@ -1,0 +1,306 @@
+"""Where a task can go and where it should go: predicates, node scoring and GPU device choice.
+
+Node scores follow KAI's plugin constants and are summed: +1000 when a shared-GPU task fits an existing
+shared device (binpack sharing), +100 when the task fits on idle capacity (not only on releasing capacity),
++10 for a CPU-only task on a CPU-only node, plus the node-placement score (binpack 0..9, spread 0..1).
+Ties go to the node name, ascending. Scoring rules are looked up by name in :data:`NODE_SCORERS`, so a new
+policy is a new function, not an edit across the engine.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from scheduler.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
+from scheduler.state import MatchExpression
+
+
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """How a task fits one node: on idle capacity now, or only once releasing pods are gone."""
+
+    node: NodeInfo
+    idle: bool
+    devices: tuple[int, ...]
+    portion: int  # shared pods: milli-GPU on each device
+    new_shared_group: bool
+
+
+def _match_expr(labels: dict[str, str] | object, e: MatchExpression) -> bool:
+    assert isinstance(labels, dict)
+    v = labels.get(e.key)
+    if e.operator == "In":
+        return v is not None and v in e.values
+    if e.operator == "NotIn":
+        return v is None or v not in e.values
+    if e.operator == "Exists":
+        return v is not None
+    if e.operator == "DoesNotExist":
+        return v is None
+    if e.operator in ("Gt", "Lt") and v is not None and e.values:
+        try:
+            a, b = int(v), int(e.values[0])
+        except ValueError:
+            return False
+        return a > b if e.operator == "Gt" else a < b
+    return False
+
+
+def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
+    """Checks that do not depend on what else runs on the node; None when they all pass."""
+    spec = node.spec
+    if not spec.ready:
+        return "node(s) were not ready"
+    if spec.unschedulable:
+        return "node(s) were unschedulable"
+    pod = task.pod
+    if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
+        return "node(s) didn't match Pod's node affinity/selector"
+    labels = dict(spec.labels)
+    for k, v in pod.node_selector.items():
+        if labels.get(k) != v:
+            return "node(s) didn't match Pod's node affinity/selector"
+    if pod.affinity and not any(all(_match_expr(labels, e) for e in term) for term in pod.affinity):
+        return "node(s) didn't match Pod's node affinity/selector"
+    for taint in spec.taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(
+            (tol.key == "" and tol.operator == "Exists")
+            or (
+                tol.key == taint.key
+                and (tol.operator == "Exists" or tol.value == taint.value)
+                and (tol.effect is None or tol.effect == taint.effect)
+            )
+            for tol in pod.tolerations
+        ):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    req = task.request
+    if (req.gpus or req.is_shared) and node.gpus == 0:
+        return "node(s) didn't have enough resources: GPUs"
+    if req.gpu_memory_mib is not None:
+        if not node.gpu_memory_mib or node.gpu_memory_mib <= 100:
+            return "node(s) didn't advertise GPU memory (label nvidia.com/gpu.memory)"
+        if req.gpu_memory_mib > node.gpu_memory_mib:
+            return "node(s) didn't have enough resources: GPU memory"
+    return None
+
+
+def fit(ssn: Session, task: TaskInfo, node: NodeInfo, allow_idle: bool = True) -> Fit | str:
+    """The best way `task` fits `node` right now, or the short reason it does not."""
+    reason = static_reason(task, node)
+    if reason is not None:
+        return reason
+    req = task.request
+    idle_ok = node.idle(0) >= req.cpu and node.idle(1) >= req.memory
+    if node.future(0) < req.cpu:
+        return "node(s) didn't have enough resources: CPU"
+    if node.future(1) < req.memory:
+        return "node(s) didn't have enough resources: memory"
+    if req.is_shared:
+        return _fit_shared(ssn, task, node, idle_ok and allow_idle)
+    new_pods = node.pods_used() + 1
+    if new_pods > node.spec.max_pods:
+        return "node(s) had too many pods"
+    if req.gpus:
+        idle_devs = node.whole_idle_devices()
+        if idle_ok and allow_idle and len(idle_devs) >= req.gpus:
+            return Fit(node, True, tuple(idle_devs[: req.gpus]), 0, False)
+        fut = node.whole_future_devices()
+        if len(fut) < req.gpus:
+            return "node(s) didn't have enough resources: GPUs"
+        # Prefer idle devices, then releasing ones.
+        fut.sort(key=lambda d: (d not in idle_devs, d))
+        return Fit(node, False, tuple(fut[: req.gpus]), 0, False)
+    return Fit(node, idle_ok and allow_idle, (), 0, False)
+
+
+def _fit_shared(ssn: Session, task: TaskInfo, node: NodeInfo, idle_ok: bool) -> Fit | str:
+    req = task.request
+    if req.gpu_fraction_milli is not None:
+        portion = req.gpu_fraction_milli
+    else:
+        assert req.gpu_memory_mib is not None
+        p = node.memory_portion(req.gpu_memory_mib)
+        if p is None:
+            return "node(s) didn't advertise GPU memory (label nvidia.com/gpu.memory)"
+        portion = p
+    if portion > GPU_MILLI:
+        return "node(s) didn't have enough resources: GPU memory"
+    whole = set(node.whole_future_devices())
+    spread = ssn.config.gpu_sharing_placement == "spread"
+    cands: list[tuple[float, int, int]] = []  # (sort score, tie, device)
+    for d in range(node.gpus):
+        if d in whole:
+            used = 0
+        elif node.dev_shared[d] > 0 and node.dev_future(d) >= portion:
+            used = GPU_MILLI - node.dev_future(d)
+        else:
+            continue
+        not_idle = 1 if node.dev_idle(d) < portion else 0
+        score = -(GPU_MILLI - used) if spread else -used
+        if ssn.config.gpu_sharing_placement == "none":
+            score = 0
+        cands.append((score, not_idle, d))
+    n = req.gpu_fraction_devices
+    if len(cands) < n:
+        return "node(s) didn't have enough resources: GPUs"
+    cands.sort()
+    chosen = [d for _, _, d in cands[:n]]
+    new_group = any(node.dev_shared[d] == 0 for d in chosen)
+    new_groups = sum(1 for d in chosen if node.dev_shared[d] == 0)
+    if node.pods_used() + 1 + new_groups > node.spec.max_pods:
+        return "node(s) had too many pods"
+    idle = idle_ok and all(node.dev_idle(d) >= portion for d in chosen)
+    return Fit(node, idle, tuple(chosen), portion, new_group)
+
+
+def fits_existing_shared(node: NodeInfo, task: TaskInfo) -> bool:
+    """True when a shared-GPU task fits a device that already hosts shared pods (not all releasing)."""
+    req = task.request
+    portion = req.gpu_fraction_milli
+    if portion is None and req.gpu_memory_mib is not None:
+        portion = node.memory_portion(req.gpu_memory_mib)
+    if portion is None:
+        return False
+    return any(
+        node.dev_shared[d] > 0
+        and (node.dev_alloc[d] + node.dev_pipe[d]) > 0
+        and node.dev_future(d) >= portion
+        for d in range(node.gpus)
+    )
+
+
+NodeScorer = Callable[[Session, TaskInfo, Sequence[Fit]], list[float]]
+
+
+def _placement_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
+    cpu_only = task.is_cpu_only()
+    strategy = ssn.config.cpu_placement if cpu_only else ssn.config.gpu_placement
+    if strategy == "none":
+        return [0.0] * len(fits)
+
+    def free(n: NodeInfo) -> int:
+        return n.future(0) if cpu_only else n.free_gpus_milli()
+
+    def total(n: NodeInfo) -> int:
+        return n.spec.cpu if cpu_only else n.gpus * GPU_MILLI
+
+    if strategy == "spread":
+        return [free(f.node) / total(f.node) if total(f.node) else 0.0 for f in fits]
+    frees = [free(f.node) for f in fits if total(f.node)]
+    lo, hi = (min(frees), max(frees)) if frees else (0, 0)
+    out = []
+    for f in fits:
+        if not total(f.node) or hi == 0:
+            out.append(0.0)
+        elif lo == hi:
+            out.append(9.0)
+        else:
+            out.append(9.0 * (1 - (free(f.node) - lo) / (hi - lo)))
+    return out
+
+
+def kai_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
+    """KAI's summed node scores (see module docstring)."""
+    base = _placement_scores(ssn, task, fits)
+    sharing_bonus = task.shared and ssn.config.gpu_sharing_placement == "binpack"
+    cpu_only = task.is_cpu_only()
+    out = []
+    for f, s in zip(fits, base, strict=True):
+        if sharing_bonus and fits_existing_shared(f.node, task):
+            s += 1000
+        if f.idle:
+            s += 100
+        if cpu_only and f.node.gpus == 0:
+            s += 10
+        out.append(s)
+    return out
+
+
+NODE_SCORERS: dict[str, NodeScorer] = {"kai": kai_scores}
+
+
+def register_scorer(name: str, scorer: NodeScorer) -> None:
+    """Make a node-scoring rule selectable by name (``SessionConfig.node_scoring``)."""
+    NODE_SCORERS[name] = scorer
+
+
+def max_node_resources_error(ssn: Session, task: TaskInfo) -> str | None:
+    """KAI's pre-predicate: a request larger than the largest node can never fit."""
+    req = task.request
+    nodes = [n for n in ssn.nodes if n.spec.ready]
+    if req.gpus or req.is_shared:
+        most = max((n.gpus for n in nodes), default=0)
+        if most == 0:
+            return "No node in the default node-pool has GPU resources"
+        need = req.gpus or req.gpu_fraction_devices
+        if need > most:
+            return (
+                f"The pod {task.name} requires {need} GPU(s). Max GPU resources available in a single "
+                f"node in the default node-pool is topped at {most} GPU(s)"
+            )
+    max_cpu = max((n.spec.cpu for n in nodes), default=0)
+    if req.cpu > max_cpu:
+        return (
+            f"The pod {task.name} requires {req.cpu / 1000:g} CPU cores. Max CPU resources available in a "
+            f"single node in the default node-pool is topped at {max_cpu / 1000:g} cores"
+        )
+    max_mem = max((n.spec.memory for n in nodes), default=0)
+    if req.memory > max_mem:
+        return (
+            f"The pod {task.name} requires {req.memory / 1e9:g} GB of memory. Max memory available in a "
+            f"single node in the default node-pool is topped at {max_mem / 1e9:g} GB"
+        )
+    return None
+
+
+def ordered_fits(
+    ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool = True
+) -> tuple[list[Fit], Counter[str]]:
+    """Nodes the task fits, best first, and a histogram of why the others did not fit."""
+    fits: list[Fit] = []
+    why: Counter[str] = Counter()
+    for n in nodes:
+        r = fit(ssn, task, n, allow_idle)
+        if isinstance(r, Fit):
+            fits.append(r)
+        else:
+            why[r] += 1
+    if len(fits) > 1:
+        scores = NODE_SCORERS[ssn.config.node_scoring](ssn, task, fits)
+        order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))
+        fits = [fits[i] for i in order]
+    return fits, why
+
+
+def fit_summary(why: Counter[str]) -> str:
+    """KAI-style histogram: "no nodes with enough resources were found: 2 <reason>. 1 <reason>."."""
+    parts = [f"{n} {r}." for r, n in sorted(why.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return (
+        "no nodes with enough resources were found: " + " ".join(parts)
+        if parts
+        else "no nodes in the cluster"
+    )
+
+
+def allocate_task(
+    ssn: Session,
+    stmt: Statement,
+    task: TaskInfo,
+    nodes: Sequence[NodeInfo],
+    action: str,
+    pipeline_only: bool = False,
+) -> str | None:
+    """Place `task` on the best node (allocate on idle capacity, else pipeline). Returns an error or None."""
+    err = max_node_resources_error(ssn, task)
+    if err is not None:
+        return f"Scheduling conditions were not met for pod {task.name}:\nMaxNodePoolResources: {err}."
+    fits, why = ordered_fits(ssn, task, nodes, allow_idle=not pipeline_only)
+    if not fits:
+        return fit_summary(why)
+    best = fits[0]
+    stmt.place(task, best.node, best.devices, best.portion, pipelined=not best.idle, action=action)
+    return None

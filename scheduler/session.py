@@ -1,0 +1,581 @@
+"""The working copy a scheduling cycle mutates, and the statement that makes each change transactional.
+
+A :class:`Session` is opened from an immutable :class:`~scheduler.state.ClusterState`. Actions change it
+only through a :class:`Statement`: every placement or eviction is applied tentatively and can be rolled back
+to a checkpoint, so a job that cannot be placed completely leaves no trace (KAI's statement model).
+
+Accounting is in exact integers: milli-GPU, millicores, bytes. Each GPU device has three buckets of
+milli-GPU held on it: by allocated/running pods (``alloc``), by releasing pods (``rel``) and by pipelined
+pods (``pipe``). Pipelined pods consume releasing capacity first, then idle capacity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from scheduler.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
+from scheduler.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+
+GPU_MILLI = 1000
+G, C, M = 0, 1, 2  # indices into resource vectors: milli-GPU, millicores, bytes
+Vec = list[int]
+
+ACTIVE_ALLOCATED = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING})
+ACTIVE_USED = ACTIVE_ALLOCATED | {PodStatus.RELEASING}
+QUEUE_ALLOCATED = frozenset({PodStatus.ALLOCATED, PodStatus.RUNNING})
+
+
+def zero() -> Vec:
+    return [0, 0, 0]
+
+
+class NodeInfo:
+    """Mutable per-node accounting for one cycle."""
+
+    __slots__ = (
+        "alloc",
+        "dev_alloc",
+        "dev_pipe",
+        "dev_rel",
+        "dev_shared",
+        "gpu_memory_mib",
+        "gpus",
+        "index",
+        "name",
+        "pipe",
+        "pods",
+        "rel",
+        "spec",
+    )
+
+    def __init__(self, spec: Node, index: int) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.index = index
+        self.gpus = spec.gpus
+        # KAI floors advertised GPU memory to a multiple of 100 MiB.
+        self.gpu_memory_mib = None if spec.gpu_memory_mib is None else spec.gpu_memory_mib // 100 * 100
+        self.alloc = [0, 0]  # cpu, memory held by allocated/running pods
+        self.rel = [0, 0]
+        self.pipe = [0, 0]
+        self.pods = 0
+        self.dev_alloc = [0] * spec.gpus
+        self.dev_rel = [0] * spec.gpus
+        self.dev_pipe = [0] * spec.gpus
+        self.dev_shared = [0] * spec.gpus  # number of shared-GPU pods on each device
+
+    # -- capacity views -------------------------------------------------------------------------------
+    def _cap(self, i: int) -> int:
+        return self.spec.cpu if i == 0 else self.spec.memory
+
+    def idle(self, i: int) -> int:
+        """Idle CPU (i=0) or memory (i=1): not held by anyone, now."""
+        over = self.pipe[i] - self.rel[i]
+        return self._cap(i) - self.alloc[i] - self.rel[i] - (over if over > 0 else 0)
+
+    def future(self, i: int) -> int:
+        """Idle plus what releasing pods will free (minus what pipelined pods already claimed)."""
+        return self._cap(i) - self.alloc[i] - self.pipe[i]
+
+    def dev_idle(self, d: int) -> int:
+        over = self.dev_pipe[d] - self.dev_rel[d]
+        return GPU_MILLI - self.dev_alloc[d] - self.dev_rel[d] - (over if over > 0 else 0)
+
+    def dev_future(self, d: int) -> int:
+        return GPU_MILLI - self.dev_alloc[d] - self.dev_pipe[d]
+
+    def whole_idle_devices(self) -> list[int]:
+        return [
+            d
+            for d in range(self.gpus)
+            if self.dev_alloc[d] == 0 and self.dev_rel[d] == 0 and self.dev_pipe[d] == 0
+        ]
+
+    def whole_future_devices(self) -> list[int]:
+        return [d for d in range(self.gpus) if self.dev_alloc[d] == 0 and self.dev_pipe[d] == 0]
+
+    def shared_devices(self) -> int:
+        return sum(1 for n in self.dev_shared if n > 0)
+
+    def pods_used(self) -> int:
+        """Pods on the node, counting one reservation pod per shared GPU (as KAI does)."""
+        return self.pods + self.shared_devices()
+
+    def free_gpus_milli(self) -> int:
+        """Idle + releasing whole devices, in milli-GPU (KAI's non-allocated GPUs)."""
+        return GPU_MILLI * len(self.whole_future_devices())
+
+    def idle_gpu_count(self) -> int:
+        return len(self.whole_idle_devices())
+
+    def releasing_gpu_count(self) -> int:
+        """Devices holding releasing capacity not yet claimed by pipelined pods (KAI device accounting)."""
+        return sum(1 for d in range(self.gpus) if self.dev_rel[d] > self.dev_pipe[d])
+
+    def memory_portion(self, mib: int) -> int | None:
+        """Milli-GPU a GPU-memory request takes on one of this node's devices; None if memory is unknown."""
+        if not self.gpu_memory_mib:
+            return None
+        return -(-mib * 100 // self.gpu_memory_mib) * 10
+
+    # -- mutation -------------------------------------------------------------------------------------
+    def add(self, task: TaskInfo, status: PodStatus, sign: int) -> None:
+        req = task.request
+        bucket = (
+            self.alloc
+            if status in QUEUE_ALLOCATED
+            else self.rel
+            if status is PodStatus.RELEASING
+            else self.pipe
+        )
+        bucket[0] += sign * req.cpu
+        bucket[1] += sign * req.memory
+        self.pods += sign
+        devs = (
+            self.dev_alloc
+            if status in QUEUE_ALLOCATED
+            else self.dev_rel
+            if status is PodStatus.RELEASING
+            else self.dev_pipe
+        )
+        if task.shared:
+            for d in task.devices:
+                devs[d] += sign * task.portion
+                self.dev_shared[d] += sign
+        else:
+            for d in task.devices:
+                devs[d] += sign * GPU_MILLI
+
+
+class TaskInfo:
+    """Mutable view of one pod during a cycle."""
+
+    __slots__ = (
+        "devices",
+        "index",
+        "job",
+        "name",
+        "node",
+        "orig_devices",
+        "orig_node",
+        "orig_status",
+        "pod",
+        "portion",
+        "request",
+        "shared",
+        "status",
+        "uid",
+        "virtual",
+    )
+
+    def __init__(self, pod: Pod, job: JobInfo) -> None:
+        self.pod = pod
+        self.uid = pod.uid
+        self.name = pod.name
+        self.job = job
+        self.index = pod.index
+        self.request: PodRequest = pod.request
+        self.shared = pod.request.is_shared
+        self.status = pod.status
+        self.node: NodeInfo | None = None
+        self.devices: tuple[int, ...] = pod.gpu_devices
+        self.portion = pod.gpu_milli_per_device  # shared pods: milli-GPU on each device
+        self.orig_status = pod.status
+        self.orig_node: str | None = pod.node
+        self.orig_devices = pod.gpu_devices
+        self.virtual = False  # evicted inside a what-if simulation
+
+    def sort_key(self) -> tuple[int, int, int, str]:
+        """Task order: higher task priority first, then creation order, then uid."""
+        return (-self.pod.task_priority, self.pod.created_ms, self.index, self.uid)
+
+    def gpu_milli(self, node: NodeInfo | None = None, min_gpu_memory: int = 0) -> int:
+        """GPUs this task accounts for, in milli-GPU."""
+        r = self.request
+        if r.gpus:
+            return r.gpus * GPU_MILLI
+        if r.gpu_fraction_milli is not None:
+            return r.gpu_fraction_milli * r.gpu_fraction_devices
+        if r.gpu_memory_mib is not None:
+            if self.portion and self.node is not None:
+                return self.portion * r.gpu_fraction_devices
+            if node is not None:
+                p = node.memory_portion(r.gpu_memory_mib)
+                if p is not None:
+                    return p * r.gpu_fraction_devices
+            if min_gpu_memory:
+                return -(-r.gpu_fraction_devices * r.gpu_memory_mib * GPU_MILLI // min_gpu_memory)
+        return 0
+
+    def is_cpu_only(self) -> bool:
+        r = self.request
+        return r.gpus == 0 and not r.is_shared
+
+
+@dataclass(slots=True)
+class QueueInfo:
+    """A queue during a cycle: static spec, the fair-share result and live allocation counters."""
+
+    spec: Queue
+    name: str
+    parent: QueueInfo | None
+    children: list[QueueInfo] = field(default_factory=list)
+    jobs: list[JobInfo] = field(default_factory=list)
+    allocated: Vec = field(default_factory=zero)
+    allocated_np: Vec = field(default_factory=zero)
+    requested: Vec = field(default_factory=zero)
+    fair_share: Vec = field(default_factory=zero)
+    share: QueueShare | None = None
+
+    @property
+    def is_leaf(self) -> bool:
+        return not self.children
+
+    def quota(self, r: int) -> ResourceQuota:
+        return self.spec.resources[RESOURCES[r]]
+
+    def deserved(self, r: int) -> int | None:
+        return self.quota(r).quota
+
+    def limit(self, r: int) -> int | None:
+        return self.quota(r).limit
+
+    def ancestors(self) -> Iterator[QueueInfo]:
+        """This queue and each ancestor up to the root."""
+        q: QueueInfo | None = self
+        while q is not None:
+            yield q
+            q = q.parent
+
+    def allocatable_share(self, r: int) -> int | None:
+        """KAI's AllocatableShare: what the queue may hold before it is reclaimable (None = infinite)."""
+        d, lim = self.deserved(r), self.limit(r)
+        if d is None:
+            return lim
+        v = max(d, self.fair_share[r])
+        return v if lim is None else min(v, lim)
+
+
+class JobInfo:
+    """Mutable view of one pod group during a cycle."""
+
+    __slots__ = (
+        "fit_errors",
+        "index",
+        "last_start_ms",
+        "name",
+        "queue",
+        "spec",
+        "stale_since_ms",
+        "tasks",
+        "uid",
+    )
+
+    def __init__(self, spec: Job, queue: QueueInfo | None, index: int) -> None:
+        self.spec = spec
+        self.uid = spec.uid
+        self.name = spec.name
+        self.queue = queue
+        self.index = index
+        self.tasks: list[TaskInfo] = []
+        self.fit_errors: list[FitError] = []
+        self.last_start_ms = spec.last_start_ms
+        self.stale_since_ms = spec.stale_since_ms
+
+    @property
+    def priority(self) -> int:
+        return self.spec.priority
+
+    @property
+    def preemptible(self) -> bool:
+        return self.spec.preemptible
+
+    @property
+    def min_available(self) -> int:
+        return max(self.spec.min_available, 1)
+
+    def count(self, statuses: frozenset[PodStatus]) -> int:
+        return sum(1 for t in self.tasks if t.status in statuses)
+
+    def active_allocated(self) -> int:
+        return self.count(ACTIVE_ALLOCATED)
+
+    def pending_tasks(self, include_virtual: bool = False) -> list[TaskInfo]:
+        return [
+            t
+            for t in self.tasks
+            if t.status is PodStatus.PENDING
+            or (include_virtual and t.virtual and t.status is PodStatus.RELEASING)
+        ]
+
+    def is_ready(self) -> bool:
+        """KAI: a job can be considered only if enough pods exist (alive) to reach minAvailable."""
+        alive = sum(1 for t in self.tasks if t.status in ACTIVE_ALLOCATED or t.status is PodStatus.PENDING)
+        return alive >= self.min_available
+
+    def sort_key(self) -> tuple[int, int, int, int, str]:
+        """Job order inside a queue: priority, elastic state, creation time, uid."""
+        active = self.active_allocated()
+        m = self.min_available
+        elastic = 0 if active < m else 1 if active == m else 2
+        return (-self.priority, elastic, self.spec.created_ms, self.index, self.uid)
+
+    def tasks_to_allocate(self, include_virtual: bool = False) -> list[TaskInfo]:
+        """The next tasks to place: enough to reach minAvailable, or one elastic extra."""
+        pending = sorted(self.pending_tasks(include_virtual), key=TaskInfo.sort_key)
+        need = self.min_available - self.active_allocated()
+        return pending[:need] if need > 0 else pending[:1]
+
+    def has_tasks_to_allocate(self) -> bool:
+        return any(t.status is PodStatus.PENDING for t in self.tasks)
+
+    def fit_error(self, reason: str, message: str, **details: object) -> None:
+        self.fit_errors.append(FitError(reason, message, dict(details)))
+
+
+@dataclass(frozen=True, slots=True)
+class FitError:
+    """Why a job could not be placed: a machine-readable reason and a message a user understands."""
+
+    reason: str
+    message: str
+    details: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One tentative change: the task and its state before and after."""
+
+    kind: str  # allocate | pipeline | evict
+    task: TaskInfo
+    prev_status: PodStatus
+    prev_node: NodeInfo | None
+    prev_devices: tuple[int, ...]
+    prev_portion: int
+    action: str
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class SessionConfig:
+    """Engine knobs that shape a cycle (recorded in the cycle's config hash)."""
+
+    gpu_placement: str = "binpack"  # binpack | spread | none
+    cpu_placement: str = "binpack"
+    gpu_sharing_placement: str = "binpack"
+    fair_share_enabled: bool = True
+    k_value: float = 0.0
+    stale_grace_ms: int = 60_000
+    max_consolidation_preemptees: int = 16
+    saturation_multiplier: float = 1.0
+    default_preempt_min_runtime_ms: int = 0
+    default_reclaim_min_runtime_ms: int = 0
+    node_scoring: str = "kai"  # kai | fragmentation (see scheduler/placement.py)
+
+
+class Session:
+    """The mutable state of one scheduling cycle."""
+
+    def __init__(
+        self,
+        state: ClusterState,
+        config: SessionConfig | None = None,
+        now_ms: int = 0,
+        usage: dict[str, dict[str, float]] | None = None,
+    ) -> None:
+        self.config = config or SessionConfig()
+        self.now_ms = now_ms
+        self.state = state
+        self.nodes = [NodeInfo(n, i) for i, n in enumerate(state.nodes)]
+        self.node_by_name = {n.name: n for n in self.nodes}
+        self.queues: dict[str, QueueInfo] = {}
+        for qs in state.queues:
+            self.queues[qs.name] = QueueInfo(spec=qs, name=qs.name, parent=None)
+        # Drop queues whose parent is missing, with their subtree (KAI rule).
+        changed = True
+        while changed:
+            changed = False
+            for name in list(self.queues):
+                parent = self.queues[name].spec.parent
+                if parent is not None and parent not in self.queues:
+                    del self.queues[name]
+                    changed = True
+        for qi in self.queues.values():
+            if qi.spec.parent is not None:
+                parent_info = self.queues[qi.spec.parent]
+                qi.parent = parent_info
+                parent_info.children.append(qi)
+        self.jobs: list[JobInfo] = []
+        self.job_by_uid: dict[str, JobInfo] = {}
+        for i, j in enumerate(state.jobs):
+            ji = JobInfo(j, self.queues.get(j.queue), i)
+            if ji.queue is not None:
+                ji.queue.jobs.append(ji)
+            self.jobs.append(ji)
+            self.job_by_uid[j.uid] = ji
+        self.tasks: list[TaskInfo] = []
+        for p in state.pods:
+            job = self.job_by_uid[p.job]
+            t = TaskInfo(p, job)
+            job.tasks.append(t)
+            self.tasks.append(t)
+            if p.node is not None and p.status in ACTIVE_USED:
+                node = self.node_by_name.get(p.node)
+                if node is not None:
+                    t.node = node
+                    node.add(t, p.status, +1)
+        for job in self.jobs:
+            job.tasks.sort(key=TaskInfo.sort_key)
+        gpu_mems = [n.gpu_memory_mib for n in self.nodes if n.gpu_memory_mib and n.gpu_memory_mib > 100]
+        self.min_gpu_memory = min(gpu_mems) if gpu_mems else 0
+        self.decisions: list[Op] = []
+        self.total = self._total()
+        self._account_queues()
+        self.shares = self._divide(usage or {})
+
+    # -- accounting -----------------------------------------------------------------------------------
+    def task_vec(self, t: TaskInfo) -> Vec:
+        return [t.gpu_milli(t.node, self.min_gpu_memory), t.request.cpu, t.request.memory]
+
+    def _total(self) -> Vec:
+        tot = zero()
+        for n in self.nodes:
+            if n.spec.ready:
+                tot[G] += n.gpus * GPU_MILLI
+                tot[C] += n.spec.cpu
+                tot[M] += n.spec.memory
+        return tot
+
+    def _account_queues(self) -> None:
+        for job in self.jobs:
+            q = job.queue
+            if q is None:
+                continue
+            for t in job.tasks:
+                v = self.task_vec(t)
+                if t.status in QUEUE_ALLOCATED:
+                    for a in q.ancestors():
+                        for r in range(3):
+                            a.allocated[r] += v[r]
+                            a.requested[r] += v[r]
+                            if not job.preemptible:
+                                a.allocated_np[r] += v[r]
+                elif t.status is PodStatus.PENDING:
+                    for a in q.ancestors():
+                        for r in range(3):
+                            a.requested[r] += v[r]
+
+    def _divide(self, usage: dict[str, dict[str, float]]) -> dict[str, QueueShare]:
+        demands = [
+            QueueDemand(
+                name=q.name,
+                parent=q.spec.parent,
+                priority=q.spec.priority,
+                order=q.spec.order,
+                resources=q.spec.resources,
+                requested={RESOURCES[r]: q.requested[r] for r in range(3)},
+                allocated={RESOURCES[r]: q.allocated[r] for r in range(3)},
+                allocated_non_preemptible={RESOURCES[r]: q.allocated_np[r] for r in range(3)},
+                usage=usage.get(q.name, {}),
+            )
+            for q in self.queues.values()
+        ]
+        shares = divide({RESOURCES[r]: self.total[r] for r in range(3)}, demands, self.config.k_value)
+        for name, s in shares.items():
+            q = self.queues[name]
+            q.share = s
+            q.fair_share = [s.fair_share[RESOURCES[r]] for r in range(3)]
+        return shares
+
+    def queue_charge(self, t: TaskInfo, sign: int) -> None:
+        """Live queue accounting, as KAI's allocate / deallocate event handlers do."""
+        q = t.job.queue
+        if q is None:
+            return
+        v = self.task_vec(t)
+        np = not t.job.preemptible
+        for a in q.ancestors():
+            for r in range(3):
+                a.allocated[r] += sign * v[r]
+                if np:
+                    a.allocated_np[r] += sign * v[r]
+
+    # -- low-level moves (used by Statement only) -----------------------------------------------------
+    def _set(
+        self, t: TaskInfo, status: PodStatus, node: NodeInfo | None, devices: tuple[int, ...], portion: int
+    ) -> None:
+        old_counted = t.node is not None and t.status in ACTIVE_ALLOCATED
+        if t.node is not None and t.status in ACTIVE_USED:
+            t.node.add(t, t.status, -1)
+        if old_counted:
+            self.queue_charge(t, -1)
+        t.status, t.node, t.devices, t.portion = status, node, devices, portion
+        if node is not None and status in ACTIVE_USED:
+            node.add(t, status, +1)
+        if node is not None and status in ACTIVE_ALLOCATED:
+            self.queue_charge(t, +1)
+
+    def statement(self) -> Statement:
+        return Statement(self)
+
+    def leaf_queues_with_jobs(self) -> list[QueueInfo]:
+        return [q for q in self.queues.values() if q.is_leaf and q.jobs]
+
+
+class Statement:
+    """Tentative changes to a session: checkpoint / rollback / commit / discard."""
+
+    def __init__(self, session: Session) -> None:
+        self.ssn = session
+        self.ops: list[Op] = []
+
+    def checkpoint(self) -> int:
+        return len(self.ops)
+
+    def rollback(self, cp: int) -> None:
+        while len(self.ops) > cp:
+            op = self.ops.pop()
+            t = op.task
+            self.ssn._set(t, op.prev_status, op.prev_node, op.prev_devices, op.prev_portion)
+            if op.kind == "evict":
+                t.virtual = False
+
+    def place(
+        self,
+        t: TaskInfo,
+        node: NodeInfo,
+        devices: tuple[int, ...],
+        portion: int,
+        pipelined: bool,
+        action: str,
+    ) -> None:
+        self.ops.append(
+            Op("pipeline" if pipelined else "allocate", t, t.status, t.node, t.devices, t.portion, action)
+        )
+        self.ssn._set(t, PodStatus.PIPELINED if pipelined else PodStatus.ALLOCATED, node, devices, portion)
+
+    def evict(self, t: TaskInfo, action: str, reason: str = "", virtual: bool = False) -> None:
+        self.ops.append(Op("evict", t, t.status, t.node, t.devices, t.portion, action, reason))
+        self.ssn._set(t, PodStatus.RELEASING, t.node, t.devices, t.portion)
+        t.virtual = virtual
+
+    def convert_to_pipelined(self, job: JobInfo, action: str) -> None:
+        """Turn every task of `job` allocated in this statement into a pipelined one."""
+        for op in list(self.ops):
+            t = op.task
+            if (
+                t.job is job
+                and op.kind == "allocate"
+                and t.status is PodStatus.ALLOCATED
+                and t.node is not None
+            ):
+                self.place(t, t.node, t.devices, t.portion, True, action)
+
+    def commit(self) -> None:
+        # Collapse to the final state of each task so decisions show one outcome per task.
+        self.ssn.decisions.extend(self.ops)
+        self.ops = []
+
+    def discard(self) -> None:
+        self.rollback(0)
