@@ -11,6 +11,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from scheduler.actions import allocate, consolidation, preempt, reclaim, stale_gang
+from scheduler.decisions import CycleRecord, make_record
 from scheduler.session import Session, SessionConfig
 from scheduler.state import ClusterState, Job, Pod, PodStatus
 
@@ -45,6 +46,9 @@ def result_state(ssn: Session) -> ClusterState:
     """The snapshot after the cycle: every task in the state the actions left it, job clocks updated."""
     pods = []
     for t in ssn.tasks:
+        if t.status in (PodStatus.SUCCEEDED, PodStatus.FAILED):
+            pods.append(t.pod)  # finished pods keep their record untouched
+            continue
         node = t.node.name if t.node is not None and t.status is not PodStatus.PENDING else None
         pods.append(
             replace(
@@ -76,3 +80,21 @@ def settle(state: ClusterState) -> ClusterState:
             p = replace(p, status=PodStatus.PENDING, node=None, gpu_devices=(), gpu_milli_per_device=0)
         pods.append(p)
     return replace(state, pods=tuple(pods))
+
+
+def run_cycle(
+    state: ClusterState,
+    config: SessionConfig | None = None,
+    now_ms: int = 0,
+    usage: Mapping[str, Mapping[str, float]] | None = None,
+    usage_snapshot_id: str | None = None,
+    actions: tuple[str, ...] = DEFAULT_ORDER,
+) -> tuple[CycleRecord, Session]:
+    """One full cycle: a pure function of (snapshot, usage, config, logical time) -> cycle record.
+
+    `usage` None means no usage snapshot is available: the division falls back to classic fair share and
+    the record says so.
+    """
+    ssn = run_actions(open_session(state, config, now_ms, usage), actions)
+    record = make_record(ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None)
+    return record, ssn

@@ -17,10 +17,13 @@ from scheduler.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
 _INF = float("inf")
 
 
-def job_init_resources(ssn: Session, job: JobInfo) -> Vec:
-    """Resources of the tasks the job would place next (KAI's "init resources")."""
+def job_init_resources(ssn: Session, job: JobInfo, include_virtual: bool = False) -> Vec:
+    """Resources of the tasks the job would place next (KAI's "init resources").
+
+    `include_virtual` counts tasks evicted inside a simulation as placeable, as KAI's what-if allocation does.
+    """
     out = [0, 0, 0]
-    for t in job.tasks_to_allocate():
+    for t in job.tasks_to_allocate(include_virtual):
         v = ssn.task_vec(t)
         for r in range(3):
             out[r] += v[r]
@@ -61,8 +64,9 @@ def dominant_share(ssn: Session, q: QueueInfo, alloc: Vec) -> float:
 class QueueComparator:
     """KAI's queue order, evaluated on the best pending job of each queue (or its victims)."""
 
-    def __init__(self, ssn: Session) -> None:
+    def __init__(self, ssn: Session, include_virtual: bool = False) -> None:
         self.ssn = ssn
+        self.include_virtual = include_virtual
         self._init_cache: dict[str, Vec] = {}
 
     def init_res(self, job: JobInfo | None) -> Vec:
@@ -71,7 +75,7 @@ class QueueComparator:
         key = job.uid
         v = self._init_cache.get(key)
         if v is None:
-            v = job_init_resources(self.ssn, job)
+            v = job_init_resources(self.ssn, job, self.include_virtual)
             self._init_cache[key] = v
         return v
 
@@ -141,17 +145,32 @@ class QueueComparator:
 
 
 class JobsByQueue:
-    """A tree of priority queues: at every level, the child whose best job wins the queue comparator."""
+    """A tree of ordered queues: at every level, the child whose best job wins the queue comparator.
 
-    def __init__(self, ssn: Session, jobs: Iterable[JobInfo], victim: bool = False) -> None:
+    Each parent keeps its active children sorted best-first. Only the queues on the path of the leaf
+    that was last popped or pushed change state, so only they are re-positioned (binary insertion),
+    lazily at the next pop or push -- after the popped job's allocation has been accounted, as KAI's
+    lazily re-fixed heaps do.
+    """
+
+    def __init__(
+        self, ssn: Session, jobs: Iterable[JobInfo], victim: bool = False, include_virtual: bool = False
+    ) -> None:
         self.ssn = ssn
         self.victim = victim
-        self.cmp = QueueComparator(ssn)
+        self.cmp = QueueComparator(ssn, include_virtual)
         self._heaps: dict[str, list[tuple[tuple[object, ...], int, JobInfo]]] = {}
+        self._children: dict[str | None, list[QueueInfo]] = {}
+        self._dirty: list[QueueInfo] = []
         self._seq = 0
         self.popped: dict[str, list[JobInfo]] = {}
         for j in jobs:
-            self.push(j)
+            assert j.queue is not None
+            self._seq += 1
+            heap = self._heaps.setdefault(j.queue.name, [])
+            heapq.heappush(heap, (self._key(j), self._seq, j))
+        for name in self._heaps:
+            self._reposition(self.ssn.queues[name])
 
     def _key(self, job: JobInfo) -> tuple[object, ...]:
         k = job.sort_key()
@@ -160,10 +179,13 @@ class JobsByQueue:
         return k
 
     def push(self, job: JobInfo) -> None:
+        """Put a job (back) into its leaf queue."""
         assert job.queue is not None
+        self._flush()
         self.cmp.forget(job)
         self._seq += 1
         heapq.heappush(self._heaps.setdefault(job.queue.name, []), (self._key(job), self._seq, job))
+        self._reposition(job.queue)
 
     def __bool__(self) -> bool:
         return any(self._heaps.values())
@@ -172,42 +194,62 @@ class JobsByQueue:
         h = self._heaps.get(q.name)
         return h[0][2] if h else None
 
-    def _active_children(self, nodes: Iterable[QueueInfo]) -> list[QueueInfo]:
-        return [q for q in nodes if self._has_jobs(q)]
+    def _leaf_of(self, q: QueueInfo) -> QueueInfo:
+        while not q.is_leaf:
+            q = self._children[q.name][0]
+        return q
 
     def _has_jobs(self, q: QueueInfo) -> bool:
         if q.is_leaf:
             return bool(self._heaps.get(q.name))
-        return any(self._has_jobs(c) for c in q.children)
+        return bool(self._children.get(q.name))
 
-    def _best_leaf(self, candidates: list[QueueInfo]) -> QueueInfo | None:
-        best: QueueInfo | None = None
-        best_leaf: QueueInfo | None = None
-        for q in candidates:
-            leaf = q if q.is_leaf else self._best_leaf(self._active_children(q.children))
-            if leaf is None:
-                continue
-            if best is None or self._better(q, leaf, best, best_leaf):
-                best, best_leaf = q, leaf
-        return best_leaf
-
-    def _better(self, q: QueueInfo, leaf: QueueInfo, bq: QueueInfo, bleaf: QueueInfo | None) -> bool:
-        assert bleaf is not None
+    def _before(self, a: QueueInfo, b: QueueInfo) -> bool:
+        """True when queue `a` goes before its sibling `b`."""
+        la, lb = self._leaf_of(a), self._leaf_of(b)
         if self.victim:
-            lv = [*self.popped.get(leaf.name, []), *filter(None, [self._best_job(leaf)])]
-            rv = [*self.popped.get(bleaf.name, []), *filter(None, [self._best_job(bleaf)])]
-            return self.cmp.compare(q, bq, None, None, lv, rv) > 0
-        return self.cmp.compare(q, bq, self._best_job(leaf), self._best_job(bleaf)) < 0
+            va = [*self.popped.get(la.name, []), *filter(None, [self._best_job(la)])]
+            vb = [*self.popped.get(lb.name, []), *filter(None, [self._best_job(lb)])]
+            return self.cmp.compare(a, b, None, None, va, vb) > 0
+        return self.cmp.compare(a, b, self._best_job(la), self._best_job(lb)) < 0
+
+    def _reposition(self, q: QueueInfo) -> None:
+        """Re-insert `q` and each of its ancestors at their place among their siblings."""
+        node: QueueInfo | None = q
+        while node is not None:
+            parent = node.parent
+            key = parent.name if parent is not None else None
+            siblings = self._children.setdefault(key, [])
+            for i, s in enumerate(siblings):
+                if s is node:
+                    del siblings[i]
+                    break
+            if self._has_jobs(node):
+                lo, hi = 0, len(siblings)
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if self._before(node, siblings[mid]):
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                siblings.insert(lo, node)
+            node = parent
+
+    def _flush(self) -> None:
+        while self._dirty:
+            self._reposition(self._dirty.pop())
 
     def pop(self) -> JobInfo | None:
         """The next job: best root queue, then best child, down to a leaf; then that leaf's best job."""
-        roots = self._active_children(q for q in self.ssn.queues.values() if q.parent is None)
-        leaf = self._best_leaf(roots)
-        if leaf is None:
+        self._flush()
+        roots = self._children.get(None)
+        if not roots:
             return None
+        leaf = self._leaf_of(roots[0])
         _, _, job = heapq.heappop(self._heaps[leaf.name])
         if self.victim:
             self.popped.setdefault(leaf.name, []).append(job)
+        self._dirty.append(leaf)
         return job
 
 

@@ -81,7 +81,7 @@ def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
     if (req.gpus or req.is_shared) and node.gpus == 0:
         return "node(s) didn't have enough resources: GPUs"
     if req.gpu_memory_mib is not None:
-        if not node.gpu_memory_mib or node.gpu_memory_mib <= 100:
+        if not node.gpu_memory_mib:
             return "node(s) didn't advertise GPU memory (label nvidia.com/gpu.memory)"
         if req.gpu_memory_mib > node.gpu_memory_mib:
             return "node(s) didn't have enough resources: GPU memory"
@@ -222,10 +222,22 @@ def kai_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]
 
 NODE_SCORERS: dict[str, NodeScorer] = {"kai": kai_scores}
 
+# A scoring rule may also pick the GPU device(s) inside each node: it gets every Fit before scoring and
+# returns it, possibly with other devices (e.g. FGD puts a shared task on the GPU that fragments least).
+DeviceChooser = Callable[[Session, TaskInfo, Fit], Fit]
+DEVICE_CHOOSERS: dict[str, DeviceChooser] = {}
 
-def register_scorer(name: str, scorer: NodeScorer) -> None:
-    """Make a node-scoring rule selectable by name (``SessionConfig.node_scoring``)."""
+
+def register_scorer(name: str, scorer: NodeScorer, choose_devices: DeviceChooser | None = None) -> None:
+    """Make a node-scoring rule selectable by name (``SessionConfig.node_scoring``).
+
+    `choose_devices`, if given, re-chooses each Fit's devices before the rule scores the fits.
+    """
     NODE_SCORERS[name] = scorer
+    if choose_devices is None:
+        DEVICE_CHOOSERS.pop(name, None)
+    else:
+        DEVICE_CHOOSERS[name] = choose_devices
 
 
 def max_node_resources_error(ssn: Session, task: TaskInfo) -> str | None:
@@ -269,6 +281,9 @@ def ordered_fits(
             fits.append(r)
         else:
             why[r] += 1
+    choose = DEVICE_CHOOSERS.get(ssn.config.node_scoring)
+    if choose is not None:
+        fits = [choose(ssn, task, f) for f in fits]
     if len(fits) > 1:
         scores = NODE_SCORERS[ssn.config.node_scoring](ssn, task, fits)
         order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))

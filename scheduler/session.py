@@ -227,6 +227,7 @@ class QueueInfo:
     requested: Vec = field(default_factory=zero)
     fair_share: Vec = field(default_factory=zero)
     share: QueueShare | None = None
+    _alloc_share: list[int | None] | None = None
 
     @property
     def is_leaf(self) -> bool:
@@ -250,6 +251,16 @@ class QueueInfo:
 
     def allocatable_share(self, r: int) -> int | None:
         """KAI's AllocatableShare: what the queue may hold before it is reclaimable (None = infinite)."""
+        if self._alloc_share is not None:
+            return self._alloc_share[r]
+        return self._compute_allocatable_share(r)
+
+    def freeze_shares(self) -> None:
+        """Cache the allocatable shares once the division is done (they do not change within a cycle)."""
+        self._alloc_share = None
+        self._alloc_share = [self._compute_allocatable_share(r) for r in range(3)]
+
+    def _compute_allocatable_share(self, r: int) -> int | None:
         d, lim = self.deserved(r), self.limit(r)
         if d is None:
             return lim
@@ -428,7 +439,8 @@ class Session:
         for job in self.jobs:
             job.tasks.sort(key=TaskInfo.sort_key)
         gpu_mems = [n.gpu_memory_mib for n in self.nodes if n.gpu_memory_mib and n.gpu_memory_mib > 100]
-        self.min_gpu_memory = min(gpu_mems) if gpu_mems else 0
+        # KAI falls back to its default per-GPU memory (100 MiB) when no node advertises more.
+        self.min_gpu_memory = min(gpu_mems) if gpu_mems else 100
         self.decisions: list[Op] = []
         self.total = self._total()
         self._account_queues()
@@ -486,6 +498,7 @@ class Session:
             q = self.queues[name]
             q.share = s
             q.fair_share = [s.fair_share[RESOURCES[r]] for r in range(3)]
+            q.freeze_shares()
         return shares
 
     def queue_charge(self, t: TaskInfo, sign: int) -> None:
@@ -559,6 +572,13 @@ class Statement:
         self.ops.append(Op("evict", t, t.status, t.node, t.devices, t.portion, action, reason))
         self.ssn._set(t, PodStatus.RELEASING, t.node, t.devices, t.portion)
         t.virtual = virtual
+
+    def restore(
+        self, t: TaskInfo, status: PodStatus, node: NodeInfo, devices: tuple[int, ...], portion: int, action: str
+    ) -> None:
+        """Undo an eviction in place (KAI's un-evict): the task keeps running where it was, as it was."""
+        self.ops.append(Op("unevict", t, t.status, t.node, t.devices, t.portion, action))
+        self.ssn._set(t, status, node, devices, portion)
 
     def convert_to_pipelined(self, job: JobInfo, action: str) -> None:
         """Turn every task of `job` allocated in this statement into a pipelined one."""

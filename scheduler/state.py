@@ -154,3 +154,213 @@ def default_queue_resources(
 def with_pods(state: ClusterState, pods: Iterable[Pod]) -> ClusterState:
     """Return `state` with its pod list replaced."""
     return replace(state, pods=tuple(pods))
+
+
+# -- the fold -------------------------------------------------------------------------------------------
+_PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
+DEFAULT_JOB_PRIORITY = 50
+
+
+class StateBuilder:
+    """Folds events, one at a time, into a state; :meth:`snapshot` freezes it.
+
+    Objects are kept in insertion-ordered dicts keyed by name / uid, so the same event sequence always
+    yields the same snapshot. Job clocks the engine needs (last start, stale since) are derived from the
+    events themselves, so a replay rebuilds them exactly.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.queues: dict[str, Queue] = {}
+        self.jobs: dict[str, Job] = {}
+        self.pods: dict[str, Pod] = {}
+        self.offset = -1
+        self._queue_seq = 0
+        self._pod_seq: dict[str, int] = {}
+        self._job_pods: dict[str, dict[str, None]] = {}  # job uid -> its pod uids (ordered)
+
+    def apply(self, event: object, offset: int | None = None) -> None:
+        """Fold one event (an ``ingest.events`` model)."""
+        from ingest import events as ev
+
+        self.offset = self.offset + 1 if offset is None else offset
+        e = event
+        if isinstance(e, ev.NodeUpserted):
+            self.nodes[e.name] = Node(
+                name=e.name,
+                cpu=e.cpu_millicores,
+                memory=e.memory_bytes,
+                gpus=e.gpus,
+                gpu_memory_mib=e.gpu_memory_mib,
+                gpu_model=e.gpu_model,
+                max_pods=e.max_pods,
+                labels=MappingProxyType(dict(sorted(e.labels.items()))),
+                taints=tuple(Taint(t.key, t.value, t.effect) for t in e.taints),
+                ready=e.ready,
+                unschedulable=e.unschedulable,
+            )
+        elif isinstance(e, ev.NodeRemoved):
+            self.nodes.pop(e.name, None)
+            for uid, p in list(self.pods.items()):
+                if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
+                    self.pods[uid] = replace(p, status=PodStatus.FAILED)
+                    self._touch_job(p.job, e.at_ms)
+        elif isinstance(e, ev.QueueUpserted):
+            old = self.queues.get(e.name)
+            order = old.order if old is not None else self._queue_seq
+            if old is None:
+                self._queue_seq += 1
+            res = {
+                r: ResourceQuota.of(q.quota, q.limit, q.over_quota_weight)
+                for r, q in (("gpu", e.resources.gpu), ("cpu", e.resources.cpu), ("memory", e.resources.memory))
+            }
+            self.queues[e.name] = Queue(
+                name=e.name,
+                parent=e.parent,
+                resources=MappingProxyType(res),
+                priority=e.priority,
+                order=order,
+                preempt_min_runtime_ms=e.preempt_min_runtime_ms,
+                reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
+            )
+        elif isinstance(e, ev.QueueDeleted):
+            self.queues.pop(e.name, None)
+        elif isinstance(e, ev.PodGroupUpserted):
+            uid = f"{e.namespace}/{e.name}"
+            prio = e.priority
+            if prio is None:
+                prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
+            preemptible = e.preemptible if e.preemptible is not None else prio < 100
+            old_job = self.jobs.get(uid)
+            self.jobs[uid] = Job(
+                uid=uid,
+                name=e.name,
+                queue=e.queue,
+                min_available=e.min_member,
+                priority=prio,
+                preemptible=preemptible,
+                created_ms=e.created_at_ms,
+                last_start_ms=old_job.last_start_ms if old_job else None,
+                stale_since_ms=old_job.stale_since_ms if old_job else None,
+            )
+        elif isinstance(e, ev.PodGroupDeleted):
+            uid = f"{e.namespace}/{e.name}"
+            if uid in self.jobs:
+                self.jobs[uid] = replace(self.jobs[uid], deleting=True)
+        elif isinstance(e, ev.PodSubmitted):
+            uid = f"{e.namespace}/{e.name}"
+            job_uid = f"{e.namespace}/{e.pod_group}"
+            seq = self._pod_seq.get(job_uid, 0)
+            self._pod_seq[job_uid] = seq + 1
+            r = e.requests
+            self._job_pods.setdefault(job_uid, {})[uid] = None
+            self.pods[uid] = Pod(
+                uid=uid,
+                name=e.name,
+                job=job_uid,
+                request=PodRequest(
+                    cpu=r.cpu_millicores,
+                    memory=r.memory_bytes,
+                    gpus=r.gpus,
+                    gpu_fraction_milli=r.gpu_fraction_milli,
+                    gpu_fraction_devices=r.gpu_fraction_devices,
+                    gpu_memory_mib=r.gpu_memory_mib,
+                ),
+                task_priority=e.task_priority,
+                index=seq,
+                created_ms=e.created_at_ms,
+                node_selector=MappingProxyType(dict(sorted(e.node_selector.items()))),
+                allowed_nodes=tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
+                affinity=tuple(
+                    tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in term.match_expressions)
+                    for term in e.node_affinity
+                ),
+                tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations),
+            )
+        elif isinstance(e, ev.PodBound):
+            uid = f"{e.namespace}/{e.name}"
+            bound = self.pods.get(uid)
+            if bound is None:
+                return
+            p = bound
+            portion = 0
+            if p.request.gpu_fraction_milli is not None:
+                portion = p.request.gpu_fraction_milli
+            elif p.request.gpu_memory_mib is not None:
+                node = self.nodes.get(e.node)
+                mem = (node.gpu_memory_mib or 100) // 100 * 100 if node else 100
+                portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
+            was_running = self._active(p.job)
+            self.pods[uid] = replace(
+                p, status=PodStatus.RUNNING, node=e.node, gpu_devices=tuple(e.gpu_devices), gpu_milli_per_device=portion
+            )
+            owner = self.jobs.get(p.job)
+            if owner is not None and was_running == 0:
+                self.jobs[p.job] = replace(owner, last_start_ms=e.at_ms)
+            self._touch_job(p.job, e.at_ms)
+        elif isinstance(e, ev.PodReleasing):
+            uid = f"{e.namespace}/{e.name}"
+            rel = self.pods.get(uid)
+            if rel is not None and rel.node is not None:
+                self.pods[uid] = replace(rel, status=PodStatus.RELEASING)
+                self._touch_job(rel.job, e.at_ms)
+        elif isinstance(e, ev.PodFinished):
+            uid = f"{e.namespace}/{e.name}"
+            fin = self.pods.get(uid)
+            if fin is not None:
+                st = PodStatus.SUCCEEDED if e.phase == "Succeeded" else PodStatus.FAILED
+                self.pods[uid] = replace(fin, status=st)
+                self._touch_job(fin.job, e.at_ms)
+        elif isinstance(e, ev.PodDeleted):
+            uid = f"{e.namespace}/{e.name}"
+            gone = self.pods.pop(uid, None)
+            if gone is not None:
+                self._job_pods.get(gone.job, {}).pop(uid, None)
+                self._touch_job(gone.job, e.at_ms)
+        else:
+            raise TypeError(f"cannot fold {type(event).__name__}")
+
+    def _job_pod_list(self, job: str) -> list[Pod]:
+        return [self.pods[u] for u in self._job_pods.get(job, {})]
+
+    def _active(self, job: str) -> int:
+        return sum(
+            1
+            for p in self._job_pod_list(job)
+            if p.status in (PodStatus.RUNNING, PodStatus.RELEASING, PodStatus.ALLOCATED)
+        )
+
+    def _touch_job(self, job_uid: str, at_ms: int) -> None:
+        """Keep the stale-gang clock: set when active pods drop below minAvailable, cleared otherwise."""
+        job = self.jobs.get(job_uid)
+        if job is None:
+            return
+        pods = self._job_pod_list(job_uid)
+        active = sum(1 for p in pods if p.status in (PodStatus.RUNNING, PodStatus.RELEASING))
+        succeeded = any(p.status is PodStatus.SUCCEEDED for p in pods)
+        stale = not succeeded and 0 < active < max(job.min_available, 1)
+        if stale and job.stale_since_ms is None:
+            self.jobs[job_uid] = replace(job, stale_since_ms=at_ms)
+        elif not stale and job.stale_since_ms is not None:
+            self.jobs[job_uid] = replace(job, stale_since_ms=None)
+        if active == 0 and job.last_start_ms is not None and not stale:
+            self.jobs[job_uid] = replace(self.jobs[job_uid], last_start_ms=None)
+
+    def snapshot(self) -> ClusterState:
+        """Freeze the current state. Pods whose pod group is unknown are left out until it arrives."""
+        pods = tuple(p for p in self.pods.values() if p.job in self.jobs)
+        return ClusterState(
+            nodes=tuple(self.nodes.values()),
+            queues=tuple(self.queues.values()),
+            jobs=tuple(self.jobs.values()),
+            pods=pods,
+            events_offset=self.offset,
+        )
+
+
+def fold(events: Iterable[object]) -> ClusterState:
+    """Fold a sequence of events from the empty state into a snapshot."""
+    b = StateBuilder()
+    for e in events:
+        b.apply(e)
+    return b.snapshot()

@@ -7,10 +7,22 @@ from collections.abc import Sequence
 from scheduler.actions.common import candidate_jobs, over_capacity, should_pipeline_job
 from scheduler.ordering import JobsByQueue
 from scheduler.placement import allocate_task
-from scheduler.session import JobInfo, NodeInfo, Session, Statement
+from scheduler.session import JobInfo, NodeInfo, Session, Statement, TaskInfo
 from scheduler.state import PodStatus
 
 NAME = "allocate"
+
+
+def task_signature(task: TaskInfo) -> tuple[object, ...]:
+    """Everything placement depends on for a task, so identical tasks can share a failed attempt."""
+    p = task.pod
+    return (
+        task.request,
+        tuple(sorted(p.node_selector.items())),
+        p.allowed_nodes,
+        p.affinity,
+        p.tolerations,
+    )
 
 
 def allocate_job(
@@ -21,8 +33,13 @@ def allocate_job(
     action: str,
     pipeline_only: bool = False,
     record_errors: bool = True,
+    failed: dict[tuple[object, ...], str] | None = None,
 ) -> bool:
-    """Place the job's next tasks (to minAvailable, or one elastic extra) all or nothing."""
+    """Place the job's next tasks (to minAvailable, or one elastic extra) all or nothing.
+
+    `failed` memoises tasks that fitted nowhere while nothing else was tentatively placed: within one
+    allocate pass free capacity only shrinks, so an identical task cannot fit later either.
+    """
     tasks = job.tasks_to_allocate(include_virtual=pipeline_only)
     if not tasks:
         return False
@@ -33,7 +50,12 @@ def allocate_job(
         return False
     cp = stmt.checkpoint()
     for placed, task in enumerate(tasks):
-        err = allocate_task(ssn, stmt, task, nodes, action, pipeline_only)
+        sig = task_signature(task) if failed is not None and placed == 0 else None
+        err = failed.get(sig) if failed is not None and sig is not None else None
+        if err is None:
+            err = allocate_task(ssn, stmt, task, nodes, action, pipeline_only)
+            if err is not None and failed is not None and sig is not None:
+                failed[sig] = err
         if err is not None:
             stmt.rollback(cp)
             if record_errors:
@@ -59,10 +81,11 @@ def allocate_job(
 def run(ssn: Session) -> None:
     """The allocate action."""
     order = JobsByQueue(ssn, candidate_jobs(ssn))
+    failed: dict[tuple[object, ...], str] = {}
     while (job := order.pop()) is not None:
         stmt = ssn.statement()
         already = job.active_allocated() > 0
-        if allocate_job(ssn, stmt, job, ssn.nodes, NAME):
+        if allocate_job(ssn, stmt, job, ssn.nodes, NAME, failed=failed):
             pipelined = should_pipeline_job(job)
             if pipelined:
                 stmt.convert_to_pipelined(job, NAME)

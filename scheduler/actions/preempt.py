@@ -1,12 +1,58 @@
-"""preempt: not implemented yet (placeholder so the action registry loads)."""
+"""preempt: a pending job evicts lower-priority preemptible jobs of its own queue.
+
+Jobs are tried in queue order. A non-preemptible job that would take its queue's non-preemptible allocation
+over quota is skipped. Victims are preemptible jobs of the same queue with strictly lower priority that hold
+active tasks and are not protected by min-runtime. The shared solver picks them and the min-runtime
+validator judges each scenario; on success the victims are evicted and the preemptor is pipelined.
+"""
 
 from __future__ import annotations
 
-from scheduler.session import Session
+from scheduler import minruntime
+from scheduler.actions.common import candidate_jobs, non_preemptible_over_quota, tasks_vec
+from scheduler.actions.solver import Scenario, Solver, finish
+from scheduler.ordering import JobsByQueue
+from scheduler.session import JobInfo, Session, TaskInfo
 
 NAME = "preempt"
 
 
+def victims_for(ssn: Session, job: JobInfo) -> list[JobInfo]:
+    """Jobs `job` may preempt: same queue, preemptible, strictly lower priority, running, not protected."""
+    return [
+        v
+        for v in ssn.jobs
+        if v is not job
+        and v.queue is job.queue
+        and v.preemptible
+        and v.priority < job.priority
+        and v.active_allocated() > 0
+        and minruntime.preempt_victim_filter(ssn, v)
+    ]
+
+
+def attempt(ssn: Session, job: JobInfo) -> bool:
+    """Try to preempt for one job; commits and returns True on success, leaves no trace otherwise."""
+    if not job.preemptible and non_preemptible_over_quota(ssn, job, tasks_vec(ssn, job.tasks_to_allocate())):
+        return False
+
+    def validate(s: Session, scenario: Scenario) -> bool:
+        return minruntime.elastic_scenario_ok(
+            scenario.victims(), scenario.victim_jobs(), lambda v: minruntime.preempt_protected(s, v)
+        )
+
+    def reason(t: TaskInfo) -> str:
+        return f"Pod {t.name} was preempted by higher priority workload {job.name}"
+
+    stmt = Solver(ssn, validate, NAME, reason).solve(job, victims_for(ssn, job))
+    if stmt is None:
+        return False
+    finish(stmt)
+    return True
+
+
 def run(ssn: Session) -> None:
-    """Placeholder: does nothing until implemented."""
-    return None
+    """The preempt action."""
+    order = JobsByQueue(ssn, candidate_jobs(ssn))
+    while (job := order.pop()) is not None:
+        attempt(ssn, job)

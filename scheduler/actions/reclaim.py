@@ -1,12 +1,64 @@
-"""reclaim: not implemented yet (placeholder so the action registry loads)."""
+"""reclaim: a job whose queue is below its fair share takes resources back from queues above theirs.
+
+Jobs are tried in queue order. A job is considered only if its queue, with the job's next tasks, stays within
+its fair share (:func:`scheduler.reclaimable.can_reclaim`). Victims are preemptible jobs of *other* queues
+that hold active tasks and are not protected by min-runtime. The shared solver picks them; the proportion
+validator (:func:`scheduler.reclaimable.reclaimable`) and the min-runtime validator judge each scenario. On
+success the victims are evicted and the reclaimer's tasks are pipelined onto the capacity they free.
+"""
 
 from __future__ import annotations
 
-from scheduler.session import Session
+from scheduler import minruntime
+from scheduler.actions.common import candidate_jobs
+from scheduler.actions.solver import Scenario, Solver, finish
+from scheduler.ordering import JobsByQueue, job_init_resources
+from scheduler.reclaimable import can_reclaim, reclaimable, snapshot
+from scheduler.session import JobInfo, Session, TaskInfo
 
 NAME = "reclaim"
 
 
+def victims_for(ssn: Session, job: JobInfo) -> list[JobInfo]:
+    """Jobs `job` may reclaim from: other queues, preemptible, running something, not min-runtime protected."""
+    return [
+        v
+        for v in ssn.jobs
+        if v.queue is not None
+        and v.queue is not job.queue
+        and v.preemptible
+        and v.active_allocated() > 0
+        and minruntime.reclaim_victim_filter(ssn, job, v)
+    ]
+
+
+def attempt(ssn: Session, job: JobInfo) -> bool:
+    """Try to reclaim for one job; commits and returns True on success, leaves no trace otherwise."""
+    snap = snapshot(ssn)
+
+    def validate(s: Session, scenario: Scenario) -> bool:
+        victims = scenario.victims()
+        jobs = scenario.victim_jobs()
+        if not reclaimable(s, snap, job, scenario.requested, [(jobs[u], ts) for u, ts in victims.items()]):
+            return False
+        return minruntime.elastic_scenario_ok(
+            victims, jobs, lambda v: minruntime.reclaim_protected(s, job, v)
+        )
+
+    def reason(t: TaskInfo) -> str:
+        return f"Pod {t.name} was preempted by workload {job.name}."
+
+    stmt = Solver(ssn, validate, NAME, reason).solve(job, victims_for(ssn, job))
+    if stmt is None:
+        return False
+    finish(stmt)
+    return True
+
+
 def run(ssn: Session) -> None:
-    """Placeholder: does nothing until implemented."""
-    return None
+    """The reclaim action."""
+    order = JobsByQueue(ssn, candidate_jobs(ssn))
+    while (job := order.pop()) is not None:
+        if not can_reclaim(ssn, job, job_init_resources(ssn, job)):
+            continue
+        attempt(ssn, job)

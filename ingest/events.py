@@ -1,0 +1,519 @@
+"""The event schema: the contract between ingest and every other part of Hourglass.
+
+Every input to the scheduler is one of the events below, serialised as compact
+JSON with sorted keys (:func:`dump_event`) and read back with
+:func:`parse_event`, which turns any bad input into an :class:`EventError`
+carrying a machine-readable ``reason_code`` for the dead-letter log.
+
+Conventions
+-----------
+* Units are exact integers: milli-GPU (0.5 GPU = 500), CPU millicores, memory
+  bytes, GPU memory MiB. Times are integer milliseconds of *logical* time
+  (``at_ms``, ``created_at_ms``), never wall-clock reads inside the engine.
+* Every event carries ``v`` (schema version, only 1 exists), ``type`` (the
+  discriminator), ``uid`` (the object's uid, used as the Kafka key) and
+  ``at_ms`` (when the event happened, >= 0).
+* ``uid`` may be omitted (or empty): it then defaults to the object's natural
+  key, ``name`` for cluster-scoped objects (nodes, queues) and
+  ``f"{namespace}/{name}"`` for namespaced ones (pods, pod groups). Producers
+  that know the Kubernetes ``metadata.uid`` may use it instead, but must then
+  use it for every event of that object so its events stay in one partition.
+* Models are frozen, reject unknown fields and validate strictly (no ``"5"``
+  for 5, no 5.0 for an int).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Final, Literal, Self, cast
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+__all__ = [
+    "DEFAULT_MAX_PODS",
+    "DEFAULT_QUEUE_PRIORITY",
+    "DEFAULT_SCHEDULER_NAME",
+    "EVENT_TYPES",
+    "SUPPORTED_VERSIONS",
+    "Event",
+    "EventBase",
+    "EventError",
+    "NodeRemoved",
+    "NodeSelectorRequirement",
+    "NodeSelectorTerm",
+    "NodeUpserted",
+    "PodBound",
+    "PodDeleted",
+    "PodFinished",
+    "PodGroupDeleted",
+    "PodGroupUpserted",
+    "PodReleasing",
+    "PodRequests",
+    "PodSubmitted",
+    "QueueDeleted",
+    "QueueResource",
+    "QueueResources",
+    "QueueUpserted",
+    "ReasonCode",
+    "Taint",
+    "Toleration",
+    "dump_event",
+    "event_key",
+    "parse_event",
+]
+
+SUPPORTED_VERSIONS: Final = (1,)
+DEFAULT_SCHEDULER_NAME: Final = "hourglass"
+DEFAULT_QUEUE_PRIORITY: Final = 100  # KAI DefaultQueuePriority
+DEFAULT_MAX_PODS: Final = 110  # kubelet default
+
+_INT64_MAX = 2**63 - 1
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def _check_dns1123(name: str) -> str:
+    if len(name) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(name):
+        raise ValueError(
+            f"{name!r} is not a valid DNS-1123 name (lowercase letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit, at most 253 characters)"
+        )
+    return name
+
+
+NonNegInt = Annotated[int, Field(ge=0, le=_INT64_MAX)]
+Name = Annotated[str, Field(min_length=1)]
+QueueName = Annotated[str, AfterValidator(_check_dns1123)]
+TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class _Record(BaseModel):
+    """Shared configuration: immutable, no unknown fields, no type coercion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class EventBase(_Record):
+    """Fields every event carries. Concrete events add ``type`` and their own fields."""
+
+    v: Literal[1] = 1
+    uid: str = ""
+    at_ms: NonNegInt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_uid(cls, data: Any) -> Any:
+        """Default a missing or empty ``uid`` to the object's natural key (see module doc)."""
+        if not isinstance(data, dict) or data.get("uid") or not isinstance(data.get("name"), str):
+            return data
+        namespace = data.get("namespace")
+        uid = f"{namespace}/{data['name']}" if isinstance(namespace, str) else data["name"]
+        return {**data, "uid": uid}
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+class Taint(_Record):
+    """A node taint; pods need a matching :class:`Toleration` to land on the node."""
+
+    key: Name
+    value: str = ""
+    effect: TaintEffect
+
+
+class NodeUpserted(EventBase):
+    """A node appeared or changed. Carries allocatable capacity, not capacity."""
+
+    type: Literal["NodeUpserted"] = "NodeUpserted"
+    name: Name
+    cpu_millicores: NonNegInt
+    memory_bytes: NonNegInt
+    gpus: NonNegInt = 0
+    # Per device; None when the node does not advertise it (label nvidia.com/gpu.memory missing).
+    gpu_memory_mib: Annotated[int, Field(gt=0, le=_INT64_MAX)] | None = None
+    gpu_model: str | None = None
+    max_pods: NonNegInt = DEFAULT_MAX_PODS
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[Taint] = Field(default_factory=list)
+    ready: bool = True
+    unschedulable: bool = False
+
+
+class NodeRemoved(EventBase):
+    """A node left the cluster."""
+
+    type: Literal["NodeRemoved"] = "NodeRemoved"
+    name: Name
+
+
+# --------------------------------------------------------------------------- queues
+
+
+class QueueResource(_Record):
+    """One resource's entitlement in a queue, in engine units.
+
+    Units: milli-GPU for ``gpu``, millicores for ``cpu``, bytes for ``memory``.
+    ``quota`` (KAI "deserved") has no default on purpose: a queue that states a
+    resource must say whether its quota is 0 or unlimited (None).
+    ``limit`` None means no cap. ``over_quota_weight`` 0 means the queue gets no
+    share of capacity left over after quotas.
+    """
+
+    quota: NonNegInt | None
+    limit: NonNegInt | None = None
+    over_quota_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+
+    @model_validator(mode="after")
+    def _quota_within_limit(self) -> Self:
+        if self.quota is not None and self.limit is not None and self.quota > self.limit:
+            raise ValueError(f"quota {self.quota} exceeds limit {self.limit}")
+        return self
+
+
+class QueueResources(_Record):
+    """Per-resource entitlements of a queue.
+
+    Defaults for a resource the queue does not mention:
+
+    * ``gpu``: quota 0, no limit, weight 1 -- KAI's Helm ``default-queue``
+      (quota 0, limit -1, weight 1): no guarantee, may borrow idle GPUs.
+    * ``cpu`` / ``memory``: quota unlimited, no limit, weight 1, so a queue that
+      only speaks about GPUs is never held back by CPU or memory accounting.
+
+    These are trace-friendly defaults. A watcher translating a real KAI Queue
+    must map the CR's explicit values itself (``-1`` -> None; KAI treats an
+    *unset* limit as a hard cap of 0, see kai-spec §2.1).
+    """
+
+    gpu: QueueResource = Field(default_factory=lambda: QueueResource(quota=0))
+    cpu: QueueResource = Field(default_factory=lambda: QueueResource(quota=None))
+    memory: QueueResource = Field(default_factory=lambda: QueueResource(quota=None))
+
+
+class QueueUpserted(EventBase):
+    """A queue (KAI Queue CRD) was created or changed. Only leaf queues hold jobs."""
+
+    type: Literal["QueueUpserted"] = "QueueUpserted"
+    name: QueueName
+    parent: QueueName | None = None
+    priority: int = DEFAULT_QUEUE_PRIORITY
+    display_name: str | None = None
+    resources: QueueResources = Field(default_factory=QueueResources)
+    preempt_min_runtime_ms: NonNegInt | None = None
+    reclaim_min_runtime_ms: NonNegInt | None = None
+
+    @model_validator(mode="after")
+    def _not_own_parent(self) -> Self:
+        if self.parent == self.name:
+            raise ValueError(f"queue {self.name!r} cannot be its own parent")
+        return self
+
+
+class QueueDeleted(EventBase):
+    """A queue was deleted."""
+
+    type: Literal["QueueDeleted"] = "QueueDeleted"
+    name: QueueName
+
+
+# --------------------------------------------------------------------------- pod groups
+
+
+class PodGroupUpserted(EventBase):
+    """A pod group (gang) was created or changed.
+
+    ``priority`` is the resolved PriorityClass value when the producer knows it;
+    None lets the state fold resolve ``priority_class`` (KAI falls back to the
+    global default class, then 50). ``preemptible`` None means "derive": a job
+    is preemptible iff its priority < 100 (kai-spec §2.4).
+    """
+
+    type: Literal["PodGroupUpserted"] = "PodGroupUpserted"
+    name: Name
+    namespace: Name
+    queue: QueueName
+    min_member: Annotated[int, Field(ge=1)] = 1
+    priority_class: str | None = None
+    priority: int | None = None
+    preemptible: bool | None = None
+    created_at_ms: NonNegInt
+
+
+class PodGroupDeleted(EventBase):
+    """A pod group was deleted."""
+
+    type: Literal["PodGroupDeleted"] = "PodGroupDeleted"
+    name: Name
+    namespace: Name
+
+
+# --------------------------------------------------------------------------- pods
+
+
+class PodRequests(_Record):
+    """A pod's effective resource request (max over init containers, plus overhead).
+
+    GPU shapes, mirroring KAI's annotations (kai-spec §2.5):
+
+    * whole devices: ``gpus`` > 0 (``nvidia.com/gpu``);
+    * fraction: ``gpu_fraction_milli`` of each of ``gpu_fraction_devices``
+      devices (``gpu-fraction``, ``gpu-fraction-num-devices``);
+    * GPU memory: ``gpu_memory_mib`` on each of ``gpu_fraction_devices``
+      devices (``gpu-memory``).
+
+    The three shapes are mutually exclusive.
+    """
+
+    cpu_millicores: NonNegInt = 0
+    memory_bytes: NonNegInt = 0
+    gpus: NonNegInt = 0
+    gpu_fraction_milli: Annotated[int, Field(ge=1, le=1000)] | None = None
+    gpu_fraction_devices: Annotated[int, Field(ge=1)] = 1
+    gpu_memory_mib: Annotated[int, Field(gt=0, le=_INT64_MAX)] | None = None
+
+    @model_validator(mode="after")
+    def _one_gpu_shape(self) -> Self:
+        shared = "gpu_fraction_milli" if self.gpu_fraction_milli is not None else None
+        if self.gpu_memory_mib is not None:
+            if shared:
+                raise ValueError("gpu_fraction_milli and gpu_memory_mib are mutually exclusive")
+            shared = "gpu_memory_mib"
+        if shared and self.gpus > 0:
+            raise ValueError(f"{shared} cannot be combined with whole gpus={self.gpus}")
+        if not shared and self.gpu_fraction_devices > 1:
+            devices = self.gpu_fraction_devices
+            raise ValueError(f"gpu_fraction_devices={devices} requires gpu_fraction_milli or gpu_memory_mib")
+        return self
+
+
+class NodeSelectorRequirement(_Record):
+    """One ``matchExpressions`` entry of a required node-affinity term."""
+
+    key: Name
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> Self:
+        # Same rules as the Kubernetes API server, so a bad term fails here, not at placement.
+        op, n = self.operator, len(self.values)
+        if op in ("In", "NotIn") and n == 0:
+            raise ValueError(f"operator {op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and n:
+            raise ValueError(f"operator {op} takes no values")
+        if op in ("Gt", "Lt") and (n != 1 or not re.fullmatch(r"[+-]?\d+", self.values[0])):
+            raise ValueError(f"operator {op} needs exactly one integer value")
+        return self
+
+
+class NodeSelectorTerm(_Record):
+    """A node-affinity term: its expressions are ANDed; a pod's terms are ORed."""
+
+    match_expressions: list[NodeSelectorRequirement] = Field(min_length=1)
+
+
+class Toleration(_Record):
+    """A pod toleration. An empty ``key`` with ``Exists`` tolerates every taint."""
+
+    key: str = ""
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: TaintEffect | None = None  # None matches every effect
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration with an empty key needs operator Exists")
+        return self
+
+
+class PodSubmitted(EventBase):
+    """A pod asking for placement was created (or seen for the first time).
+
+    ``queue`` is the pod's ``kai.scheduler/queue`` label (None if absent; the
+    pod group's queue is authoritative). ``allowed_nodes`` None means no
+    restriction, ``[]`` means no node is allowed. ``task_priority``
+    (``kai.scheduler/task-priority``) orders tasks within a job, higher first.
+    """
+
+    type: Literal["PodSubmitted"] = "PodSubmitted"
+    name: Name
+    namespace: Name
+    pod_group: Name
+    queue: QueueName | None = None
+    requests: PodRequests = Field(default_factory=PodRequests)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    allowed_nodes: list[Name] | None = None
+    node_affinity: list[NodeSelectorTerm] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    task_priority: int = 0
+    created_at_ms: NonNegInt
+    scheduler_name: Name = DEFAULT_SCHEDULER_NAME
+
+
+class PodBound(EventBase):
+    """A pod was bound to a node. ``gpu_devices`` are device indices on that node.
+
+    For a fractional or GPU-memory pod they are the shared device(s) it sits on.
+    """
+
+    type: Literal["PodBound"] = "PodBound"
+    name: Name
+    namespace: Name
+    node: Name
+    gpu_devices: list[NonNegInt] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct_devices(self) -> Self:
+        if len(set(self.gpu_devices)) != len(self.gpu_devices):
+            raise ValueError(f"gpu_devices has duplicates: {self.gpu_devices}")
+        return self
+
+
+class PodReleasing(EventBase):
+    """A pod started terminating (eviction begun or deletionTimestamp set); it still holds its node."""
+
+    type: Literal["PodReleasing"] = "PodReleasing"
+    name: Name
+    namespace: Name
+    reason: Name
+
+
+class PodFinished(EventBase):
+    """A pod's containers ended; it no longer uses its node."""
+
+    type: Literal["PodFinished"] = "PodFinished"
+    name: Name
+    namespace: Name
+    phase: Literal["Succeeded", "Failed"]
+
+
+class PodDeleted(EventBase):
+    """A pod object is gone from the API server."""
+
+    type: Literal["PodDeleted"] = "PodDeleted"
+    name: Name
+    namespace: Name
+
+
+# --------------------------------------------------------------------------- the union
+
+Event = Annotated[
+    NodeUpserted
+    | NodeRemoved
+    | QueueUpserted
+    | QueueDeleted
+    | PodGroupUpserted
+    | PodGroupDeleted
+    | PodSubmitted
+    | PodBound
+    | PodReleasing
+    | PodFinished
+    | PodDeleted,
+    Field(discriminator="type"),
+]
+"""Any event; pydantic picks the model from the ``type`` field."""
+
+EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
+    cls.model_fields["type"].default: cls
+    for cls in (
+        NodeUpserted,
+        NodeRemoved,
+        QueueUpserted,
+        QueueDeleted,
+        PodGroupUpserted,
+        PodGroupDeleted,
+        PodSubmitted,
+        PodBound,
+        PodReleasing,
+        PodFinished,
+        PodDeleted,
+    )
+}
+"""Event model by ``type`` name."""
+
+
+# --------------------------------------------------------------------------- parse / dump
+
+ReasonCode = Literal["bad_json", "schema", "unknown_version", "unknown_type"]
+
+
+class EventError(ValueError):
+    """An input that is not a valid event; ``reason_code`` goes to the dead-letter record."""
+
+    def __init__(self, reason_code: ReasonCode, message: str) -> None:
+        super().__init__(f"{reason_code}: {message}")
+        self.reason_code: ReasonCode = reason_code
+        self.message = message
+
+
+def _first_error(err: ValidationError) -> str:
+    """Pydantic's first error as ``location: message``, plus how many more there were."""
+    errors = err.errors(include_url=False)
+    first = errors[0]
+    loc = ""
+    for part in first["loc"]:
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    msg = first["msg"].removeprefix("Value error, ")
+    text = f"{loc}: {msg}" if loc else msg
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more)"
+    return text
+
+
+def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
+    """Parse one event from JSON text/bytes or an already-decoded dict.
+
+    Raises :class:`EventError` with reason code ``bad_json``, ``schema``,
+    ``unknown_version`` or ``unknown_type``; never anything else for bad input.
+    """
+    data: Any
+    if isinstance(raw, dict):
+        data = raw
+    else:
+        try:
+            data = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise EventError(
+                "bad_json", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            ) from None
+        except (UnicodeDecodeError, RecursionError) as exc:
+            raise EventError("bad_json", f"not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise EventError("schema", f"an event must be a JSON object, got {type(data).__name__}")
+
+    version = data.get("v", 1)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise EventError("schema", f"v: event version must be an integer, got {version!r}")
+    if version not in SUPPORTED_VERSIONS:
+        supported = ", ".join(str(s) for s in SUPPORTED_VERSIONS)
+        raise EventError(
+            "unknown_version", f"event version {version} is not supported (supported: {supported})"
+        )
+
+    if "type" not in data:
+        raise EventError("schema", "type: Field required")
+    model = EVENT_TYPES.get(data["type"]) if isinstance(data["type"], str) else None
+    if model is None:
+        raise EventError(
+            "unknown_type", f"unknown event type {data['type']!r} (known: {', '.join(sorted(EVENT_TYPES))})"
+        )
+    try:
+        return cast(Event, model.model_validate(data))
+    except ValidationError as exc:
+        raise EventError("schema", _first_error(exc)) from None
+
+
+def dump_event(event: EventBase) -> bytes:
+    """Serialise an event as compact UTF-8 JSON with sorted keys; equal events give equal bytes."""
+    payload = event.model_dump(mode="json")
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.encode("utf-8")
+
+
+def event_key(event: EventBase) -> str:
+    """The log key of an event: its object's uid."""
+    return event.uid

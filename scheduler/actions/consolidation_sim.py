@@ -1,0 +1,320 @@
+"""The what-if search behind consolidation (KAI's job solver with the ``allPodsReallocated`` validator).
+
+For one pending preemptible job (the preemptor) the search looks for running preemptible jobs that can be
+*moved* -- evicted and at once re-placed elsewhere -- so that the preemptor's next tasks fit:
+
+* The preemptor grows one task at a time (``tasks[:1]``, ``tasks[:2]``, ...). The victims of the last solved
+  prefix are *recorded* and every scenario of the next prefix starts by evicting them again.
+* For one prefix, scenarios accumulate victim jobs one at a time in victim order (the most over-share queue
+  first, the lowest-ranked job first). A gang victim gives all its active tasks; an elastic victim above
+  its minimum gives one task (the last in task order) and goes back into the victim queue with the rest.
+* Simulating a scenario: evict the recorded victims; then, for each node of the newest victim job (by node
+  name), evict every potential victim job with a task on that node, and re-place -- pipeline only, in queue
+  order -- the victim jobs and the preemptor's prefix. A victim re-placed on the node it was evicted from is
+  un-evicted (it keeps running there), unless it is a shared-GPU task that lands on another GPU group.
+* The scenario holds only if the preemptor's prefix fits and no victim task is left releasing.
+
+Everything happens inside one :class:`~scheduler.session.Statement`: a failed search leaves the session
+exactly as it was, a successful one returns the statement for the caller to commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from scheduler.actions.common import over_capacity
+from scheduler.ordering import JobsByQueue
+from scheduler.placement import max_node_resources_error, ordered_fits
+from scheduler.session import ACTIVE_ALLOCATED, ACTIVE_USED, JobInfo, NodeInfo, Session, Statement, TaskInfo
+from scheduler.state import PodStatus
+
+ACTION = "consolidation"
+UNLIMITED = -1  # max_consolidation_preemptees value meaning "no cap"
+
+
+def eviction_message(t: TaskInfo) -> str:
+    """KAI's message for a pod moved by consolidation."""
+    return f"Pod {t.uid} was preempted and rescheduled due to bin packing (resource consolidation) procedure"
+
+
+# -- placement ---------------------------------------------------------------------------------------------
+def _unevict_devices(node: NodeInfo, t: TaskInfo, devices: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Devices `t` keeps when it is put back on its own node; None when KAI would move it instead.
+
+    A whole-GPU task is always un-evicted: it keeps its original devices if nothing else claimed them,
+    else the free ones the fit chose. A shared-GPU task is un-evicted only when it goes back into its own
+    GPU group, i.e. onto its original devices while they still host other live pods; a device it held
+    alone is offered as a fresh whole-GPU slot, which in KAI means a new group, hence a move.
+    """
+    if not t.shared:
+        if all(node.dev_alloc[d] == 0 and node.dev_pipe[d] == 0 for d in t.devices):
+            return t.devices
+        return devices
+    if devices == t.devices and all(node.dev_alloc[d] + node.dev_pipe[d] > 0 for d in devices):
+        return devices
+    return None
+
+
+def pipeline_task(ssn: Session, stmt: Statement, t: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
+    """Pipeline `t` onto the best node among `nodes` (idle + releasing capacity); False when none fits.
+
+    Nodes are scored as in a real allocation -- including the bonus for fitting on idle capacity, which KAI
+    computes whatever the pipeline-only mode -- but the task is always pipelined, never bound.
+    """
+    if max_node_resources_error(ssn, t) is not None:
+        return False
+    fits, _ = ordered_fits(ssn, t, nodes, allow_idle=True)
+    if not fits:
+        return False
+    best = fits[0]
+    if t.virtual and t.status is PodStatus.RELEASING and best.node is t.node:
+        keep = _unevict_devices(best.node, t, best.devices)
+        if keep is not None:
+            ev = next(op for op in reversed(stmt.ops) if op.kind == "evict" and op.task is t)
+            stmt.restore(t, ev.prev_status, best.node, keep, ev.prev_portion, ACTION)
+            return True
+    stmt.place(t, best.node, best.devices, best.portion, pipelined=True, action=ACTION)
+    return True
+
+
+def pipeline_job(
+    ssn: Session, stmt: Statement, job: JobInfo, tasks: Sequence[TaskInfo], nodes: Sequence[NodeInfo]
+) -> bool:
+    """Pipeline all of `tasks` (of `job`) or none, after the queue capacity check."""
+    if not tasks or over_capacity(ssn, job, tasks) is not None:
+        return False
+    cp = stmt.checkpoint()
+    for t in tasks:
+        if not pipeline_task(ssn, stmt, t, nodes):
+            stmt.rollback(cp)
+            return False
+    return True
+
+
+# -- victims ----------------------------------------------------------------------------------------------
+def job_view(job: JobInfo, tasks: Sequence[TaskInfo]) -> JobInfo:
+    """A stand-in for `job` holding only `tasks` (KAI's CloneWithTasks); the tasks are shared, not copied."""
+    v = JobInfo(job.spec, job.queue, job.index)
+    v.tasks = list(tasks)
+    return v
+
+
+def tasks_to_evict(view: JobInfo) -> tuple[list[TaskInfo], bool]:
+    """KAI's GetTasksToEvict: one task of an elastic job above its minimum, else all active tasks.
+
+    Tasks are taken in reverse task order. The flag says whether the job has more to give later.
+    """
+    active = sorted((t for t in view.tasks if t.status in ACTIVE_ALLOCATED), key=TaskInfo.sort_key)
+    if len(active) > view.min_available:
+        return [active[-1]], True
+    return active[::-1], False
+
+
+def victim_queue(ssn: Session, preemptor: JobInfo, limit: int) -> JobsByQueue:
+    """Preemptible jobs with an active task, other than the preemptor, in victim order.
+
+    KAI admits jobs while its counter is not yet *above* the limit, so up to limit + 1 jobs get in.
+    """
+    admitted = 0
+    views: list[JobInfo] = []
+    for job in ssn.jobs:
+        if job.queue is None or not job.queue.is_leaf or not job.preemptible or job is preemptor:
+            continue
+        if limit != UNLIMITED and admitted > limit:
+            continue
+        if job.active_allocated() == 0:
+            continue
+        admitted += 1
+        views.append(job_view(job, job.tasks))
+    return JobsByQueue(ssn, views, victim=True)
+
+
+# -- one prefix of the preemptor --------------------------------------------------------------------------
+@dataclass
+class _Scenario:
+    """Victim groups of one scenario: recorded (from the previous prefix) and potential (added here).
+
+    A group is the task list one victim pop gave (a whole gang, or one elastic task). ``node_jobs`` maps a
+    node name to the uids of the potential victim jobs with a group task on it, in order of arrival.
+    """
+
+    recorded: list[list[TaskInfo]]
+    potential: list[list[TaskInfo]] = field(default_factory=list)
+    node_jobs: dict[str, list[str]] = field(default_factory=dict)
+    latest: JobInfo | None = None
+
+    def add(self, group: list[TaskInfo]) -> None:
+        self.potential.append(group)
+        for t in group:
+            if t.node is not None:
+                uids = self.node_jobs.setdefault(t.node.name, [])
+                if t.job.uid not in uids:
+                    uids.append(t.job.uid)
+        self.latest = group[0].job
+
+    def recorded_tasks(self) -> list[TaskInfo]:
+        return [t for g in self.recorded for t in g]
+
+    def potential_on(self, node: str) -> list[TaskInfo]:
+        """Potential victim tasks, on any node, of the jobs that have a potential victim on `node`."""
+        jobs = self.node_jobs.get(node, [])
+        return [t for g in self.potential for t in g if t.job.uid in jobs]
+
+    def groups(self) -> list[list[TaskInfo]]:
+        return [*self.recorded, *self.potential]
+
+
+@dataclass
+class _Solver:
+    """Search state for one preemptor."""
+
+    ssn: Session
+    preemptor: JobInfo
+    limit: int
+    base_nodes: list[NodeInfo]
+
+    def _nodes(self, *extra: Sequence[TaskInfo]) -> list[NodeInfo]:
+        """Feasible nodes plus the nodes the given victims sit on, in session order."""
+        names = {n.name for n in self.base_nodes}
+        for tasks in extra:
+            names.update(t.node.name for t in tasks if t.node is not None)
+        return [n for n in self.ssn.nodes if n.name in names]
+
+    def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
+        for t in tasks:
+            if t.status in ACTIVE_ALLOCATED:
+                stmt.evict(t, ACTION, eviction_message(t), virtual=True)
+
+    def _simulate(
+        self, stmt: Statement, pending: Sequence[TaskInfo], victims: Sequence[TaskInfo], nodes: list[NodeInfo]
+    ) -> bool:
+        """Re-place the victims' jobs and the preemptor's prefix in queue order; True if the prefix fits.
+
+        Every job with a pending task is in the order as well (it shapes the queue order) but only the
+        victims' jobs and the preemptor are placed. A victim job that cannot be re-placed is left as is.
+        """
+        ssn = self.ssn
+        victim_uids = {t.job.uid for t in victims}
+        jobs = [
+            j
+            for j in ssn.jobs
+            if j.queue is not None
+            and j.queue.is_leaf
+            and (j.uid in victim_uids or j is self.preemptor or j.has_tasks_to_allocate())
+        ]
+        order = JobsByQueue(ssn, jobs, include_virtual=True)
+        placed = False
+        while (job := order.pop()) is not None:
+            if job is self.preemptor:
+                if not pipeline_job(ssn, stmt, job, pending, nodes):
+                    return False
+                placed = True
+            elif job.uid in victim_uids:
+                pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes)
+        return placed
+
+    def _run(
+        self, stmt: Statement, sc: _Scenario, pending: Sequence[TaskInfo], victims: list[TaskInfo]
+    ) -> list[list[TaskInfo]] | None:
+        """Simulate with `victims` evicted; on success, the victim groups to record for the next prefix."""
+        if not self._simulate(stmt, pending, victims, self._nodes(victims)):
+            return None
+        # allPodsReallocated: no victim of the scenario may be left releasing.
+        if any(t.status is PodStatus.RELEASING for g in sc.groups() for t in g):
+            return None
+        moved = [t for t in victims if t.status is PodStatus.PIPELINED]
+        out: list[list[TaskInfo]] = []
+        for t in moved:
+            g = next(g for g in sc.groups() if any(x is t for x in g))
+            if not any(g is o for o in out):
+                out.append(g)
+        return out
+
+    def _solve_scenario(
+        self, sc: _Scenario, pending: Sequence[TaskInfo]
+    ) -> tuple[Statement, list[list[TaskInfo]]] | None:
+        stmt = self.ssn.statement()
+        recorded = sc.recorded_tasks()
+        self._evict(stmt, recorded)
+        if sc.latest is None:
+            if recorded:
+                res = self._run(stmt, sc, pending, recorded)
+                if res is not None:
+                    return stmt, res
+        else:
+            # Go iterates the newest victim's nodes in map order; node-name order keeps this deterministic.
+            for name in sorted({t.node.name for t in sc.latest.tasks if t.node is not None}):
+                cp = stmt.checkpoint()
+                pot = sc.potential_on(name)
+                self._evict(stmt, pot)
+                res = self._run(stmt, sc, pending, [*recorded, *(t for t in pot if t not in recorded)])
+                if res is not None:
+                    return stmt, res
+                stmt.rollback(cp)
+        stmt.discard()
+        return None
+
+    def solve_prefix(
+        self, pending: Sequence[TaskInfo], recorded: list[list[TaskInfo]]
+    ) -> tuple[Statement, list[list[TaskInfo]]] | None:
+        """Find victims for the preemptor's tasks `pending`; the statement holds the solution."""
+        sc = _Scenario(recorded=recorded)
+        rec_ids = {t.uid for t in sc.recorded_tasks()}
+        if recorded:
+            res = self._solve_scenario(sc, pending)
+            if res is not None:
+                return res
+        queue = victim_queue(self.ssn, self.preemptor, self.limit)
+        while (view := queue.pop()) is not None:
+            group, more = tasks_to_evict(view)
+            if any(t.uid in rec_ids for t in group):
+                # Already evicted as a recorded victim: offer only the job's other tasks.
+                rest = [t for t in view.tasks if t.uid not in rec_ids]
+                if rest:
+                    queue.push(job_view(view, rest))
+                continue
+            if more:
+                queue.push(job_view(view, [t for t in view.tasks if not any(t is g for g in group)]))
+            if not group:
+                continue  # nothing new to evict: the scenario would repeat the previous one
+            sc.add(group)
+            res = self._solve_scenario(sc, pending)
+            if res is not None:
+                return res
+        return None
+
+
+# -- entry point ------------------------------------------------------------------------------------------
+def feasible_nodes(ssn: Session, job: JobInfo) -> list[NodeInfo]:
+    """KAI's FeasibleNodesForJob: if every task of the job needs a GPU, only nodes with idle or releasing GPU."""
+    if any(t.is_cpu_only() for t in job.tasks):
+        return list(ssn.nodes)
+    return [n for n in ssn.nodes if any(n.dev_future(d) > 0 for d in range(n.gpus))]
+
+
+def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
+    """Search a consolidation for `preemptor`; the statement to commit, or None (session untouched)."""
+    tasks = preemptor.tasks_to_allocate()
+    if not tasks:
+        return None
+    before = preemptor.count(ACTIVE_USED)
+    solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor))
+    recorded: list[list[TaskInfo]] = []
+    final: Statement | None = None
+    for k in range(1, len(tasks) + 1):
+        res = solver.solve_prefix(tasks[:k], recorded)
+        if res is None:
+            continue  # as KAI: a larger prefix may still be solved with the victims recorded so far
+        stmt, recorded = res
+        if k < len(tasks):
+            stmt.discard()
+        else:
+            final = stmt
+    if final is None:
+        return None
+    after = preemptor.count(ACTIVE_USED)
+    if after <= before or after < preemptor.min_available:
+        final.discard()
+        return None
+    return final

@@ -1,0 +1,243 @@
+"""What a cycle decided, and why: one :class:`CycleRecord` per cycle.
+
+A record names the exact inputs of its cycle (events offset, usage snapshot id, config hash, logical time),
+the fair-share division of every queue, and the decisions: ``Bind``, ``Evict``, ``Pipeline`` and
+``Unschedulable`` (a machine-readable reason code plus a message a person can act on). The record's id is
+derived from its inputs, so a re-run of the same cycle produces the same id and consumers can drop
+duplicates. Serialisation is canonical JSON (sorted keys, no whitespace), byte-identical across runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from scheduler.proportion import RESOURCES
+from scheduler.session import ACTIVE_ALLOCATED, GPU_MILLI, JobInfo, Op, Session, SessionConfig, TaskInfo
+from scheduler.state import PodStatus
+
+RECORD_VERSION = 1
+
+ResVec = dict[str, int]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class QueueRecord(_Model):
+    """One queue's division in one cycle (engine units: milli-GPU, millicores, bytes)."""
+
+    name: str
+    parent: str | None
+    priority: int
+    deserved: dict[str, int | None]
+    limit: dict[str, int | None]
+    over_quota_weight: dict[str, str]  # exact fractions as strings
+    requested: ResVec
+    allocated: ResVec
+    allocated_non_preemptible: ResVec
+    fair_share: ResVec
+    fair_share_classic: ResVec  # the same division without the time-based (kValue) term
+    k_adjustment: ResVec
+    usage: dict[str, float]
+
+
+class Decision(_Model):
+    """One outcome for one pod (Bind, Evict, Pipeline) or one pending job (Unschedulable)."""
+
+    kind: Literal["Bind", "Evict", "Pipeline", "Unschedulable"]
+    job: str
+    queue: str | None
+    pod: str | None = None
+    pods: list[str] = []
+    node: str | None = None
+    gpu_devices: list[int] = []
+    gpu_milli_per_device: int = 0
+    action: str | None = None
+    reason: str | None = None
+    message: str | None = None
+    details: dict[str, Any] = {}
+
+
+class CycleRecord(_Model):
+    """Everything one cycle saw and decided."""
+
+    v: Literal[1] = 1
+    cycle_id: str
+    events_offset: int
+    usage_snapshot_id: str | None
+    config_hash: str
+    logical_time_ms: int
+    usage_available: bool = True
+    queues: list[QueueRecord]
+    decisions: list[Decision]
+
+    def dumps(self) -> bytes:
+        """Canonical JSON bytes."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+
+    @classmethod
+    def loads(cls, raw: bytes | str) -> CycleRecord:
+        return cls.model_validate_json(raw)
+
+
+def config_hash(config: SessionConfig) -> str:
+    """A short stable hash of the engine configuration."""
+    blob = json.dumps(asdict(config), sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def cycle_id(events_offset: int, usage_snapshot_id: str | None, cfg_hash: str, logical_time_ms: int) -> str:
+    """Cycle ids are derived from the cycle's inputs, so re-running a cycle reproduces its id."""
+    blob = f"{events_offset}|{usage_snapshot_id or ''}|{cfg_hash}|{logical_time_ms}".encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def _queue_records(ssn: Session) -> list[QueueRecord]:
+    out = []
+    for name, s in ssn.shares.items():
+        q = ssn.queues[name]
+        out.append(
+            QueueRecord(
+                name=name,
+                parent=s.parent,
+                priority=q.spec.priority,
+                deserved=dict(s.deserved),
+                limit=dict(s.limit),
+                over_quota_weight={r: str(w) for r, w in s.weight.items()},
+                requested=dict(s.requested),
+                allocated={RESOURCES[r]: q.allocated[r] for r in range(3)},
+                allocated_non_preemptible={RESOURCES[r]: q.allocated_np[r] for r in range(3)},
+                fair_share=dict(s.fair_share),
+                fair_share_classic=dict(s.fair_share_classic),
+                k_adjustment=dict(s.k_adjustment),
+                usage={r: float(s.usage.get(r, 0.0)) for r in RESOURCES},
+            )
+        )
+    return out
+
+
+def _max_free_gpus(ssn: Session) -> int:
+    return max((n.free_gpus_milli() for n in ssn.nodes if n.spec.ready), default=0)
+
+
+def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo]) -> Decision:
+    qname = job.queue.name if job.queue is not None else None
+    pods = [t.uid for t in pending]
+    need = [0, 0, 0]
+    for t in pending:
+        v = ssn.task_vec(t)
+        for r in range(3):
+            need[r] += v[r]
+    details: dict[str, Any] = {"pending_pods": len(pending), "requested": dict(zip(RESOURCES, need, strict=True))}
+    if job.queue is None:
+        reason, message = "QueueDoesNotExist", f"Queue '{job.spec.queue}' does not exist"
+    elif not job.queue.is_leaf:
+        reason = "QueueNotLeaf"
+        message = f"Queue '{qname}' has child queues; jobs may only be submitted to leaf queues"
+    elif not job.is_ready():
+        alive = sum(1 for t in job.tasks if t.status in ACTIVE_ALLOCATED or t.status is PodStatus.PENDING)
+        reason = "NotReady"
+        message = (
+            f"Job is not ready for scheduling. Waiting for {job.min_available} pods, currently {alive} exist"
+        )
+    elif job.fit_errors:
+        err = job.fit_errors[-1]
+        reason, message = err.reason, err.message
+        details.update(err.details)
+    else:
+        reason = "NotAttempted"
+        message = "The job was not reached in this cycle"
+    if job.queue is not None:
+        q = job.queue
+        details["queue"] = {
+            "name": q.name,
+            "allocated": dict(zip(RESOURCES, q.allocated, strict=True)),
+            "fair_share": dict(zip(RESOURCES, q.fair_share, strict=True)),
+            "deserved": {RESOURCES[r]: q.deserved(r) for r in range(3)},
+            "limit": {RESOURCES[r]: q.limit(r) for r in range(3)},
+        }
+    if need[0] and reason == "PodSchedulingErrors":
+        free = _max_free_gpus(ssn)
+        details["largest_free_gpus_on_a_node"] = free / GPU_MILLI
+        message += (
+            f" (the job needs {need[0] / GPU_MILLI:g} GPU(s) for its next pods; the most free whole GPUs"
+            f" on any node is {free / GPU_MILLI:g})"
+        )
+    return Decision(
+        kind="Unschedulable", job=job.uid, queue=qname, pods=pods, reason=reason, message=message, details=details
+    )
+
+
+def decisions_of(ssn: Session) -> list[Decision]:
+    """Collapse the session's committed operations into one outcome per pod, plus Unschedulable per job."""
+    out: list[Decision] = []
+    ops_by_task: dict[str, list[Op]] = {}
+    for op in ssn.decisions:
+        ops_by_task.setdefault(op.task.uid, []).append(op)
+    for t in ssn.tasks:
+        job = t.job
+        qname = job.queue.name if job.queue is not None else None
+        ops = ops_by_task.get(t.uid)
+        if not ops:
+            continue
+        last = ops[-1]
+        was_placed = t.orig_status in (PodStatus.RUNNING, PodStatus.ALLOCATED)
+        evicts = [op for op in ops if op.kind == "evict"]
+        if was_placed and (t.status is PodStatus.RELEASING or (evicts and t.node is not None)):
+            ev = evicts[0] if evicts else last
+            out.append(
+                Decision(
+                    kind="Evict",
+                    job=job.uid,
+                    queue=qname,
+                    pod=t.uid,
+                    node=t.orig_node,
+                    action=ev.action,
+                    reason=ev.action,
+                    message=ev.reason or None,
+                )
+            )
+        if t.node is not None and t.status in (PodStatus.ALLOCATED, PodStatus.PIPELINED):
+            out.append(
+                Decision(
+                    kind="Bind" if t.status is PodStatus.ALLOCATED else "Pipeline",
+                    job=job.uid,
+                    queue=qname,
+                    pod=t.uid,
+                    node=t.node.name,
+                    gpu_devices=list(t.devices),
+                    gpu_milli_per_device=t.portion,
+                    action=last.action,
+                )
+            )
+    for job in ssn.jobs:
+        pending = [t for t in job.tasks if t.status is PodStatus.PENDING]
+        if pending:
+            out.append(_unschedulable(ssn, job, pending))
+    return out
+
+
+def make_record(
+    ssn: Session,
+    events_offset: int,
+    usage_snapshot_id: str | None = None,
+    usage_available: bool = True,
+) -> CycleRecord:
+    """The cycle record of a finished session."""
+    h = config_hash(ssn.config)
+    return CycleRecord(
+        cycle_id=cycle_id(events_offset, usage_snapshot_id, h, ssn.now_ms),
+        events_offset=events_offset,
+        usage_snapshot_id=usage_snapshot_id,
+        config_hash=h,
+        logical_time_ms=ssn.now_ms,
+        usage_available=usage_available,
+        queues=_queue_records(ssn),
+        decisions=decisions_of(ssn),
+    )

@@ -1,0 +1,196 @@
+"""The proportion plugin's side of reclaim: may a queue reclaim, and is a set of victims fair to take?
+
+* :func:`can_reclaim` is the gate: the reclaimer's queue, with the job's next tasks, must stay within its
+  fair share (and a non-preemptible job within its queue's deserved quota).
+* :func:`reclaimable` judges a scenario against a snapshot of the queues taken when the job's solve began.
+  Each victim job is split into chunks (each elastic task beyond minAvailable alone, the core tasks
+  together). Before a chunk is taken, the queue on the victim's side where the two queue paths diverge must
+  be reclaimable by one of two strategies: it holds more than its allocatable share (MaintainFairShare), or
+  the reclaimer stays within deserved while the victim side is above deserved (GuaranteeDeservedQuota).
+  After all chunks the reclaimer, at every level, may end above its fair share only while it stays strictly
+  below the saturation ratio (allocated / fair share) of each sibling it took from.
+
+Quantities are engine vectors (milli-GPU, millicores, bytes); ``None`` limits mean unlimited.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from scheduler.session import JobInfo, QueueInfo, Session, TaskInfo, Vec
+from scheduler.state import PodStatus
+
+_INF = math.inf
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """Allocation counters of every queue at one moment (KAI's per-job copy of the queue attributes)."""
+
+    allocated: dict[str, Vec]
+    allocated_np: dict[str, Vec]
+
+
+def snapshot(ssn: Session) -> QueueSnapshot:
+    """Copy the live queue allocation counters."""
+    return QueueSnapshot(
+        {n: list(q.allocated) for n, q in ssn.queues.items()},
+        {n: list(q.allocated_np) for n, q in ssn.queues.items()},
+    )
+
+
+def _add(a: Vec, b: Vec) -> Vec:
+    return [x + y for x, y in zip(a, b, strict=True)]
+
+
+def _le(a: Vec, b: Sequence[int | None]) -> bool:
+    """a <= b in every resource; None in b is unlimited."""
+    return all(y is None or x <= y for x, y in zip(a, b, strict=True))
+
+
+def _deserved(q: QueueInfo) -> list[int | None]:
+    return [q.deserved(r) for r in range(3)]
+
+
+def non_preemptible_fits(q: QueueInfo, allocated_np: Vec, req: Vec) -> bool:
+    """A non-preemptible job keeps its queue's non-preemptible allocation within deserved."""
+    return _le(_add(allocated_np, req), _deserved(q))
+
+
+def can_reclaim(ssn: Session, job: JobInfo, req: Vec) -> bool:
+    """KAI's CanReclaimResources: reclaim is tried only while the queue stays within its fair share."""
+    q = job.queue
+    if q is None:
+        return False
+    if not _le(_add(q.allocated, req), q.fair_share):
+        return False
+    return job.preemptible or non_preemptible_fits(q, q.allocated_np, req)
+
+
+def _path(q: QueueInfo) -> list[QueueInfo]:
+    return list(q.ancestors())[::-1]
+
+
+def leveled_queues(reclaimer: QueueInfo, reclaimee: QueueInfo) -> tuple[QueueInfo, QueueInfo]:
+    """The two queues where the reclaimer's and the reclaimee's paths from the root first differ."""
+    rp, vp = _path(reclaimer), _path(reclaimee)
+    a, b = rp[0], vp[0]
+    for i in range(min(len(rp), len(vp))):
+        a, b = rp[i], vp[i]
+        if a is not b:
+            break
+    return a, b
+
+
+def maintain_fair_share(reclaimee: QueueInfo, remaining: Vec) -> bool:
+    """The reclaimee side holds more than its allocatable share in some resource."""
+    return not _le(remaining, [reclaimee.allocatable_share(r) for r in range(3)])
+
+
+def guarantee_deserved_quota(
+    reclaimer: QueueInfo, reclaimer_allocated: Vec, req: Vec, reclaimee: QueueInfo, remaining: Vec
+) -> bool:
+    """The reclaimer stays within deserved with the job, and the reclaimee side is above its deserved."""
+    if not _le(_add(reclaimer_allocated, req), _deserved(reclaimer)):
+        return False
+    return not _le(remaining, _deserved(reclaimee))
+
+
+def victim_chunks(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> list[Vec]:
+    """Resources a victim job loses, as chunks: each task beyond minAvailable alone, the rest together.
+
+    Tasks that were re-placed elsewhere (active again) are not lost and are left out.
+    """
+    m = job.min_available
+    elastic, core = (list(tasks[m:]), list(tasks[:m])) if m < len(tasks) else ([], list(tasks))
+    out: list[Vec] = []
+    for group in [*([t] for t in elastic), core]:
+        lost = [t for t in group if t.status is PodStatus.RELEASING]
+        if not lost:
+            continue
+        v = [0, 0, 0]
+        for t in lost:
+            tv = ssn.task_vec(t)
+            for r in range(3):
+                v[r] += tv[r]
+        out.append(v)
+    return out
+
+
+def _ratio(alloc: int, fair: int) -> float:
+    if fair == 0:
+        return _INF if alloc > 0 else 0.0
+    return alloc / fair
+
+
+def reclaimable(
+    ssn: Session,
+    snap: QueueSnapshot,
+    reclaimer_job: JobInfo,
+    req: Vec,
+    victims: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
+) -> bool:
+    """KAI's Reclaimable validator for one scenario (see the module docstring)."""
+    rq = reclaimer_job.queue
+    if rq is None:
+        return False
+    remaining: dict[str, Vec] = {}
+    involved = [req[r] > 0 for r in range(3)]
+    for job, tasks in victims:
+        vq = job.queue
+        if vq is None:
+            continue
+        chunks = victim_chunks(ssn, job, tasks)
+        if not chunks:
+            continue
+        lr, lv = leveled_queues(rq, vq)
+        if lv.name not in remaining:
+            remaining[lv.name] = list(snap.allocated[lv.name])
+        for chunk in chunks:
+            rem = remaining[lv.name]
+            if not (
+                maintain_fair_share(lv, rem)
+                or guarantee_deserved_quota(lr, snap.allocated[lr.name], req, lv, rem)
+            ):
+                return False
+            for q in vq.ancestors():
+                cur = remaining.setdefault(q.name, list(snap.allocated[q.name]))
+                for r in range(3):
+                    cur[r] -= chunk[r]
+                    if chunk[r] > 0:
+                        involved[r] = True
+    return _within_boundaries(ssn, snap, reclaimer_job, rq, req, remaining, involved)
+
+
+def _within_boundaries(
+    ssn: Session,
+    snap: QueueSnapshot,
+    job: JobInfo,
+    rq: QueueInfo,
+    req: Vec,
+    remaining: dict[str, Vec],
+    involved: list[bool],
+) -> bool:
+    mult = max(ssn.config.saturation_multiplier, 1.0)
+    for level in rq.ancestors():
+        mine = _add(remaining.get(level.name, snap.allocated[level.name]), req)
+        for name in sorted(remaining):
+            sib = ssn.queues[name]
+            if sib is level or sib.parent is not level.parent:
+                continue
+            theirs = remaining[name]
+            for r in range(3):
+                if not involved[r]:
+                    continue
+                ratio_mine = _ratio(mine[r], level.fair_share[r])
+                if (
+                    ratio_mine > 1
+                    and sib.fair_share[r] > 0
+                    and ratio_mine * mult >= _ratio(theirs[r], sib.fair_share[r])
+                ):
+                    return False
+        if not job.preemptible and not non_preemptible_fits(level, snap.allocated_np[level.name], req):
+            return False
+    return True
