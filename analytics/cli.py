@@ -38,12 +38,25 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from analytics.simulate import run_cli
+
+    return run_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("conformance", help="run KAI conformance scenario files")
     c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
     c.set_defaults(func=_cmd_conformance)
+    from analytics.simulate import add_arguments as simulate_arguments
+
+    s = sub.add_parser(
+        "simulate", help="replay the Alibaba GPU trace through the engine on a simulated clock (docs/simulate.md)"
+    )
+    simulate_arguments(s)
+    s.set_defaults(func=_cmd_simulate)
     return p
 
 

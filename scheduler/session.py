@@ -110,8 +110,13 @@ class NodeInfo:
         return len(self.whole_idle_devices())
 
     def releasing_gpu_count(self) -> int:
-        """Devices holding releasing capacity not yet claimed by pipelined pods (KAI device accounting)."""
-        return sum(1 for d in range(self.gpus) if self.dev_rel[d] > self.dev_pipe[d])
+        """Devices that will come free once releasing pods are gone (KAI's device accounting).
+
+        A shared device still used by a running fraction is not releasing, however much of it is.
+        """
+        return sum(
+            1 for d in range(self.gpus) if self.dev_alloc[d] == 0 and self.dev_rel[d] > self.dev_pipe[d]
+        )
 
     def memory_portion(self, mib: int) -> int | None:
         """Milli-GPU a GPU-memory request takes on one of this node's devices; None if memory is unknown."""
