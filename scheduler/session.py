@@ -11,6 +11,7 @@ pods (``pipe``). Pipelined pods consume releasing capacity first, then idle capa
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -373,6 +374,44 @@ class Op:
     reason: str = ""
 
 
+class FreeIndex:
+    """Nodes bucketed by free whole GPU devices (idle + releasing), each bucket in node-name order.
+
+    Binpack placement wants the fitting node with the fewest free devices; scanning buckets upward finds
+    it without scoring every node. Kept current by :meth:`Session._set`, the single mutation point.
+    """
+
+    def __init__(self, nodes: list[NodeInfo]) -> None:
+        self.by_rank = sorted(nodes, key=lambda n: n.name)
+        self.rank = {n.name: i for i, n in enumerate(self.by_rank)}
+        top = max((n.gpus for n in nodes), default=0)
+        self.buckets: list[list[int]] = [[] for _ in range(top + 1)]
+        self.level: dict[str, int] = {}
+        self.shared: list[int] = []  # ranks of nodes holding at least one shared device
+        for n in self.by_rank:
+            k = len(n.whole_future_devices())
+            self.level[n.name] = k
+            self.buckets[k].append(self.rank[n.name])
+            if n.shared_devices():
+                self.shared.append(self.rank[n.name])
+
+    def update(self, n: NodeInfo) -> None:
+        r = self.rank[n.name]
+        k = len(n.whole_future_devices())
+        old = self.level[n.name]
+        if k != old:
+            self.buckets[old].remove(r)
+            bisect.insort(self.buckets[k], r)
+            self.level[n.name] = k
+        has = n.shared_devices() > 0
+        i = bisect.bisect_left(self.shared, r)
+        present = i < len(self.shared) and self.shared[i] == r
+        if has and not present:
+            self.shared.insert(i, r)
+        elif present and not has:
+            del self.shared[i]
+
+
 @dataclass(slots=True)
 class SessionConfig:
     """Engine knobs that shape a cycle (recorded in the cycle's config hash)."""
@@ -448,6 +487,7 @@ class Session:
         self.min_gpu_memory = min(gpu_mems) if gpu_mems else 100
         self.decisions: list[Op] = []
         self.total = self._total()
+        self.free_index = FreeIndex(self.nodes)
         self._account_queues()
         self.shares = self._divide(usage or {})
 
@@ -524,6 +564,7 @@ class Session:
         self, t: TaskInfo, status: PodStatus, node: NodeInfo | None, devices: tuple[int, ...], portion: int
     ) -> None:
         old_counted = t.node is not None and t.status in ACTIVE_ALLOCATED
+        old_node = t.node
         if t.node is not None and t.status in ACTIVE_USED:
             t.node.add(t, t.status, -1)
         if old_counted:
@@ -533,6 +574,10 @@ class Session:
             node.add(t, status, +1)
         if node is not None and status in ACTIVE_ALLOCATED:
             self.queue_charge(t, +1)
+        if old_node is not None:
+            self.free_index.update(old_node)
+        if node is not None and node is not old_node:
+            self.free_index.update(node)
 
     def statement(self) -> Statement:
         return Statement(self)
@@ -579,7 +624,13 @@ class Statement:
         t.virtual = virtual
 
     def restore(
-        self, t: TaskInfo, status: PodStatus, node: NodeInfo, devices: tuple[int, ...], portion: int, action: str
+        self,
+        t: TaskInfo,
+        status: PodStatus,
+        node: NodeInfo,
+        devices: tuple[int, ...],
+        portion: int,
+        action: str,
     ) -> None:
         """Undo an eviction in place (KAI's un-evict): the task keeps running where it was, as it was."""
         self.ops.append(Op("unevict", t, t.status, t.node, t.devices, t.portion, action))
