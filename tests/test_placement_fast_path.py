@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scheduler.placement as placement
-from scheduler.cycle import result_state, run_actions, open_session
+from scheduler.cycle import open_session, result_state, run_actions
 from scheduler.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
