@@ -126,7 +126,7 @@ def _max_free_gpus(ssn: Session) -> int:
     return max((n.free_gpus_milli() for n in ssn.nodes if n.spec.ready), default=0)
 
 
-def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo]) -> Decision:
+def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free: int) -> Decision:
     qname = job.queue.name if job.queue is not None else None
     pods = [t.uid for t in pending]
     need = [0, 0, 0]
@@ -163,7 +163,7 @@ def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo]) -> Decis
             "limit": {RESOURCES[r]: q.limit(r) for r in range(3)},
         }
     if need[0] and reason == "PodSchedulingErrors":
-        free = _max_free_gpus(ssn)
+        free = max_free
         details["largest_free_gpus_on_a_node"] = free / GPU_MILLI
         message += (
             f" (the job needs {need[0] / GPU_MILLI:g} GPU(s) for its next pods; the most free whole GPUs"
@@ -216,10 +216,11 @@ def decisions_of(ssn: Session) -> list[Decision]:
                     action=last.action,
                 )
             )
+    max_free = _max_free_gpus(ssn)  # once per cycle: the same for every pending job
     for job in ssn.jobs:
         pending = [t for t in job.tasks if t.status is PodStatus.PENDING]
         if pending:
-            out.append(_unschedulable(ssn, job, pending))
+            out.append(_unschedulable(ssn, job, pending, max_free))
     return out
 
 
