@@ -41,15 +41,17 @@ def job_allocated(ssn: Session, job: JobInfo) -> Vec:
 
 
 def _le(a: Vec, b: list[int | None]) -> bool:
-    return all(bv is None or av <= bv for av, bv in zip(a, b, strict=True))
+    b0, b1, b2 = b
+    return (b0 is None or a[0] <= b0) and (b1 is None or a[1] <= b1) and (b2 is None or a[2] <= b2)
 
 
 def dominant_share(ssn: Session, q: QueueInfo, alloc: Vec) -> float:
     """max over resources of allocated / AllocatableShare (unlimited -> cluster total; 0 -> alloc * 1000)."""
     best = 0.0
+    shares = q._alloc_share
     for r in range(3):
         a = alloc[r]
-        share = q.allocatable_share(r)
+        share = shares[r] if shares is not None else q.allocatable_share(r)
         if share is None:
             share = ssn.total[r]
         if share == 0:
@@ -68,6 +70,7 @@ class QueueComparator:
         self.ssn = ssn
         self.include_virtual = include_virtual
         self._init_cache: dict[str, Vec] = {}
+        self._deserved_cache: dict[str, list[int | None]] = {}  # quotas are static within a session
 
     def init_res(self, job: JobInfo | None) -> Vec:
         if job is None:
@@ -78,6 +81,12 @@ class QueueComparator:
             v = job_init_resources(self.ssn, job, self.include_virtual)
             self._init_cache[key] = v
         return v
+
+    def _deserved(self, q: QueueInfo) -> list[int | None]:
+        d = self._deserved_cache.get(q.name)
+        if d is None:
+            d = self._deserved_cache[q.name] = [q.deserved(r) for r in range(3)]
+        return d
 
     def forget(self, job: JobInfo) -> None:
         self._init_cache.pop(job.uid, None)
@@ -93,16 +102,17 @@ class QueueComparator:
     ) -> int:
         """-1 when `lq` goes first, +1 when `rq` does."""
         # 1. under-utilised first: over-utilised means fair share < allocated in every resource.
-        lo = all(lq.fair_share[r] < lq.allocated[r] for r in range(3))
-        ro = all(rq.fair_share[r] < rq.allocated[r] for r in range(3))
+        lqa, rqa, lf, rf = lq.allocated, rq.allocated, lq.fair_share, rq.fair_share
+        lo = lf[0] < lqa[0] and lf[1] < lqa[1] and lf[2] < lqa[2]
+        ro = rf[0] < rqa[0] and rf[1] < rqa[1] and rf[2] < rqa[2]
         if lo != ro:
             return 1 if lo else -1
         li, ri = self.init_res(lj), self.init_res(rj)
-        la = [lq.allocated[r] + li[r] for r in range(3)]
-        ra = [rq.allocated[r] + ri[r] for r in range(3)]
+        la = [lqa[0] + li[0], lqa[1] + li[1], lqa[2] + li[2]]
+        ra = [rqa[0] + ri[0], rqa[1] + ri[1], rqa[2] + ri[2]]
         # 2. starved (stays within deserved with the job) first.
-        ls = _le(la, [lq.deserved(r) for r in range(3)])
-        rs = _le(ra, [rq.deserved(r) for r in range(3)])
+        ls = _le(la, self._deserved(lq))
+        rs = _le(ra, self._deserved(rq))
         if ls != rs:
             return -1 if ls else 1
         # 3. higher queue priority first.

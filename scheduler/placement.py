@@ -362,13 +362,21 @@ def allocate_task(
     nodes: Sequence[NodeInfo],
     action: str,
     pipeline_only: bool = False,
+    explain: bool = True,
 ) -> str | None:
-    """Place `task` on the best node (allocate on idle capacity, else pipeline). Returns an error or None."""
+    """Place `task` on the best node (allocate on idle capacity, else pipeline). Returns an error or None.
+
+    With ``explain=False`` (what-if simulations that only need to know whether the task fits) a failed fast
+    path returns a bare error instead of scanning every node again for the per-node reasons.
+    """
     err = max_node_resources_error(ssn, task)
     if err is not None:
         return f"Scheduling conditions were not met for pod {task.name}:\nMaxNodePoolResources: {err}."
-    best = _fast_binpack(ssn, task, not pipeline_only) if _fast_path_applies(ssn, task, nodes) else None
+    fast = _fast_path_applies(ssn, task, nodes)
+    best = _fast_binpack(ssn, task, not pipeline_only) if fast else None
     if best is None:
+        if fast and not explain:
+            return "no nodes with enough resources were found"
         fits, why = ordered_fits(ssn, task, nodes, allow_idle=not pipeline_only)
         if not fits:
             return fit_summary(why)

@@ -20,6 +20,7 @@ exactly as it was, a successful one returns the statement for the caller to comm
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from scheduler.actions.common import over_capacity
 from scheduler.ordering import JobsByQueue
 from scheduler.placement import max_node_resources_error, ordered_fits
 from scheduler.session import ACTIVE_ALLOCATED, ACTIVE_USED, JobInfo, NodeInfo, Session, Statement, TaskInfo
-from scheduler.state import PodStatus
+from scheduler.state import PodRequest, PodStatus
 
 ACTION = "consolidation"
 UNLIMITED = -1  # max_consolidation_preemptees value meaning "no cap"
@@ -56,13 +57,25 @@ def _unevict_devices(node: NodeInfo, t: TaskInfo, devices: tuple[int, ...]) -> t
     return None
 
 
+# Whether a request passes KAI's max-node-resources pre-predicate depends only on the (static) node specs.
+_PRE_OK: weakref.WeakKeyDictionary[Session, dict[PodRequest, bool]] = weakref.WeakKeyDictionary()
+
+
+def _pre_predicate_ok(ssn: Session, t: TaskInfo) -> bool:
+    memo = _PRE_OK.setdefault(ssn, {})
+    ok = memo.get(t.request)
+    if ok is None:
+        ok = memo[t.request] = max_node_resources_error(ssn, t) is None
+    return ok
+
+
 def pipeline_task(ssn: Session, stmt: Statement, t: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
     """Pipeline `t` onto the best node among `nodes` (idle + releasing capacity); False when none fits.
 
     Nodes are scored as in a real allocation -- including the bonus for fitting on idle capacity, which KAI
     computes whatever the pipeline-only mode -- but the task is always pipelined, never bound.
     """
-    if max_node_resources_error(ssn, t) is not None:
+    if not _pre_predicate_ok(ssn, t):
         return False
     fits, _ = ordered_fits(ssn, t, nodes, allow_idle=True)
     if not fits:
@@ -191,27 +204,34 @@ class _Solver:
     ) -> bool:
         """Re-place the victims' jobs and the preemptor's prefix in queue order; True if the prefix fits.
 
-        Every job with a pending task is in the order as well (it shapes the queue order) but only the
-        victims' jobs and the preemptor are placed. A victim job that cannot be re-placed is left as is.
+        KAI orders every job with a pending task too, but places only the victims' jobs and the preemptor.
+        Skipped jobs change nothing, so only those sharing a leaf queue with a placed job are kept: they
+        decide when that queue's turn comes. A victim job that cannot be re-placed is left as is.
         """
         ssn = self.ssn
         victim_uids = {t.job.uid for t in victims}
+        queues = {t.job.queue.name for t in victims if t.job.queue is not None}
+        assert self.preemptor.queue is not None
+        queues.add(self.preemptor.queue.name)
         jobs = [
             j
             for j in ssn.jobs
             if j.queue is not None
-            and j.queue.is_leaf
+            and j.queue.name in queues
             and (j.uid in victim_uids or j is self.preemptor or j.has_tasks_to_allocate())
         ]
         order = JobsByQueue(ssn, jobs, include_virtual=True)
         placed = False
-        while (job := order.pop()) is not None:
+        left = len(victim_uids) + 1  # jobs still to place: stop popping once none is left
+        while left and (job := order.pop()) is not None:
             if job is self.preemptor:
                 if not pipeline_job(ssn, stmt, job, pending, nodes):
                     return False
                 placed = True
+                left -= 1
             elif job.uid in victim_uids:
                 pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes)
+                left -= 1
         return placed
 
     def _run(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from scheduler import minruntime
 from scheduler.actions.common import candidate_jobs, non_preemptible_over_quota, tasks_vec
+from scheduler.actions.signatures import FailedJobs
 from scheduler.actions.solver import Scenario, Solver, finish
 from scheduler.ordering import JobsByQueue
 from scheduler.session import JobInfo, Session, TaskInfo
@@ -54,5 +55,11 @@ def attempt(ssn: Session, job: JobInfo) -> bool:
 def run(ssn: Session) -> None:
     """The preempt action."""
     order = JobsByQueue(ssn, candidate_jobs(ssn))
+    failed = FailedJobs(ssn, per_queue=True)
     while (job := order.pop()) is not None:
-        attempt(ssn, job)
+        if not failed.worth_trying(job):
+            continue  # a job no easier than one that already failed in this queue (scheduling signatures)
+        if not job.preemptible and non_preemptible_over_quota(ssn, job, tasks_vec(ssn, job.tasks_to_allocate())):
+            continue  # the pre-check, not a solver failure: not recorded
+        if not attempt(ssn, job):
+            failed.record(job)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from scheduler import minruntime
 from scheduler.actions.common import candidate_jobs
+from scheduler.actions.signatures import FailedJobs
 from scheduler.actions.solver import Scenario, Solver, finish
 from scheduler.ordering import JobsByQueue, job_init_resources
 from scheduler.reclaimable import can_reclaim, reclaimable, snapshot
@@ -58,7 +59,11 @@ def attempt(ssn: Session, job: JobInfo) -> bool:
 def run(ssn: Session) -> None:
     """The reclaim action."""
     order = JobsByQueue(ssn, candidate_jobs(ssn))
+    failed = FailedJobs(ssn, per_queue=True)
     while (job := order.pop()) is not None:
+        if not failed.worth_trying(job):
+            continue  # a job no easier than one that already failed in this queue (scheduling signatures)
         if not can_reclaim(ssn, job, job_init_resources(ssn, job)):
             continue
-        attempt(ssn, job)
+        if not attempt(ssn, job):
+            failed.record(job)

@@ -145,6 +145,13 @@ class Solver:
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
+        # Cheap pre-check: idle + releasing GPUs plus everything the victims hold must cover the whole job,
+        # or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
+        need = sum(_gpu_need(t) for t in tasks)
+        if need and self._idle_gpus() + sum(
+            self.ssn.task_vec(t)[0] for v in victims for t in v.tasks if t.status in ACTIVE_ALLOCATED
+        ) < need:
+            return None
         before = job.count(ACTIVE_USED)
         self._pending = candidate_jobs(self.ssn)
         stmt = self.ssn.statement()
@@ -175,9 +182,7 @@ class Solver:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
         stream = _VictimStream(self.ssn, victims, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
-        have = sum(
-            GPU_MILLI * n.gpus - sum(n.dev_alloc) - sum(n.dev_pipe) for n in self.ssn.nodes if n.spec.ready
-        )
+        have = self._idle_gpus()
         have += sum(self.ssn.task_vec(t)[0] for t in recorded)
         if recorded and have >= need and self._simulate_scenario(stmt, scenario):
             return scenario
@@ -188,6 +193,12 @@ class Solver:
             if have >= need and self._simulate_scenario(stmt, scenario):
                 return scenario
         return None
+
+    def _idle_gpus(self) -> int:
+        """Idle + releasing milli-GPUs over Ready nodes."""
+        return sum(
+            GPU_MILLI * n.gpus - sum(n.dev_alloc) - sum(n.dev_pipe) for n in self.ssn.nodes if n.spec.ready
+        )
 
     def _simulate_scenario(self, stmt: Statement, scenario: Scenario) -> bool:
         cp = stmt.checkpoint()
@@ -304,7 +315,7 @@ class Solver:
             return False
         cp = stmt.checkpoint()
         for t in scenario.pending:
-            if allocate_task(ssn, stmt, t, ssn.nodes, self.action, pipeline_only=True) is not None:
+            if allocate_task(ssn, stmt, t, ssn.nodes, self.action, pipeline_only=True, explain=False) is not None:
                 stmt.rollback(cp)
                 return False
         return True

@@ -1,0 +1,88 @@
+"""KAI's scheduling signatures (``common/minimal_job_comparison.go``): skip jobs no easier than a failed one.
+
+When a job fails in reclaim, preempt or consolidation it becomes the representative of its constraints
+signature. A later job with the same signature is tried only if it is "easier": fewer pending pods, or
+sorted per-pod requests that are ≤ element-wise and < somewhere. Reclaim and preempt keep one table per
+queue; consolidation keeps one for the whole action. Signatures are plain tuples used as dict keys.
+"""
+
+from __future__ import annotations
+
+from scheduler.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
+from scheduler.state import PodStatus
+
+Signature = tuple[str, ...]
+ReqVec = tuple[int, int, int, int]
+
+
+def _pod_signature(t: TaskInfo) -> str:
+    p = t.pod
+    return repr((t.job.priority, sorted(p.node_selector.items()), p.allowed_nodes, p.affinity, p.tolerations))
+
+
+def signature(job: JobInfo) -> Signature:
+    """The constraints of the job's not-yet-allocated pods (one entry per pod, sorted)."""
+    return tuple(sorted(_pod_signature(t) for t in job.tasks if t.status not in ACTIVE_ALLOCATED))
+
+
+def _requests(ssn: Session, job: JobInfo) -> list[ReqVec]:
+    out = []
+    for t in job.tasks:
+        if t.status is PodStatus.PENDING:
+            r = t.request
+            out.append((t.gpu_milli(None, ssn.min_gpu_memory), r.gpu_memory_mib or 0, r.cpu, r.memory))
+    return sorted(out)
+
+
+def _le(a: ReqVec, b: ReqVec) -> bool:
+    return all(x <= y for x, y in zip(a, b, strict=True))
+
+
+def easier(ssn: Session, job: JobInfo, rep: JobInfo) -> bool:
+    """KAI's jobEasierToScheduleComparison(job, representative)."""
+    mine, theirs = _requests(ssn, job), _requests(ssn, rep)
+    if not mine or not theirs:
+        return False
+    if len(theirs) > len(mine):
+        return True
+    for i, a in enumerate(mine):
+        if i >= len(theirs):
+            return False
+        if _le(a, theirs[i]) and not _le(theirs[i], a):
+            return True
+    return False
+
+
+def smaller_footprint(ssn: Session, job: JobInfo, rep: JobInfo) -> bool:
+    """KAI's isPodGroupFootprintSmaller: every pod of `job` fits under the matching pod of `rep`."""
+    mine, theirs = _requests(ssn, job), _requests(ssn, rep)
+    if not mine or not theirs or len(mine) > len(theirs):
+        return False
+    return all(_le(a, b) for a, b in zip(mine, theirs, strict=False))
+
+
+class FailedJobs:
+    """The smallest failed job per signature: a later job with that signature is tried only if easier.
+
+    With ``per_queue`` (reclaim, preempt) each leaf queue has its own table; otherwise (consolidation)
+    there is one table for the whole action.
+    """
+
+    def __init__(self, ssn: Session, per_queue: bool = False) -> None:
+        self.ssn = ssn
+        self.per_queue = per_queue
+        self._reps: dict[tuple[str, Signature], JobInfo] = {}
+
+    def _key(self, job: JobInfo) -> tuple[str, Signature]:
+        scope = job.queue.name if self.per_queue and job.queue is not None else ""
+        return (scope, signature(job))
+
+    def worth_trying(self, job: JobInfo) -> bool:
+        rep = self._reps.get(self._key(job))
+        return rep is None or easier(self.ssn, job, rep)
+
+    def record(self, job: JobInfo) -> None:
+        key = self._key(job)
+        rep = self._reps.get(key)
+        if rep is None or smaller_footprint(self.ssn, job, rep):
+            self._reps[key] = job

@@ -1,0 +1,207 @@
+"""Unit cases for the consolidation action beyond the KAI scenario files (spec §5.2, rules 48-49)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from scheduler.actions import consolidation
+from scheduler.conformance import NOW_MS, load_state
+from scheduler.cycle import open_session, result_state, run_actions
+from scheduler.session import Session, SessionConfig
+
+
+def _job(
+    name: str, tasks: list[tuple[str, str | None, int]], prio: int = 50, age: int = 1, **kw: Any
+) -> dict[str, Any]:
+    """A job of whole-GPU tasks given as (status, node, gpus)."""
+    return {
+        "name": name,
+        "queue": "q",
+        "priority": prio,
+        "preemptible": kw.pop("preemptible", prio < 100),
+        "min_available": kw.pop("min_available", 1),
+        "age_minutes": age,
+        "tasks": [{"status": s, "node": n, "gpus": g} for s, n, g in tasks],
+        **kw,
+    }
+
+
+def _doc(nodes: dict[str, int], jobs: list[dict[str, Any]], **config: Any) -> dict[str, Any]:
+    return {
+        "run": {"mode": "single_pass", "phase": "consolidation"},
+        "config": config,
+        "cluster": {"nodes": [{"name": n, "gpus": g} for n, g in nodes.items()]},
+        "queues": [{"name": "q", "gpu": {"quota": 8}}],
+        "jobs": jobs,
+    }
+
+
+def _session(doc: dict[str, Any], **overrides: Any) -> Session:
+    state, cfg = load_state(doc)
+    return open_session(state, replace(cfg, **overrides), NOW_MS)
+
+
+def _view(ssn: Session) -> dict[str, tuple[str, str | None, tuple[int, ...]]]:
+    return {p.name: (p.status.value, p.node, p.gpu_devices) for p in result_state(ssn).pods}
+
+
+def _accounting(ssn: Session) -> list[object]:
+    nodes = [(n.name, n.alloc, n.rel, n.pipe, n.pods, n.dev_alloc, n.dev_rel, n.dev_pipe) for n in ssn.nodes]
+    queues = [(q.name, q.allocated, q.allocated_np) for q in ssn.queues.values()]
+    return [nodes, queues, [t.virtual for t in ssn.tasks]]
+
+
+# A running victim `v` is moved to make room for the pending job `p`; used by the "disabled" cases.
+MOVABLE = _doc(
+    {"node0": 2, "node1": 2},
+    [
+        _job("keep", [("running", "node0", 1)], age=9),
+        _job("v", [("running", "node1", 1)], age=5),
+        _job("p", [("pending", None, 2)], age=1),
+    ],
+)
+
+# (case id, scenario, expected per task: (status, node)); unlisted tasks are not checked.
+CASES: list[tuple[str, dict[str, Any], dict[str, tuple[str, str | None]]]] = [
+    (
+        "moves-a-victim",
+        MOVABLE,
+        {"keep-0": ("running", "node0"), "v-0": ("pipelined", "node0"), "p-0": ("pipelined", "node1")},
+    ),
+    (
+        "non-preemptible-job-is-never-moved",
+        # Moving `np` would work just as well as moving `v`; only the preemptible one may go.
+        _doc(
+            {"node0": 2, "node1": 2},
+            [
+                _job("np", [("running", "node0", 1)], prio=100, age=9),
+                _job("v", [("running", "node1", 1)], age=5),
+                _job("p", [("pending", None, 2)], age=1),
+            ],
+        ),
+        {"np-0": ("running", "node0"), "v-0": ("pipelined", "node0"), "p-0": ("pipelined", "node1")},
+    ),
+    (
+        "only-non-preemptible-victims",
+        _doc(
+            {"node0": 2, "node1": 2},
+            [
+                _job("np0", [("running", "node0", 1)], prio=100, age=9),
+                _job("np1", [("running", "node1", 1)], prio=100, age=5),
+                _job("p", [("pending", None, 2)], age=1),
+            ],
+        ),
+        {"np0-0": ("running", "node0"), "np1-0": ("running", "node1"), "p-0": ("pending", None)},
+    ),
+    (
+        "non-preemptible-pending-job-is-not-a-preemptor",
+        _doc(
+            {"node0": 2, "node1": 2},
+            [
+                _job("v0", [("running", "node0", 1)], age=9),
+                _job("v1", [("running", "node1", 1)], age=5),
+                _job("p", [("pending", None, 2)], prio=100, age=1),
+            ],
+        ),
+        {"v0-0": ("running", "node0"), "v1-0": ("running", "node1"), "p-0": ("pending", None)},
+    ),
+    (
+        "gang-victim-moves-whole",
+        # The 2-pod gang is evicted and re-placed as a whole; only then does node1 free up for p.
+        _doc(
+            {"node0": 3, "node1": 3},
+            [
+                _job("a", [("running", "node0", 1)], prio=100, age=9),
+                _job("g", [("running", "node1", 1), ("running", "node1", 1)], min_available=2, age=5),
+                _job("p", [("pending", None, 3)], age=1),
+            ],
+        ),
+        {"g-0": ("pipelined", "node0"), "g-1": ("pipelined", "node0"), "p-0": ("pipelined", "node1")},
+    ),
+]
+
+
+@pytest.mark.parametrize(("doc", "want"), [(c[1], c[2]) for c in CASES], ids=[c[0] for c in CASES])
+def test_consolidation_outcome(doc: dict[str, Any], want: dict[str, tuple[str, str | None]]) -> None:
+    ssn = run_actions(_session(doc), ("consolidation",))
+    got = _view(ssn)
+    assert {k: got[k][:2] for k in want} == want
+
+
+def test_move_that_strands_a_victim_leaves_no_trace() -> None:
+    # p (higher priority, still preemptible) is re-placed before the victim: it takes node0, which the
+    # evicted `v` then cannot return to, and node1 has too little room -> `v` would be left releasing.
+    doc = _doc(
+        {"node0": 4, "node1": 2},
+        [
+            _job("x", [("running", "node1", 1)], prio=100, age=9),
+            _job("v", [("running", "node0", 2)], age=5),
+            _job("p", [("pending", None, 3)], prio=80, age=1),
+        ],
+    )
+    fresh = _session(doc)
+    ssn = _session(doc)
+    consolidation.run(ssn)
+    assert _view(ssn) == _view(fresh)
+    assert _accounting(ssn) == _accounting(fresh)
+    assert ssn.decisions == []
+
+
+def test_victim_put_back_in_place_records_nothing() -> None:
+    # KAI scenario consolidation-06: running_job2 is evicted in the winning scenario but lands back on
+    # its own node, so it is un-evicted; only the moved job and the pending job have operations.
+    doc = _doc(
+        {"node0": 4, "node1": 4},
+        [
+            _job("j0", [("running", "node0", 3)], age=4),
+            _job("j1", [("running", "node1", 1)], age=3),
+            _job("j2", [("running", "node1", 2)], age=2),
+            _job("p", [("pending", None, 2)], age=1),
+        ],
+    )
+    ssn = run_actions(_session(doc), ("consolidation",))
+    got = _view(ssn)
+    assert got["j2-0"][:2] == ("running", "node1")
+    assert got["j1-0"][:2] == ("pipelined", "node0")
+    assert got["p-0"][:2] == ("pipelined", "node1")
+    touched = {op.task.name for op in ssn.decisions}
+    assert touched == {"j1-0", "p-0"}
+    assert not any(t.virtual for t in ssn.tasks)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "config"),
+    [
+        ({"max_consolidation_preemptees": 0}, {}),
+        ({}, {"node_placement": {"gpu": "spread"}}),
+        ({}, {"node_placement": {"cpu": "spread"}}),
+    ],
+    ids=["preemptee-limit-0", "gpu-spread", "cpu-spread"],
+)
+def test_disabled(overrides: dict[str, Any], config: dict[str, Any]) -> None:
+    doc = {**MOVABLE, "config": config}
+    fresh = _session(doc, **overrides)
+    for run in (lambda s: run_actions(s, ("consolidation",)), consolidation.run):
+        ssn = _session(doc, **overrides)
+        run(ssn)
+        assert _view(ssn) == _view(fresh)
+        assert ssn.decisions == []
+
+
+def test_deterministic() -> None:
+    runs = []
+    for _ in range(3):
+        ssn = run_actions(_session(MOVABLE), ("consolidation",))
+        runs.append(
+            [(op.kind, op.task.name, op.task.node.name if op.task.node else None) for op in ssn.decisions]
+        )
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0]
+
+
+def test_default_config_allows_consolidation() -> None:
+    assert SessionConfig().max_consolidation_preemptees == 16
+    assert not consolidation.disabled(_session(MOVABLE))
