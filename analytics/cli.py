@@ -44,6 +44,12 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _cmd_placement_benchmark(args: argparse.Namespace) -> int:
+    from analytics.placement_benchmark import run_cli
+
+    return run_cli(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -57,6 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate_arguments(s)
     s.set_defaults(func=_cmd_simulate)
+    from analytics.placement_benchmark import add_arguments as placement_benchmark_arguments
+
+    b = sub.add_parser(
+        "placement-benchmark",
+        help="FGD-paper placement benchmark on the Alibaba GPU trace (docs/placement-benchmark.md)",
+    )
+    placement_benchmark_arguments(b)
+    b.set_defaults(func=_cmd_placement_benchmark)
     return p
 
 

@@ -1,0 +1,382 @@
+"""GPU fragmentation (Weng et al., USENIX ATC '23) and the node-scoring rules built on it.
+
+The measure: a node's free GPU capacity is a *fragment* for a task type when the task cannot use it. Over a
+task-type distribution M (the "typical" task shapes of a workload, :func:`typical_task_types`), the node
+fragmentation is ``F_n = sum_m p_m * F_n(m)`` with, for free CPU ``C``, per-GPU free milli ``g_1..g_k``
+(``G = sum g_i``) and a type ``m = (c, u per GPU, d GPUs, accepted models T)``:
+
+* CPU-only type (u = 0): ``F_n(m) = G`` (nothing can use the idle GPUs for it);
+* the node's GPU model not in T (T non-empty): ``G``;
+* ``#{i: g_i >= u} >= d`` and ``C >= c`` (the task fits): ``sum of g_i < u`` (only too-small GPUs count);
+* otherwise (lacks GPU, CPU or both): ``G``.
+
+This follows the simulator that produced the paper's figures (``pkg/utils/frag.go``); memory is not part
+of the measure. See ``shared/research/fgd-protocol.md`` §1.5–§1.6.
+
+Scoring rules registered with :func:`scheduler.placement.register_scorer` when this module is imported:
+
+* ``"bestfit"``: the paper's best-fit baseline (least weighted CPU + GPU left over after placement);
+* ``"fgd"``: Fragmentation Gradient Descent, ``score = floor(100 * sigmoid(-dF / 1000))`` where ``dF`` is
+  the growth of ``F_n`` when the task lands; a shared task goes to the GPU with the best score;
+* ``"frag-aware"``: FGD refined (see :class:`FragAwarePolicy`).
+
+``fgd`` and ``frag-aware`` use the typical task types of the shipped default trace unless
+:func:`register_fragmentation_policies` is called with another distribution.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from bisect import bisect_right
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from scheduler.placement import Fit, register_scorer
+from scheduler.session import GPU_MILLI, NodeInfo, Session, TaskInfo
+
+if TYPE_CHECKING:
+    from ingest.trace import TraceTask
+
+__all__ = [
+    "FgdPolicy",
+    "FragAwarePolicy",
+    "FragModel",
+    "TaskType",
+    "bestfit_scores",
+    "cluster_fragmentation",
+    "default_task_types",
+    "node_fragmentation",
+    "register_fragmentation_policies",
+    "typical_task_types",
+]
+
+POPULARITY_THRESHOLD = 0.95  # the simulator's podPopularityThreshold (95 %)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskType:
+    """A task shape of the workload and its weight ``p_m`` in the fragmentation measure."""
+
+    cpu_milli: int
+    gpu_milli: int  # per GPU; 0 = CPU-only
+    num_gpu: int
+    gpu_spec: tuple[str, ...] = ()  # accepted GPU models; () = any
+    weight: float = 1.0
+    count: int = 0  # tasks of this shape in the source trace (information only)
+
+    def accepts(self, model: str | None) -> bool:
+        """True when a GPU of `model` may serve this type (the simulator's IsNodeAccessibleToPodByType)."""
+        if not self.gpu_spec:
+            return True
+        return model is not None and model in self.gpu_spec
+
+
+# --------------------------------------------------------------------------- the measure
+
+
+def node_fragmentation(
+    cpu_free: int, gpu_free: Sequence[int], model: str | None, types: Iterable[TaskType]
+) -> float:
+    """``F_n`` in milli-GPU for a node with `cpu_free` millicores and per-GPU free milli `gpu_free`.
+
+    The direct, case-by-case form of the definition (module docstring); :class:`FragModel` computes the
+    same value faster.
+    """
+    total = sum(gpu_free)
+    frag = 0.0
+    for m in types:
+        if m.gpu_milli == 0 or not m.accepts(model):
+            frag += m.weight * total
+            continue
+        fits_gpu = sum(1 for g in gpu_free if g >= m.gpu_milli) >= m.num_gpu
+        if fits_gpu and cpu_free >= m.cpu_milli:
+            frag += m.weight * sum(g for g in gpu_free if g < m.gpu_milli)
+        else:
+            frag += m.weight * total
+    return frag
+
+
+class FragModel:
+    """``F_n`` for one task-type distribution, memoised by node state.
+
+    ``F = G * P - sum over fitting GPU types m of p_m * S(u_m)`` where ``P`` is the total weight and
+    ``S(u)`` the free milli on GPUs with at least ``u`` free. Types with the same ``(u, d)`` are grouped and
+    their weights accumulated by CPU request, so one evaluation is a handful of bisections.
+    """
+
+    def __init__(self, types: Sequence[TaskType]) -> None:
+        self.types = tuple(types)
+        self.total_weight = math.fsum(m.weight for m in self.types)
+        self._groups: dict[str | None, list[tuple[int, int, list[int], list[float]]]] = {}
+        self._memo: dict[tuple[str | None, int, tuple[int, ...]], float] = {}
+
+    def _groups_for(self, model: str | None) -> list[tuple[int, int, list[int], list[float]]]:
+        groups = self._groups.get(model)
+        if groups is None:
+            by_shape: dict[tuple[int, int], list[tuple[int, float]]] = {}
+            for m in self.types:
+                if m.gpu_milli > 0 and m.accepts(model):
+                    by_shape.setdefault((m.gpu_milli, m.num_gpu), []).append((m.cpu_milli, m.weight))
+            groups = []
+            for (u, d), members in sorted(by_shape.items()):
+                members.sort()
+                cum: list[float] = []
+                acc = 0.0
+                for _, w in members:
+                    acc += w
+                    cum.append(acc)
+                groups.append((u, d, [c for c, _ in members], cum))
+            self._groups[model] = groups
+        return groups
+
+    def frag(self, model: str | None, cpu_free: int, gpu_free: Sequence[int]) -> float:
+        """``F_n`` of a node state (order of `gpu_free` does not matter)."""
+        key = (model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        g = key[2]
+        total = sum(g)
+        value = 0.0
+        if total:
+            value = total * self.total_weight
+            for u, d, cpus, cum in self._groups_for(model):
+                if d > len(g) or g[d - 1] < u:  # fewer than d GPUs with u free
+                    continue
+                i = bisect_right(cpus, cpu_free)  # types of this shape whose CPU request fits
+                if i:
+                    value -= cum[i - 1] * sum(x for x in g if x >= u)
+        self._memo[key] = value
+        return value
+
+    def node(self, node: NodeInfo, idle: bool = True) -> float:
+        """``F_n`` of an engine node (idle view, or the future view that counts releasing capacity)."""
+        if idle:
+            return self.frag(node.spec.gpu_model, node.idle(0), [node.dev_idle(d) for d in range(node.gpus)])
+        return self.frag(node.spec.gpu_model, node.future(0), [node.dev_future(d) for d in range(node.gpus)])
+
+
+def cluster_fragmentation(model: FragModel, nodes: Iterable[NodeInfo]) -> float:
+    """Cluster fragmentation ``F = sum_n F_n`` in milli-GPU."""
+    return math.fsum(model.node(n) for n in nodes)
+
+
+def typical_task_types(tasks: Iterable[TraceTask], threshold: float = POPULARITY_THRESHOLD) -> list[TaskType]:
+    """The task-type distribution of a workload, as the FGD simulator builds it (``GetTypicalPods``).
+
+    Tasks are grouped by (CPU, GPU milli per GPU, #GPUs, GPU models), memory ignored; types are sorted by
+    count, most popular first (ties: larger shape first); the shortest prefix covering at least
+    `threshold` of all tasks is kept and each kept type weighs ``count / (tasks in the prefix)``.
+    """
+    counts: Counter[tuple[int, int, int, tuple[str, ...]]] = Counter()
+    for t in tasks:
+        counts[(t.cpu_millicores, t.gpu_milli if t.num_gpu else 0, t.num_gpu, t.gpu_spec)] += 1
+    total = sum(counts.values())
+    if not total:
+        return []
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][:3], "|".join(kv[0][3])), reverse=True)
+    kept: list[tuple[tuple[int, int, int, tuple[str, ...]], int]] = []
+    covered = 0
+    for shape, n in ranked:
+        if covered >= threshold * total:
+            break
+        kept.append((shape, n))
+        covered += n
+    return [TaskType(c, u, d, spec, n / covered, n) for (c, u, d, spec), n in kept]
+
+
+_DEFAULT_TYPES: list[TaskType] | None = None
+
+
+def default_task_types() -> list[TaskType]:
+    """Typical task types of the shipped default Alibaba trace (35 types), loaded once."""
+    global _DEFAULT_TYPES
+    if _DEFAULT_TYPES is None:
+        from ingest.trace import read_pods  # scheduler stays importable without reading the trace
+
+        _DEFAULT_TYPES = typical_task_types(read_pods())
+    return _DEFAULT_TYPES
+
+
+# --------------------------------------------------------------------------- scoring helpers
+
+
+def _task_shape(task: TaskInfo, fit: Fit) -> tuple[int, int]:
+    """(CPU millicores, milli-GPU taken on each chosen device) for `task` placed as `fit`."""
+    req = task.request
+    if task.shared:
+        return req.cpu, fit.portion
+    return req.cpu, GPU_MILLI if req.gpus else 0
+
+
+def _free_view(node: NodeInfo, idle: bool) -> tuple[int, list[int]]:
+    if idle:
+        return node.idle(0), [node.dev_idle(d) for d in range(node.gpus)]
+    return node.future(0), [node.dev_future(d) for d in range(node.gpus)]
+
+
+def _shared_candidates(node: NodeInfo, portion: int, idle: bool, devices_needed: int) -> list[int]:
+    """Devices a shared task may take, as the engine's ``_fit_shared`` allows them (ascending index)."""
+    whole = set(node.whole_future_devices())
+    room_for_group = node.pods_used() + 1 + devices_needed <= node.spec.max_pods
+    out = []
+    for d in range(node.gpus):
+        if d in whole:
+            if not room_for_group:  # a new shared group adds a reservation pod
+                continue
+        elif not (node.dev_shared[d] > 0 and node.dev_future(d) >= portion):
+            continue
+        if idle and node.dev_idle(d) < portion:
+            continue
+        out.append(d)
+    return out
+
+
+_CLUSTER_MAX: weakref.WeakKeyDictionary[Session, tuple[int, int]] = weakref.WeakKeyDictionary()
+
+
+def _cluster_max(ssn: Session) -> tuple[int, int]:
+    """(largest node CPU, largest node GPU milli): the best-fit score's normalisers (128 cores, 8 GPUs)."""
+    hit = _CLUSTER_MAX.get(ssn)
+    if hit is None:
+        hit = (
+            max((n.spec.cpu for n in ssn.nodes), default=1) or 1,
+            max((n.gpus for n in ssn.nodes), default=1) * GPU_MILLI or GPU_MILLI,
+        )
+        _CLUSTER_MAX[ssn] = hit
+    return hit
+
+
+def bestfit_score(ssn: Session, task: TaskInfo, fit: Fit) -> int:
+    """``floor(100 * (1 - 0.5 * CPU left / max CPU - 0.5 * GPU left / max GPU))`` after placing the task."""
+    max_cpu, max_gpu = _cluster_max(ssn)
+    cpu, per_dev = _task_shape(task, fit)
+    cpu_free, gpu_free = _free_view(fit.node, fit.idle)
+    gpu_left = sum(gpu_free) - per_dev * len(fit.devices)
+    return math.floor(100 * (1 - 0.5 * (cpu_free - cpu) / max_cpu - 0.5 * gpu_left / max_gpu))
+
+
+def bestfit_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
+    """The paper's best-fit baseline. Its GPU choice (fullest fitting GPU) is the engine's binpack one."""
+    return [float(bestfit_score(ssn, task, f)) for f in fits]
+
+
+def _sigmoid_score(delta_f: float) -> int:
+    """The simulator's integer FGD score: ``floor(100 * sigmoid(-dF / 1000))``."""
+    x = -delta_f / 1000
+    s = 1 / (1 + math.exp(-x)) if x >= 0 else math.exp(x) / (1 + math.exp(x))
+    return math.floor(100 * s)
+
+
+class FgdPolicy:
+    """FGD: move each task where it grows the node's fragmentation least (steepest descent)."""
+
+    def __init__(self, types: Sequence[TaskType]) -> None:
+        self.model = FragModel(types)
+
+    def delta(self, task: TaskInfo, fit: Fit, devices: Sequence[int] | None = None) -> float:
+        """``F_n' - F_n`` when `task` lands on `fit` (on `devices` if given, else the fit's devices)."""
+        node = fit.node
+        cpu_free, gpu_free = _free_view(node, fit.idle)
+        cpu, per_dev = _task_shape(task, fit)
+        after = list(gpu_free)
+        for d in fit.devices if devices is None else devices:
+            after[d] -= per_dev
+        model = node.spec.gpu_model
+        return self.model.frag(model, cpu_free - cpu, after) - self.model.frag(model, cpu_free, gpu_free)
+
+    def device_key(self, task: TaskInfo, fit: Fit, d: int) -> float:
+        """How good device `d` is for a shared task on this fit (higher = better)."""
+        return float(_sigmoid_score(self.delta(task, fit, (d,))))
+
+    def choose(self, ssn: Session, task: TaskInfo, fit: Fit) -> Fit:
+        """Device choice: a shared task takes the GPU with the best score (lowest index on ties)."""
+        req = task.request
+        if not task.shared or req.gpu_fraction_devices != 1:
+            return fit  # whole GPUs: the engine already takes the lowest-index free ones, as FGD does
+        cands = _shared_candidates(fit.node, fit.portion, fit.idle, 1)
+        if not cands:
+            return fit
+        best = max(cands, key=lambda d: (self.device_key(task, fit, d), -d))
+        if (best,) == fit.devices:
+            return fit
+        return replace(fit, devices=(best,), new_shared_group=fit.node.dev_shared[best] == 0)
+
+    def node_score(self, ssn: Session, task: TaskInfo, fit: Fit) -> float:
+        """Score of one fit, its devices as chosen."""
+        return float(_sigmoid_score(self.delta(task, fit)))
+
+    def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
+        """Node scorer for :func:`scheduler.placement.register_scorer`."""
+        return [self.node_score(ssn, task, f) for f in fits]
+
+
+class FragAwarePolicy(FgdPolicy):
+    """FGD with exact gradients and a best-fit tie-break.
+
+    FGD squeezes ``dF`` through ``floor(100 * sigmoid(-dF / 1000))``: every ``dF`` within about 40 milli-GPU
+    of zero gets the same score, and the tie goes to whichever node comes first. This rule ranks by the
+    exact ``-dF``, rounded to ``resolution`` milli-GPU so float noise does not decide, and breaks what stays
+    tied by the best-fit score (fullest node first), so equal-gradient placements pack instead of spreading.
+    The same key chooses the GPU of a shared task.
+    """
+
+    def __init__(self, types: Sequence[TaskType], resolution: float = 1.0) -> None:
+        super().__init__(types)
+        self.resolution = resolution
+
+    def _key(self, ssn: Session, task: TaskInfo, fit: Fit) -> float:
+        grad = -round(self.delta(task, fit) / self.resolution)
+        return grad * 1000.0 + bestfit_score(ssn, task, fit)
+
+    def device_key(self, task: TaskInfo, fit: Fit, d: int) -> float:
+        """Exact gradient for device `d`; ties go to the fullest fitting GPU, then the lowest index."""
+        _cpu_free, gpu_free = _free_view(fit.node, fit.idle)
+        return -round(self.delta(task, fit, (d,)) / self.resolution) * 10_000.0 - gpu_free[d]
+
+    def node_score(self, ssn: Session, task: TaskInfo, fit: Fit) -> float:
+        """Exact -dF first, best-fit score second."""
+        return self._key(ssn, task, fit)
+
+
+def register_fragmentation_policies(types: Sequence[TaskType] | None = None) -> tuple[FgdPolicy, FgdPolicy]:
+    """(Re)register ``fgd`` and ``frag-aware`` for a task-type distribution (default: the shipped trace's).
+
+    Returns the two policy objects (their memo tables live as long as the registration).
+    """
+    fgd: FgdPolicy
+    aware: FgdPolicy
+    if types is None:
+        fgd = _LazyPolicy(FgdPolicy)  # type: ignore[assignment]
+        aware = _LazyPolicy(FragAwarePolicy)  # type: ignore[assignment]
+    else:
+        fgd, aware = FgdPolicy(types), FragAwarePolicy(types)
+    register_scorer("fgd", fgd.scores, fgd.choose)
+    register_scorer("frag-aware", aware.scores, aware.choose)
+    return fgd, aware
+
+
+class _LazyPolicy:
+    """A policy over :func:`default_task_types`, built on first use so importing reads no file."""
+
+    def __init__(self, cls: type[FgdPolicy]) -> None:
+        self._cls = cls
+        self._policy: FgdPolicy | None = None
+
+    def _get(self) -> FgdPolicy:
+        if self._policy is None:
+            self._policy = self._cls(default_task_types())
+        return self._policy
+
+    def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
+        return self._get().scores(ssn, task, fits)
+
+    def choose(self, ssn: Session, task: TaskInfo, fit: Fit) -> Fit:
+        return self._get().choose(ssn, task, fit)
+
+
+register_scorer("bestfit", bestfit_scores)
+register_fragmentation_policies()

@@ -1,0 +1,244 @@
+"""GPU fragmentation measure, the FGD / best-fit / frag-aware scorers, and the placement benchmark."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+import scheduler.fragmentation as frag
+from analytics.placement_benchmark import (
+    NodeClasses,
+    arrival_sequence,
+    build_state,
+    run_seed,
+    unallocated_at,
+)
+from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
+from scheduler.fragmentation import FragModel, TaskType, node_fragmentation, typical_task_types
+from scheduler.placement import ordered_fits
+from scheduler.session import GPU_MILLI, Session, SessionConfig
+from scheduler.state import ClusterState, Job, Node, Pod, PodRequest
+
+# The simulator's unit-test task lists (pkg/utils/frag_test.go): raw percentages, not normalised.
+_TYPICAL = [
+    (6000, 465, 1, "", 9.33), (8000, 440, 1, "2080", 9.15), (8000, 475, 1, "T4", 8.76),
+    (8000, 440, 1, "P100", 8.72), (2000, 465, 1, "", 8.68), (12000, 900, 1, "", 8.65),
+    (4000, 900, 1, "", 8.43), (16000, 678, 1, "T4", 8.36), (8000, 500, 1, "", 8.29),
+    (6000, 511, 1, "", 8.11), (14000, 1000, 2, "2080", 0.54), (4000, 1000, 1, "2080", 0.43),
+    (32000, 1000, 2, "T4", 0.43), (16000, 1000, 1, "V100M16", 0.40), (64000, 1000, 2, "", 0.40),
+    (10000, 1000, 2, "", 0.40), (11400, 1000, 1, "T4", 0.36), (16000, 1000, 1, "T4", 0.36),
+    (4000, 1000, 2, "", 0.36), (14000, 1000, 2, "V100M16", 0.36), (8000, 1000, 4, "", 0.36),
+    (16000, 1000, 2, "", 0.32), (2000, 1000, 1, "T4", 0.32), (6000, 1000, 1, "", 0.32),
+    (4000, 1000, 1, "", 0.32), (5000, 1000, 1, "", 0.32), (32000, 1000, 4, "V100M16", 0.32),
+    (32000, 1000, 2, "", 0.32), (24000, 1000, 8, "2080", 0.32), (40000, 1000, 4, "", 0.29),
+    (32000, 1000, 8, "", 0.29), (32000, 1000, 1, "T4", 0.29), (16000, 1000, 1, "", 0.25),
+    (7000, 1000, 1, "V100M16", 0.25), (24000, 1000, 1, "T4", 0.25),
+]  # fmt: skip
+_WITH_NON_GPU = [
+    (15700, 1000, 1, 28.69), (11900, 1000, 1, 18.93), (11400, 1000, 1, 12.27), (1000, 0, 0, 7.36),
+    (18710, 1000, 1, 4.85), (8200, 1000, 1, 3.79), (16400, 1000, 1, 3.31), (9810, 1000, 1, 1.97),
+    (15200, 1000, 1, 1.87), (11200, 1000, 1, 1.81), (14200, 1000, 1, 1.76), (12000, 0, 0, 1.65),
+    (14900, 1000, 1, 1.39), (60200, 1000, 4, 1.23), (64200, 1000, 8, 1.07), (32200, 1000, 4, 1.01),
+    (17400, 1000, 2, 0.91), (30200, 1000, 2, 0.69), (16000, 1000, 1, 0.64), (15000, 1000, 1, 0.59),
+    (64000, 1000, 8, 0.53), (15000, 0, 0, 0.53), (11910, 1000, 1, 0.53), (120200, 1000, 8, 0.48),
+    (11300, 1000, 1, 0.37), (30000, 1000, 2, 0.32), (9800, 1000, 1, 0.32), (8000, 1000, 1, 0.32),
+    (2000, 1000, 1, 0.27), (2000, 80, 1, 0.27), (1000, 1000, 1, 0.27),
+]  # fmt: skip
+TYPICAL = [TaskType(c, u, d, tuple(s.split("|")) if s else (), w / 100) for c, u, d, s, w in _TYPICAL]
+WITH_NON_GPU = [TaskType(c, u, d, (), w / 100) for c, u, d, w in _WITH_NON_GPU]
+
+
+@pytest.mark.parametrize(
+    ("types", "cpu", "gpus", "model", "expected"),
+    [
+        (TYPICAL, 1000, [200, 1000, 1000, 500], "1080", 2566.62),
+        (TYPICAL, 1000, [1000] * 4, "1080", 3802.40),
+        (TYPICAL, 1000, [1000] * 8, "1080", 7604.80),
+        (TYPICAL[:1], 1000, [200, 1000, 1000, 500], "1080", 251.91),
+        (WITH_NON_GPU, 64000, [1000] * 8, "P100", 887.20),
+        (WITH_NON_GPU, 32000, [1000] * 4 + [0] * 4, "P100", 554.4),
+        (WITH_NON_GPU, 0, [1000] * 4 + [0] * 4, "P100", 4000.0),
+    ],
+)
+def test_node_fragmentation_matches_simulator_unit_tests(
+    types: list[TaskType], cpu: int, gpus: list[int], model: str, expected: float
+) -> None:
+    assert node_fragmentation(cpu, gpus, model, types) == pytest.approx(expected, abs=0.01)
+    fm = FragModel(types)
+    assert fm.frag(model, cpu, gpus) == pytest.approx(expected, abs=0.01)
+    assert fm.frag(model, cpu, list(reversed(gpus))) == pytest.approx(expected, abs=0.01)  # order-free
+
+
+def test_fast_model_agrees_with_definition_on_trace_types() -> None:
+    types = frag.default_task_types()
+    fm = FragModel(types)
+    cases = [
+        (96000, [1000] * 8, "G2"),
+        (3000, [190, 1000, 530, 0, 0, 0, 1000, 60], "G2"),
+        (0, [1000, 1000], "T4"),
+        (50000, [], None),
+        (12000, [470, 810], "P100"),
+    ]
+    for cpu, gpus, model in cases:
+        assert fm.frag(model, cpu, gpus) == pytest.approx(node_fragmentation(cpu, gpus, model, types))
+
+
+def test_typical_task_types_of_default_trace() -> None:
+    types = typical_task_types(read_pods(DEFAULT_PODS))
+    assert len(types) == 35
+    assert sum(t.count for t in types) == 7766
+    assert math.isclose(sum(t.weight for t in types), 1.0)
+    assert sum(1 for t in types if t.gpu_milli == 0) == 5
+    assert not any(t.num_gpu > 1 for t in types)
+    assert (types[0].cpu_milli, types[0].gpu_milli, types[0].num_gpu, types[0].count) == (3152, 810, 1, 1047)
+    assert (types[1].cpu_milli, types[1].gpu_milli, types[1].count) == (11300, 1000, 874)
+    assert types[0].weight == pytest.approx(1047 / 7766)
+
+
+def test_empty_default_cluster_fragmentation_rate() -> None:
+    fm = FragModel(frag.default_task_types())
+    nodes = read_nodes(DEFAULT_GPU_NODES)
+    total = sum(fm.frag(n.gpu_model, n.cpu_millicores, [GPU_MILLI] * n.gpus) for n in nodes)
+    assert 100 * total / (6212 * GPU_MILLI) == pytest.approx(13.945, abs=0.001)
+
+
+# --------------------------------------------------------------------------- scorers in the engine
+
+
+def _session(nodes: list[Node], pods: list[Pod], scoring: str) -> Session:
+    jobs = tuple(Job(uid=p.job, name=p.job, queue="q") for p in pods)
+    return Session(
+        ClusterState(nodes=tuple(nodes), jobs=jobs, pods=tuple(pods)), SessionConfig(node_scoring=scoring)
+    )
+
+
+def _place(ssn: Session, uid: str, node: str, devices: tuple[int, ...], portion: int = 0) -> None:
+    t = next(t for t in ssn.tasks if t.uid == uid)
+    stmt = ssn.statement()
+    stmt.place(t, ssn.node_by_name[node], devices, portion, pipelined=False, action="test")
+    stmt.commit()
+
+
+def test_fgd_chooses_the_gpu_and_the_engine_places_there() -> None:
+    frag.register_fragmentation_policies(TYPICAL)
+    try:
+        node = Node(name="n", cpu=64000, memory=1 << 40, gpus=4, gpu_model="1080")
+        pods = [
+            Pod(uid="a", name="a", job="a", request=PodRequest(cpu=1000, gpu_fraction_milli=500)),
+            Pod(uid="b", name="b", job="b", request=PodRequest(cpu=1000, gpu_fraction_milli=800)),
+            Pod(uid="t", name="t", job="t", request=PodRequest(cpu=1000, gpu_fraction_milli=465)),
+        ]
+        ssn = _session([node], pods, "fgd")
+        _place(ssn, "a", "n", (0,), 500)
+        _place(ssn, "b", "n", (1,), 800)
+        task = next(t for t in ssn.tasks if t.uid == "t")
+        fits, _ = ordered_fits(ssn, task, ssn.nodes)
+        # free [500, 200, 1000, 1000]: 465 on GPU 0 leaves 35 (fragment for all), on an idle GPU it leaves
+        # 535 (usable by most types); FGD picks the device with the best score, first on ties
+        policy = frag.FgdPolicy(TYPICAL)
+        scores = {d: policy.device_key(task, fits[0], d) for d in (0, 2, 3)}
+        best = max(scores, key=lambda d: (scores[d], -d))
+        assert fits[0].devices == (best,)
+        ssn_kai = _session([node], pods, "kai")
+        _place(ssn_kai, "a", "n", (0,), 500)
+        _place(ssn_kai, "b", "n", (1,), 800)
+        kai_fit = ordered_fits(ssn_kai, next(t for t in ssn_kai.tasks if t.uid == "t"), ssn_kai.nodes)[0][0]
+        assert kai_fit.devices == (0,)  # the engine's binpack: fullest fitting GPU
+    finally:
+        frag.register_fragmentation_policies()
+
+
+def test_bestfit_prefers_the_node_left_fullest() -> None:
+    nodes = [
+        Node(name="big", cpu=128000, memory=1 << 40, gpus=8, gpu_model="G2"),
+        Node(name="small", cpu=16000, memory=1 << 40, gpus=2, gpu_model="P100"),
+    ]
+    pods = [Pod(uid="t", name="t", job="t", request=PodRequest(cpu=8000, gpus=1))]
+    ssn = _session(nodes, pods, "bestfit")
+    task = ssn.tasks[0]
+    fits, _ = ordered_fits(ssn, task, ssn.nodes)
+    assert [f.node.name for f in fits] == ["small", "big"]
+    # floor(100 * (1 - 0.5 * 8000/128000 - 0.5 * 1000/8000)) = 90
+    assert frag.bestfit_score(ssn, task, fits[0]) == 90
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def _small_cluster(tmp_path: Path) -> Path:
+    lines = DEFAULT_GPU_NODES.read_text().splitlines()
+    # every 20th node: 61 nodes, all GPU models but one, a few hundred GPUs
+    path = tmp_path / "nodes.csv"
+    path.write_text("\n".join([lines[0], *lines[1::20]]) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("policy", ["bestfit", "fgd", "frag-aware", "binpack"])
+def test_benchmark_run_is_consistent_and_deterministic(tmp_path: Path, policy: str) -> None:
+    nodes_csv = _small_cluster(tmp_path)
+    sessions: list[Session] = []
+    r = run_seed(policy, 7, DEFAULT_PODS, nodes_csv, session_out=sessions)
+    (ssn,) = sessions
+    capacity = sum(n.gpus for n in ssn.nodes) * GPU_MILLI
+    assert r.capacity_milli == capacity
+    # arrivals reach ~130 % of this small cluster, so many tasks fail
+    assert r.arrived[-1] <= 1.3 * capacity < r.arrived[-1] + 8 * GPU_MILLI
+    assert r.placed + r.failed == r.tasks == len(r.arrived) and r.failed > 0
+    assert all(b >= a for a, b in zip(r.allocated, r.allocated[1:], strict=False))
+    # no node over capacity, and the benchmark's allocation count is the engine's
+    for n in ssn.nodes:
+        assert n.idle(0) >= 0 and n.idle(1) >= 0
+        assert all(0 <= n.dev_alloc[d] <= GPU_MILLI for d in range(n.gpus))
+    assert r.allocated[-1] == sum(sum(n.dev_alloc) for n in ssn.nodes)
+    placed = [t for t in ssn.tasks if t.node is not None]
+    assert len(placed) == r.placed
+    assert r.allocated[-1] == sum(t.gpu_milli() for t in placed)
+    # shared tasks sit on one device with enough room
+    for t in placed:
+        if t.shared:
+            assert len(t.devices) == 1 and t.portion == t.request.gpu_fraction_milli
+    u = r.unallocated(100)
+    assert 0 <= u <= 100
+    # same seed, same result; grouping nodes by state changes nothing
+    again = run_seed(policy, 7, DEFAULT_PODS, nodes_csv, group_nodes=False)
+    assert (again.arrived, again.allocated) == (r.arrived, r.allocated)
+
+
+def test_arrival_sequence_protocol() -> None:
+    import random
+
+    tasks = read_pods(DEFAULT_PODS)
+    capacity = 6212 * GPU_MILLI
+    seq = arrival_sequence(tasks, capacity, random.Random(42))
+    assert sorted(t.name for t in seq[:8152]) == sorted(t.name for t in tasks)  # originals first, shuffled
+    assert all("-tuned-" in t.name for t in seq[8152:])
+    total = sum(t.gpu_request_milli for t in seq)
+    assert total <= 1.3 * capacity
+    assert 10_700 < len(seq) < 10_900
+    assert [t.name for t in arrival_sequence(tasks, capacity, random.Random(42))] == [t.name for t in seq]
+
+
+def test_node_classes_group_identical_nodes() -> None:
+    import random
+
+    state = build_state(DEFAULT_GPU_NODES, [], random.Random(1))
+    ssn = Session(state)
+    classes = NodeClasses(ssn.nodes)
+    reps = classes.representatives()
+    assert len(reps) == len(classes) == 15  # distinct (CPU, memory, GPUs, model) node shapes
+    for r in reps:  # each representative is the first of its group by name
+        same = [n for n in ssn.nodes if classes.signature(n) == classes.signature(r)]
+        assert r.name == min(n.name for n in same)
+
+
+def test_unallocated_at_uses_rounded_arrival_bucket() -> None:
+    arrived = [50, 99, 100, 100, 101, 130]
+    allocated = [50, 80, 91, 93, 99, 99]
+    assert unallocated_at(arrived, allocated, 100, 100) == pytest.approx(8.0)  # only the two at 100 %
+    # no task lands in the bucket: fall back to arrivals within one point
+    assert unallocated_at([500, 990, 1006, 1300], [500, 900, 960, 990], 1000, 100) == pytest.approx(7.0)
+    assert unallocated_at([10, 130], [10, 95], 100, 130) == pytest.approx(5)
+    with pytest.raises(ValueError):
+        unallocated_at([10], [10], 100, 100)
