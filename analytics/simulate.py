@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import heapq
 import importlib
@@ -42,7 +43,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -221,7 +222,12 @@ class Simulator:
         self.peak_held = 0
         self.fair_now: dict[str, int] = {}
         self.fair_ms: dict[str, int] = {q.name: 0 for q in self.queue_specs}
-        self.timeline: list[tuple[int, int, int, tuple[int, ...]]] = [(0, 0, 0, tuple(self.leaf_held))]
+        for acct in self.node_acct:  # an idle node too small for the probe is fragmented from the start
+            acct.fragmented = self._node_fragmented(acct)
+            self.fragmented += acct.fragmented
+        self.timeline: list[tuple[int, int, int, tuple[int, ...]]] = [
+            (0, 0, self.fragmented, tuple(self.leaf_held))
+        ]
 
         # Historical usage for the time-based fair share (only with k_value > 0).
         self.half_life_ms = tenants.engine.usage_half_life_s * 1000
@@ -633,6 +639,25 @@ class Simulator:
         }
 
 
+@contextlib.contextmanager
+def _gc_tuned() -> Iterator[None]:
+    """Fewer cyclic-GC passes while the simulation runs; restored afterwards.
+
+    Every cycle builds a fresh session (a ``NodeInfo`` per node, ~1,200 on the default trace), so the
+    young generation fills every few hundred microseconds and each collection re-traverses everything the
+    run keeps alive: about 30-40% of the run's CPU time. Freezing what exists at the start (the loaded
+    trace) and collecting the young generation less often removes most of it; output is unaffected.
+    """
+    old = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+        gc.unfreeze()
+
+
 def _without_dead_jobs(state: ClusterState) -> ClusterState:
     """The snapshot minus pod groups that were deleted and have no pod left.
 
@@ -681,7 +706,8 @@ def simulate(
 ) -> SimulationResult:
     """Run a whole simulation (see the module doc); closes *log* with the run manifest."""
     sim = Simulator(tasks, nodes, tenants, period_s=period_s, seed=seed, log=log, progress=progress)
-    result = sim.run()
+    with _gc_tuned():
+        result = sim.run()
     sim.log.close(sim.manifest(inputs or {}))
     return result
 

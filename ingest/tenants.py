@@ -197,7 +197,7 @@ class TenantsConfig(_Spec):
     """A whole tenants file (format version 1)."""
 
     version: Literal[1] = 1
-    cycle_period_s: Annotated[int, Field(ge=1)] = 60
+    cycle_period_s: Annotated[int, Field(ge=1)] = 300
     eviction_grace_s: Seconds = 30
     engine: EngineSpec = Field(default_factory=EngineSpec)
     assignment: AssignmentSpec = Field(default_factory=AssignmentSpec)

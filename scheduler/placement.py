@@ -383,3 +383,14 @@ def allocate_task(
         best = fits[0]
     stmt.place(task, best.node, best.devices, best.portion, pipelined=not best.idle, action=action)
     return None
+
+
+def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool = True) -> Fit | None:
+    """The node (and devices) `task` would go to among `nodes`, or None when it fits nowhere.
+
+    The same choice as :func:`ordered_fits` ``[0]``, through the binpack fast path when it applies.
+    """
+    if _fast_path_applies(ssn, task, nodes):
+        return _fast_binpack(ssn, task, allow_idle)
+    fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
+    return fits[0] if fits else None

@@ -205,3 +205,68 @@ def test_deterministic() -> None:
 def test_default_config_allows_consolidation() -> None:
     assert SessionConfig().max_consolidation_preemptees == 16
     assert not consolidation.disabled(_session(MOVABLE))
+
+
+def _random_doc(seed: int) -> dict[str, Any]:
+    """A small random cluster: running jobs packed first-fit, then a few pending jobs."""
+    import random
+
+    rng = random.Random(seed)
+    nodes = {f"node{i}": rng.choice([2, 4, 8]) for i in range(rng.randint(2, 4))}
+    free = dict(nodes)
+    jobs: list[dict[str, Any]] = []
+    age = 100
+    for j in range(rng.randint(2, 7)):
+        size, width = rng.choice([1, 1, 2, 3]), rng.choice([1, 1, 2])
+        tasks: list[tuple[str, str | None, int]] = []
+        for _ in range(width):
+            node = next((n for n in sorted(free) if free[n] >= size), None)
+            if node is None:
+                break
+            free[node] -= size
+            tasks.append(("running", node, size))
+        if tasks:
+            prio = rng.choice([50, 50, 80, 100])
+            jobs.append(_job(f"r{j}", tasks, prio=prio, age=age, min_available=rng.randint(1, len(tasks))))
+            age -= 1
+    for j in range(rng.randint(1, 3)):
+        width = rng.choice([1, 1, 2])
+        pend: list[tuple[str, str | None, int]] = [("pending", None, rng.choice([1, 2, 3, 4]))] * width
+        jobs.append(_job(f"p{j}", pend, prio=rng.choice([50, 80]), age=age, min_available=width))
+        age -= 1
+    return _doc(nodes, jobs)
+
+
+def _check_invariants(ssn: Session, before: dict[str, tuple[str, str | None, tuple[int, ...]]]) -> None:
+    after = _view(ssn)
+    for name, (status, _, _) in before.items():
+        if status == "running":
+            # Consolidation never leaves a victim behind: moved, put back, or untouched.
+            assert after[name][0] in ("running", "pipelined"), name
+    # Node accounting matches the tasks placed on each node.
+    for n in ssn.nodes:
+        held = {"alloc": [0, 0], "rel": [0, 0], "pipe": [0, 0]}
+        for t in ssn.tasks:
+            if t.node is n and t.status.value != "pending":
+                key = {"running": "alloc", "allocated": "alloc", "releasing": "rel"}.get(
+                    t.status.value, "pipe"
+                )
+                held[key][0] += t.request.cpu
+                held[key][1] += t.request.memory
+        assert (n.alloc, n.rel, n.pipe) == (held["alloc"], held["rel"], held["pipe"]), n.name
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_clusters(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from scheduler import placement
+
+    doc = _random_doc(seed)
+    outcomes = []
+    for fast in (True, False):
+        monkeypatch.setattr(placement, "FAST_PATH", fast)
+        ssn = _session(doc)
+        before = _view(ssn)
+        consolidation.run(ssn)
+        _check_invariants(ssn, before)
+        outcomes.append(_view(ssn))
+    assert outcomes[0] == outcomes[1]  # the binpack fast path picks what the full scoring scan picks

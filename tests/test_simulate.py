@@ -184,13 +184,14 @@ def test_evicted_pods_are_resubmitted_and_rerun(small: tuple[Path, SimulationRes
     for _, e in read_events(out):
         if isinstance(e, ev.PodSubmitted | ev.PodBound | ev.PodReleasing | ev.PodFinished | ev.PodDeleted):
             kinds[e.uid].append(e.type)
-    evicted = [uid for uid, ks in kinds.items() if "PodReleasing" in ks]
-    assert len(evicted) == result.summary["cluster"]["evictions"]
-    for uid in evicted:
-        ks = kinds[uid]
-        i = ks.index("PodReleasing")
-        assert ks[i - 1] == "PodBound"
-        assert ks[i + 1 : i + 4] == ["PodFinished", "PodDeleted", "PodSubmitted"]
+    releasing = 0
+    for ks in kinds.values():
+        for i, kind in enumerate(ks):
+            if kind == "PodReleasing":  # a pod may be evicted more than once
+                releasing += 1
+                assert ks[i - 1] == "PodBound"
+                assert ks[i + 1 : i + 4] == ["PodFinished", "PodDeleted", "PodSubmitted"]
+    assert releasing == result.summary["cluster"]["evictions"] > 0
 
 
 # --------------------------------------------------------------------------- cycle records
@@ -272,7 +273,9 @@ def test_cli_json_prints_only_the_documented_summary(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plot = tmp_path / "sim.png"
-    rc = main(["simulate", "--limit-tasks", "60", "--json", "--plot", str(plot), "--out", str(tmp_path / "o")])
+    rc = main(
+        ["simulate", "--limit-tasks", "60", "--json", "--plot", str(plot), "--out", str(tmp_path / "o")]
+    )
     assert rc == 0
     data: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert set(data) == JSON_KEYS
@@ -370,3 +373,21 @@ def test_unknown_node_scoring_fails_early() -> None:
     t = parse_tenants({"engine": {"node_scoring": "nope"}, "queues": [{"name": "a"}]})
     with pytest.raises(ValueError, match="unknown node_scoring 'nope'"):
         simulate(_first_tasks(1), read_nodes()[:1], t)
+
+
+def test_time_based_settings_run_and_are_recorded(tmp_path: Path) -> None:
+    """k_value > 0 feeds usage snapshots to the cycles; min-runtimes add wake-ups. Both must settle."""
+    doc = load_tenants().model_dump(mode="json")
+    doc["engine"] |= {"k_value": 1.0, "usage_refresh_s": 600, "default_reclaim_min_runtime_s": 900}
+    doc["queues"][1]["preempt_min_runtime_s"] = 300
+    tenants = parse_tenants(doc)
+    assert tenants.min_runtimes_ms() == [300_000, 900_000]
+    nodes = read_nodes(_small_nodes_csv(tmp_path / "nodes.csv"))
+    out = tmp_path / "run"
+    result = simulate(_first_tasks(60), nodes, tenants, log=DirLog(out))
+    assert (
+        result.summary["cluster"]["tasks_started"] + result.summary["cluster"]["tasks_pending_at_end"] == 60
+    )
+    records = list(read_cycles(out))
+    assert all(r.usage_available and r.usage_snapshot_id for r in records)
+    assert any(r.queues[0].usage["gpu"] > 0 for r in records)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from scheduler.actions.common import over_capacity
 from scheduler.ordering import JobsByQueue
-from scheduler.placement import max_node_resources_error, ordered_fits
+from scheduler.placement import best_fit, max_node_resources_error
 from scheduler.session import ACTIVE_ALLOCATED, ACTIVE_USED, JobInfo, NodeInfo, Session, Statement, TaskInfo
 from scheduler.state import PodRequest, PodStatus
 
@@ -77,10 +77,12 @@ def pipeline_task(ssn: Session, stmt: Statement, t: TaskInfo, nodes: Sequence[No
     """
     if not _pre_predicate_ok(ssn, t):
         return False
-    fits, _ = ordered_fits(ssn, t, nodes, allow_idle=True)
-    if not fits:
+    # A GPU task can only go where GPU capacity is idle or releasing: a node that had some when the
+    # search began (feasible) or one a victim was evicted from -- all in `nodes`. Offering it every node
+    # is therefore the same choice, and lets the binpack fast path answer without scoring each node.
+    best = best_fit(ssn, t, nodes if t.is_cpu_only() else ssn.nodes, allow_idle=True)
+    if best is None:
         return False
-    best = fits[0]
     if t.virtual and t.status is PodStatus.RELEASING and best.node is t.node:
         keep = _unevict_devices(best.node, t, best.devices)
         if keep is not None:
@@ -206,7 +208,8 @@ class _Solver:
 
         KAI orders every job with a pending task too, but places only the victims' jobs and the preemptor.
         Skipped jobs change nothing, so only those sharing a leaf queue with a placed job are kept: they
-        decide when that queue's turn comes. A victim job that cannot be re-placed is left as is.
+        decide when that queue's turn comes. A victim job that cannot be re-placed ends the simulation:
+        KAI would go on, but the scenario is refused all the same since that victim stays releasing.
         """
         ssn = self.ssn
         victim_uids = {t.job.uid for t in victims}
@@ -230,7 +233,8 @@ class _Solver:
                 placed = True
                 left -= 1
             elif job.uid in victim_uids:
-                pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes)
+                if not pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes):
+                    return False  # its evicted tasks stay releasing: the validator would refuse anyway
                 left -= 1
         return placed
 
