@@ -247,6 +247,7 @@ class StateBuilder:
             uid = f"{e.namespace}/{e.name}"
             if uid in self.jobs:
                 self.jobs[uid] = replace(self.jobs[uid], deleting=True)
+                self._forget_if_done(uid)
         elif isinstance(e, ev.PodSubmitted):
             uid = f"{e.namespace}/{e.name}"
             job_uid = f"{e.namespace}/{e.pod_group}"
@@ -317,8 +318,18 @@ class StateBuilder:
             if gone is not None:
                 self._job_pods.get(gone.job, {}).pop(uid, None)
                 self._touch_job(gone.job, e.at_ms)
+                self._forget_if_done(gone.job)
         else:
             raise TypeError(f"cannot fold {type(event).__name__}")
+
+    def _forget_if_done(self, job_uid: str) -> None:
+        """Drop a deleted pod group once its last pod is gone: it can no longer affect a cycle, and
+        keeping it would make every later snapshot walk all the jobs that ever finished."""
+        job = self.jobs.get(job_uid)
+        if job is not None and job.deleting and not self._job_pods.get(job_uid):
+            del self.jobs[job_uid]
+            self._job_pods.pop(job_uid, None)
+            self._pod_seq.pop(job_uid, None)
 
     def _job_pod_list(self, job: str) -> list[Pod]:
         return [self.pods[u] for u in self._job_pods.get(job, {})]
