@@ -27,7 +27,6 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import MappingProxyType
 
 import scheduler.fragmentation as frag
 from ingest.trace import (
@@ -41,7 +40,7 @@ from ingest.trace import (
 )
 from scheduler.placement import ordered_fits
 from scheduler.session import GPU_MILLI, NodeInfo, Session, SessionConfig
-from scheduler.state import ClusterState, Job, MatchExpression, Node, Pod, PodRequest
+from scheduler.state import ClusterState, Job, MatchExpression, Pod, PodRequest, node_from_event
 
 __all__ = [
     "DEFAULT_FIRST_SEED",
@@ -156,19 +155,7 @@ def build_state(nodes_csv: Path | str, sequence: Sequence[TraceTask], rng: rando
     prio = list(range(len(events)))
     rng.shuffle(prio)
     width = max(4, len(str(len(events))))
-    nodes = tuple(
-        Node(
-            name=f"{prio[i]:0{width}d}-{e.name}",
-            cpu=e.cpu_millicores,
-            memory=e.memory_bytes,
-            gpus=e.gpus,
-            gpu_memory_mib=e.gpu_memory_mib,
-            gpu_model=e.gpu_model,
-            max_pods=e.max_pods,
-            labels=MappingProxyType(dict(sorted(e.labels.items()))),
-        )
-        for i, e in enumerate(events)
-    )
+    nodes = tuple(node_from_event(e, f"{prio[i]:0{width}d}-{e.name}") for i, e in enumerate(events))
     jobs, pods = zip(*(_pod(t, i) for i, t in enumerate(sequence)), strict=True) if sequence else ((), ())
     return ClusterState(nodes=nodes, jobs=tuple(jobs), pods=tuple(pods))
 

@@ -450,7 +450,7 @@ class EventError(ValueError):
         self.message = message
 
 
-def _first_error(err: ValidationError) -> str:
+def validation_message(err: ValidationError) -> str:
     """Pydantic's first error as ``location: message``, plus how many more there were."""
     errors = err.errors(include_url=False)
     first = errors[0]
@@ -504,7 +504,7 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
     try:
         return cast(Event, model.model_validate(data))
     except ValidationError as exc:
-        raise EventError("schema", _first_error(exc)) from None
+        raise EventError("schema", validation_message(exc)) from None
 
 
 def dump_event(event: EventBase) -> bytes:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ingest.events import QueueResource, QueueResources, QueueUpserted
+from ingest.events import QueueResource, QueueResources, QueueUpserted, validation_message
 
 if TYPE_CHECKING:
     from scheduler.session import SessionConfig
@@ -308,19 +308,8 @@ class TenantsConfig(_Spec):
 
 
 def _message(exc: Exception) -> str:
-    """First error of a pydantic ValidationError as ``location: message`` (plus a count of the rest)."""
-    if not isinstance(exc, ValidationError):
-        return str(exc)
-    errors = exc.errors(include_url=False)
-    first = errors[0]
-    loc = ""
-    for part in first["loc"]:
-        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-    msg = first["msg"].removeprefix("Value error, ")
-    text = f"{loc}: {msg}" if loc else msg
-    if len(errors) > 1:
-        text += f" (and {len(errors) - 1} more error(s))"
-    return text
+    """A validation error in the same words the event contract uses; any other error as is."""
+    return validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
 
 
 def parse_tenants(data: Any, source: str = "<tenants>") -> TenantsConfig:

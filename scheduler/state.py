@@ -11,8 +11,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from scheduler.proportion import RESOURCES, ResourceQuota
+
+if TYPE_CHECKING:
+    from ingest.events import NodeUpserted
 
 
 class PodStatus(StrEnum):
@@ -161,6 +165,23 @@ _PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "infere
 DEFAULT_JOB_PRIORITY = 50
 
 
+def node_from_event(e: NodeUpserted, name: str | None = None) -> Node:
+    """The snapshot's view of a node event (`name` renames it, e.g. for a tie-break order)."""
+    return Node(
+        name=name or e.name,
+        cpu=e.cpu_millicores,
+        memory=e.memory_bytes,
+        gpus=e.gpus,
+        gpu_memory_mib=e.gpu_memory_mib,
+        gpu_model=e.gpu_model,
+        max_pods=e.max_pods,
+        labels=MappingProxyType(dict(sorted(e.labels.items()))),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in e.taints),
+        ready=e.ready,
+        unschedulable=e.unschedulable,
+    )
+
+
 class StateBuilder:
     """Folds events, one at a time, into a state; :meth:`snapshot` freezes it.
 
@@ -186,19 +207,7 @@ class StateBuilder:
         self.offset = self.offset + 1 if offset is None else offset
         e = event
         if isinstance(e, ev.NodeUpserted):
-            self.nodes[e.name] = Node(
-                name=e.name,
-                cpu=e.cpu_millicores,
-                memory=e.memory_bytes,
-                gpus=e.gpus,
-                gpu_memory_mib=e.gpu_memory_mib,
-                gpu_model=e.gpu_model,
-                max_pods=e.max_pods,
-                labels=MappingProxyType(dict(sorted(e.labels.items()))),
-                taints=tuple(Taint(t.key, t.value, t.effect) for t in e.taints),
-                ready=e.ready,
-                unschedulable=e.unschedulable,
-            )
+            self.nodes[e.name] = node_from_event(e)
         elif isinstance(e, ev.NodeRemoved):
             self.nodes.pop(e.name, None)
             for uid, p in list(self.pods.items()):
@@ -212,7 +221,11 @@ class StateBuilder:
                 self._queue_seq += 1
             res = {
                 r: ResourceQuota.of(q.quota, q.limit, q.over_quota_weight)
-                for r, q in (("gpu", e.resources.gpu), ("cpu", e.resources.cpu), ("memory", e.resources.memory))
+                for r, q in (
+                    ("gpu", e.resources.gpu),
+                    ("cpu", e.resources.cpu),
+                    ("memory", e.resources.memory),
+                )
             }
             self.queues[e.name] = Queue(
                 name=e.name,
@@ -293,7 +306,11 @@ class StateBuilder:
                 portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
             was_running = self._active(p.job)
             self.pods[uid] = replace(
-                p, status=PodStatus.RUNNING, node=e.node, gpu_devices=tuple(e.gpu_devices), gpu_milli_per_device=portion
+                p,
+                status=PodStatus.RUNNING,
+                node=e.node,
+                gpu_devices=tuple(e.gpu_devices),
+                gpu_milli_per_device=portion,
             )
             owner = self.jobs.get(p.job)
             if owner is not None and was_running == 0:
