@@ -9,10 +9,9 @@ validator judges each scenario; on success the victims are evicted and the preem
 from __future__ import annotations
 
 from scheduler import minruntime
-from scheduler.actions.common import candidate_jobs, non_preemptible_over_quota, tasks_vec
-from scheduler.actions.signatures import FailedJobs
+from scheduler.actions.common import non_preemptible_over_quota, tasks_vec
+from scheduler.actions.signatures import run_per_job
 from scheduler.actions.solver import Scenario, Solver, finish
-from scheduler.ordering import JobsByQueue
 from scheduler.session import JobInfo, Session, TaskInfo
 
 NAME = "preempt"
@@ -34,9 +33,10 @@ def victims_for(ssn: Session, job: JobInfo) -> list[JobInfo]:
 
 def attempt(ssn: Session, job: JobInfo) -> bool:
     """Try to preempt for one job; commits and returns True on success, leaves no trace otherwise."""
-    if not job.preemptible and non_preemptible_over_quota(ssn, job, tasks_vec(ssn, job.tasks_to_allocate())):
-        return False
+    return within_quota(ssn, job) and _solve(ssn, job)
 
+
+def _solve(ssn: Session, job: JobInfo) -> bool:
     def validate(s: Session, scenario: Scenario) -> bool:
         return minruntime.elastic_scenario_ok(
             scenario.victims(), scenario.victim_jobs(), lambda v: minruntime.preempt_protected(s, v)
@@ -52,14 +52,14 @@ def attempt(ssn: Session, job: JobInfo) -> bool:
     return True
 
 
+def within_quota(ssn: Session, job: JobInfo) -> bool:
+    """A non-preemptible preemptor must stay within its queues' non-preemptible quota."""
+    return (
+        job.preemptible
+        or non_preemptible_over_quota(ssn, job, tasks_vec(ssn, job.tasks_to_allocate())) is None
+    )
+
+
 def run(ssn: Session) -> None:
     """The preempt action."""
-    order = JobsByQueue(ssn, candidate_jobs(ssn))
-    failed = FailedJobs(ssn, per_queue=True)
-    while (job := order.pop()) is not None:
-        if not failed.worth_trying(job):
-            continue  # a job no easier than one that already failed in this queue (scheduling signatures)
-        if not job.preemptible and non_preemptible_over_quota(ssn, job, tasks_vec(ssn, job.tasks_to_allocate())):
-            continue  # the pre-check, not a solver failure: not recorded
-        if not attempt(ssn, job):
-            failed.record(job)
+    run_per_job(ssn, within_quota, _solve)

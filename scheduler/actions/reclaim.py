@@ -10,10 +10,9 @@ success the victims are evicted and the reclaimer's tasks are pipelined onto the
 from __future__ import annotations
 
 from scheduler import minruntime
-from scheduler.actions.common import candidate_jobs
-from scheduler.actions.signatures import FailedJobs
+from scheduler.actions.signatures import run_per_job
 from scheduler.actions.solver import Scenario, Solver, finish
-from scheduler.ordering import JobsByQueue, job_init_resources
+from scheduler.ordering import job_init_resources
 from scheduler.reclaimable import can_reclaim, reclaimable, snapshot
 from scheduler.session import JobInfo, Session, TaskInfo
 
@@ -58,12 +57,4 @@ def attempt(ssn: Session, job: JobInfo) -> bool:
 
 def run(ssn: Session) -> None:
     """The reclaim action."""
-    order = JobsByQueue(ssn, candidate_jobs(ssn))
-    failed = FailedJobs(ssn, per_queue=True)
-    while (job := order.pop()) is not None:
-        if not failed.worth_trying(job):
-            continue  # a job no easier than one that already failed in this queue (scheduling signatures)
-        if not can_reclaim(ssn, job, job_init_resources(ssn, job)):
-            continue
-        if not attempt(ssn, job):
-            failed.record(job)
+    run_per_job(ssn, lambda s, job: can_reclaim(s, job, job_init_resources(s, job)), attempt)

@@ -8,6 +8,10 @@ queue; consolidation keeps one for the whole action. Signatures are plain tuples
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from scheduler.actions.common import candidate_jobs
+from scheduler.ordering import JobsByQueue
 from scheduler.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
 from scheduler.state import PodStatus
 
@@ -86,3 +90,21 @@ class FailedJobs:
         rep = self._reps.get(key)
         if rep is None or smaller_footprint(self.ssn, job, rep):
             self._reps[key] = job
+
+
+def run_per_job(
+    ssn: Session,
+    gate: Callable[[Session, JobInfo], bool],
+    attempt: Callable[[Session, JobInfo], bool],
+) -> None:
+    """The reclaim / preempt loop: candidate jobs in queue order, each tried once.
+
+    A job no easier than one that already failed in its queue is skipped (scheduling signatures). A job
+    stopped by `gate` (a cheap pre-check) is not recorded as failed: only a solver failure says the
+    signature is hopeless.
+    """
+    order = JobsByQueue(ssn, candidate_jobs(ssn))
+    failed = FailedJobs(ssn, per_queue=True)
+    while (job := order.pop()) is not None:
+        if failed.worth_trying(job) and gate(ssn, job) and not attempt(ssn, job):
+            failed.record(job)

@@ -148,9 +148,12 @@ class Solver:
         # Cheap pre-check: idle + releasing GPUs plus everything the victims hold must cover the whole job,
         # or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
         need = sum(_gpu_need(t) for t in tasks)
-        if need and self._idle_gpus() + sum(
-            self.ssn.task_vec(t)[0] for v in victims for t in v.tasks if t.status in ACTIVE_ALLOCATED
-        ) < need:
+        if (
+            need
+            and self._idle_gpus()
+            + sum(self.ssn.task_vec(t)[0] for v in victims for t in v.tasks if t.status in ACTIVE_ALLOCATED)
+            < need
+        ):
             return None
         before = job.count(ACTIVE_USED)
         self._pending = candidate_jobs(self.ssn)
@@ -315,7 +318,10 @@ class Solver:
             return False
         cp = stmt.checkpoint()
         for t in scenario.pending:
-            if allocate_task(ssn, stmt, t, ssn.nodes, self.action, pipeline_only=True, explain=False) is not None:
+            if (
+                allocate_task(ssn, stmt, t, ssn.nodes, self.action, pipeline_only=True, explain=False)
+                is not None
+            ):
                 stmt.rollback(cp)
                 return False
         return True
