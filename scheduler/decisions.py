@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, Literal
 
@@ -126,7 +127,9 @@ def _max_free_gpus(ssn: Session) -> int:
     return max((n.free_gpus_milli() for n in ssn.nodes if n.spec.ready), default=0)
 
 
-def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free: int) -> Decision:
+def _unschedulable(
+    ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free: Callable[[], int]
+) -> Decision:
     qname = job.queue.name if job.queue is not None else None
     pods = [t.uid for t in pending]
     need = [0, 0, 0]
@@ -134,7 +137,10 @@ def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free
         v = ssn.task_vec(t)
         for r in range(3):
             need[r] += v[r]
-    details: dict[str, Any] = {"pending_pods": len(pending), "requested": dict(zip(RESOURCES, need, strict=True))}
+    details: dict[str, Any] = {
+        "pending_pods": len(pending),
+        "requested": dict(zip(RESOURCES, need, strict=True)),
+    }
     if job.queue is None:
         reason, message = "QueueDoesNotExist", f"Queue '{job.spec.queue}' does not exist"
     elif not job.queue.is_leaf:
@@ -163,14 +169,20 @@ def _unschedulable(ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free
             "limit": {RESOURCES[r]: q.limit(r) for r in range(3)},
         }
     if need[0] and reason == "PodSchedulingErrors":
-        free = max_free
+        free = max_free()
         details["largest_free_gpus_on_a_node"] = free / GPU_MILLI
         message += (
             f" (the job needs {need[0] / GPU_MILLI:g} GPU(s) for its next pods; the most free whole GPUs"
             f" on any node is {free / GPU_MILLI:g})"
         )
     return Decision(
-        kind="Unschedulable", job=job.uid, queue=qname, pods=pods, reason=reason, message=message, details=details
+        kind="Unschedulable",
+        job=job.uid,
+        queue=qname,
+        pods=pods,
+        reason=reason,
+        message=message,
+        details=details,
     )
 
 
@@ -216,7 +228,14 @@ def decisions_of(ssn: Session) -> list[Decision]:
                     action=last.action,
                 )
             )
-    max_free = _max_free_gpus(ssn)  # once per cycle: the same for every pending job
+    cached: list[int] = []
+
+    def max_free() -> int:
+        # Scanned at most once per cycle, and only if a message needs it.
+        if not cached:
+            cached.append(_max_free_gpus(ssn))
+        return cached[0]
+
     for job in ssn.jobs:
         pending = [t for t in job.tasks if t.status is PodStatus.PENDING]
         if pending:

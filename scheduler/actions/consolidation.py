@@ -49,10 +49,12 @@ def run(ssn: Session) -> None:
     limit = ssn.config.max_consolidation_preemptees
     order = JobsByQueue(ssn, candidate_jobs(ssn, preemptible_only=True))
     failed = FailedJobs(ssn)
-    have = allocatable_gpus(ssn)  # only a committed consolidation changes it
+    have: int | None = None  # scanned on first need; only a committed consolidation changes it
     while (job := order.pop()) is not None:
         if not failed.worth_trying(job):
             continue
+        if have is None:
+            have = allocatable_gpus(ssn)
         stmt = solve(ssn, job, limit) if enough_gpus(ssn, job, have) else None
         if stmt is None:
             failed.record(job)
@@ -65,4 +67,4 @@ def run(ssn: Session) -> None:
         stmt.commit()
         for t in evicted:
             t.virtual = False  # moved for real now (or back where it was), no longer a what-if
-        have = allocatable_gpus(ssn)
+        have = None
