@@ -1,0 +1,220 @@
+"""KafkaLog: the :class:`~ingest.log.Log` interface on an Apache Kafka cluster (kafka-python 3.x).
+
+* **One partition per topic** (``partitions=1`` by default, and this log reads and writes only
+  partition ``partition``, default 0): a Kafka topic is only ordered within a partition, and the
+  scheduler's fold needs one total order of events. Scale-out is by shard, one partition (or one
+  topic set) per scheduler instance, never by spreading one event stream over partitions.
+* Topics are created on first use if missing, with explicit ``partitions``, ``replication_factor``
+  and ``retention.ms`` (default ``-1``: keep forever, since replay rebuilds state from offset 0).
+  An existing topic is used as it is, provided it has the partition this log addresses.
+* The producer is idempotent (``enable_idempotence=True``, ``acks='all'``): a retried send never
+  duplicates or reorders a record in the partition. ``append`` / ``append_many`` return once the
+  broker acknowledged every record, with their offsets. Without transactions no control records
+  are written, so offsets are dense from 0 as the contract says.
+* ``read`` uses a group-less consumer assigned to the partition, seeking to ``from_offset`` (only
+  when it is not already there, so sequential reads keep the prefetched batches); it stops at the
+  high watermark measured when the call starts and never waits for new records.
+* ``commit`` / ``committed`` store positions as consumer-group offsets (the classic group
+  protocol: kafka-python does not speak KIP-848) through one non-subscribing consumer per group, so
+  any Kafka tool (``kafka-consumer-groups.sh``) shows them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.structs import OffsetAndMetadata
+
+from ingest.log import Log, LogError, Record, check_commit_offset, check_name, check_read_args
+
+__all__ = ["KafkaLog"]
+
+
+class KafkaLog(Log):
+    """A :class:`~ingest.log.Log` on Kafka; ``bootstrap_servers`` is ``"host:port[,host:port]"``."""
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        partitions: int = 1,
+        partition: int = 0,
+        replication_factor: int = 1,
+        retention_ms: int = -1,
+        client_id: str = "hourglass",
+        timeout_s: float = 30.0,
+        producer_config: dict[str, Any] | None = None,
+    ) -> None:
+        if partitions < 1 or not 0 <= partition < partitions:
+            raise ValueError(
+                f"need partitions >= 1 and 0 <= partition < partitions, got {partitions}, {partition}"
+            )
+        self.bootstrap_servers = bootstrap_servers
+        self.partitions = partitions
+        self.partition = partition
+        self.replication_factor = replication_factor
+        self.retention_ms = retention_ms
+        self.timeout_s = timeout_s
+        self._client_id = client_id
+        self._known: set[str] = set()
+        self._groups: dict[str, KafkaConsumer] = {}
+        self._closed = False
+        servers = bootstrap_servers.split(",")
+        timeout_ms = int(timeout_s * 1000)
+        try:
+            self._admin = KafkaAdminClient(
+                bootstrap_servers=servers, client_id=f"{client_id}-admin", request_timeout_ms=timeout_ms
+            )
+            self._producer = KafkaProducer(
+                bootstrap_servers=servers,
+                client_id=f"{client_id}-producer",
+                enable_idempotence=True,
+                acks="all",
+                linger_ms=2,
+                max_block_ms=timeout_ms,
+                request_timeout_ms=timeout_ms,
+                **(producer_config or {}),
+            )
+            self._reader = KafkaConsumer(
+                bootstrap_servers=servers,
+                client_id=f"{client_id}-reader",
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+            )
+        except KafkaError as exc:
+            raise LogError(f"cannot connect to Kafka at {bootstrap_servers}: {exc}") from exc
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def ensure_topic(self, topic: str) -> None:
+        """Create ``topic`` if missing; check it has the partition this log uses."""
+        if topic in self._known:
+            return
+        check_name("topic", topic)
+        spec = {
+            topic: {
+                "num_partitions": self.partitions,
+                "replication_factor": self.replication_factor,
+                "configs": {"retention.ms": str(self.retention_ms)},
+            }
+        }
+        with contextlib.suppress(TopicAlreadyExistsError):
+            self._admin.create_topics(spec, timeout_ms=int(self.timeout_s * 1000), wait_for_metadata=True)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            parts = self._reader.partitions_for_topic(topic)
+            if parts:
+                break
+            if time.monotonic() > deadline:
+                raise LogError(f"topic {topic!r} has no partitions visible after {self.timeout_s}s")
+            time.sleep(0.05)
+        if self.partition not in parts:
+            raise LogError(f"topic {topic!r} has partitions {sorted(parts)}, not partition {self.partition}")
+        self._known.add(topic)
+
+    def _tp(self, topic: str) -> TopicPartition:
+        if self._closed:
+            raise LogError("log is closed")
+        self.ensure_topic(topic)
+        return TopicPartition(topic, self.partition)
+
+    # -- Log API -----------------------------------------------------------------------------
+
+    def append(self, topic: str, key: bytes | None, value: bytes) -> int:
+        return self.append_many(topic, [(key, value)])[0]
+
+    def append_many(self, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> list[int]:
+        tp = self._tp(topic)
+        futures = [
+            self._producer.send(tp.topic, key=key, value=value, partition=tp.partition)
+            for key, value in records
+        ]
+        if not futures:
+            return []
+        self._producer.flush(timeout=self.timeout_s)
+        try:
+            return [int(f.get(timeout=self.timeout_s).offset) for f in futures]
+        except KafkaError as exc:
+            raise LogError(f"append to {topic!r} failed: {exc}") from exc
+
+    def end_offset(self, topic: str) -> int:
+        tp = self._tp(topic)
+        return int(self._reader.end_offsets([tp], timeout_ms=int(self.timeout_s * 1000))[tp])
+
+    def read(self, topic: str, from_offset: int, max_records: int = 1000) -> list[Record]:
+        check_read_args(from_offset, max_records)
+        tp = self._tp(topic)
+        end = self.end_offset(topic)
+        if from_offset >= end:
+            return []
+        stop = min(end, from_offset + max_records)
+        reader = self._reader
+        if reader.assignment() != {tp}:
+            reader.assign([tp])
+            reader.seek(tp, from_offset)
+        elif reader.position(tp) != from_offset:
+            reader.seek(tp, from_offset)
+        out: list[Record] = []
+        deadline = time.monotonic() + self.timeout_s
+        next_offset = from_offset
+        while next_offset < stop:
+            batch = reader.poll(timeout_ms=200, max_records=stop - next_offset).get(tp, [])
+            for rec in batch:
+                if rec.offset < next_offset:
+                    continue  # already returned (cannot happen after a seek, but be safe)
+                if rec.offset >= stop:
+                    break
+                out.append(Record(rec.offset, rec.key, rec.value))
+                next_offset = rec.offset + 1
+            if next_offset >= stop:
+                break
+            if not batch and time.monotonic() > deadline:
+                raise LogError(
+                    f"read of {topic!r} from offset {next_offset} timed out after {self.timeout_s}s"
+                )
+        if out and reader.position(tp) != out[-1].offset + 1:
+            reader.seek(tp, out[-1].offset + 1)
+        return out
+
+    def _group(self, group: str) -> KafkaConsumer:
+        consumer = self._groups.get(group)
+        if consumer is None:
+            check_name("group", group)
+            consumer = KafkaConsumer(
+                bootstrap_servers=self.bootstrap_servers.split(","),
+                client_id=f"{self._client_id}-{group}",
+                group_id=group,
+                enable_auto_commit=False,
+            )
+            self._groups[group] = consumer
+        return consumer
+
+    def commit(self, group: str, topic: str, offset: int) -> None:
+        check_commit_offset(offset)
+        tp = self._tp(topic)
+        try:
+            self._group(group).commit({tp: OffsetAndMetadata(offset, "", -1)})
+        except KafkaError as exc:
+            raise LogError(f"commit of {group!r} on {topic!r} failed: {exc}") from exc
+
+    def committed(self, group: str, topic: str) -> int:
+        tp = self._tp(topic)
+        offset = self._group(group).committed(tp, timeout_ms=int(self.timeout_s * 1000))
+        return 0 if offset is None else int(offset)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._producer.flush(timeout=self.timeout_s)
+        self._producer.close(timeout=self.timeout_s)
+        self._reader.close()
+        for consumer in self._groups.values():
+            consumer.close()
+        self._admin.close()
