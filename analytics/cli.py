@@ -50,6 +50,25 @@ def _cmd_placement_benchmark(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from analytics.replay import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_sql(args: argparse.Namespace) -> int:
+    from analytics.store import StoreError, query
+    from analytics.store import render as render_rows
+
+    try:
+        columns, rows = query(args.store, args.query)
+    except StoreError as e:
+        print(f"sql: {e}", file=sys.stderr)
+        return 2
+    render_rows(columns, rows, args.format)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -71,6 +90,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     placement_benchmark_arguments(b)
     b.set_defaults(func=_cmd_placement_benchmark)
+    from analytics.replay import add_arguments as replay_arguments
+
+    r = sub.add_parser(
+        "replay",
+        help="re-run the recorded cycles of a `simulate --out` run dir from its event log, --verify compares"
+        " (docs/replay.md; reading from a Kafka bootstrap is not supported yet)",
+    )
+    replay_arguments(r)
+    r.set_defaults(func=_cmd_replay)
+    q = sub.add_parser("sql", help="read-only SQL over the audit store (docs/sql.md)")
+    q.add_argument(
+        "--store", required=True, help="a run directory (hourglass simulate --out) or an audit .duckdb file"
+    )
+    q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    q.add_argument("query", help="one SELECT (or WITH … SELECT) statement")
+    q.set_defaults(func=_cmd_sql)
     return p
 
 

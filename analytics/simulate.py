@@ -640,7 +640,7 @@ class Simulator:
 
 
 @contextlib.contextmanager
-def _gc_tuned() -> Iterator[None]:
+def gc_tuned() -> Iterator[None]:
     """Fewer cyclic-GC passes while the simulation runs; restored afterwards.
 
     Every cycle builds a fresh session (a ``NodeInfo`` per node, ~1,200 on the default trace), so the
@@ -691,7 +691,7 @@ def simulate(
 ) -> SimulationResult:
     """Run a whole simulation (see the module doc); closes *log* with the run manifest."""
     sim = Simulator(tasks, nodes, tenants, period_s=period_s, seed=seed, log=log, progress=progress)
-    with _gc_tuned():
+    with gc_tuned():
         result = sim.run()
     sim.log.close(sim.manifest(inputs or {}))
     return result

@@ -1,0 +1,449 @@
+"""``hourglass replay``: rebuild state from a run's event log and re-run its recorded cycles.
+
+The engine is a pure function of (snapshot, usage, config, logical time), and every :class:`CycleRecord`
+names those inputs (``events_offset``, ``usage_snapshot_id``, ``config_hash``, ``logical_time_ms``). So a
+recorded cycle is reproduced by folding the event log up to its ``events_offset`` with
+:class:`~scheduler.state.StateBuilder` and calling :func:`scheduler.cycle.run_cycle` with the recorded
+time and the run's engine config; ``--verify`` compares the canonical bytes of the re-run record with the
+recorded one and, on a difference, names the field (see ``docs/replay.md``).
+
+The input is a run directory written by ``hourglass simulate --out DIR`` (:mod:`analytics.simlog`).
+Reading from a Kafka bootstrap is not supported yet. Usage snapshots are not in the run directory either:
+a recorded cycle that consumed one (``usage_snapshot_id`` set, i.e. ``k_value`` > 0) cannot be re-run and
+counts as a mismatch with the reason ``usage snapshot not in the log``.
+
+:func:`replay_cycles` is the shared core (fold + re-run, a generator); :func:`replay` adds selection,
+comparison and counting; :func:`run_cli` is the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from analytics.simlog import read_cycles, read_events, read_manifest
+from analytics.simulate import gc_tuned
+from ingest.events import Event
+from scheduler.cycle import run_cycle
+from scheduler.decisions import CycleRecord, Decision, config_hash
+from scheduler.session import SessionConfig
+from scheduler.state import StateBuilder
+
+__all__ = [
+    "NO_USAGE",
+    "CycleOutcome",
+    "FieldDiff",
+    "ReplayError",
+    "ReplaySummary",
+    "add_arguments",
+    "diff_records",
+    "engine_config",
+    "pod_decisions",
+    "replay",
+    "replay_cycles",
+    "run_cli",
+]
+
+NO_USAGE: Final = "usage snapshot not in the log"
+MAX_SHOWN: Final = 40  # field differences printed for the first mismatching cycle
+
+
+class ReplayError(Exception):
+    """The run directory cannot be replayed (missing files, unknown format, inconsistent records)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FieldDiff:
+    """One differing field: a readable path into the record, the recorded and the re-run value."""
+
+    path: str
+    recorded: Any
+    rerun: Any
+
+    def __str__(self) -> str:
+        return f"{self.path}: recorded {_show(self.recorded)}, re-run {_show(self.rerun)}"
+
+
+@dataclass(slots=True)
+class CycleOutcome:
+    """One replayed cycle: the record, its re-run (None if it could not be re-run) and the comparison."""
+
+    index: int  # position in cycles.jsonl (0-based)
+    recorded: CycleRecord
+    rerun: CycleRecord | None
+    diffs: list[FieldDiff] = field(default_factory=list)
+    reason: str | None = None  # why it could not be re-run
+
+    @property
+    def matched(self) -> bool:
+        return self.reason is None and not self.diffs
+
+
+@dataclass(slots=True)
+class ReplaySummary:
+    cycles: int = 0
+    mismatches: int = 0
+    events_folded: int = 0
+    simulated_ms: int = 0  # logical time of the last replayed cycle
+    wall_s: float = 0.0
+    first_mismatch: CycleOutcome | None = None
+    mismatched: list[CycleOutcome] = field(default_factory=list)
+
+    @property
+    def line(self) -> str:
+        """The closing line other tools parse."""
+        return f"replay: {self.cycles} cycles, {self.mismatches} mismatches"
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+# --------------------------------------------------------------------------- the shared core
+
+
+def engine_config(manifest: dict[str, Any]) -> SessionConfig:
+    """The run's :class:`SessionConfig` from its manifest; checks it against the recorded config hash."""
+    try:
+        config = SessionConfig(**manifest["engine_config"])
+    except (KeyError, TypeError) as exc:
+        raise ReplayError(f"manifest has no usable engine_config: {exc}") from exc
+    want = manifest.get("engine_config_hash")
+    if want is not None and config_hash(config) != want:
+        raise ReplayError(
+            f"manifest engine_config hashes to {config_hash(config)}, but engine_config_hash says {want}"
+        )
+    return config
+
+
+def replay_cycles(
+    events: Iterable[tuple[int, Event]],
+    records: Iterable[CycleRecord],
+    config: SessionConfig,
+    on_fold: Callable[[int], None] | None = None,
+) -> Iterator[tuple[CycleRecord, CycleRecord | None]]:
+    """(recorded, re-run) for each record, folding *events* up to each record's ``events_offset``.
+
+    *records* must come in cycle order (``events_offset`` never decreasing). A record that consumed a
+    usage snapshot cannot be re-run from the event log alone: it is yielded with ``None``. *on_fold* is
+    called with the last folded offset after each stretch of folding (progress, counting).
+    """
+    builder = StateBuilder()
+    it = iter(events)
+    offset = -1
+    for rec in records:
+        if rec.events_offset < offset:
+            raise ReplayError(
+                f"cycle {rec.cycle_id}: events_offset {rec.events_offset} is before the previous cycle's"
+                f" {offset}; cycles.jsonl is not in cycle order"
+            )
+        while builder.offset < rec.events_offset:
+            nxt = next(it, None)
+            if nxt is None:
+                raise ReplayError(
+                    f"cycle {rec.cycle_id}: events_offset {rec.events_offset} is past the end of the event"
+                    f" log (last offset {builder.offset})"
+                )
+            builder.apply(nxt[1], nxt[0])
+        offset = rec.events_offset
+        if on_fold is not None:
+            on_fold(builder.offset)
+        if rec.usage_snapshot_id is not None or rec.usage_available:
+            yield rec, None
+            continue
+        again, _ = run_cycle(builder.snapshot(), config, rec.logical_time_ms)
+        yield rec, again
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+def _decision_key(d: dict[str, Any]) -> str:
+    return f"pod={d['pod']}" if d.get("pod") else f"job={d.get('job')}"
+
+
+def _diff_values(path: str, a: Any, b: Any, out: list[FieldDiff]) -> None:
+    if a == b:
+        return
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            _diff_values(f"{path}.{k}", a.get(k), b.get(k), out)
+    elif isinstance(a, list) and isinstance(b, list) and all(not isinstance(x, dict | list) for x in a + b):
+        out.append(FieldDiff(path, a, b))
+    elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _diff_values(f"{path}[{i}]", x, y, out)
+    else:
+        out.append(FieldDiff(path, a, b))
+
+
+def _grouped(decisions: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for d in decisions:
+        groups.setdefault(_decision_key(d), []).append(d)
+    return groups
+
+
+def _diff_decisions(a: list[dict[str, Any]], b: list[dict[str, Any]], out: list[FieldDiff]) -> None:
+    """Decisions matched by their pod (or job, for Unschedulable), in order within one pod."""
+    ga, gb = _grouped(a), _grouped(b)
+    for key in [*ga, *(k for k in gb if k not in ga)]:
+        xs, ys = ga.get(key, []), gb.get(key, [])
+        for i in range(max(len(xs), len(ys))):
+            label = f"decisions[{key}]" + (f"#{i}" if max(len(xs), len(ys)) > 1 else "")
+            if i >= len(xs):
+                out.append(FieldDiff(label, None, ys[i]))
+            elif i >= len(ys):
+                out.append(FieldDiff(label, xs[i], None))
+            else:
+                _diff_values(label, xs[i], ys[i], out)
+    if not out and a != b:
+        out.append(
+            FieldDiff("decisions (order)", [_decision_key(d) for d in a], [_decision_key(d) for d in b])
+        )
+
+
+def diff_records(recorded: CycleRecord, rerun: CycleRecord, pod: str | None = None) -> list[FieldDiff]:
+    """Field differences between two records (empty if their canonical bytes are equal).
+
+    Queues are matched by name, decisions by pod (Unschedulable: by job). With *pod*, only the decisions
+    that concern that pod are compared.
+    """
+    if pod is not None:
+        out: list[FieldDiff] = []
+        _diff_decisions(pod_decisions(recorded, pod), pod_decisions(rerun, pod), out)
+        return out
+    if recorded.dumps() == rerun.dumps():
+        return []
+    a, b = recorded.model_dump(mode="json"), rerun.model_dump(mode="json")
+    out = []
+    for k in sorted(set(a) - {"queues", "decisions"}):
+        _diff_values(k, a[k], b.get(k), out)
+    qa = {q["name"]: q for q in a["queues"]}
+    qb = {q["name"]: q for q in b["queues"]}
+    for name in [*qa, *(n for n in qb if n not in qa)]:
+        _diff_values(f"queues[{name}]", qa.get(name), qb.get(name), out)
+    if not out and [q["name"] for q in a["queues"]] != [q["name"] for q in b["queues"]]:
+        out.append(FieldDiff("queues (order)", list(qa), list(qb)))
+    dec: list[FieldDiff] = []
+    _diff_decisions(a["decisions"], b["decisions"], dec)
+    out += dec
+    if not out:  # equal content, different bytes: cannot happen with canonical JSON, but never hide it
+        out.append(FieldDiff("canonical bytes", recorded.dumps(), rerun.dumps()))
+    return out
+
+
+def pod_decisions(record: CycleRecord, pod: str) -> list[dict[str, Any]]:
+    """The record's decisions about *pod* (as JSON dicts): its own, and Unschedulable ones listing it."""
+    return [d.model_dump(mode="json") for d in record.decisions if _concerns(d, pod)]
+
+
+def _concerns(d: Decision, pod: str) -> bool:
+    return d.pod == pod or pod in d.pods
+
+
+# --------------------------------------------------------------------------- selection and counting
+
+
+def replay(
+    run_dir: Path | str,
+    *,
+    verify: bool = True,
+    until_offset: int | None = None,
+    until_ms: int | None = None,
+    cycle: str | None = None,
+    pod: str | None = None,
+    on_cycle: Callable[[CycleOutcome], None] | None = None,
+    on_fold: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> ReplaySummary:
+    """Replay the recorded cycles of *run_dir* (optionally narrowed) and count mismatches.
+
+    ``until_offset`` / ``until_ms`` keep the cycles whose ``events_offset`` / ``logical_time_ms`` is at or
+    before the bound; ``cycle`` keeps the one cycle with that id (a unique prefix is enough); ``pod`` narrows
+    the comparison to that pod's decisions. Without ``verify`` nothing is compared (0 mismatches), except
+    that a cycle which cannot be re-run (its usage snapshot is not in the log) is still reported.
+    """
+    run_dir = Path(run_dir)
+    try:
+        manifest = read_manifest(run_dir)
+        records = list(read_cycles(run_dir))
+    except (OSError, ValueError) as exc:
+        raise ReplayError(str(exc)) from exc
+    config = engine_config(manifest)
+    indexed = list(enumerate(records))
+    if until_offset is not None:
+        indexed = [(i, r) for i, r in indexed if r.events_offset <= until_offset]
+    if until_ms is not None:
+        indexed = [(i, r) for i, r in indexed if r.logical_time_ms <= until_ms]
+    if cycle is not None:
+        hits = [(i, r) for i, r in indexed if r.cycle_id.startswith(cycle)]
+        if not hits:
+            raise ReplayError(f"no recorded cycle with id {cycle!r} (within the --until bound)")
+        if len({r.cycle_id for _, r in hits}) > 1:
+            raise ReplayError(f"cycle id prefix {cycle!r} is ambiguous ({len(hits)} cycles)")
+        indexed = hits[:1]
+    if on_total is not None:
+        on_total(len(indexed))
+
+    summary = ReplaySummary()
+
+    def folded(offset: int) -> None:
+        summary.events_folded = offset + 1
+        if on_fold is not None:
+            on_fold(offset)
+
+    # The simulator's GC relaxation: every cycle opens a session of one NodeInfo per node, and young-
+    # generation collections re-traversing the fold's state would otherwise cost ~2/3 of the replay.
+    t0 = time.perf_counter()
+    with gc_tuned():
+        _run(run_dir, indexed, config, verify, pod, summary, folded, on_cycle)
+    summary.wall_s = time.perf_counter() - t0
+    return summary
+
+
+def _run(
+    run_dir: Path,
+    indexed: list[tuple[int, CycleRecord]],
+    config: SessionConfig,
+    verify: bool,
+    pod: str | None,
+    summary: ReplaySummary,
+    folded: Callable[[int], None],
+    on_cycle: Callable[[CycleOutcome], None] | None,
+) -> None:
+    position = {id(r): i for i, r in indexed}
+    for rec, again in replay_cycles(read_events(run_dir), (r for _, r in indexed), config, folded):
+        out = CycleOutcome(index=position[id(rec)], recorded=rec, rerun=again)
+        if again is None:
+            out.reason = f"{NO_USAGE}: {rec.usage_snapshot_id or '(no id)'}"
+        elif verify:
+            out.diffs = diff_records(rec, again, pod)
+        summary.cycles += 1
+        summary.simulated_ms = rec.logical_time_ms
+        if verify and not out.matched:
+            summary.mismatches += 1
+            summary.mismatched.append(out)
+            if summary.first_mismatch is None:
+                summary.first_mismatch = out
+        if on_cycle is not None:
+            on_cycle(out)
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "log",
+        type=Path,
+        metavar="DIR",
+        help="a run directory written by `hourglass simulate --out DIR` (a Kafka bootstrap is not supported yet)",
+    )
+    p.add_argument("--verify", action="store_true", help="compare every re-run record with the recorded one")
+    until = p.add_mutually_exclusive_group()
+    until.add_argument(
+        "--until", type=int, metavar="OFFSET", help="only cycles whose events_offset is <= OFFSET"
+    )
+    until.add_argument("--until-ms", type=int, metavar="T", help="only cycles whose logical time is <= T ms")
+    p.add_argument(
+        "--cycle", metavar="CYCLE_ID", help="replay just this cycle (a unique id prefix is enough)"
+    )
+    p.add_argument("--pod", metavar="UID", help="compare and print only the decisions about this pod")
+
+
+def _decision_line(d: dict[str, Any]) -> str:
+    parts = [d["kind"]]
+    if d.get("node"):
+        parts.append(f"node={d['node']}")
+    if d.get("gpu_devices"):
+        parts.append(f"devices={d['gpu_devices']}x{d['gpu_milli_per_device']}m")
+    if d.get("action"):
+        parts.append(f"action={d['action']}")
+    if d.get("reason") and d.get("reason") != d.get("action"):
+        parts.append(f"reason={d['reason']}")
+    if d.get("message"):
+        parts.append(f"({d['message']})")
+    return " ".join(parts)
+
+
+def _head(o: CycleOutcome) -> str:
+    r = o.recorded
+    return f"cycle #{o.index} {r.cycle_id} (events_offset {r.events_offset}, t={r.logical_time_ms} ms)"
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """``hourglass replay``: replay with a progress bar; print per cycle, the first diff, the closing line."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    first_printed = False
+
+    def on_cycle(o: CycleOutcome) -> None:
+        nonlocal first_printed
+        bar.update(job, advance=1)
+        rec = o.rerun or o.recorded
+        if args.verify:
+            if o.matched:
+                return
+            if o.reason is not None:
+                print(f"MISMATCH {_head(o)}: {o.reason}")
+                return
+            print(f"MISMATCH {_head(o)}: {len(o.diffs)} field(s) differ, first {o.diffs[0].path}")
+            if not first_printed:
+                first_printed = True
+                for fd in o.diffs[:MAX_SHOWN]:
+                    print(f"  {fd}")
+                if len(o.diffs) > MAX_SHOWN:
+                    print(f"  ... {len(o.diffs) - MAX_SHOWN} more")
+            return
+        if o.reason is not None:
+            print(f"{_head(o)}: not re-run ({o.reason})")
+        elif args.pod is not None:
+            for pd in pod_decisions(rec, args.pod):
+                print(f"{_head(o)}: {args.pod}: {_decision_line(pd)}")
+        else:
+            kinds: dict[str, int] = {}
+            for dec in rec.decisions:
+                kinds[dec.kind] = kinds.get(dec.kind, 0) + 1
+            counts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "no decisions"
+            print(f"{_head(o)}: {counts}")
+
+    with Progress(
+        TextColumn("replaying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("cycles"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        job = bar.add_task("replay", total=None)
+        try:
+            summary = replay(
+                args.log,
+                verify=args.verify,
+                until_offset=args.until,
+                until_ms=args.until_ms,
+                cycle=args.cycle,
+                pod=args.pod,
+                on_cycle=on_cycle,
+                on_total=lambda n: bar.update(job, total=n),
+            )
+        except ReplayError as exc:
+            err.print(f"replay: {exc}", markup=False, highlight=False)
+            return 2
+    if args.verify:
+        print(summary.line)
+    else:
+        print(f"replay: {summary.cycles} cycles (not verified: add --verify to compare)")
+    sys.stdout.flush()
+    return 1 if summary.mismatches else 0

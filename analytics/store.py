@@ -1,0 +1,530 @@
+"""The audit store: events and cycle records in a DuckDB file, for SQL over what the scheduler decided.
+
+Tables (schema and ready queries in ``docs/sql.md``):
+
+* ``events``: one row per event (``"offset"``, ``type``, ``uid``, ``at_ms``, ``raw`` JSON);
+* ``cycles``: one row per cycle record (its inputs: events offset, usage snapshot id, config hash, time);
+* ``queue_cycles``: one row per queue per cycle (the fair-share division, per resource);
+* ``decisions``: one row per decision (Bind, Evict, Pipeline, Unschedulable).
+
+Loading is columnar and set-based, never row by row: each batch of records becomes one polars frame (the
+records' ids and raw JSON), handed to DuckDB through the Arrow C stream interface; DuckDB parses it with
+its JSON reader (``from_json`` with the record's structure) and fills each table with one
+``INSERT … SELECT`` (``unnest`` of the queues and decisions lists), in one transaction per batch.
+Duplicates are dropped: a cycle whose ``cycle_id`` is already stored is skipped (with its queue and decision
+rows), and so is an event whose offset is already stored, so loading the same input twice, or resuming
+after a crash between the store's commit and the log commit, is idempotent.
+
+Sources: a run directory written by ``hourglass simulate --out`` (:func:`load_run_dir`) or a live log
+(:func:`sink_from_log`, resuming from the consumer group's committed offsets and committing after each
+batch). Malformed events (not JSON, or missing ``type`` / ``at_ms``) are skipped and counted: the scheduler
+service routes them to the dead-letter topic. A malformed cycle record is an error (:class:`StoreError`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+import duckdb
+import polars as pl
+
+from analytics.simlog import CYCLES_FILE, EVENTS_FILE
+from ingest.log import DEFAULT_TOPICS, Log, Topics
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "RUN_DIR_STORE",
+    "AuditStore",
+    "LoadStats",
+    "StoreError",
+    "check_select",
+    "load_cycles",
+    "load_events",
+    "load_run_dir",
+    "open_readonly",
+    "query",
+    "render",
+    "resolve_store",
+    "sink_from_log",
+]
+
+DEFAULT_GROUP: Final = "hourglass-audit"
+RUN_DIR_STORE: Final = "audit.duckdb"
+RESOURCES: Final = ("gpu", "cpu", "memory")
+_QUEUE_FIELDS: Final = ("deserved", "fair_share", "fair_share_classic", "allocated", "requested", "limit")
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS events (
+    "offset" BIGINT NOT NULL,
+    type VARCHAR,
+    uid VARCHAR,
+    at_ms BIGINT,
+    raw JSON
+);
+CREATE TABLE IF NOT EXISTS cycles (
+    cycle_id VARCHAR NOT NULL,
+    events_offset BIGINT,
+    usage_snapshot_id VARCHAR,
+    config_hash VARCHAR,
+    logical_time_ms BIGINT,
+    usage_available BOOLEAN,
+    n_queues INTEGER,
+    n_decisions INTEGER
+);
+CREATE TABLE IF NOT EXISTS queue_cycles (
+    cycle_id VARCHAR NOT NULL,
+    logical_time_ms BIGINT,
+    queue VARCHAR,
+    parent VARCHAR,
+    priority INTEGER,
+    gpu_deserved BIGINT, cpu_deserved BIGINT, memory_deserved BIGINT,
+    gpu_fair_share BIGINT, cpu_fair_share BIGINT, memory_fair_share BIGINT,
+    gpu_fair_share_classic BIGINT, cpu_fair_share_classic BIGINT, memory_fair_share_classic BIGINT,
+    gpu_allocated BIGINT, cpu_allocated BIGINT, memory_allocated BIGINT,
+    gpu_requested BIGINT, cpu_requested BIGINT, memory_requested BIGINT,
+    gpu_limit BIGINT, cpu_limit BIGINT, memory_limit BIGINT,
+    gpu_usage DOUBLE, cpu_usage DOUBLE, memory_usage DOUBLE
+);
+CREATE TABLE IF NOT EXISTS decisions (
+    cycle_id VARCHAR NOT NULL,
+    logical_time_ms BIGINT,
+    seq INTEGER,
+    kind VARCHAR,
+    job VARCHAR,
+    queue VARCHAR,
+    pod VARCHAR,
+    pods VARCHAR[],
+    node VARCHAR,
+    gpu_devices INTEGER[],
+    gpu_milli_per_device INTEGER,
+    action VARCHAR,
+    reason VARCHAR,
+    message VARCHAR,
+    details JSON
+);
+"""
+
+
+def _struct(fields: dict[str, Any]) -> str:
+    return json.dumps(fields, separators=(",", ":"))
+
+
+_RES_BIGINT: Final = {r: "BIGINT" for r in RESOURCES}
+_RECORD_STRUCTURE: Final = _struct(
+    {
+        "v": "INTEGER",
+        "cycle_id": "VARCHAR",
+        "events_offset": "BIGINT",
+        "usage_snapshot_id": "VARCHAR",
+        "config_hash": "VARCHAR",
+        "logical_time_ms": "BIGINT",
+        "usage_available": "BOOLEAN",
+        "queues": [
+            {
+                "name": "VARCHAR",
+                "parent": "VARCHAR",
+                "priority": "INTEGER",
+                **{f: _RES_BIGINT for f in _QUEUE_FIELDS},
+                "usage": {r: "DOUBLE" for r in RESOURCES},
+            }
+        ],
+        "decisions": [
+            {
+                "kind": "VARCHAR",
+                "job": "VARCHAR",
+                "queue": "VARCHAR",
+                "pod": "VARCHAR",
+                "pods": ["VARCHAR"],
+                "node": "VARCHAR",
+                "gpu_devices": ["INTEGER"],
+                "gpu_milli_per_device": "INTEGER",
+                "action": "VARCHAR",
+                "reason": "VARCHAR",
+                "message": "VARCHAR",
+                "details": "JSON",
+            }
+        ],
+    }
+)
+
+_QUEUE_SELECT: Final = ", ".join(
+    [
+        "cycle_id",
+        "t AS logical_time_ms",
+        "q.name AS queue",
+        "q.parent AS parent",
+        "q.priority AS priority",
+        *[f"q.{f}.{r} AS {r}_{f}" for f in _QUEUE_FIELDS for r in RESOURCES],
+        *[f"q.usage.{r} AS {r}_usage" for r in RESOURCES],
+    ]
+)
+
+_CYCLE_ID = re.compile(rb'"cycle_id":"([^"]*)"')
+_SEP: Final = "\x1f"
+
+
+class StoreError(RuntimeError):
+    """Bad input for the store (a malformed cycle record) or a rejected / failed query."""
+
+
+class _ArrowStream:
+    """Exposes only the Arrow PyCapsule stream of a polars frame, so DuckDB scans it without pyarrow."""
+
+    def __init__(self, df: pl.DataFrame) -> None:
+        self._df = df
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self._df.__arrow_c_stream__(requested_schema)
+
+
+@dataclass
+class LoadStats:
+    """What one load did."""
+
+    events: int = 0
+    events_skipped_malformed: int = 0
+    events_duplicate: int = 0
+    cycles: int = 0
+    cycles_duplicate: int = 0
+    queue_rows: int = 0
+    decision_rows: int = 0
+    batches: int = 0
+
+    def add(self, other: LoadStats) -> None:
+        for k in vars(self):
+            setattr(self, k, getattr(self, k) + getattr(other, k))
+
+
+class AuditStore:
+    """A read-write DuckDB audit store (created with its schema if missing). Use as a context manager."""
+
+    def __init__(self, path: Path | str = ":memory:") -> None:
+        self.path = str(path)
+        self.con = duckdb.connect(self.path)
+        self.con.execute(SCHEMA)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> AuditStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _scalar(self, sql: str) -> int:
+        rows = self.con.execute(sql).fetchall()
+        return int(rows[0][0] or 0)
+
+    def count(self, table: str) -> int:
+        if table not in ("events", "cycles", "queue_cycles", "decisions"):
+            raise StoreError(f"unknown table {table!r}")
+        return self._scalar(f"SELECT count(*) FROM {table}")
+
+    def cycle_ids(self) -> set[str]:
+        return {r[0] for r in self.con.execute("SELECT cycle_id FROM cycles").fetchall()}
+
+    def max_event_offset(self) -> int:
+        return self._scalar('SELECT coalesce(max("offset"), -1) FROM events')
+
+    def _write_cycles(self, ids: list[str], raws: list[str], stats: LoadStats) -> None:
+        """Parse and insert a batch of cycle records (DuckDB's JSON reader), one transaction."""
+        if not ids:
+            return
+        df = pl.DataFrame({"cycle_id": ids, "raw": raws}, schema={"cycle_id": pl.Utf8, "raw": pl.Utf8})
+        con = self.con
+        con.register("_batch_cycles", _ArrowStream(df))
+        con.execute("BEGIN TRANSACTION")
+        try:
+            try:
+                con.execute(
+                    "CREATE OR REPLACE TEMP TABLE _parsed AS"
+                    " SELECT b.cycle_id AS id, from_json(b.raw, ?) AS j FROM _batch_cycles b"
+                    " WHERE b.cycle_id NOT IN (SELECT cycle_id FROM cycles)",
+                    [_RECORD_STRUCTURE],
+                )
+            except duckdb.Error as e:
+                raise StoreError(f"malformed cycle record: {e}") from e
+            bad = con.execute(
+                "SELECT id, j.v FROM _parsed WHERE j.v IS DISTINCT FROM 1 OR j.cycle_id IS DISTINCT FROM id"
+                " OR j.logical_time_ms IS NULL OR j.decisions IS NULL OR j.queues IS NULL LIMIT 1"
+            ).fetchall()
+            if bad:
+                raise StoreError(f"malformed cycle record {bad[0][0]!r} (version {bad[0][1]!r})")
+            added = self._scalar("SELECT count(*) FROM _parsed")
+            con.execute(
+                "INSERT INTO cycles SELECT id, j.events_offset, j.usage_snapshot_id, j.config_hash,"
+                " j.logical_time_ms, coalesce(j.usage_available, true), len(j.queues), len(j.decisions)"
+                " FROM _parsed"
+            )
+            con.execute(
+                f"INSERT INTO queue_cycles SELECT {_QUEUE_SELECT} FROM ("
+                " SELECT id AS cycle_id, j.logical_time_ms AS t, unnest(j.queues) AS q FROM _parsed)"
+            )
+            con.execute(
+                "INSERT INTO decisions SELECT cycle_id, t, seq - 1, d.kind, d.job, d.queue, d.pod,"
+                " coalesce(d.pods, []), d.node, coalesce(d.gpu_devices, []),"
+                " coalesce(d.gpu_milli_per_device, 0), d.action, d.reason, d.message,"
+                " CASE WHEN d.details IS NULL OR CAST(d.details AS VARCHAR) = '{}' THEN NULL"
+                " ELSE d.details END"
+                " FROM (SELECT id AS cycle_id, j.logical_time_ms AS t,"
+                " generate_subscripts(j.decisions, 1) AS seq, unnest(j.decisions) AS d FROM _parsed)"
+            )
+            stats.queue_rows += self._scalar("SELECT coalesce(sum(len(j.queues)), 0) FROM _parsed")
+            stats.decision_rows += self._scalar("SELECT coalesce(sum(len(j.decisions)), 0) FROM _parsed")
+            con.execute("DROP TABLE _parsed")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+        finally:
+            con.unregister("_batch_cycles")
+        stats.cycles += added
+        stats.cycles_duplicate += len(ids) - added
+
+    def _write_events(self, offsets: list[int], raws: list[str], stats: LoadStats) -> None:
+        if not offsets:
+            return
+        df = pl.DataFrame({"offset": offsets, "raw": raws}, schema={"offset": pl.Int64, "raw": pl.Utf8})
+        lo, hi = min(offsets), max(offsets)
+        con = self.con
+        con.register("_batch_events", _ArrowStream(df))
+        try:
+            con.execute(
+                'CREATE OR REPLACE TEMP TABLE _ev AS SELECT b."offset", b.raw,'
+                " CASE WHEN json_valid(b.raw) THEN json_extract_string(b.raw, '$.type') END AS type,"
+                " CASE WHEN json_valid(b.raw) THEN json_extract_string(b.raw, '$.uid') END AS uid,"
+                " CASE WHEN json_valid(b.raw) THEN TRY_CAST(json_extract(b.raw, '$.at_ms') AS BIGINT) END"
+                " AS at_ms FROM _batch_events b"
+            )
+            bad = self._scalar("SELECT count(*) FROM _ev WHERE type IS NULL OR at_ms IS NULL")
+            before = self.count("events")
+            con.execute(
+                'INSERT INTO events SELECT "offset", type, uid, at_ms, CAST(raw AS JSON) FROM _ev'
+                ' WHERE type IS NOT NULL AND at_ms IS NOT NULL AND "offset" NOT IN'
+                f' (SELECT "offset" FROM events WHERE "offset" BETWEEN {lo} AND {hi})'
+            )
+            added = self.count("events") - before
+            con.execute("DROP TABLE _ev")
+        finally:
+            con.unregister("_batch_events")
+        stats.events += added
+        stats.events_skipped_malformed += bad
+        stats.events_duplicate += len(offsets) - bad - added
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+def _record_id(raw: bytes) -> str:
+    m = _CYCLE_ID.search(raw, 0, 512)  # canonical JSON: only config_hash comes before cycle_id
+    if m is not None:
+        return m.group(1).decode()
+    try:
+        cid = json.loads(raw)["cycle_id"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise StoreError(f"malformed cycle record (no cycle_id): {e}") from e
+    if not isinstance(cid, str):
+        raise StoreError(f"malformed cycle record: cycle_id {cid!r} is not a string")
+    return cid
+
+
+def load_cycles(store: AuditStore, raws: Iterable[bytes], batch_size: int = 500) -> LoadStats:
+    """Load canonical cycle-record JSON lines (``CycleRecord.dumps()``), ``batch_size`` records a batch.
+
+    Records whose ``cycle_id`` is already stored (or earlier in the input) are dropped.
+    """
+    stats = LoadStats()
+    known = store.cycle_ids()
+    ids: list[str] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        store._write_cycles(ids, texts, stats)
+        stats.batches += 1
+        known.update(ids)
+        ids.clear()
+        texts.clear()
+
+    for raw in raws:
+        cid = _record_id(raw)
+        if cid in known:
+            stats.cycles_duplicate += 1
+            continue
+        known.add(cid)
+        ids.append(cid)
+        texts.append(raw.decode())
+        if len(ids) >= batch_size:
+            flush()
+    if ids:
+        flush()
+    return stats
+
+
+def load_events(store: AuditStore, items: Iterable[tuple[int, bytes]], batch_size: int = 50_000) -> LoadStats:
+    """Load ``(offset, dump_event bytes)`` pairs, ``batch_size`` a batch; offsets already stored are skipped."""
+    stats = LoadStats()
+    offsets: list[int] = []
+    texts: list[str] = []
+
+    def flush() -> None:
+        store._write_events(offsets, texts, stats)
+        stats.batches += 1
+        offsets.clear()
+        texts.clear()
+
+    for offset, raw in items:
+        offsets.append(offset)
+        texts.append(raw.decode(errors="replace").rstrip("\n"))
+        if len(offsets) >= batch_size:
+            flush()
+    if offsets:
+        flush()
+    return stats
+
+
+# --------------------------------------------------------------------------- sources
+
+
+def _lines(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                yield line
+
+
+def load_run_dir(store: AuditStore, directory: Path | str, batch_size: int = 500) -> LoadStats:
+    """Load a ``hourglass simulate --out`` directory (line ``i`` of ``events.jsonl`` is offset ``i``)."""
+    d = Path(directory)
+    if not (d / CYCLES_FILE).is_file():
+        raise StoreError(f"{d}: not a run directory (no {CYCLES_FILE})")
+    stats = LoadStats()
+    if (d / EVENTS_FILE).is_file():
+        start = store.max_event_offset() + 1
+        with (d / EVENTS_FILE).open("rb") as fh:
+            items = ((i, line) for i, line in enumerate(fh) if i >= start)
+            stats.add(load_events(store, items))
+    stats.add(load_cycles(store, _lines(d / CYCLES_FILE), batch_size))
+    return stats
+
+
+def sink_from_log(
+    store: AuditStore,
+    log: Log,
+    topics: Topics = DEFAULT_TOPICS,
+    group: str = DEFAULT_GROUP,
+    batch_size: int = 1000,
+) -> LoadStats:
+    """Load everything new on the events and decisions topics, from ``group``'s committed offsets.
+
+    Each batch is written to the store in one transaction, then its offsets are committed; a crash between
+    the two re-reads the batch next time and the duplicates are dropped.
+    """
+    stats = LoadStats()
+    for topic in (topics.events, topics.decisions):
+        pos = log.committed(group, topic)
+        while True:
+            records = log.read(topic, pos, batch_size)
+            if not records:
+                break
+            if topic == topics.events:
+                stats.add(load_events(store, ((r.offset, r.value) for r in records), batch_size=len(records)))
+            else:
+                stats.add(load_cycles(store, (r.value for r in records), batch_size=len(records)))
+            pos = records[-1].offset + 1
+            log.commit(group, topic, pos)
+    return stats
+
+
+# --------------------------------------------------------------------------- read-only queries
+
+
+def check_select(sql: str) -> str:
+    """The single SELECT (or WITH … SELECT) statement in ``sql``; StoreError for anything else."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as e:
+        raise StoreError(f"cannot parse the query: {e}") from e
+    if len(statements) != 1:
+        raise StoreError(f"expected exactly one SELECT statement, got {len(statements)} statements")
+    st = statements[0]
+    if st.type != duckdb.StatementType.SELECT:
+        kind = str(st.type).rsplit(".", 1)[-1]
+        raise StoreError(f"only read-only SELECT / WITH queries are allowed, not {kind} statements")
+    return str(st.query)
+
+
+def open_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
+    """Open a store read-only, with file and network access from SQL disabled and the settings locked."""
+    con = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
+    con.execute("SET lock_configuration = true")
+    return con
+
+
+def resolve_store(path: Path | str) -> Path:
+    """The DuckDB file for ``--store PATH``: a .duckdb file as is, or ``DIR/audit.duckdb`` for a run dir.
+
+    A run directory's store is built on first use and refreshed when the run's files are newer.
+    """
+    p = Path(path)
+    if p.is_dir():
+        db = p / RUN_DIR_STORE
+        sources = [p / CYCLES_FILE, p / EVENTS_FILE]
+        newest = max((s.stat().st_mtime for s in sources if s.exists()), default=0.0)
+        if not db.exists() or db.stat().st_mtime < newest:
+            with AuditStore(db) as store:
+                load_run_dir(store, p)
+            db.touch()
+        return db
+    if not p.is_file():
+        raise StoreError(f"{p}: no such store (a run directory or a .duckdb file)")
+    return p
+
+
+def query(path: Path | str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run one read-only SELECT on the store at ``path``: (column names, rows)."""
+    stmt = check_select(sql)
+    db = resolve_store(path)
+    con = open_readonly(db)
+    try:
+        try:
+            cur = con.execute(stmt)
+            rows = cur.fetchall()
+        except duckdb.Error as e:
+            raise StoreError(f"query failed: {e}") from e
+        columns = [d[0] for d in cur.description or []]
+    finally:
+        con.close()
+    return columns, rows
+
+
+def render(
+    columns: list[str], rows: list[tuple[Any, ...]], fmt: str = "table", out: IO[str] | None = None
+) -> None:
+    """Print query results as a rich table, CSV (with a header) or JSON (a list of objects)."""
+    out = out if out is not None else sys.stdout
+    if fmt == "csv":
+        w = csv.writer(out, lineterminator="\n")
+        w.writerow(columns)
+        w.writerows(["" if v is None else v for v in row] for row in rows)
+    elif fmt == "json":
+        json.dump([dict(zip(columns, row, strict=True)) for row in rows], out, default=str, indent=1)
+        out.write("\n")
+    elif fmt == "table":
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*columns, show_lines=False)
+        for row in rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in row))
+        Console(file=out, width=max(120, 8 * len(columns) + 40)).print(table)
+        out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
+    else:
+        raise StoreError(f"unknown format {fmt!r} (table, csv or json)")
