@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from scheduler.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
 
@@ -63,14 +64,39 @@ def dominant_share(ssn: Session, q: QueueInfo, alloc: Vec) -> float:
     return best
 
 
+@dataclass
+class JobCache:
+    """Per-job values shared between orderings while only the `volatile` jobs' tasks may change.
+
+    The caller owns it and must drop it once any other job changes; ``init`` holds init resources for one
+    `include_virtual` setting, ``keys`` the jobs' sort keys.
+    """
+
+    volatile: set[str]
+    init: dict[str, Vec] = field(default_factory=dict)
+    keys: dict[str, tuple[object, ...]] = field(default_factory=dict)
+
+
 class QueueComparator:
     """KAI's queue order, evaluated on the best pending job of each queue (or its victims)."""
 
-    def __init__(self, ssn: Session, include_virtual: bool = False) -> None:
+    def __init__(
+        self,
+        ssn: Session,
+        include_virtual: bool = False,
+        shared_init: JobCache | None = None,
+        memo: dict[tuple[object, ...], int] | None = None,
+    ) -> None:
         self.ssn = ssn
         self.include_virtual = include_virtual
+        # Outcomes of victim-less comparisons, keyed by everything they read that can change within a
+        # session (allocations and init resources); shared by the caller while queue shares stay fixed.
+        self._memo = memo
         self._init_cache: dict[str, Vec] = {}
         self._deserved_cache: dict[str, list[int | None]] = {}  # quotas are static within a session
+        # Init resources the caller shares between comparators built with the same `include_virtual`.
+        self._shared_init = shared_init
+        self._static: dict[str, tuple[list[int | None], list[int | None], list[float]]] = {}
 
     def init_res(self, job: JobInfo | None) -> Vec:
         if job is None:
@@ -78,7 +104,13 @@ class QueueComparator:
         key = job.uid
         v = self._init_cache.get(key)
         if v is None:
-            v = job_init_resources(self.ssn, job, self.include_virtual)
+            shared = self._shared_init
+            if shared is None or key in shared.volatile:
+                v = job_init_resources(self.ssn, job, self.include_virtual)
+            else:
+                v = shared.init.get(key)
+                if v is None:
+                    v = shared.init[key] = job_init_resources(self.ssn, job, self.include_virtual)
             self._init_cache[key] = v
         return v
 
@@ -87,6 +119,17 @@ class QueueComparator:
         if d is None:
             d = self._deserved_cache[q.name] = [q.deserved(r) for r in range(3)]
         return d
+
+    def _shares(self, q: QueueInfo) -> tuple[list[int | None], list[float]]:
+        """The queue's allocatable shares, and the same with unlimited as infinity (cached once frozen)."""
+        st = self._static.get(q.name)
+        if st is not None and st[0] is q._alloc_share:
+            return st[1], st[2]
+        sh = [q.allocatable_share(r) for r in range(3)]
+        inf = [_INF if x is None else x for x in sh]
+        if q._alloc_share is not None:
+            self._static[q.name] = (q._alloc_share, sh, inf)
+        return sh, inf
 
     def forget(self, job: JobInfo) -> None:
         self._init_cache.pop(job.uid, None)
@@ -101,6 +144,26 @@ class QueueComparator:
         rv: list[JobInfo] | None = None,
     ) -> int:
         """-1 when `lq` goes first, +1 when `rq` does."""
+        memo = self._memo
+        if memo is None or lv is not None or rv is not None:
+            return self._compare(lq, rq, lj, rj, lv, rv)
+        lqa, rqa = lq.allocated, rq.allocated
+        li, ri = self.init_res(lj), self.init_res(rj)
+        key = (lq.name, rq.name, *lqa, *rqa, *li, *ri)
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = self._compare(lq, rq, lj, rj, lv, rv)
+        return out
+
+    def _compare(
+        self,
+        lq: QueueInfo,
+        rq: QueueInfo,
+        lj: JobInfo | None,
+        rj: JobInfo | None,
+        lv: list[JobInfo] | None,
+        rv: list[JobInfo] | None,
+    ) -> int:
         # 1. under-utilised first: over-utilised means fair share < allocated in every resource.
         lqa, rqa, lf, rf = lq.allocated, rq.allocated, lq.fair_share, rq.fair_share
         lo = lf[0] < lqa[0] and lf[1] < lqa[1] and lf[2] < lqa[2]
@@ -119,29 +182,29 @@ class QueueComparator:
         if lq.spec.priority != rq.spec.priority:
             return -1 if lq.spec.priority > rq.spec.priority else 1
         # 4. penalise using a resource with no allocatable share.
-        lz = any(lq.allocatable_share(r) == 0 and la[r] > 0 for r in range(3))
-        rz = any(rq.allocatable_share(r) == 0 and ra[r] > 0 for r in range(3))
+        lsh, lx = self._shares(lq)
+        rsh, rx = self._shares(rq)
+        lz = (lsh[0] == 0 and la[0] > 0) or (lsh[1] == 0 and la[1] > 0) or (lsh[2] == 0 and la[2] > 0)
+        rz = (rsh[0] == 0 and ra[0] > 0) or (rsh[1] == 0 and ra[1] > 0) or (rsh[2] == 0 and ra[2] > 0)
         if lz != rz:
             return 1 if lz else -1
         # 5. smaller dominant share with the job (minus victims).
-        lw, rw = list(la), list(ra)
-        for vs, w in ((lv, lw), (rv, rw)):
-            for v in vs or ():
-                va = job_allocated(self.ssn, v)
-                for r in range(3):
-                    w[r] -= va[r]
-        lds, rds = dominant_share(self.ssn, lq, lw), dominant_share(self.ssn, rq, rw)
+        if lv or rv:
+            la, ra = list(la), list(ra)
+            for vs, w in ((lv, la), (rv, ra)):
+                for v in vs or ():
+                    va = job_allocated(self.ssn, v)
+                    for r in range(3):
+                        w[r] -= va[r]
+        total = self.ssn.total
+        lds, rds = _dshare(total, lsh, la), _dshare(total, rsh, ra)
         if lds != rds:
             return -1 if lds < rds else 1
         # 6. smaller dominant share without the job.
-        lds, rds = dominant_share(self.ssn, lq, lq.allocated), dominant_share(self.ssn, rq, rq.allocated)
+        lds, rds = _dshare(total, lsh, lqa), _dshare(total, rsh, rqa)
         if lds != rds:
             return -1 if lds < rds else 1
         # 7. smaller allocatable share (<= everywhere, < somewhere).
-        lsh = [lq.allocatable_share(r) for r in range(3)]
-        rsh = [rq.allocatable_share(r) for r in range(3)]
-        lx = [_INF if x is None else x for x in lsh]
-        rx = [_INF if x is None else x for x in rsh]
         if all(a <= b for a, b in zip(lx, rx, strict=True)) and any(
             a < b for a, b in zip(lx, rx, strict=True)
         ):
@@ -154,6 +217,23 @@ class QueueComparator:
         return -1 if (lq.spec.order, lq.name) < (rq.spec.order, rq.name) else 1
 
 
+def _dshare(total: Vec, shares: list[int | None], alloc: Vec) -> float:
+    """:func:`dominant_share` with the queue's allocatable shares already looked up."""
+    best = 0.0
+    for r in range(3):
+        a = alloc[r]
+        share = shares[r]
+        if share is None:
+            share = total[r]
+        if share == 0:
+            v = (a / 1000 if r == G else a) * 1000.0
+        else:
+            v = a / share
+        if v > best:
+            best = v
+    return best
+
+
 class JobsByQueue:
     """A tree of ordered queues: at every level, the child whose best job wins the queue comparator.
 
@@ -164,11 +244,18 @@ class JobsByQueue:
     """
 
     def __init__(
-        self, ssn: Session, jobs: Iterable[JobInfo], victim: bool = False, include_virtual: bool = False
+        self,
+        ssn: Session,
+        jobs: Iterable[JobInfo],
+        victim: bool = False,
+        include_virtual: bool = False,
+        shared_init: JobCache | None = None,
+        memo: dict[tuple[object, ...], int] | None = None,
     ) -> None:
         self.ssn = ssn
         self.victim = victim
-        self.cmp = QueueComparator(ssn, include_virtual)
+        self.cmp = QueueComparator(ssn, include_virtual, shared_init, memo)
+        self._shared = shared_init
         self._heaps: dict[str, list[tuple[tuple[object, ...], int, JobInfo]]] = {}
         self._children: dict[str | None, list[QueueInfo]] = {}
         self._dirty: list[QueueInfo] = []
@@ -183,7 +270,13 @@ class JobsByQueue:
             self._reposition(self.ssn.queues[name])
 
     def _key(self, job: JobInfo) -> tuple[object, ...]:
-        k = job.sort_key()
+        shared = self._shared
+        if shared is not None and job.uid not in shared.volatile:
+            k = shared.keys.get(job.uid)
+            if k is None:
+                k = shared.keys[job.uid] = job.sort_key()
+        else:
+            k = job.sort_key()
         if self.victim:
             return tuple(_Neg(x) for x in k)
         return k
@@ -205,7 +298,7 @@ class JobsByQueue:
         return h[0][2] if h else None
 
     def _leaf_of(self, q: QueueInfo) -> QueueInfo:
-        while not q.is_leaf:
+        while q.children:  # not a leaf
             q = self._children[q.name][0]
         return q
 
@@ -217,11 +310,12 @@ class JobsByQueue:
     def _before(self, a: QueueInfo, b: QueueInfo) -> bool:
         """True when queue `a` goes before its sibling `b`."""
         la, lb = self._leaf_of(a), self._leaf_of(b)
-        if self.victim:
-            va = [*self.popped.get(la.name, []), *filter(None, [self._best_job(la)])]
-            vb = [*self.popped.get(lb.name, []), *filter(None, [self._best_job(lb)])]
-            return self.cmp.compare(a, b, None, None, va, vb) > 0
-        return self.cmp.compare(a, b, self._best_job(la), self._best_job(lb)) < 0
+        if not self.victim:
+            ha, hb = self._heaps.get(la.name), self._heaps.get(lb.name)
+            return self.cmp.compare(a, b, ha[0][2] if ha else None, hb[0][2] if hb else None) < 0
+        va = [*self.popped.get(la.name, []), *filter(None, [self._best_job(la)])]
+        vb = [*self.popped.get(lb.name, []), *filter(None, [self._best_job(lb)])]
+        return self.cmp.compare(a, b, None, None, va, vb) > 0
 
     def _reposition(self, q: QueueInfo) -> None:
         """Re-insert `q` and each of its ancestors at their place among their siblings."""

@@ -240,12 +240,26 @@ def register_scorer(name: str, scorer: NodeScorer, choose_devices: DeviceChooser
         DEVICE_CHOOSERS[name] = choose_devices
 
 
+def _node_maxima(ssn: Session) -> tuple[int, int, int]:
+    """The largest GPU count, CPU and memory of a Ready node (node specs are fixed within a session)."""
+    cached: tuple[list[NodeInfo], int, tuple[int, int, int]] | None = getattr(ssn, "_node_maxima", None)
+    if cached is not None and cached[0] is ssn.nodes and cached[1] == len(ssn.nodes):
+        return cached[2]
+    nodes = [n for n in ssn.nodes if n.spec.ready]
+    out = (
+        max((n.gpus for n in nodes), default=0),
+        max((n.spec.cpu for n in nodes), default=0),
+        max((n.spec.memory for n in nodes), default=0),
+    )
+    ssn._node_maxima = (ssn.nodes, len(ssn.nodes), out)  # type: ignore[attr-defined]
+    return out
+
+
 def max_node_resources_error(ssn: Session, task: TaskInfo) -> str | None:
     """KAI's pre-predicate: a request larger than the largest node can never fit."""
     req = task.request
-    nodes = [n for n in ssn.nodes if n.spec.ready]
+    most, max_cpu, max_mem = _node_maxima(ssn)
     if req.gpus or req.is_shared:
-        most = max((n.gpus for n in nodes), default=0)
         if most == 0:
             return "No node in the default node-pool has GPU resources"
         need = req.gpus or req.gpu_fraction_devices
@@ -254,13 +268,11 @@ def max_node_resources_error(ssn: Session, task: TaskInfo) -> str | None:
                 f"The pod {task.name} requires {need} GPU(s). Max GPU resources available in a single "
                 f"node in the default node-pool is topped at {most} GPU(s)"
             )
-    max_cpu = max((n.spec.cpu for n in nodes), default=0)
     if req.cpu > max_cpu:
         return (
             f"The pod {task.name} requires {req.cpu / 1000:g} CPU cores. Max CPU resources available in a "
             f"single node in the default node-pool is topped at {max_cpu / 1000:g} cores"
         )
-    max_mem = max((n.spec.memory for n in nodes), default=0)
     if req.memory > max_mem:
         return (
             f"The pod {task.name} requires {req.memory / 1e9:g} GB of memory. Max memory available in a "

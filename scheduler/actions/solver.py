@@ -26,15 +26,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.actions.allocate import allocate_job
+from scheduler.actions.allocate import allocate_job, task_signature
 from scheduler.actions.common import candidate_jobs, over_capacity, tasks_vec
-from scheduler.ordering import JobsByQueue, task_order
-from scheduler.placement import allocate_task
+from scheduler.ordering import JobCache, JobsByQueue, task_order
+from scheduler.placement import allocate_task, best_fit, static_reason
 from scheduler.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
     GPU_MILLI,
     JobInfo,
+    NodeInfo,
     Op,
     Session,
     Statement,
@@ -128,6 +129,27 @@ def _gpu_need(t: TaskInfo) -> int:
     return 0
 
 
+def _shared_may_fit(t: TaskInfo, node: NodeInfo) -> bool:
+    """A necessary condition for placing shared-GPU task `t` on `node` (pipeline or not).
+
+    The node passes the static checks, has the CPU and memory in its future capacity, and enough devices
+    with the task's portion left in their future capacity. It only turns false as the node fills up.
+    """
+    if static_reason(t, node) is not None:
+        return False
+    req = t.request
+    if node.future(0) < req.cpu or node.future(1) < req.memory:
+        return False
+    if req.gpu_fraction_milli is not None:
+        portion: int | None = req.gpu_fraction_milli
+    else:
+        assert req.gpu_memory_mib is not None
+        portion = node.memory_portion(req.gpu_memory_mib)
+    if portion is None or portion > GPU_MILLI:
+        return False
+    return sum(1 for d in range(node.gpus) if node.dev_future(d) >= portion) >= req.gpu_fraction_devices
+
+
 class Solver:
     """Finds victims for one preemptor at a time (see the module docstring)."""
 
@@ -139,6 +161,12 @@ class Solver:
         self.action = action
         self.reason = reason
         self._pending: list[JobInfo] = []
+        self._shared_nodes: dict[tuple[object, ...], list[NodeInfo]] = {}  # per partial job, see above
+        # Per solve(): init resources of jobs the solve never touches, and the ordering peers per leaf set.
+        self._shared_init = JobCache(set())
+        self._by_leaf: dict[str, list[JobInfo]] = {}  # pending jobs by leaf queue
+        self._by_parent: dict[str, list[JobInfo]] = {}  # pending jobs by each ancestor above the leaf
+        self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
 
     def solve(self, job: JobInfo, victims: Sequence[JobInfo]) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
@@ -157,6 +185,18 @@ class Solver:
             return None
         before = job.count(ACTIVE_USED)
         self._pending = candidate_jobs(self.ssn)
+        # Only the victims and the preemptor change while solving; every other job's init resources hold.
+        self._shared_init = JobCache({v.uid for v in victims} | {job.uid})
+        self._by_leaf, self._by_parent = {}, {}
+        for j in self._pending:
+            q = j.queue
+            if q is None:
+                continue
+            self._by_leaf.setdefault(q.name, []).append(j)
+            for a in q.ancestors():
+                if a is not q:
+                    self._by_parent.setdefault(a.name, []).append(j)
+        self._memo = {}
         stmt = self.ssn.statement()
         recorded: list[TaskInfo] = []
         solved = False
@@ -183,6 +223,13 @@ class Solver:
         victims: Sequence[JobInfo],
     ) -> Scenario | None:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
+        # Nothing is evicted yet: the nodes where each shared-GPU task could go now (see _shared_may_fit).
+        self._shared_nodes = {}
+        for t in pending:
+            if t.shared:
+                sig = task_signature(t)
+                if sig not in self._shared_nodes:
+                    self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
         stream = _VictimStream(self.ssn, victims, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
@@ -243,9 +290,16 @@ class Solver:
         pool = {j.uid: j for j in self._ordering_peers([*victim_jobs, preemptor])}
         for j in (*victim_jobs, preemptor):
             pool[j.uid] = j
-        order = JobsByQueue(ssn, sorted(pool.values(), key=lambda p: p.index), include_virtual=True)
+        order = JobsByQueue(
+            ssn,
+            sorted(pool.values(), key=lambda p: p.index),
+            include_virtual=True,
+            shared_init=self._shared_init,
+            memo=self._memo,
+        )
         placed = False
         left = len(victim_uids) + 1
+        freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
         while left and (nxt := order.pop()) is not None:
             if nxt is preemptor or nxt.uid in victim_uids:
                 left -= 1  # once every relevant job had its turn the rest of the queue changes nothing
@@ -258,6 +312,9 @@ class Solver:
                 ssn, stmt, nxt, ssn.nodes, self.action, pipeline_only=True, record_errors=False
             ):
                 self._restore_unmoved(stmt, nxt, cp)
+                if not placed and self._preemptor_shut_out(scenario, freed):
+                    stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
+                    return False
         # Victims put back where they were are no longer victims.
         scenario.evicted = [t for t in evicted if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
         if not placed or not self.validator(ssn, scenario):
@@ -277,14 +334,14 @@ class Solver:
         parents = {
             a.name for j in involved if j.queue is not None for a in j.queue.ancestors() if a is not j.queue
         }
-        out = []
-        for j in self._pending:
-            q = j.queue
-            if q is None:
-                continue
-            if q.name in leaves or any(a.name in parents for a in q.ancestors() if a is not q):
-                out.append(j)
-        return out
+        out: dict[str, JobInfo] = {}
+        for name in sorted(leaves):
+            for j in self._by_leaf.get(name, ()):
+                out[j.uid] = j
+        for name in sorted(parents):
+            for j in self._by_parent.get(name, ()):
+                out[j.uid] = j
+        return sorted(out.values(), key=lambda j: j.index)
 
     def _restore_unmoved(self, stmt: Statement, job: JobInfo, since: int) -> None:
         """A victim re-placed on the node it was evicted from is un-evicted rather than moved (as KAI does).
@@ -311,6 +368,34 @@ class Solver:
             ):
                 devices = op.prev_devices  # its own devices are still free: keep the original layout
             stmt.restore(t, op.prev_status, node, devices, op.prev_portion, self.action)
+
+    def _preemptor_shut_out(self, scenario: Scenario, freed: dict[str, NodeInfo]) -> bool:
+        """True when placing the preemptor must fail now and at any later point of this simulation.
+
+        Until the preemptor's turn a simulation only places and restores victims, so queue allocations only
+        grow and node capacity only shrinks. Both checks are monotone under that: the queue capacity check,
+        and a task that fits no node on its own -- for a shared-GPU task, the relaxation of
+        :func:`_shared_may_fit` (the exact check is not monotone: a device that gains a shared pod can start
+        to accept it). `freed` are the nodes the simulation evicted victims from.
+        """
+        ssn = self.ssn
+        if over_capacity(ssn, scenario.preemptor, scenario.pending) is not None:
+            return True
+        seen: set[tuple[object, ...]] = set()
+        for t in scenario.pending:
+            sig = task_signature(t)
+            if sig in seen:
+                continue
+            seen.add(sig)
+            if t.shared:
+                # Candidates: where it could go before the evictions, or a node an evicted victim ran on.
+                nodes = {n.name: n for n in self._shared_nodes.get(sig, ())}
+                nodes.update(freed)
+                if not any(_shared_may_fit(t, n) for n in nodes.values()):
+                    return True
+            elif best_fit(ssn, t, ssn.nodes, allow_idle=False) is None:
+                return True
+        return False
 
     def _place_preemptor(self, stmt: Statement, scenario: Scenario) -> bool:
         ssn = self.ssn
