@@ -69,6 +69,35 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
+    from scheduler.service import Service
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    try:
+        log = open_log(args.log, topics=topics.all())
+    except LogError as e:
+        print(f"run: {e}", file=sys.stderr)
+        return 2
+    with log:
+        service = Service(log, topics, batch_size=args.batch_size, poll_interval_s=args.poll_interval)
+        signal.signal(signal.SIGTERM, lambda *_: service.stop())
+        try:
+            st = service.run(max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle)
+        except KeyboardInterrupt:
+            st = service.stats
+    print(
+        f"run: {st.records_read} records read, {st.events_folded} events folded, {st.dead_letters} dead"
+        f" letters, {st.cycles_appended} cycles appended ({st.cycles_skipped} already recorded),"
+        f" events position {service.position}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -106,6 +135,18 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     q.add_argument("query", help="one SELECT (or WITH … SELECT) statement")
     q.set_defaults(func=_cmd_sql)
+    u = sub.add_parser(
+        "run", help="the scheduler service: events -> cycle records, exactly once (docs/service.md)"
+    )
+    u.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
+    u.add_argument(
+        "--once", action="store_true", help="process one batch of events (at most one cycle) and exit"
+    )
+    u.add_argument("--stop-when-idle", action="store_true", help="exit when no new events are left")
+    u.add_argument("--batch-size", type=int, default=1000, help="events read per step (default 1000)")
+    u.add_argument("--poll-interval", type=float, default=0.2, help="seconds between polls when idle")
+    u.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
+    u.set_defaults(func=_cmd_run)
     return p
 
 

@@ -1,0 +1,324 @@
+"""The scheduler service loop (``hourglass run``): events in, one cycle record per cycle out.
+
+Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``docs/service.md``:
+
+* A cycle is a pure function of (fold of the events log up to ``events_offset``, config, logical time),
+  and its ``cycle_id`` is derived from those inputs (:func:`scheduler.decisions.cycle_id`). Logical time
+  is the ``at_ms`` of the last folded event, never the wall clock.
+* The **decisions topic is the source of truth** for progress. On start, :meth:`Service.recover` reads
+  the tail of the decisions topic, takes the last recorded cycle's ``events_offset`` ``E`` and refolds
+  the events log from 0 through ``E`` (the fold is deterministic, so this rebuilds exactly the state that
+  cycle saw); processing resumes at ``E + 1``.
+* Before appending a record the service checks its id against the ids read on start (and those it
+  appended since): a cycle that is re-run after a crash produces the same id and is not appended twice.
+* Dead letters are made idempotent the same way: on start the dead-letter topic is read and the
+  ``(source_topic, source_offset)`` pairs already present are never dead-lettered again.
+* Order of writes in a step: dead letters, then the cycle record, then the consumer commit of the events
+  position. The commit is informational (monitoring, other tools); resumption does not depend on it.
+
+Input is never trusted: a record that does not parse (bad JSON, schema, unknown version or type) or
+that the fold rejects goes to the dead-letter topic as JSON ``{source_topic, source_offset,
+reason_code, message, raw}`` and is skipped; the service keeps running.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ingest.events import EventError, parse_event
+from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
+from scheduler.cycle import run_cycle
+from scheduler.decisions import CycleRecord
+from scheduler.session import SessionConfig
+from scheduler.state import ClusterState, StateBuilder
+
+__all__ = [
+    "DEFAULT_GROUP",
+    "FOLD_REJECTED",
+    "DeadLetter",
+    "Folder",
+    "RunStats",
+    "Service",
+    "dead_letter_bytes",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP: Final = "hourglass-scheduler"
+FOLD_REJECTED: Final = "fold_rejected"
+UNPARSEABLE: Final = "unparseable"
+DECISIONS_TAIL: Final = 1000  # decision records read on start to find the last cycle and recorded ids
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Why one source record was not folded."""
+
+    source_topic: str
+    source_offset: int
+    reason_code: str
+    message: str
+    raw: str  # the record's value as text (undecodable bytes backslash-escaped)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source_topic": self.source_topic,
+            "source_offset": self.source_offset,
+            "reason_code": self.reason_code,
+            "message": self.message,
+            "raw": self.raw,
+        }
+
+
+def dead_letter_bytes(d: DeadLetter) -> bytes:
+    """Canonical JSON of a dead letter."""
+    return json.dumps(d.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+class Folder:
+    """Parses and folds event records in offset order; the one fold used by the service and by replays.
+
+    ``offset`` is the offset of the last *folded* (valid) event, ``-1`` before any; ``now_ms`` is that
+    event's ``at_ms`` (the cycle's logical time).
+    """
+
+    def __init__(self, topic: str = DEFAULT_TOPICS.events) -> None:
+        self.topic = topic
+        self.builder = StateBuilder()
+        self.now_ms = 0
+        self.folded = 0
+
+    @property
+    def offset(self) -> int:
+        return self.builder.offset
+
+    def feed(self, record: Record) -> DeadLetter | None:
+        """Fold one record; return a dead letter instead when it is invalid (never raises on input)."""
+        try:
+            event = parse_event(record.value)
+        except EventError as exc:
+            return self._dead(record, exc.reason_code, exc.message)
+        except Exception as exc:  # parse_event promises EventError only; be safe anyway
+            return self._dead(record, UNPARSEABLE, f"{type(exc).__name__}: {exc}")
+        previous = self.builder.offset
+        try:
+            self.builder.apply(event, record.offset)
+        except Exception as exc:
+            self.builder.offset = previous
+            return self._dead(record, FOLD_REJECTED, f"{type(exc).__name__}: {exc}")
+        self.now_ms = event.at_ms
+        self.folded += 1
+        return None
+
+    def snapshot(self) -> ClusterState:
+        return self.builder.snapshot()
+
+    def _dead(self, record: Record, reason: str, message: str) -> DeadLetter:
+        raw = record.value.decode("utf-8", errors="backslashreplace")
+        return DeadLetter(self.topic, record.offset, reason, message, raw)
+
+
+@dataclass(slots=True)
+class RunStats:
+    """Counters of one :meth:`Service.run` (or of the service's lifetime, see ``Service.stats``)."""
+
+    steps: int = 0
+    records_read: int = 0
+    events_folded: int = 0
+    dead_letters: int = 0
+    dead_letters_skipped: int = 0  # already in the dead-letter topic (re-read after a restart)
+    cycles: int = 0
+    cycles_appended: int = 0
+    cycles_skipped: int = 0  # cycle_id already recorded
+    recovered_offset: int = -1  # events offset of the last recorded cycle found on start
+    refolded: int = 0  # records refolded on start
+    cycle_seconds: float = 0.0
+    fold_seconds: float = 0.0
+    last_cycle: CycleRecord | None = field(default=None, repr=False)
+
+
+class Service:
+    """The scheduler loop over a :class:`~ingest.log.Log`. Single instance per topic set.
+
+    ``Service(log, topics, config).run()`` recovers (see the module doc), then repeats :meth:`step`:
+    read up to ``batch_size`` events, fold / dead-letter them, run a cycle if the folded offset
+    advanced, append its record unless its id is already recorded, commit the events position.
+    """
+
+    def __init__(
+        self,
+        log: Log,
+        topics: Topics = DEFAULT_TOPICS,
+        config: SessionConfig | None = None,
+        *,
+        group: str = DEFAULT_GROUP,
+        batch_size: int = 1000,
+        poll_interval_s: float = 0.2,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.log = log
+        self.topics = topics
+        self.config = config or SessionConfig()
+        self.group = group
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self._sleep = sleep
+        self.folder = Folder(topics.events)
+        self.position = 0  # next events offset to read
+        self.cycled_offset = -1  # events offset of the last cycle run (or found recorded)
+        self.recorded_ids: set[str] = set()
+        self.dead_seen: set[tuple[str, int]] = set()
+        self.stats = RunStats()
+        self._recovered = False
+        self._stop = False
+
+    # -- start-up ----------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Find the last recorded cycle and refold the events log through its offset."""
+        self._read_dead_letters()
+        last = self._read_decisions_tail()
+        if last is not None:
+            target = int(last["events_offset"])
+            self.stats.recovered_offset = target
+            while self.position <= target:
+                records = self.log.read(self.topics.events, self.position, self.batch_size)
+                if not records:
+                    break
+                records = [r for r in records if r.offset <= target]
+                self._fold(records)
+                self.stats.refolded += len(records)
+                self.position = records[-1].offset + 1
+            if self.folder.offset != target:
+                log.warning(
+                    "recovery: the last cycle was at events offset %d but the refold ends at %d",
+                    target,
+                    self.folder.offset,
+                )
+            elif self.folder.now_ms != last.get("logical_time_ms"):
+                log.warning(
+                    "recovery: the last cycle ran at logical time %s, the refold gives %d",
+                    last.get("logical_time_ms"),
+                    self.folder.now_ms,
+                )
+            self.cycled_offset = self.folder.offset
+            self.position = max(self.position, target + 1)
+        self._recovered = True
+        log.info(
+            "recovered: %d recorded cycle ids, resuming at events offset %d",
+            len(self.recorded_ids),
+            self.position,
+        )
+
+    def _read_dead_letters(self) -> None:
+        at = 0
+        while True:
+            records = self.log.read(self.topics.deadletter, at, 5000)
+            if not records:
+                return
+            for r in records:
+                try:
+                    d = json.loads(r.value)
+                    self.dead_seen.add((str(d["source_topic"]), int(d["source_offset"])))
+                except (ValueError, KeyError, TypeError):
+                    continue
+            at = records[-1].offset + 1
+
+    def _read_decisions_tail(self) -> dict[str, Any] | None:
+        end = self.log.end_offset(self.topics.decisions)
+        at = max(0, end - DECISIONS_TAIL)
+        last: dict[str, Any] | None = None
+        while at < end:
+            records = self.log.read(self.topics.decisions, at, 100)
+            if not records:
+                break
+            for r in records:
+                try:
+                    d = json.loads(r.value)
+                    cid, offset = d["cycle_id"], d["events_offset"]
+                except (ValueError, KeyError, TypeError):
+                    log.warning("decisions offset %d is not a cycle record; ignored", r.offset)
+                    continue
+                if isinstance(cid, str) and isinstance(offset, int):
+                    self.recorded_ids.add(cid)
+                    if last is None or offset >= int(last["events_offset"]):
+                        last = d
+            at = records[-1].offset + 1
+        return last
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _fold(self, records: list[Record]) -> list[DeadLetter]:
+        dead = []
+        for r in records:
+            d = self.folder.feed(r)
+            if d is not None:
+                dead.append(d)
+        return dead
+
+    def step(self) -> bool:
+        """Process one batch; False when there was nothing to read."""
+        if not self._recovered:
+            self.recover()
+        records = self.log.read(self.topics.events, self.position, self.batch_size)
+        if not records:
+            return False
+        st = self.stats
+        st.steps += 1
+        st.records_read += len(records)
+        t0 = time.perf_counter()
+        folded_before = self.folder.folded
+        dead = self._fold(records)
+        st.events_folded += self.folder.folded - folded_before
+        st.fold_seconds += time.perf_counter() - t0
+        self.position = records[-1].offset + 1
+        fresh = [d for d in dead if (d.source_topic, d.source_offset) not in self.dead_seen]
+        st.dead_letters_skipped += len(dead) - len(fresh)
+        if fresh:
+            self.log.append_many(
+                self.topics.deadletter,
+                [(f"{d.source_topic}:{d.source_offset}".encode(), dead_letter_bytes(d)) for d in fresh],
+            )
+            self.dead_seen.update((d.source_topic, d.source_offset) for d in fresh)
+            st.dead_letters += len(fresh)
+        if self.folder.offset > self.cycled_offset:
+            t1 = time.perf_counter()
+            record, _ = run_cycle(self.folder.snapshot(), self.config, self.folder.now_ms)
+            st.cycle_seconds += time.perf_counter() - t1
+            st.cycles += 1
+            st.last_cycle = record
+            if record.cycle_id in self.recorded_ids:
+                st.cycles_skipped += 1
+            else:
+                self.log.append(self.topics.decisions, record.cycle_id.encode(), record.dumps())
+                self.recorded_ids.add(record.cycle_id)
+                st.cycles_appended += 1
+            self.cycled_offset = self.folder.offset
+        self.log.commit(self.group, self.topics.events, self.position)
+        return True
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current step."""
+        self._stop = True
+
+    def run(self, max_steps: int | None = None, stop_when_idle: bool = False) -> RunStats:
+        """Recover, then step until ``max_steps`` batches were processed, or idle (``stop_when_idle``),
+        or :meth:`stop`. Idle polls sleep ``poll_interval_s``. Returns the lifetime counters."""
+        if not self._recovered:
+            self.recover()
+        done = 0
+        while not self._stop and (max_steps is None or done < max_steps):
+            if self.step():
+                done += 1
+                continue
+            if stop_when_idle:
+                break
+            self._sleep(self.poll_interval_s)
+        return self.stats
