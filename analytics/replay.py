@@ -7,10 +7,14 @@ recorded cycle is reproduced by folding the event log up to its ``events_offset`
 time and the run's engine config; ``--verify`` compares the canonical bytes of the re-run record with the
 recorded one and, on a difference, names the field (see ``docs/replay.md``).
 
-The input is a run directory written by ``hourglass simulate --out DIR`` (:mod:`analytics.simlog`).
-Reading from a Kafka bootstrap is not supported yet. Usage snapshots are not in the run directory either:
-a recorded cycle that consumed one (``usage_snapshot_id`` set, i.e. ``k_value`` > 0) cannot be re-run and
-counts as a mismatch with the reason ``usage snapshot not in the log``.
+The input (:func:`load_source`) is either a run directory written by ``hourglass simulate --out DIR``
+(:mod:`analytics.simlog`: events.jsonl, cycles.jsonl, usage.jsonl, manifest.json) or the log of a running
+deployment: an embedded FileLog directory or ``kafka://HOST:PORT`` (its events, usage and decisions
+topics). A recorded cycle that consumed a usage snapshot is re-run with that snapshot, looked up by the id
+the record names; if the snapshot is missing from the log the cycle counts as a mismatch with the reason
+``usage snapshot not in the log``. A log carries no engine config: replay uses ``--engine-config FILE``
+(the file ``hourglass run --engine-config`` used) or the defaults, and checks it against the records'
+config hash.
 
 :func:`replay_cycles` is the shared core (fold + re-run, a generator); :func:`replay` adds selection,
 comparison and counting; :func:`run_cli` is the command.
@@ -26,23 +30,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from analytics.simlog import read_cycles, read_events, read_manifest
+from analytics.simlog import read_cycles, read_events, read_manifest, read_usage
 from analytics.simulate import gc_tuned
-from ingest.events import Event
+from ingest.events import Event, EventError, parse_event
+from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
 from scheduler.cycle import run_cycle
 from scheduler.decisions import CycleRecord, Decision, config_hash
 from scheduler.session import SessionConfig
 from scheduler.state import StateBuilder
+from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
 __all__ = [
     "NO_USAGE",
     "CycleOutcome",
     "FieldDiff",
     "ReplayError",
+    "ReplaySource",
     "ReplaySummary",
     "add_arguments",
     "diff_records",
     "engine_config",
+    "load_engine_config",
+    "load_source",
     "pod_decisions",
     "replay",
     "replay_cycles",
@@ -127,13 +136,16 @@ def replay_cycles(
     records: Iterable[CycleRecord],
     config: SessionConfig,
     on_fold: Callable[[int], None] | None = None,
+    usage: dict[str, UsageInput] | None = None,
 ) -> Iterator[tuple[CycleRecord, CycleRecord | None]]:
     """(recorded, re-run) for each record, folding *events* up to each record's ``events_offset``.
 
     *records* must come in cycle order (``events_offset`` never decreasing). A record that consumed a
-    usage snapshot cannot be re-run from the event log alone: it is yielded with ``None``. *on_fold* is
-    called with the last folded offset after each stretch of folding (progress, counting).
+    usage snapshot is re-run with the snapshot of that id from *usage*; if it is not there the record is
+    yielded with ``None``. An event the fold rejects is skipped, as the service skips (dead-letters) it.
+    *on_fold* is called with the last folded offset after each stretch of folding (progress, counting).
     """
+    snapshots = usage or {}
     builder = StateBuilder()
     it = iter(events)
     offset = -1
@@ -150,14 +162,27 @@ def replay_cycles(
                     f"cycle {rec.cycle_id}: events_offset {rec.events_offset} is past the end of the event"
                     f" log (last offset {builder.offset})"
                 )
-            builder.apply(nxt[1], nxt[0])
+            previous = builder.offset
+            try:
+                builder.apply(nxt[1], nxt[0])
+            except Exception:
+                builder.offset = previous  # the service dead-lettered this event; so does the replay
         offset = rec.events_offset
         if on_fold is not None:
             on_fold(builder.offset)
-        if rec.usage_snapshot_id is not None or rec.usage_available:
-            yield rec, None
-            continue
-        again, _ = run_cycle(builder.snapshot(), config, rec.logical_time_ms)
+        if rec.usage_snapshot_id is None:
+            if rec.usage_available:
+                yield rec, None
+                continue
+            again, _ = run_cycle(builder.snapshot(), config, rec.logical_time_ms)
+        else:
+            snap = snapshots.get(rec.usage_snapshot_id)
+            if snap is None:
+                yield rec, None
+                continue
+            again, _ = run_cycle(
+                builder.snapshot(), config, rec.logical_time_ms, snap.usage, rec.usage_snapshot_id
+            )
         yield rec, again
 
 
@@ -251,8 +276,121 @@ def _concerns(d: Decision, pod: str) -> bool:
 # --------------------------------------------------------------------------- selection and counting
 
 
+@dataclass(slots=True)
+class ReplaySource:
+    """What a replay reads: the recorded cycles, the event log, the usage snapshots and the config."""
+
+    name: str
+    records: list[CycleRecord]
+    events: Callable[[], Iterator[tuple[int, Event]]]
+    usage: dict[str, UsageInput]
+    config: SessionConfig
+    close: Callable[[], None] = lambda: None
+
+
+def load_engine_config(path: Path | str) -> SessionConfig:
+    """A :class:`SessionConfig` from a JSON or YAML mapping of its fields; clear errors otherwise."""
+    import yaml
+
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ReplayError(f"{p}: cannot read engine config: {exc}") from exc
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ReplayError(f"{p}: engine config must be a mapping of SessionConfig fields")
+    known = set(SessionConfig.__dataclass_fields__)
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ReplayError(f"{p}: unknown engine config field(s) {unknown}; known: {sorted(known)}")
+    try:
+        return SessionConfig(**data)
+    except TypeError as exc:
+        raise ReplayError(f"{p}: {exc}") from exc
+
+
+def _is_run_dir(spec: str) -> bool:
+    return not spec.startswith("kafka://") and (Path(spec) / "manifest.json").is_file()
+
+
+def load_source(
+    spec: str | Path, *, config: SessionConfig | None = None, topics: Topics = DEFAULT_TOPICS
+) -> ReplaySource:
+    """Open a run directory, a FileLog directory or ``kafka://HOST:PORT`` for replay."""
+    spec = str(spec)
+    if _is_run_dir(spec):
+        run_dir = Path(spec)
+        try:
+            manifest = read_manifest(run_dir)
+            records = list(read_cycles(run_dir))
+            snapshots = {u.id: u for u in read_usage(run_dir)}
+        except (OSError, ValueError) as exc:
+            raise ReplayError(str(exc)) from exc
+        return ReplaySource(
+            str(run_dir), records, lambda: read_events(run_dir), snapshots, config or engine_config(manifest)
+        )
+    if not spec.startswith("kafka://") and not (Path(spec) / f"{topics.decisions}.log").is_file():
+        raise ReplayError(
+            f"{spec}: neither a run directory (no manifest.json) nor a log directory (no"
+            f" {topics.decisions}.log), nor kafka://HOST:PORT"
+        )
+    try:
+        log = open_log(spec) if spec.startswith("kafka://") else _readonly_filelog(spec)
+    except LogError as exc:
+        raise ReplayError(str(exc)) from exc
+    try:
+        records = [CycleRecord.loads(r.value) for r in _read_all(log, topics.decisions)]
+        usage: dict[str, UsageInput] = {}
+        for r in _read_all(log, topics.usage):
+            try:
+                u = parse_usage_record(r.value)
+            except UsageRecordError:
+                continue  # the service dead-lettered it and never used it
+            usage[u.id] = u
+    except LogError as exc:
+        log.close()
+        raise ReplayError(str(exc)) from exc
+    except ValueError as exc:
+        log.close()
+        raise ReplayError(f"{spec}: {topics.decisions} holds a record that is not a cycle record: {exc}") from exc
+    cfg = config or SessionConfig()
+    if records and records[0].config_hash != config_hash(cfg):
+        log.close()
+        raise ReplayError(
+            f"the recorded cycles were made with engine config hash {records[0].config_hash}, the replay's"
+            f" config hashes to {config_hash(cfg)}: pass the file `hourglass run` used with --engine-config"
+        )
+
+    def events() -> Iterator[tuple[int, Event]]:
+        for r in _read_all(log, topics.events):
+            try:
+                yield r.offset, parse_event(r.value)
+            except EventError:
+                continue  # dead-lettered by the service, never folded
+
+    return ReplaySource(spec, records, events, usage, cfg, log.close)
+
+
+def _readonly_filelog(directory: str) -> Any:
+    from ingest.filelog import FileLog
+
+    return FileLog(directory, readonly=True)
+
+
+def _read_all(log: Any, topic: str, batch: int = 5000) -> Iterator[Any]:
+    at = 0
+    while True:
+        records = log.read(topic, at, batch)
+        if not records:
+            return
+        yield from records
+        at = records[-1].offset + 1
+
+
 def replay(
-    run_dir: Path | str,
+    source: Path | str | ReplaySource,
     *,
     verify: bool = True,
     until_offset: int | None = None,
@@ -263,21 +401,34 @@ def replay(
     on_fold: Callable[[int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
 ) -> ReplaySummary:
-    """Replay the recorded cycles of *run_dir* (optionally narrowed) and count mismatches.
+    """Replay the recorded cycles of *source* (optionally narrowed) and count mismatches.
 
-    ``until_offset`` / ``until_ms`` keep the cycles whose ``events_offset`` / ``logical_time_ms`` is at or
-    before the bound; ``cycle`` keeps the one cycle with that id (a unique prefix is enough); ``pod`` narrows
-    the comparison to that pod's decisions. Without ``verify`` nothing is compared (0 mismatches), except
-    that a cycle which cannot be re-run (its usage snapshot is not in the log) is still reported.
+    *source* is a :class:`ReplaySource` or anything :func:`load_source` opens. ``until_offset`` /
+    ``until_ms`` keep the cycles whose ``events_offset`` / ``logical_time_ms`` is at or before the bound;
+    ``cycle`` keeps the one cycle with that id (a unique prefix is enough); ``pod`` narrows the comparison
+    to that pod's decisions. Without ``verify`` nothing is compared (0 mismatches), except that a cycle
+    which cannot be re-run (its usage snapshot is not in the log) is still reported.
     """
-    run_dir = Path(run_dir)
+    src = source if isinstance(source, ReplaySource) else load_source(source)
     try:
-        manifest = read_manifest(run_dir)
-        records = list(read_cycles(run_dir))
-    except (OSError, ValueError) as exc:
-        raise ReplayError(str(exc)) from exc
-    config = engine_config(manifest)
-    indexed = list(enumerate(records))
+        return _replay(src, verify, until_offset, until_ms, cycle, pod, on_cycle, on_fold, on_total)
+    finally:
+        if not isinstance(source, ReplaySource):
+            src.close()
+
+
+def _replay(
+    src: ReplaySource,
+    verify: bool,
+    until_offset: int | None,
+    until_ms: int | None,
+    cycle: str | None,
+    pod: str | None,
+    on_cycle: Callable[[CycleOutcome], None] | None,
+    on_fold: Callable[[int], None] | None,
+    on_total: Callable[[int], None] | None,
+) -> ReplaySummary:
+    indexed = list(enumerate(src.records))
     if until_offset is not None:
         indexed = [(i, r) for i, r in indexed if r.events_offset <= until_offset]
     if until_ms is not None:
@@ -303,15 +454,14 @@ def replay(
     # generation collections re-traversing the fold's state would otherwise cost ~2/3 of the replay.
     t0 = time.perf_counter()
     with gc_tuned():
-        _run(run_dir, indexed, config, verify, pod, summary, folded, on_cycle)
+        _run(src, indexed, verify, pod, summary, folded, on_cycle)
     summary.wall_s = time.perf_counter() - t0
     return summary
 
 
 def _run(
-    run_dir: Path,
+    src: ReplaySource,
     indexed: list[tuple[int, CycleRecord]],
-    config: SessionConfig,
     verify: bool,
     pod: str | None,
     summary: ReplaySummary,
@@ -319,7 +469,8 @@ def _run(
     on_cycle: Callable[[CycleOutcome], None] | None,
 ) -> None:
     position = {id(r): i for i, r in indexed}
-    for rec, again in replay_cycles(read_events(run_dir), (r for _, r in indexed), config, folded):
+    pairs = replay_cycles(src.events(), (r for _, r in indexed), src.config, folded, src.usage)
+    for rec, again in pairs:
         out = CycleOutcome(index=position[id(rec)], recorded=rec, rerun=again)
         if again is None:
             out.reason = f"{NO_USAGE}: {rec.usage_snapshot_id or '(no id)'}"
@@ -342,10 +493,16 @@ def _run(
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "log",
-        type=Path,
-        metavar="DIR",
-        help="a run directory written by `hourglass simulate --out DIR` (a Kafka bootstrap is not supported yet)",
+        metavar="LOG",
+        help="a run directory written by `hourglass simulate --out DIR`, an embedded log directory"
+        " (`hourglass run --log DIR`) or kafka://HOST:PORT",
     )
+    p.add_argument(
+        "--engine-config",
+        metavar="FILE",
+        help="for a log: the engine config file `hourglass run` used (JSON/YAML; default: the defaults)",
+    )
+    p.add_argument("--topic-prefix", default=None, help="for a log: PREFIX.events, PREFIX.decisions, ...")
     p.add_argument("--verify", action="store_true", help="compare every re-run record with the recorded one")
     until = p.add_mutually_exclusive_group()
     until.add_argument(
@@ -428,8 +585,11 @@ def run_cli(args: argparse.Namespace) -> int:
     ) as bar:
         job = bar.add_task("replay", total=None)
         try:
+            topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+            cfg = load_engine_config(args.engine_config) if args.engine_config else None
+            src = load_source(args.log, config=cfg, topics=topics)
             summary = replay(
-                args.log,
+                src,
                 verify=args.verify,
                 until_offset=args.until,
                 until_ms=args.until_ms,
@@ -438,6 +598,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 on_cycle=on_cycle,
                 on_total=lambda n: bar.update(job, total=n),
             )
+            src.close()
         except ReplayError as exc:
             err.print(f"replay: {exc}", markup=False, highlight=False)
             return 2

@@ -7,6 +7,9 @@ engine. Format of a run directory (``hourglass simulate --out DIR``; see ``docs/
 * ``events.jsonl``: one event per line, :func:`ingest.events.dump_event` bytes, in offset order (line ``i``
   is offset ``i``);
 * ``cycles.jsonl``: one :meth:`scheduler.decisions.CycleRecord.dumps` per line, in cycle order;
+* ``usage.jsonl``: the usage snapshots the cycles consumed (runs with ``k_value`` > 0), one JSON object per
+  line in the usage topic's format (``id``, ``as_of_ms``, ``available``, ``queues``; see
+  :mod:`scheduler.usage`), so a replay re-runs those cycles with the same usage;
 * ``manifest.json``: ``format`` (:data:`RUN_FORMAT`), inputs (trace files with sha256, tenants config),
   engine config hash and counts; canonical JSON (sorted keys, 2-space indent).
 """
@@ -20,24 +23,37 @@ from typing import IO, Any, Final, Protocol
 
 from ingest.events import Event, EventBase, dump_event, parse_event
 from scheduler.decisions import CycleRecord
+from scheduler.usage import UsageInput, parse_usage_record
 
 __all__ = [
     "CYCLES_FILE",
     "EVENTS_FILE",
     "MANIFEST_FILE",
     "RUN_FORMAT",
+    "USAGE_FILE",
     "DirLog",
     "NullLog",
     "SimLog",
     "read_cycles",
     "read_events",
     "read_manifest",
+    "read_usage",
+    "usage_record",
 ]
 
 RUN_FORMAT: Final = "hourglass-sim-run/1"
 EVENTS_FILE: Final = "events.jsonl"
 CYCLES_FILE: Final = "cycles.jsonl"
 MANIFEST_FILE: Final = "manifest.json"
+USAGE_FILE: Final = "usage.jsonl"
+
+
+def usage_record(snapshot_id: str, as_of_ms: int, usage: dict[str, dict[str, float]] | None) -> bytes:
+    """Canonical JSON of a usage snapshot in the usage topic's format (``None`` usage: unavailable)."""
+    body: dict[str, Any] = {"id": snapshot_id, "as_of_ms": as_of_ms, "available": usage is not None}
+    if usage is not None:
+        body["queues"] = usage
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
 class SimLog(Protocol):
@@ -48,6 +64,9 @@ class SimLog(Protocol):
 
     def append_cycle(self, record: CycleRecord) -> None:
         """Record one cycle's record, in cycle order."""
+
+    def append_usage(self, raw: bytes) -> None:
+        """Record one usage snapshot (:func:`usage_record` bytes) before the first cycle that uses it."""
 
     def close(self, manifest: dict[str, Any]) -> None:
         """Finish the run; *manifest* describes its inputs and counts."""
@@ -62,6 +81,9 @@ class NullLog:
     def append_cycle(self, record: CycleRecord) -> None:
         """Drop the record."""
 
+    def append_usage(self, raw: bytes) -> None:
+        """Drop the snapshot."""
+
     def close(self, manifest: dict[str, Any]) -> None:
         """Nothing to finish."""
 
@@ -74,6 +96,7 @@ class DirLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         self._events: IO[bytes] = (self.dir / EVENTS_FILE).open("wb")
         self._cycles: IO[bytes] = (self.dir / CYCLES_FILE).open("wb")
+        self._usage: IO[bytes] = (self.dir / USAGE_FILE).open("wb")
         self._next_offset = 0
 
     def append_event(self, offset: int, event: EventBase) -> None:
@@ -87,10 +110,15 @@ class DirLog:
         """Append one line to ``cycles.jsonl``."""
         self._cycles.write(record.dumps() + b"\n")
 
+    def append_usage(self, raw: bytes) -> None:
+        """Append one line to ``usage.jsonl``."""
+        self._usage.write(raw + b"\n")
+
     def close(self, manifest: dict[str, Any]) -> None:
-        """Close both logs and write ``manifest.json``."""
+        """Close the logs and write ``manifest.json``."""
         self._events.close()
         self._cycles.close()
+        self._usage.close()
         text = json.dumps({"format": RUN_FORMAT, **manifest}, sort_keys=True, indent=2) + "\n"
         (self.dir / MANIFEST_FILE).write_text(text, encoding="utf-8")
 
@@ -107,6 +135,17 @@ def read_cycles(directory: Path | str) -> Iterator[CycleRecord]:
     with (Path(directory) / CYCLES_FILE).open("rb") as fh:
         for line in fh:
             yield CycleRecord.loads(line)
+
+
+def read_usage(directory: Path | str) -> Iterator[UsageInput]:
+    """The usage snapshots of a run's ``usage.jsonl`` (none if the file is absent: older runs)."""
+    path = Path(directory) / USAGE_FILE
+    if not path.exists():
+        return
+    with path.open("rb") as fh:
+        for line in fh:
+            if line.strip():
+                yield parse_usage_record(line)
 
 
 def read_manifest(directory: Path | str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from scheduler.cycle import run_cycle
 from scheduler.decisions import CycleRecord
 from scheduler.session import SessionConfig
 from scheduler.state import ClusterState, StateBuilder
+from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -52,6 +53,7 @@ log = logging.getLogger(__name__)
 DEFAULT_GROUP: Final = "hourglass-scheduler"
 FOLD_REJECTED: Final = "fold_rejected"
 UNPARSEABLE: Final = "unparseable"
+BAD_USAGE: Final = "bad_usage_record"
 DECISIONS_TAIL: Final = 1000  # decision records read on start to find the last cycle and recorded ids
 
 
@@ -135,6 +137,7 @@ class RunStats:
     cycles: int = 0
     cycles_appended: int = 0
     cycles_skipped: int = 0  # cycle_id already recorded
+    usage_snapshots: int = 0  # valid usage snapshots read
     recovered_offset: int = -1  # events offset of the last recorded cycle found on start
     refolded: int = 0  # records refolded on start
     cycle_seconds: float = 0.0
@@ -173,6 +176,9 @@ class Service:
         self.folder = Folder(topics.events)
         self.position = 0  # next events offset to read
         self.cycled_offset = -1  # events offset of the last cycle run (or found recorded)
+        self.usage_position = 0  # next usage-topic offset to read
+        self.usage: UsageInput | None = None  # the latest usage snapshot read
+        self.cycled_usage: str | None = None  # usage snapshot id of the last cycle run (or found recorded)
         self.recorded_ids: set[str] = set()
         self.dead_seen: set[tuple[str, int]] = set()
         self.stats = RunStats()
@@ -210,12 +216,56 @@ class Service:
                 )
             self.cycled_offset = self.folder.offset
             self.position = max(self.position, target + 1)
+            self._recover_usage(last.get("usage_snapshot_id"))
         self._recovered = True
         log.info(
             "recovered: %d recorded cycle ids, resuming at events offset %d",
             len(self.recorded_ids),
             self.position,
         )
+
+    def _recover_usage(self, snapshot_id: Any) -> None:
+        """Position the usage topic just after the snapshot the last recorded cycle used."""
+        self.cycled_usage = snapshot_id if isinstance(snapshot_id, str) else None
+        if self.cycled_usage is None:
+            return
+        at, found = 0, False
+        end = self.log.end_offset(self.topics.usage)
+        while at < end:
+            records = self.log.read(self.topics.usage, at, 1000)
+            if not records:
+                break
+            for r in records:
+                try:
+                    u = parse_usage_record(r.value)
+                except UsageRecordError:
+                    continue
+                if u.id == self.cycled_usage:
+                    self.usage, self.usage_position, found = u, r.offset + 1, True
+            at = records[-1].offset + 1
+        if not found:
+            log.warning(
+                "recovery: usage snapshot %s of the last cycle is not in %s; reading usage from its end",
+                self.cycled_usage,
+                self.topics.usage,
+            )
+            self.usage_position = end
+
+    def _read_usage(self) -> list[DeadLetter]:
+        """Read new usage snapshots; the latest valid one becomes the input of the next cycle."""
+        dead: list[DeadLetter] = []
+        while True:
+            records = self.log.read(self.topics.usage, self.usage_position, 1000)
+            if not records:
+                return dead
+            for r in records:
+                try:
+                    self.usage = parse_usage_record(r.value)
+                    self.stats.usage_snapshots += 1
+                except UsageRecordError as exc:
+                    raw = r.value.decode("utf-8", errors="backslashreplace")
+                    dead.append(DeadLetter(self.topics.usage, r.offset, BAD_USAGE, str(exc), raw))
+            self.usage_position = records[-1].offset + 1
 
     def _read_dead_letters(self) -> None:
         at = 0
@@ -264,21 +314,29 @@ class Service:
         return dead
 
     def step(self) -> bool:
-        """Process one batch; False when there was nothing to read."""
+        """Process one batch of events and any new usage snapshots; False when there was nothing new.
+
+        A cycle runs when the folded events offset moved or a new usage snapshot arrived. Its logical
+        time is the later of the last folded event's ``at_ms`` and the snapshot's ``as_of_ms``.
+        """
         if not self._recovered:
             self.recover()
         records = self.log.read(self.topics.events, self.position, self.batch_size)
-        if not records:
-            return False
+        usage_before = self.usage_position
+        dead = self._read_usage()
         st = self.stats
+        usage_id = self.usage.id if self.usage is not None else None
+        if not records and self.usage_position == usage_before:
+            return False
         st.steps += 1
-        st.records_read += len(records)
-        t0 = time.perf_counter()
-        folded_before = self.folder.folded
-        dead = self._fold(records)
-        st.events_folded += self.folder.folded - folded_before
-        st.fold_seconds += time.perf_counter() - t0
-        self.position = records[-1].offset + 1
+        if records:
+            st.records_read += len(records)
+            t0 = time.perf_counter()
+            folded_before = self.folder.folded
+            dead += self._fold(records)
+            st.events_folded += self.folder.folded - folded_before
+            st.fold_seconds += time.perf_counter() - t0
+            self.position = records[-1].offset + 1
         fresh = [d for d in dead if (d.source_topic, d.source_offset) not in self.dead_seen]
         st.dead_letters_skipped += len(dead) - len(fresh)
         if fresh:
@@ -288,21 +346,36 @@ class Service:
             )
             self.dead_seen.update((d.source_topic, d.source_offset) for d in fresh)
             st.dead_letters += len(fresh)
-        if self.folder.offset > self.cycled_offset:
-            t1 = time.perf_counter()
-            record, _ = run_cycle(self.folder.snapshot(), self.config, self.folder.now_ms)
-            st.cycle_seconds += time.perf_counter() - t1
-            st.cycles += 1
-            st.last_cycle = record
-            if record.cycle_id in self.recorded_ids:
-                st.cycles_skipped += 1
-            else:
-                self.log.append(self.topics.decisions, record.cycle_id.encode(), record.dumps())
-                self.recorded_ids.add(record.cycle_id)
-                st.cycles_appended += 1
-            self.cycled_offset = self.folder.offset
-        self.log.commit(self.group, self.topics.events, self.position)
+        moved = self.folder.offset > self.cycled_offset
+        if self.folder.offset >= 0 and (moved or usage_id != self.cycled_usage):
+            self._cycle()
+        if records:
+            self.log.commit(self.group, self.topics.events, self.position)
         return True
+
+    def _cycle(self) -> None:
+        st = self.stats
+        u = self.usage
+        now_ms = max(self.folder.now_ms, u.as_of_ms) if u is not None else self.folder.now_ms
+        t1 = time.perf_counter()
+        record, _ = run_cycle(
+            self.folder.snapshot(),
+            self.config,
+            now_ms,
+            u.usage if u is not None else None,
+            u.id if u is not None else None,
+        )
+        st.cycle_seconds += time.perf_counter() - t1
+        st.cycles += 1
+        st.last_cycle = record
+        if record.cycle_id in self.recorded_ids:
+            st.cycles_skipped += 1
+        else:
+            self.log.append(self.topics.decisions, record.cycle_id.encode(), record.dumps())
+            self.recorded_ids.add(record.cycle_id)
+            st.cycles_appended += 1
+        self.cycled_offset = self.folder.offset
+        self.cycled_usage = u.id if u is not None else None
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current step."""
