@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 DEFAULT_CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "kai"
 
@@ -69,33 +70,157 @@ def _cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fairshare(args: argparse.Namespace) -> int:
+    from fairshare.service import cli_main
+
+    return cli_main(args)
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from analytics.report import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_sink(args: argparse.Namespace) -> int:
+    import time
+
+    from analytics.store import AuditStore, StoreError, sink_from_log
+    from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
+
+    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    try:
+        log = (
+            open_log(args.log, topics=topics.all())
+            if args.log.startswith("kafka://")
+            else _ro_filelog(args.log)
+        )
+    except LogError as e:
+        print(f"sink: {e}", file=sys.stderr)
+        return 2
+    total = None
+    try:
+        with log, AuditStore(args.store) as store:
+            while True:
+                st = sink_from_log(store, log, topics)
+                if total is None:
+                    total = st
+                else:
+                    total.add(st)
+                if not args.follow:
+                    break
+                time.sleep(args.interval)
+    except KeyboardInterrupt:
+        pass
+    except StoreError as e:
+        print(f"sink: {e}", file=sys.stderr)
+        return 2
+    if total is not None:
+        print(
+            f"sink: {total.events} events, {total.usage_snapshots} usage snapshots, {total.cycles} cycles"
+            f" ({total.decision_rows} decisions, {total.queue_rows} queue rows) loaded into {args.store};"
+            f" {total.cycles_duplicate} duplicate cycles and {total.events_skipped_malformed} malformed"
+            " events skipped"
+        )
+    return 0
+
+
+def _ro_filelog(directory: str) -> Any:
+    from pathlib import Path
+
+    from ingest.filelog import FileLog
+    from ingest.log import LogError
+
+    if not Path(directory).is_dir():
+        raise LogError(f"{directory}: no such log directory")
+    return FileLog(directory, readonly=True)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    import dataclasses
     import logging
     import signal
 
+    from analytics.replay import ReplayError, load_engine_config
     from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
+    from scheduler.decisions import config_hash
     from scheduler.service import Service
+    from scheduler.session import SessionConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    try:
+        config = load_engine_config(args.engine_config) if args.engine_config else SessionConfig()
+    except ReplayError as e:
+        print(f"run: {e}", file=sys.stderr)
+        return 2
+    if args.k_value is not None:
+        if args.k_value < 0:
+            print(f"run: --k-value must be >= 0, got {args.k_value}", file=sys.stderr)
+            return 2
+        config = dataclasses.replace(config, k_value=args.k_value)
+    logging.getLogger("hourglass.run").info(
+        "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
+    )
     try:
         log = open_log(args.log, topics=topics.all())
     except LogError as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
+    metrics = server = None
+    if args.metrics_port is not None:
+        from scheduler.metrics import SchedulerMetrics, serve
+
+        metrics = SchedulerMetrics.create()
+        try:
+            server = serve(metrics, args.metrics_host, args.metrics_port)
+        except OSError as e:
+            log.close()
+            print(
+                f"run: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
+            )
+            return 2
+        logging.getLogger("hourglass.run").info("metrics on %s", server.url)
     with log:
-        service = Service(log, topics, batch_size=args.batch_size, poll_interval_s=args.poll_interval)
+        service = Service(
+            log,
+            topics,
+            config,
+            batch_size=args.batch_size,
+            poll_interval_s=args.poll_interval,
+            metrics=metrics,
+        )
         signal.signal(signal.SIGTERM, lambda *_: service.stop())
         try:
             st = service.run(max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle)
         except KeyboardInterrupt:
             st = service.stats
+    if server is not None:
+        server.close()
     print(
         f"run: {st.records_read} records read, {st.events_folded} events folded, {st.dead_letters} dead"
         f" letters, {st.cycles_appended} cycles appended ({st.cycles_skipped} already recorded),"
         f" events position {service.position}"
     )
     return 0
+
+
+def _cmd_bind(args: argparse.Namespace) -> int:
+    from scheduler.binder import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from analytics.explain import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from ingest.watcher import run_cli
+
+    return run_cli(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -107,7 +232,9 @@ def build_parser() -> argparse.ArgumentParser:
     from analytics.simulate import add_arguments as simulate_arguments
 
     s = sub.add_parser(
-        "simulate", help="replay the Alibaba GPU trace through the engine on a simulated clock (docs/simulate.md)"
+        "simulate",
+        help="replay the Alibaba GPU trace, or a --config scenario, through the engine on a simulated clock"
+        " (docs/simulate.md)",
     )
     simulate_arguments(s)
     s.set_defaults(func=_cmd_simulate)
@@ -135,6 +262,20 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     q.add_argument("query", help="one SELECT (or WITH … SELECT) statement")
     q.set_defaults(func=_cmd_sql)
+    f = sub.add_parser("report", help="fairness usage report per queue over a time window (docs/report.md)")
+    f.add_argument(
+        "--store", required=True, help="a run directory (hourglass simulate --out) or an audit .duckdb file"
+    )
+    f.add_argument(
+        "--from", dest="from_", metavar="T", default=None, help="window start: ms, offset (36h, 2d) or ISO time"
+    )
+    f.add_argument("--to", metavar="T", default=None, help="window end (exclusive), same forms; default: the store's end")
+    f.add_argument("--queue", default=None, help="focus on one queue, its ancestors and siblings, in words")
+    f.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    f.add_argument(
+        "--html", default=None, metavar="FILE", help="also write a self-contained offline HTML page"
+    )
+    f.set_defaults(func=_cmd_report)
     u = sub.add_parser(
         "run", help="the scheduler service: events -> cycle records, exactly once (docs/service.md)"
     )
@@ -146,7 +287,66 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument("--batch-size", type=int, default=1000, help="events read per step (default 1000)")
     u.add_argument("--poll-interval", type=float, default=0.2, help="seconds between polls when idle")
     u.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
+    u.add_argument(
+        "--engine-config",
+        metavar="FILE",
+        help="JSON/YAML mapping of engine settings (scheduler.session.SessionConfig fields); replay needs"
+        " the same file",
+    )
+    u.add_argument(
+        "--k-value",
+        type=float,
+        default=None,
+        help="weight of historical usage in the fair-share division (time-based fairshare; default 0 = off)",
+    )
+    u.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on this port (docs/metrics.md); default: no endpoint",
+    )
+    u.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
+    )
     u.set_defaults(func=_cmd_run)
+    k = sub.add_parser(
+        "sink", help="load the log's events, usage snapshots and cycle records into a DuckDB audit store"
+    )
+    k.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
+    k.add_argument(
+        "--store", required=True, help="the audit store file (created if missing), e.g. audit.duckdb"
+    )
+    k.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
+    k.add_argument("--follow", action="store_true", help="keep loading new records every --interval seconds")
+    k.add_argument("--interval", type=float, default=2.0, help="seconds between loads with --follow")
+    k.set_defaults(func=_cmd_sink)
+    from fairshare.service import add_arguments as fairshare_arguments
+
+    f = sub.add_parser(
+        "fairshare", help="publish decayed per-queue usage snapshots to the usage topic (docs/fairshare.md)"
+    )
+    fairshare_arguments(f)
+    f.set_defaults(func=_cmd_fairshare)
+    from scheduler.binder import add_arguments as bind_arguments
+
+    bd = sub.add_parser(
+        "bind", help="apply cycle records to Kubernetes: bind, evict, pending reasons (docs/binder.md)"
+    )
+    bind_arguments(bd)
+    bd.set_defaults(func=_cmd_bind)
+    from analytics.explain import add_arguments as explain_arguments
+
+    ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")
+    explain_arguments(ex)
+    ex.set_defaults(func=_cmd_explain)
+    from ingest.watcher import add_arguments as ingest_arguments
+
+    ig = sub.add_parser(
+        "ingest",
+        help="watch Kubernetes (nodes, pods, queues, podgroups) into the events log (docs/ingest.md)",
+    )
+    ingest_arguments(ig)
+    ig.set_defaults(func=_cmd_ingest)
     return p
 
 

@@ -354,7 +354,9 @@ def load_source(
         raise ReplayError(str(exc)) from exc
     except ValueError as exc:
         log.close()
-        raise ReplayError(f"{spec}: {topics.decisions} holds a record that is not a cycle record: {exc}") from exc
+        raise ReplayError(
+            f"{spec}: {topics.decisions} holds a record that is not a cycle record: {exc}"
+        ) from exc
     cfg = config or SessionConfig()
     if records and records[0].config_hash != config_hash(cfg):
         log.close()

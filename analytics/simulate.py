@@ -1,12 +1,17 @@
-"""``hourglass simulate``: replay a production trace through the engine on a simulated clock.
+"""``hourglass simulate``: replay a production trace, or a synthetic scenario, through the engine on a
+simulated clock.
+
+The workload is trace tasks (each a single-pod job in the queue the tenants' hash picks) and/or jobs from
+a scenario's generators (:mod:`analytics.scenario`: gangs of identical pods already placed in a queue,
+plus keep-pending rules that submit more while the run goes on, which is why such a run has a fixed end).
 
 Everything the simulated cluster does is an event of the contract (:mod:`ingest.events`), folded with
 :class:`~scheduler.state.StateBuilder` and written to a :class:`~analytics.simlog.SimLog`, so a run leaves
 the same event log and cycle records a real deployment would:
 
 * t = 0: one ``NodeUpserted`` per node, one ``QueueUpserted`` per queue (parents first);
-* a task's ``creation_time``: ``PodGroupUpserted`` + ``PodSubmitted`` (one single-pod gang per task, in the
-  leaf queue the tenants' hash rule picks, namespace = that queue);
+* a task's ``creation_time`` (a job's arrival): ``PodGroupUpserted`` + one ``PodSubmitted`` per pod
+  (namespace = the queue); a pod group is deleted when its last pod finishes;
 * a cycle every ``period`` simulated seconds, at multiples of the period; its ``Bind`` decisions become
   ``PodBound`` events at the cycle's time; ``Pipeline`` decisions stay pending (the next cycle re-decides);
 * a bound task runs for its trace runtime (``deletion_time - creation_time``), counted from when it
@@ -46,9 +51,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
-from analytics.simlog import NullLog, SimLog
+from analytics.simlog import NullLog, SimLog, usage_record
 from ingest import events as ev
 from ingest.tenants import TenantsConfig
 from ingest.trace import TraceTask, task_node_affinity, task_requests
@@ -58,12 +63,17 @@ from scheduler.session import SessionConfig
 from scheduler.state import StateBuilder
 
 if TYPE_CHECKING:
+    import polars as pl
     from rich.console import Console
 
 __all__ = [
     "SUMMARY_FORMAT",
+    "JobSpec",
+    "KeepPending",
     "SimulationResult",
     "Simulator",
+    "UsageFn",
+    "UsageHistory",
     "add_arguments",
     "file_input",
     "render_summary",
@@ -78,20 +88,75 @@ MS_PER_HOUR: Final = 3_600_000
 MAX_CYCLES: Final = 10_000_000  # a guard against an engine that never settles, not a tuning knob
 
 # Heap entry kinds. Ties at the same time go by push order (a sequence number), never by object identity.
-_ARRIVE, _FINISH, _TERMINATE, _WAKE = 0, 1, 2, 3
+_ARRIVE, _FINISH, _TERMINATE, _WAKE, _RULE = 0, 1, 2, 3, 4
+_RESOURCES: Final = ("gpu", "cpu", "memory")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to simulate: a gang of *pods* identical pods (one pod group, ``min_member`` = *pods*).
+
+    A single-pod job's pod is named like the job; pod *i* of a larger gang is ``<name>-<i>``. Each pod runs
+    *runtime_ms* from when it is bound, then finishes (``Failed`` if *fails*, else ``Succeeded``).
+    """
+
+    name: str
+    queue: str
+    created_ms: int
+    runtime_ms: int
+    requests: ev.PodRequests
+    pods: int = 1
+    priority: int = 50
+    affinity: tuple[ev.NodeSelectorTerm, ...] = ()
+    fails: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class KeepPending:
+    """A generator rule: from *start_ms* until *stop_ms*, keep *jobs* jobs of one shape pending in *queue*.
+
+    Whenever fewer of the rule's jobs are pending (submitted, some pod not yet bound) than *jobs*, the
+    simulator submits another at that moment, named ``<name>-<k>`` (k = 0, 1, ...).
+    """
+
+    name: str
+    queue: str
+    jobs: int
+    runtime_ms: int
+    requests: ev.PodRequests
+    pods: int = 1
+    priority: int = 50
+    start_ms: int = 0
+    stop_ms: int | None = None
+    affinity: tuple[ev.NodeSelectorTerm, ...] = ()
+
+
+@dataclass(slots=True)
+class _Group:
+    """One job (pod group) through its simulated life."""
+
+    name: str
+    queue: str
+    priority: int
+    created_ms: int
+    pods: list[int]  # task indices
+    rule: int = -1  # the KeepPending rule that submitted it, -1 for none
+    live: int = 0  # pods not done
+    pending: int = 0  # pods pending right now
 
 
 @dataclass(slots=True)
 class _Task:
-    """One trace task through its simulated life."""
+    """One pod through its simulated life."""
 
-    trace: TraceTask
+    name: str
+    group: int
     queue: str
     created_ms: int
     runtime_ms: int
-    priority: int
     requests: ev.PodRequests
     affinity: list[ev.NodeSelectorTerm]
+    fails: bool = False
     state: str = "waiting"  # waiting -> pending -> running (-> releasing -> pending ...) -> done
     first_start_ms: int | None = None
     incarnation: int = 0  # bumped on eviction, so the evicted run's finish is ignored
@@ -103,7 +168,7 @@ class _Task:
 
     @property
     def uid(self) -> str:
-        return f"{self.queue}/{self.trace.name}"
+        return f"{self.queue}/{self.name}"
 
     @property
     def held_gpu_milli(self) -> int:
@@ -129,6 +194,74 @@ class SimulationResult:
     timeline: list[tuple[int, int, int, tuple[int, ...]]] = field(default_factory=list)
 
 
+class UsageHistory:
+    """The exact allocation history of a run, as step functions: what each leaf queue held, by resource.
+
+    One point per change (the value holds until the next point of the same queue and resource); several
+    changes at the same instant keep only the last. The frames are those of :mod:`fairshare.source` for an
+    *exact* source, so :func:`fairshare.decay.usage_at` reads them as it reads the event-log ledger.
+    """
+
+    def __init__(self, leaves: Sequence[str], capacity: Sequence[int]) -> None:
+        self.leaves = list(leaves)
+        self.capacity = list(capacity)  # constant over a run: nodes never change in the simulator
+        # per leaf, per resource: change times (ms) and the value held from then on.
+        self.times: list[list[list[int]]] = [[[0] for _ in _RESOURCES] for _ in self.leaves]
+        self.values: list[list[list[int]]] = [[[0] for _ in _RESOURCES] for _ in self.leaves]
+
+    def record(self, at_ms: int, leaf: int, held: Sequence[int]) -> None:
+        """Leaf queue number *leaf* holds *held* (gpu, cpu, memory in engine units) from *at_ms* on."""
+        for r, value in enumerate(held):
+            ts, vs = self.times[leaf][r], self.values[leaf][r]
+            if vs[-1] == value:
+                continue
+            if ts[-1] == at_ms:
+                vs[-1] = value
+            else:
+                ts.append(at_ms)
+                vs.append(value)
+
+    def forget_before(self, at_ms: int) -> None:
+        """Drop points wholly before *at_ms* (keeping the one in force then), e.g. outside a sliding window."""
+        for leaf_t, leaf_v in zip(self.times, self.values, strict=True):
+            for ts, vs in zip(leaf_t, leaf_v, strict=True):
+                k = 0
+                while k + 1 < len(ts) and ts[k + 1] <= at_ms:
+                    k += 1
+                if k:
+                    del ts[:k]
+                    del vs[:k]
+
+    def allocation_frame(self) -> pl.DataFrame:
+        """``ts_ms, queue, resource, value`` rows (:data:`fairshare.source.ALLOCATION_SCHEMA`)."""
+        import polars as pl
+
+        rows: dict[str, list[Any]] = {"ts_ms": [], "queue": [], "resource": [], "value": []}
+        for name, leaf_t, leaf_v in zip(self.leaves, self.times, self.values, strict=True):
+            for res, ts, vs in zip(_RESOURCES, leaf_t, leaf_v, strict=True):
+                rows["ts_ms"].extend(ts)
+                rows["queue"].extend([name] * len(ts))
+                rows["resource"].extend([res] * len(ts))
+                rows["value"].extend(float(v) for v in vs)
+        schema = {"ts_ms": pl.Int64, "queue": pl.Utf8, "resource": pl.Utf8, "value": pl.Float64}
+        return pl.DataFrame(rows, schema=schema)
+
+    def capacity_frame(self) -> pl.DataFrame:
+        """``ts_ms, resource, value`` rows (:data:`fairshare.source.CAPACITY_SCHEMA`): constant from 0."""
+        import polars as pl
+
+        schema = {"ts_ms": pl.Int64, "resource": pl.Utf8, "value": pl.Float64}
+        return pl.DataFrame(
+            {"ts_ms": [0] * 3, "resource": list(_RESOURCES), "value": [float(c) for c in self.capacity]},
+            schema=schema,
+        )
+
+
+#: A usage computation: (history, snapshot time ms) -> leaf queue -> resource -> usage normalised to the
+#: capacity integral over the same window (KAI's U').
+UsageFn = Callable[[UsageHistory, int], dict[str, dict[str, float]]]
+
+
 def _p95(values: Sequence[float]) -> float:
     """Nearest-rank 95th percentile (0.0 for no values)."""
     if not values:
@@ -144,8 +277,13 @@ def _sha256(path: Path) -> str:
 class Simulator:
     """One simulation run. Build it, call :meth:`run`, read the :class:`SimulationResult`.
 
-    *tasks* are simulated in creation order (ties: input order); *nodes* are the cluster. *seed* salts
-    the task -> queue hash (0 = the plain name), the only input the seed changes: the engine is
+    *tasks* (trace rows, each a single-pod job in the queue the tenants' hash picks) and *jobs* (already
+    placed in a queue, e.g. from a scenario's generators) are simulated in creation order (ties: trace
+    tasks first, then input order); *keep_pending* rules submit more jobs while the run goes on; *nodes*
+    are the cluster. *end_ms* stops the run at that simulated time (required with *keep_pending*, which
+    never runs dry). *usage* replaces the built-in decayed-usage accumulator (``k_value`` > 0 only): it is
+    called with the exact allocation history and the snapshot time, see :class:`UsageHistory`. *seed*
+    salts the task -> queue hash (0 = the plain name), the only input the seed changes: the engine is
     deterministic, so the same inputs and seed give byte-identical logs.
     """
 
@@ -159,6 +297,10 @@ class Simulator:
         seed: int = 0,
         log: SimLog | None = None,
         progress: Callable[[int], None] | None = None,
+        jobs: Sequence[JobSpec] = (),
+        keep_pending: Sequence[KeepPending] = (),
+        end_ms: int | None = None,
+        usage: UsageFn | None = None,
     ) -> None:
         self.tenants = tenants
         self.period_ms = (period_s if period_s is not None else tenants.cycle_period_s) * 1000
@@ -186,23 +328,46 @@ class Simulator:
             if q.parent is not None:
                 self.children[q.parent].append(q.name)
 
+        if keep_pending and end_ms is None:
+            raise ValueError("keep_pending jobs never run dry: the run needs an end time")
+        if end_ms is not None and end_ms <= 0:
+            raise ValueError(f"the simulated duration must be positive, got {end_ms / 1000:g} s")
+        self.end_ms = end_ms
         self.tasks: list[_Task] = []
+        self.groups: list[_Group] = []
+        self.by_uid: dict[str, int] = {}
+        specs: list[JobSpec] = []
         for t in tasks:
             if t.creation_s is None or t.deletion_s is None:
                 raise ValueError(f"task {t.name!r} has no creation_time / deletion_time; cannot simulate it")
-            self.tasks.append(
-                _Task(
-                    trace=t,
+            specs.append(
+                JobSpec(
+                    name=t.name,
                     queue=tenants.queue_for(t.name, seed),
                     created_ms=t.creation_s * 1000,
                     runtime_ms=(t.deletion_s - t.creation_s) * 1000,
                     priority=tenants.job_priority.of(t.qos),
                     requests=task_requests(t),
-                    affinity=task_node_affinity(t),
+                    affinity=tuple(task_node_affinity(t)),
+                    fails=t.pod_phase == "Failed",  # a task that failed in production fails here too
                 )
             )
-        self.by_uid = {t.uid: i for i, t in enumerate(self.tasks)}
-        self.probe = _fragmentation_probe(tasks)
+        specs.extend(jobs)
+        self.rules = list(keep_pending)
+        self.rule_pending = [0] * len(self.rules)
+        self.rule_next = [0] * len(self.rules)
+        leaf_names = {q.name for q in tenants.leaves()}
+        everything: list[JobSpec | KeepPending] = [*specs, *self.rules]
+        for spec in everything:
+            if spec.queue not in leaf_names:
+                raise ValueError(f"job {spec.name!r}: queue {spec.queue!r} is not a leaf queue")
+        for spec in specs:
+            self._add_job(spec)
+        self.probe = (
+            _fragmentation_probe(tasks)
+            if not jobs and not keep_pending
+            else _request_probe([(s.requests, s.pods) for s in everything])
+        )
 
         self.builder = StateBuilder()
         self.offset = -1
@@ -243,6 +408,9 @@ class Simulator:
         self.usage: dict[str, dict[str, float]] | None = None
         self.usage_id: str | None = None
         self.usage_at: int | None = None
+        # With a usage function: the exact allocation history it reads (recorded only when k_value > 0).
+        self.usage_fn = usage
+        self.history = UsageHistory(self.leaves, self.capacity_vec)
 
         self.cycles = 0
         self.slots_skipped = 0
@@ -251,6 +419,42 @@ class Simulator:
         self.wall_s = 0.0
         self.cpu_s = 0.0
         self.cycle_wall_s = 0.0
+
+    def _add_job(self, spec: JobSpec, rule: int = -1) -> int:
+        """Register a job and its pods (no events yet); returns the group index."""
+        if spec.pods < 1:
+            raise ValueError(f"job {spec.name!r} needs at least one pod, got {spec.pods}")
+        if spec.runtime_ms < 0:
+            raise ValueError(f"job {spec.name!r} has a negative runtime ({spec.runtime_ms} ms)")
+        gi = len(self.groups)
+        names = [spec.name] if spec.pods == 1 else [f"{spec.name}-{k}" for k in range(spec.pods)]
+        group = _Group(
+            name=spec.name,
+            queue=spec.queue,
+            priority=spec.priority,
+            created_ms=spec.created_ms,
+            pods=[],
+            rule=rule,
+            live=spec.pods,
+        )
+        for name in names:
+            t = _Task(
+                name=name,
+                group=gi,
+                queue=spec.queue,
+                created_ms=spec.created_ms,
+                runtime_ms=spec.runtime_ms,
+                requests=spec.requests,
+                affinity=list(spec.affinity),
+                fails=spec.fails,
+            )
+            if t.uid in self.by_uid:
+                raise ValueError(f"two pods are named {t.uid!r}; job and pod names must be unique per queue")
+            self.by_uid[t.uid] = len(self.tasks)
+            group.pods.append(len(self.tasks))
+            self.tasks.append(t)
+        self.groups.append(group)
+        return gi
 
     # -- the event stream --------------------------------------------------------------------------------
     def _emit(self, event: ev.EventBase) -> None:
@@ -266,13 +470,13 @@ class Simulator:
             self.real_in_heap += 1
 
     def _submit(self, t: _Task, at_ms: int) -> None:
-        tr = t.trace
+        g = self.groups[t.group]
         self._emit(
             ev.PodSubmitted(
                 at_ms=at_ms,
-                name=tr.name,
+                name=t.name,
                 namespace=t.queue,
-                pod_group=tr.name,
+                pod_group=g.name,
                 queue=t.queue,
                 requests=t.requests,
                 node_affinity=t.affinity,
@@ -281,6 +485,9 @@ class Simulator:
         )
         t.state = "pending"
         self.pending += 1
+        g.pending += 1
+        if g.pending == 1 and g.rule >= 0:
+            self.rule_pending[g.rule] += 1
 
     # -- accounting --------------------------------------------------------------------------------------
     def _advance(self, t_ms: int) -> None:
@@ -296,7 +503,7 @@ class Simulator:
         for name, fs in self.fair_now.items():
             if fs:
                 self.fair_ms[name] += fs * dt
-        if self.k_on:
+        if self.k_on and self.usage_fn is None:
             # Exponentially decayed integrals: u <- u*d + a*(1-d)*h/ln2 with d = 2^(-dt/h).
             decay = 2.0 ** (-dt / self.half_life_ms)
             gain = (1.0 - decay) * self.half_life_ms / math.log(2)
@@ -338,6 +545,8 @@ class Simulator:
         res[0] += sign * gpu
         res[1] += sign * t.requests.cpu_millicores
         res[2] += sign * t.requests.memory_bytes
+        if self.k_on and self.usage_fn is not None:
+            self.history.record(self.now, li, res)
         if gpu:
             point = (self.now, self.held, self.fragmented, tuple(self.leaf_held))
             if self.timeline[-1][0] == self.now:
@@ -346,52 +555,91 @@ class Simulator:
                 self.timeline.append(point)
 
     # -- what happens outside the engine --------------------------------------------------------------
-    def _handle(self, kind: int, i: int, incarnation: int, at_ms: int) -> bool:
-        """Apply one due heap entry; True if it emitted events."""
-        t = self.tasks[i]
-        tr = t.trace
-        ns = t.queue
-        if kind == _ARRIVE:
-            self._emit(
-                ev.PodGroupUpserted(
-                    at_ms=at_ms,
-                    name=tr.name,
-                    namespace=ns,
-                    queue=t.queue,
-                    priority=t.priority,
-                    created_at_ms=t.created_ms,
-                )
+    def _arrive(self, gi: int, at_ms: int) -> None:
+        """A job appears: its pod group, then each of its pods, pending."""
+        g = self.groups[gi]
+        self._emit(
+            ev.PodGroupUpserted(
+                at_ms=at_ms,
+                name=g.name,
+                namespace=g.queue,
+                queue=g.queue,
+                min_member=len(g.pods),
+                priority=g.priority,
+                created_at_ms=g.created_ms,
             )
-            self._submit(t, at_ms)
+        )
+        for i in g.pods:
+            self._submit(self.tasks[i], at_ms)
+
+    def _handle(self, kind: int, i: int, incarnation: int, at_ms: int) -> bool:
+        """Apply one due heap entry (*i*: a group for arrivals, a rule for rule starts, else a pod); True if
+        it emitted events."""
+        if kind == _ARRIVE:
+            self._arrive(i, at_ms)
             return True
+        if kind == _RULE:
+            return self._top_up(at_ms)
+        t = self.tasks[i]
+        ns = t.queue
         if incarnation != t.incarnation:
             return False  # the run this entry belonged to was evicted
         if kind == _FINISH and t.state == "running":
-            # The trace's own outcome: a task that failed in production fails here too.
-            if tr.pod_phase == "Failed":
-                self._emit(ev.PodFinished(at_ms=at_ms, name=tr.name, namespace=ns, phase="Failed"))
-            else:
-                self._emit(ev.PodFinished(at_ms=at_ms, name=tr.name, namespace=ns, phase="Succeeded"))
+            phase: Literal["Failed", "Succeeded"] = "Failed" if t.fails else "Succeeded"
+            self._emit(ev.PodFinished(at_ms=at_ms, name=t.name, namespace=ns, phase=phase))
             self._hold(t, -1)
-            self._emit(ev.PodDeleted(at_ms=at_ms, name=tr.name, namespace=ns))
-            self._emit(ev.PodGroupDeleted(at_ms=at_ms, name=tr.name, namespace=ns))
+            self._emit(ev.PodDeleted(at_ms=at_ms, name=t.name, namespace=ns))
             t.state = "done"
+            g = self.groups[t.group]
+            g.live -= 1
+            if g.live == 0:
+                self._emit(ev.PodGroupDeleted(at_ms=at_ms, name=g.name, namespace=ns))
             return True
         if kind == _TERMINATE and t.state == "releasing":
-            self._emit(ev.PodFinished(at_ms=at_ms, name=tr.name, namespace=ns, phase="Failed"))
+            self._emit(ev.PodFinished(at_ms=at_ms, name=t.name, namespace=ns, phase="Failed"))
             self._hold(t, -1)
-            self._emit(ev.PodDeleted(at_ms=at_ms, name=tr.name, namespace=ns))
+            self._emit(ev.PodDeleted(at_ms=at_ms, name=t.name, namespace=ns))
             t.node, t.devices, t.per_device = -1, (), 0
             self._submit(t, at_ms)  # the controller re-creates the evicted pod
             return True
         return False
+
+    def _top_up(self, now_ms: int) -> bool:
+        """Submit jobs for every active keep-pending rule below its count; True if any was submitted."""
+        added = False
+        for r, rule in enumerate(self.rules):
+            if now_ms < rule.start_ms or (rule.stop_ms is not None and now_ms >= rule.stop_ms):
+                continue
+            while self.rule_pending[r] < rule.jobs:
+                k = self.rule_next[r]
+                self.rule_next[r] += 1
+                spec = JobSpec(
+                    name=f"{rule.name}-{k}",
+                    queue=rule.queue,
+                    created_ms=now_ms,
+                    runtime_ms=rule.runtime_ms,
+                    requests=rule.requests,
+                    pods=rule.pods,
+                    priority=rule.priority,
+                    affinity=rule.affinity,
+                )
+                self._arrive(self._add_job(spec, r), now_ms)
+                added = True
+        return added
 
     # -- the engine -----------------------------------------------------------------------------------
     def _usage_snapshot(self, now_ms: int) -> None:
         """With k_value > 0: refresh the usage snapshot when one is due (every ``usage_refresh_s``)."""
         if not self.k_on or (self.usage_at is not None and now_ms - self.usage_at < self.refresh_ms):
             return
-        leaf_u = {name: self.leaf_usage[i] for i, name in enumerate(self.leaves)}
+        if self.usage_fn is None:
+            leaf_u = {name: self.leaf_usage[i] for i, name in enumerate(self.leaves)}
+            cap_u = self.cap_usage
+        else:
+            # The function gives each leaf's usage already normalised to the capacity integral.
+            norm = self.usage_fn(self.history, now_ms)
+            leaf_u = {name: [norm.get(name, {}).get(r, 0.0) for r in _RESOURCES] for name in self.leaves}
+            cap_u = [1.0, 1.0, 1.0]
 
         def subtree(name: str) -> list[float]:
             if name in leaf_u:
@@ -406,11 +654,12 @@ class Simulator:
         for q in self.queue_specs:
             u = subtree(q.name)
             usage[q.name] = {
-                res: (round(u[r] / self.cap_usage[r], 9) if self.cap_usage[r] > 0 else 0.0)
-                for r, res in enumerate(("gpu", "cpu", "memory"))
+                res: (round(u[r] / cap_u[r], 9) if cap_u[r] > 0 else 0.0) for r, res in enumerate(_RESOURCES)
             }
         self.usage, self.usage_at = usage, now_ms
         self.usage_id = f"sim-usage-{now_ms}"
+        # Logged before the cycle that consumes it, so a replay re-runs that cycle with the same usage.
+        self.log.append_usage(usage_record(self.usage_id, now_ms, usage))
         self._push(now_ms + self.refresh_ms, _WAKE)
 
     def _cycle(self, now_ms: int) -> bool:
@@ -452,9 +701,7 @@ class Simulator:
         if t.state != "pending":
             raise AssertionError(f"cycle at {now_ms} ms bound {d.pod}, which is {t.state}, not pending")
         self._emit(
-            ev.PodBound(
-                at_ms=now_ms, name=t.trace.name, namespace=t.queue, node=d.node, gpu_devices=d.gpu_devices
-            )
+            ev.PodBound(at_ms=now_ms, name=t.name, namespace=t.queue, node=d.node, gpu_devices=d.gpu_devices)
         )
         t.state = "running"
         t.node = self.node_index[d.node]
@@ -467,6 +714,10 @@ class Simulator:
             raise AssertionError(f"{d.pod} asks for {r.gpus} GPUs but was bound to devices {d.gpu_devices}")
         self._hold(t, +1)
         self.pending -= 1
+        g = self.groups[t.group]
+        g.pending -= 1
+        if g.pending == 0 and g.rule >= 0:
+            self.rule_pending[g.rule] -= 1
         self.binds += 1
         t.last_reason = None
         if t.first_start_ms is None:
@@ -482,7 +733,7 @@ class Simulator:
         if t.state != "running":
             raise AssertionError(f"cycle at {now_ms} ms evicted {d.pod}, which is {t.state}, not running")
         self._emit(
-            ev.PodReleasing(at_ms=now_ms, name=t.trace.name, namespace=t.queue, reason=d.action or "eviction")
+            ev.PodReleasing(at_ms=now_ms, name=t.name, namespace=t.queue, reason=d.action or "eviction")
         )
         t.state = "releasing"
         t.incarnation += 1
@@ -498,9 +749,13 @@ class Simulator:
             self._emit(n if n.at_ms == 0 else n.model_copy(update={"at_ms": 0}))
         for q in self.tenants.queue_events():
             self._emit(q)
-        order = sorted(range(len(self.tasks)), key=lambda i: (self.tasks[i].created_ms, i))
+        order = sorted(range(len(self.groups)), key=lambda i: (self.groups[i].created_ms, i))
         for i in order:
-            self._push(self.tasks[i].created_ms, _ARRIVE, i)
+            if self.end_ms is None or self.groups[i].created_ms < self.end_ms:
+                self._push(self.groups[i].created_ms, _ARRIVE, i)
+        for r, rule in enumerate(self.rules):
+            if rule.start_ms < (self.end_ms or 0):
+                self._push(rule.start_ms, _RULE, r)
 
         p = self.period_ms
         now = 0
@@ -521,9 +776,11 @@ class Simulator:
             if external or (self.pending and (wake or usage_due)):
                 changed = self._cycle(now)
             external = False
+            if changed and self.rules:
+                external = self._top_up(now)  # binds emptied a keep-pending rule's queue: refill it now
             if self.progress is not None:
                 self.progress(now)
-            if changed and self.pending:
+            if (changed and self.pending) or external:
                 nxt = now + p  # the new placements may let the next cycle decide something else
             elif self.real_in_heap:
                 nxt = max(now + p, -(-self.heap[0][0] // p) * p)
@@ -531,9 +788,19 @@ class Simulator:
                 # Nothing runs and nothing is to come: a pending pod that did not fit an idle cluster never
                 # will (limits are static), and min-runtime / usage wake-ups cannot change that.
                 break
+            if self.end_ms is not None and nxt >= self.end_ms:
+                break  # the run covers [0, end): a cycle at the end itself would be cut off at once
             self.slots_skipped += (nxt - now) // p - 1
             now = nxt
-        while self.heap:  # leftover wake-ups only
+        if self.end_ms is not None:
+            # A fixed-length run: what happens between the last cycle and the end still counts.
+            while self.heap and self.heap[0][0] <= self.end_ms:
+                at, _, kind, i, inc = heapq.heappop(self.heap)
+                self._advance(at)
+                if kind != _WAKE:
+                    self._handle(kind, i, inc, at)
+            self._advance(self.end_ms)
+        while self.heap:  # leftover wake-ups only (and, in a fixed-length run, what lies past the end)
             heapq.heappop(self.heap)
         self.wall_s = time.perf_counter() - w0
         self.cpu_s = time.process_time() - c0
@@ -666,6 +933,19 @@ def _fragmentation_probe(tasks: Sequence[TraceTask]) -> tuple[int, int] | None:
     return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
+def _request_probe(shapes: Sequence[tuple[ev.PodRequests, int]]) -> tuple[int, int] | None:
+    """:func:`_fragmentation_probe` for jobs: the most common per-pod GPU request, by pod count."""
+    counts: Counter[tuple[int, int]] = Counter()
+    for r, pods in shapes:
+        if r.gpus:
+            counts[(r.gpus, GPU_MILLI)] += pods
+        elif r.gpu_fraction_milli is not None:
+            counts[(r.gpu_fraction_devices, r.gpu_fraction_milli)] += pods
+    if not counts:
+        return None
+    return min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+
+
 def _check_scoring(name: str) -> None:
     """Fail early, with the known names, on a node-scoring rule the engine does not have."""
     from scheduler import placement
@@ -688,9 +968,25 @@ def simulate(
     log: SimLog | None = None,
     progress: Callable[[int], None] | None = None,
     inputs: dict[str, Any] | None = None,
+    jobs: Sequence[JobSpec] = (),
+    keep_pending: Sequence[KeepPending] = (),
+    end_ms: int | None = None,
+    usage: UsageFn | None = None,
 ) -> SimulationResult:
-    """Run a whole simulation (see the module doc); closes *log* with the run manifest."""
-    sim = Simulator(tasks, nodes, tenants, period_s=period_s, seed=seed, log=log, progress=progress)
+    """Run a whole simulation (see the module doc and :class:`Simulator`); closes *log* with the manifest."""
+    sim = Simulator(
+        tasks,
+        nodes,
+        tenants,
+        period_s=period_s,
+        seed=seed,
+        log=log,
+        progress=progress,
+        jobs=jobs,
+        keep_pending=keep_pending,
+        end_ms=end_ms,
+        usage=usage,
+    )
     with gc_tuned():
         result = sim.run()
     sim.log.close(sim.manifest(inputs or {}))
@@ -707,30 +1003,42 @@ def file_input(path: Path) -> dict[str, str]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass simulate`` options."""
-    from ingest.tenants import DEFAULT_TENANTS
-    from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS
-
+    # The trace options default to None so that --config can tell whether they were given; run_cli fills
+    # in the shipped defaults for a trace run.
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a synthetic scenario file instead of a trace: nodes, queues, generators (docs/simulate.md)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        dest="overrides",
+        help="with --config: override a scenario field by dotted path, e.g. fairshare.k_value=0 (repeatable)",
+    )
     p.add_argument(
         "--trace-pods",
         type=Path,
-        default=DEFAULT_PODS,
+        default=None,
         help="pod list CSV (default: the shipped default list)",
     )
     p.add_argument(
         "--trace-nodes",
         type=Path,
-        default=DEFAULT_GPU_NODES,
+        default=None,
         help="node list CSV (default: the shipped GPU nodes)",
     )
-    p.add_argument(
-        "--tenants", type=Path, default=DEFAULT_TENANTS, help="tenants file, YAML or TOML (docs/simulate.md)"
-    )
+    p.add_argument("--tenants", type=Path, default=None, help="tenants file, YAML or TOML (docs/simulate.md)")
     p.add_argument(
         "--period",
         type=int,
         default=None,
         metavar="S",
-        help="cycle period in simulated seconds (default: the tenants file's)",
+        help="cycle period in simulated seconds (default: the tenants or scenario file's)",
     )
     p.add_argument(
         "--limit-tasks",
@@ -755,7 +1063,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="write allocation-over-time and GPU-hours plots",
     )
     p.add_argument(
-        "--seed", type=int, default=0, help="salt of the task -> queue hash (0 = the plain task name)"
+        "--seed",
+        type=int,
+        default=None,
+        help="salt of the task -> queue hash (0 = the plain task name; default 0); with --config: replaces"
+        " the scenario's seed",
     )
 
 
@@ -889,41 +1201,118 @@ def write_plot(result: SimulationResult, path: Path) -> None:
     plt.close(fig)
 
 
+@dataclass(slots=True)
+class _CliRun:
+    """What a command line resolved to: the simulator's inputs and the manifest's ``inputs``."""
+
+    tasks: list[TraceTask]
+    nodes: list[ev.NodeUpserted]
+    tenants: TenantsConfig
+    seed: int
+    inputs: dict[str, Any]
+    jobs: list[JobSpec] = field(default_factory=list)
+    keep_pending: list[KeepPending] = field(default_factory=list)
+    end_ms: int | None = None
+    usage: UsageFn | None = None
+    scenario: dict[str, Any] | None = None
+
+
+def _trace_inputs(args: argparse.Namespace) -> _CliRun:
+    """The trace run of the command line; raises TenantsError / TraceError / OSError / ValueError."""
+    from ingest.tenants import DEFAULT_TENANTS, load_tenants
+    from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
+
+    if args.overrides:
+        raise ValueError("--set needs --config (it overrides scenario fields)")
+    pods_path = args.trace_pods if args.trace_pods is not None else DEFAULT_PODS
+    nodes_path = args.trace_nodes if args.trace_nodes is not None else DEFAULT_GPU_NODES
+    tenants_path = args.tenants if args.tenants is not None else DEFAULT_TENANTS
+    tenants = load_tenants(tenants_path)
+    nodes = read_nodes(nodes_path)
+    all_tasks = read_pods(pods_path)
+    if any(t.creation_s is None or t.deletion_s is None for t in all_tasks):
+        raise ValueError(f"{pods_path} lacks creation_time / deletion_time for some tasks")
+    order = sorted(range(len(all_tasks)), key=lambda i: (all_tasks[i].creation_s or 0, i))
+    if args.limit_tasks is not None:
+        order = order[: max(args.limit_tasks, 0)]
+    inputs = {
+        "trace_pods": file_input(pods_path),
+        "trace_nodes": file_input(nodes_path),
+        "tenants": file_input(tenants_path),
+        "limit_tasks": args.limit_tasks,
+    }
+    seed = args.seed if args.seed is not None else 0
+    return _CliRun([all_tasks[i] for i in order], nodes, tenants, seed, inputs)
+
+
+def _scenario_inputs(args: argparse.Namespace) -> _CliRun:
+    """The scenario run of ``--config FILE``; raises ScenarioError / ValueError."""
+    from analytics.scenario import load_scenario
+
+    clash = [
+        opt
+        for opt, value in (
+            ("--trace-pods", args.trace_pods),
+            ("--trace-nodes", args.trace_nodes),
+            ("--tenants", args.tenants),
+            ("--limit-tasks", args.limit_tasks),
+        )
+        if value is not None
+    ]
+    if clash:
+        raise ValueError(f"--config cannot be combined with {', '.join(clash)} (the scenario file has them)")
+    overrides = list(args.overrides)
+    if args.seed is not None:
+        overrides.append(f"seed={args.seed}")
+    scenario = load_scenario(args.config, overrides)
+    built = scenario.build()
+    inputs = {
+        "scenario": file_input(args.config) | {"overrides": list(args.overrides)},
+        "scenario_config": scenario.model_dump(mode="json"),
+    }
+    return _CliRun(
+        tasks=[],
+        nodes=built.nodes,
+        tenants=built.tenants,
+        seed=scenario.seed,
+        inputs=inputs,
+        jobs=built.jobs,
+        keep_pending=built.keep_pending,
+        end_ms=built.end_ms,
+        usage=built.usage,
+        scenario={
+            "name": scenario.name,
+            "file": str(args.config),
+            "overrides": list(args.overrides),
+            "duration_s": scenario.duration / 1000,
+        },
+    )
+
+
 def run_cli(args: argparse.Namespace) -> int:
     """``hourglass simulate``: load inputs, run with a progress bar, print / write the outputs."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from analytics.scenario import ScenarioError
     from analytics.simlog import DirLog
-    from ingest.tenants import TenantsError, load_tenants
-    from ingest.trace import TraceError, read_nodes, read_pods
+    from ingest.tenants import TenantsError
+    from ingest.trace import TraceError
 
     err = Console(stderr=True)
-    try:
-        tenants = load_tenants(args.tenants)
-        nodes = read_nodes(args.trace_nodes)
-        all_tasks = read_pods(args.trace_pods)
-    except (TenantsError, TraceError, OSError) as exc:
-        err.print(f"simulate: {exc}", markup=False, highlight=False)
-        return 2
     if args.period is not None and args.period < 1:
         err.print("simulate: --period must be at least 1 second")
         return 2
-    if any(t.creation_s is None or t.deletion_s is None for t in all_tasks):
-        err.print(f"simulate: {args.trace_pods} lacks creation_time / deletion_time for some tasks")
+    try:
+        run = _scenario_inputs(args) if args.config is not None else _trace_inputs(args)
+    except (ScenarioError, TenantsError, TraceError, OSError, ValueError) as exc:
+        err.print(f"simulate: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
-    order = sorted(range(len(all_tasks)), key=lambda i: (all_tasks[i].creation_s or 0, i))
-    if args.limit_tasks is not None:
-        order = order[: max(args.limit_tasks, 0)]
-    tasks = [all_tasks[i] for i in order]
-    horizon_ms = max((t.deletion_s or 0 for t in tasks), default=0) * 1000
+    if run.end_ms is not None:
+        horizon_ms = run.end_ms
+    else:
+        horizon_ms = max((t.deletion_s or 0 for t in run.tasks), default=0) * 1000
 
-    inputs = {
-        "trace_pods": file_input(args.trace_pods),
-        "trace_nodes": file_input(args.trace_nodes),
-        "tenants": file_input(args.tenants),
-        "limit_tasks": args.limit_tasks,
-    }
     log = DirLog(args.out) if args.out is not None else None
     with Progress(
         TextColumn("simulating"),
@@ -941,18 +1330,24 @@ def run_cli(args: argparse.Namespace) -> int:
 
         try:
             result = simulate(
-                tasks,
-                nodes,
-                tenants,
+                run.tasks,
+                run.nodes,
+                run.tenants,
                 period_s=args.period,
-                seed=args.seed,
+                seed=run.seed,
                 log=log,
                 progress=progress,
-                inputs=inputs,
+                inputs=run.inputs,
+                jobs=run.jobs,
+                keep_pending=run.keep_pending,
+                end_ms=run.end_ms,
+                usage=run.usage,
             )
         except ValueError as exc:
-            err.print(f"simulate: {exc}", markup=False, highlight=False)
+            err.print(f"simulate: {exc}", markup=False, highlight=False, soft_wrap=True)
             return 2
+    if run.scenario is not None:
+        result.summary["scenario"] = run.scenario
     if args.plot is not None:
         write_plot(result, args.plot)
     if args.json:

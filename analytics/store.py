@@ -35,8 +35,10 @@ from typing import IO, Any, Final
 import duckdb
 import polars as pl
 
-from analytics.simlog import CYCLES_FILE, EVENTS_FILE
+from analytics.simlog import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
+from analytics.views import create_views
 from ingest.log import DEFAULT_TOPICS, Log, Topics
+from scheduler.usage import UsageRecordError, parse_usage_record
 
 __all__ = [
     "DEFAULT_GROUP",
@@ -91,6 +93,21 @@ CREATE TABLE IF NOT EXISTS queue_cycles (
     gpu_requested BIGINT, cpu_requested BIGINT, memory_requested BIGINT,
     gpu_limit BIGINT, cpu_limit BIGINT, memory_limit BIGINT,
     gpu_usage DOUBLE, cpu_usage DOUBLE, memory_usage DOUBLE
+);
+CREATE TABLE IF NOT EXISTS usage_snapshots (
+    snapshot_id VARCHAR NOT NULL,
+    "offset" BIGINT,
+    as_of_ms BIGINT,
+    available BOOLEAN,
+    reason VARCHAR,
+    raw JSON
+);
+CREATE TABLE IF NOT EXISTS usage (
+    snapshot_id VARCHAR NOT NULL,
+    as_of_ms BIGINT,
+    queue VARCHAR,
+    resource VARCHAR,
+    usage DOUBLE
 );
 CREATE TABLE IF NOT EXISTS decisions (
     cycle_id VARCHAR NOT NULL,
@@ -195,6 +212,8 @@ class LoadStats:
     cycles_duplicate: int = 0
     queue_rows: int = 0
     decision_rows: int = 0
+    usage_snapshots: int = 0
+    usage_skipped: int = 0  # malformed or already stored
     batches: int = 0
 
     def add(self, other: LoadStats) -> None:
@@ -209,6 +228,7 @@ class AuditStore:
         self.path = str(path)
         self.con = duckdb.connect(self.path)
         self.con.execute(SCHEMA)
+        create_views(self.con)  # the report's views (analytics/views.py, docs/report.md)
 
     def close(self) -> None:
         self.con.close()
@@ -224,7 +244,7 @@ class AuditStore:
         return int(rows[0][0] or 0)
 
     def count(self, table: str) -> int:
-        if table not in ("events", "cycles", "queue_cycles", "decisions"):
+        if table not in ("events", "cycles", "queue_cycles", "decisions", "usage_snapshots", "usage"):
             raise StoreError(f"unknown table {table!r}")
         return self._scalar(f"SELECT count(*) FROM {table}")
 
@@ -368,6 +388,59 @@ def load_cycles(store: AuditStore, raws: Iterable[bytes], batch_size: int = 500)
     return stats
 
 
+def load_usage(store: AuditStore, items: Iterable[tuple[int, bytes]]) -> LoadStats:
+    """Load usage snapshot records (``(offset, bytes)``): one ``usage_snapshots`` row per snapshot and one
+    ``usage`` row per queue and resource. Malformed records (dead-lettered by the scheduler) and snapshot
+    ids already stored are skipped. One transaction."""
+    stats = LoadStats()
+    known = {r[0] for r in store.con.execute("SELECT snapshot_id FROM usage_snapshots").fetchall()}
+    snaps: list[tuple[str, int, int, bool, str | None, str]] = []
+    rows: list[tuple[str, int, str, str, float]] = []
+    for offset, raw in items:
+        try:
+            u = parse_usage_record(raw)
+        except UsageRecordError:
+            stats.usage_skipped += 1
+            continue
+        if u.id in known:
+            stats.usage_skipped += 1
+            continue
+        known.add(u.id)
+        snaps.append((u.id, offset, u.as_of_ms, u.usage is not None, u.reason, raw.decode()))
+        for q, vec in (u.usage or {}).items():
+            rows.extend((u.id, u.as_of_ms, q, r, v) for r, v in vec.items())
+    if not snaps:
+        return stats
+    con = store.con
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.executemany("INSERT INTO usage_snapshots VALUES (?, ?, ?, ?, ?, ?)", snaps)
+        if rows:
+            df = pl.DataFrame(
+                rows,
+                schema={
+                    "snapshot_id": pl.Utf8,
+                    "as_of_ms": pl.Int64,
+                    "queue": pl.Utf8,
+                    "resource": pl.Utf8,
+                    "usage": pl.Float64,
+                },
+                orient="row",
+            )
+            con.register("_batch_usage", _ArrowStream(df))
+            try:
+                con.execute("INSERT INTO usage SELECT * FROM _batch_usage")
+            finally:
+                con.unregister("_batch_usage")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    stats.usage_snapshots += len(snaps)
+    stats.batches += 1
+    return stats
+
+
 def load_events(store: AuditStore, items: Iterable[tuple[int, bytes]], batch_size: int = 50_000) -> LoadStats:
     """Load ``(offset, dump_event bytes)`` pairs, ``batch_size`` a batch; offsets already stored are skipped."""
     stats = LoadStats()
@@ -412,6 +485,8 @@ def load_run_dir(store: AuditStore, directory: Path | str, batch_size: int = 500
             items = ((i, line) for i, line in enumerate(fh) if i >= start)
             stats.add(load_events(store, items))
     stats.add(load_cycles(store, _lines(d / CYCLES_FILE), batch_size))
+    if (d / USAGE_FILE).is_file():
+        stats.add(load_usage(store, enumerate(_lines(d / USAGE_FILE))))
     return stats
 
 
@@ -422,13 +497,13 @@ def sink_from_log(
     group: str = DEFAULT_GROUP,
     batch_size: int = 1000,
 ) -> LoadStats:
-    """Load everything new on the events and decisions topics, from ``group``'s committed offsets.
+    """Load everything new on the events, usage and decisions topics, from ``group``'s committed offsets.
 
     Each batch is written to the store in one transaction, then its offsets are committed; a crash between
     the two re-reads the batch next time and the duplicates are dropped.
     """
     stats = LoadStats()
-    for topic in (topics.events, topics.decisions):
+    for topic in (topics.events, topics.usage, topics.decisions):
         pos = log.committed(group, topic)
         while True:
             records = log.read(topic, pos, batch_size)
@@ -436,6 +511,8 @@ def sink_from_log(
                 break
             if topic == topics.events:
                 stats.add(load_events(store, ((r.offset, r.value) for r in records), batch_size=len(records)))
+            elif topic == topics.usage:
+                stats.add(load_usage(store, ((r.offset, r.value) for r in records)))
             else:
                 stats.add(load_cycles(store, (r.value for r in records), batch_size=len(records)))
             pos = records[-1].offset + 1
@@ -476,7 +553,7 @@ def resolve_store(path: Path | str) -> Path:
     p = Path(path)
     if p.is_dir():
         db = p / RUN_DIR_STORE
-        sources = [p / CYCLES_FILE, p / EVENTS_FILE]
+        sources = [p / CYCLES_FILE, p / EVENTS_FILE, p / USAGE_FILE]
         newest = max((s.stat().st_mtime for s in sources if s.exists()), default=0.0)
         if not db.exists() or db.stat().st_mtime < newest:
             with AuditStore(db) as store:

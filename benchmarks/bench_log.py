@@ -1,4 +1,5 @@
-"""Log backend benchmark: records appended / s and read / s, FileLog and (if reachable) Kafka.
+"""Log backend benchmark: records appended / s and read / s, and events folded / s (read + parse + fold,
+the scheduler service's :class:`~scheduler.service.Folder`), FileLog and (if reachable) Kafka.
 
 Appends go in batches through ``append_many`` (FileLog: one write + one fsync per batch with the
 default ``fsync="batch"``; Kafka: idempotent producer, acks=all, flush per batch); reads page
@@ -21,8 +22,11 @@ import time
 import uuid
 from pathlib import Path
 
+from ingest.events import dump_event
 from ingest.filelog import FileLog, FsyncPolicy
 from ingest.log import Log
+from scheduler.service import Folder
+from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka" / "kafka.sh"
 
@@ -51,6 +55,29 @@ def bench(name: str, log: Log, records: int, size: int, batch: int) -> None:
     )
 
 
+def bench_fold(name: str, log: Log, events: list[bytes], batch: int) -> None:
+    """Append contract events, then read them back and fold them as the service does."""
+    topic = f"bench.fold.{uuid.uuid4().hex[:8]}"
+    for i in range(0, len(events), batch):
+        log.append_many(topic, [(None, v) for v in events[i : i + batch]])
+    folder = Folder(topic)
+    t0 = time.perf_counter()
+    offset = 0
+    while chunk := log.read(topic, offset, batch):
+        for r in chunk:
+            if folder.feed(r) is not None:
+                raise AssertionError(f"event {r.offset} was rejected")
+        offset = chunk[-1].offset + 1
+    dt = time.perf_counter() - t0
+    assert folder.folded == len(events)
+    print(f"{name:<22} {len(events):>9,} events (read + parse + fold): {len(events) / dt:>11,.0f} events/s")
+
+
+def _fold_workload() -> list[bytes]:
+    spec = SyntheticSpec(nodes=1000, pending_pods=50_000, running_fraction=0.3, seed=1)
+    return [dump_event(e) for e in synthetic_events(spec)]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--records", type=int, default=200_000)
@@ -64,6 +91,9 @@ def main() -> None:
     for fsync in ("batch", "never"):
         with tempfile.TemporaryDirectory() as d, FileLog(d, fsync=fsync) as flog:
             bench(f"FileLog fsync={fsync}", flog, a.records, a.size, a.batch)
+    workload = _fold_workload()
+    with tempfile.TemporaryDirectory() as d, FileLog(d) as flog:
+        bench_fold("FileLog fold", flog, workload, a.batch)
 
     if a.no_kafka:
         return
@@ -78,6 +108,7 @@ def main() -> None:
 
         with KafkaLog(bootstrap) as klog:
             bench("KafkaLog", klog, a.records, a.size, a.batch)
+            bench_fold("KafkaLog fold", klog, workload, a.batch)
     finally:
         if started:
             subprocess.run([str(KAFKA_SH), "stop"], check=False)

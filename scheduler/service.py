@@ -34,6 +34,13 @@ from ingest.events import EventError, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
 from scheduler.cycle import run_cycle
 from scheduler.decisions import CycleRecord
+from scheduler.metrics import (
+    SchedulerMetrics,
+    capacity_of,
+    observe_cycle,
+    observe_dead_letters,
+    run_timed_cycle,
+)
 from scheduler.session import SessionConfig
 from scheduler.state import ClusterState, StateBuilder
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
@@ -163,6 +170,7 @@ class Service:
         batch_size: int = 1000,
         poll_interval_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
+        metrics: SchedulerMetrics | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -173,6 +181,7 @@ class Service:
         self.batch_size = batch_size
         self.poll_interval_s = poll_interval_s
         self._sleep = sleep
+        self.metrics = metrics  # Prometheus metrics (scheduler/metrics.py), observed after each cycle
         self.folder = Folder(topics.events)
         self.position = 0  # next events offset to read
         self.cycled_offset = -1  # events offset of the last cycle run (or found recorded)
@@ -346,6 +355,8 @@ class Service:
             )
             self.dead_seen.update((d.source_topic, d.source_offset) for d in fresh)
             st.dead_letters += len(fresh)
+            if self.metrics is not None:
+                observe_dead_letters(self.metrics, [d.reason_code for d in fresh])
         moved = self.folder.offset > self.cycled_offset
         if self.folder.offset >= 0 and (moved or usage_id != self.cycled_usage):
             self._cycle()
@@ -358,13 +369,16 @@ class Service:
         u = self.usage
         now_ms = max(self.folder.now_ms, u.as_of_ms) if u is not None else self.folder.now_ms
         t1 = time.perf_counter()
-        record, _ = run_cycle(
-            self.folder.snapshot(),
-            self.config,
-            now_ms,
-            u.usage if u is not None else None,
-            u.id if u is not None else None,
-        )
+        usage = u.usage if u is not None else None
+        usage_id = u.id if u is not None else None
+        if self.metrics is None:
+            record, _ = run_cycle(self.folder.snapshot(), self.config, now_ms, usage, usage_id)
+        else:
+            # The same record as run_cycle's; the timings only observe the cycle, they never feed it.
+            record, ssn, durations = run_timed_cycle(
+                self.folder.snapshot(), self.config, now_ms, usage, usage_id
+            )
+            observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn))
         st.cycle_seconds += time.perf_counter() - t1
         st.cycles += 1
         st.last_cycle = record

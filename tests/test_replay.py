@@ -146,6 +146,9 @@ def test_usage_fed_cycles_are_reported_not_crashed(
     nodes = read_nodes(_small_nodes_csv(tmp_path / "nodes.csv"))
     simulate(_first_tasks(15), nodes, parse_tenants(doc), log=DirLog(out))
     n = read_manifest(out)["counts"]["cycles"]
+    rc, lines = _cli(capsys, str(out), "--verify")  # the simulator logs its usage snapshots: exact replay
+    assert rc == 0 and lines[-1] == f"replay: {n} cycles, 0 mismatches"
+    (out / "usage.jsonl").unlink()  # a run dir without them (older runs): reported, not crashed
     rc, lines = _cli(capsys, str(out), "--verify")
     assert rc == 1
     assert lines[-1] == f"replay: {n} cycles, {n} mismatches"

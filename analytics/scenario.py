@@ -1,0 +1,553 @@
+"""Synthetic scenarios for ``hourglass simulate --config FILE``: a cluster, queues and workload generators.
+
+A scenario file (YAML, format version 1, documented in ``docs/simulate.md``) declares everything a
+simulation needs without a trace: nodes (count x shape), the queue tree (the tenants file's
+:class:`~ingest.tenants.QueueSpec`), engine knobs, the time-based fairshare settings (the field names of
+:class:`fairshare.config.FairshareConfig`), the cycle period, the simulated duration, and workload
+generators:
+
+* ``keep_pending``: keep *jobs* jobs of one shape pending in a queue (whenever fewer are pending, submit
+  another at once), e.g. "queue a always has one 16-GPU, 1-hour job waiting";
+* ``poisson``: arrivals at a mean rate, runtimes from a distribution, both drawn from a seeded generator;
+* ``fixed``: a list of jobs with arrival times.
+
+:func:`load_scenario` reads and validates a file (every error names the file and the field path, e.g.
+``s.yaml: workloads[0].runtime: ...``); :func:`apply_overrides` changes fields by dotted path first
+(``fairshare.k_value=0``); :meth:`Scenario.build` turns it into the inputs of
+:class:`analytics.simulate.Simulator`, which makes contract events of it exactly as it does of a trace.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal, Self
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from analytics.simulate import JobSpec, KeepPending, UsageFn, UsageHistory
+from ingest import events as ev
+from ingest.events import validation_message
+from ingest.tenants import EngineSpec, QueueSpec, TenantsConfig
+from ingest.trace import GPU_MODEL_LABEL
+
+__all__ = [
+    "FairshareSpec",
+    "FixedJob",
+    "FixedWorkload",
+    "KeepPendingWorkload",
+    "NodeShape",
+    "PoissonWorkload",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioRun",
+    "apply_overrides",
+    "decay_usage",
+    "load_scenario",
+    "parse_duration_ms",
+    "parse_scenario",
+]
+
+GIB: Final = 1 << 30
+_UNITS_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION: Final = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d|w)\s*")
+MAX_JOBS: Final = 1_000_000  # a guard against a rate typo generating a run that never finishes
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be read, does not validate or cannot be built; names file and field."""
+
+
+def parse_duration_ms(value: Any) -> int:
+    """A duration as whole milliseconds: seconds as a number (``90``) or a string ``"90s"``, ``"1.5h"``,
+    ``"7d"`` (units ms, s, m, h, d, w). Negative, fractional-millisecond or other values are errors."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a duration such as 90, '15m' or '1h', got {value!r}")
+    if isinstance(value, int):
+        exact = Fraction(value) * 1000
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"expected a finite duration, got {value!r}")
+        exact = Fraction(repr(value)) * 1000
+    elif isinstance(value, str):
+        m = _DURATION.fullmatch(value)
+        if m is None:
+            raise ValueError(f"expected a duration such as '90s', '15m', '1h' or '7d', got {value!r}")
+        exact = Fraction(m.group(1)) * _UNITS_MS[m.group(2)]
+    else:
+        raise ValueError(f"expected a duration such as 90, '15m' or '1h', got {type(value).__name__}")
+    if exact < 0:
+        raise ValueError(f"a duration cannot be negative, got {value!r}")
+    if exact.denominator != 1:
+        raise ValueError(f"{value!r} is not a whole number of milliseconds")
+    return int(exact)
+
+
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+Positive = Annotated[int | float, Field(gt=0, allow_inf_nan=False)]
+NonNeg = Annotated[int | float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _exact(value: int | float, scale: int, what: str) -> int:
+    """A human amount times *scale*, exactly (``0.5`` GPU is 500 milli-GPU; ``0.0001`` is an error)."""
+    exact = (Fraction(repr(value)) if isinstance(value, float) else Fraction(value)) * scale
+    if exact.denominator != 1:
+        raise ValueError(f"{what} {value} does not convert to a whole number of engine units")
+    return int(exact)
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class NodeShape(_Spec):
+    """``count`` identical nodes named ``<name_prefix>-<i>`` (i counts on across entries with one prefix)."""
+
+    count: Annotated[int, Field(ge=1, le=100_000)]
+    gpus: Annotated[int, Field(ge=0, le=1024)]
+    cpu: Positive = 64  # cores
+    memory: Positive = 512  # GiB
+    gpu_model: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")] = "sim-gpu"
+    name_prefix: Annotated[str, Field(min_length=1, max_length=200)] = "node"
+
+    @model_validator(mode="after")
+    def _exact_units(self) -> Self:
+        _exact(self.cpu, 1000, "cpu")
+        _exact(self.memory, GIB, "memory")
+        return self
+
+
+class _PodShape(_Spec):
+    """The shape of every pod of a job (per-pod amounts in GPUs, cores, GiB)."""
+
+    pods: Annotated[int, Field(ge=1, le=10_000)] = 1
+    gpus_per_pod: NonNeg = 0
+    cpu_per_pod: NonNeg = 1
+    memory_per_pod: NonNeg = 4
+    priority: int = 50
+    gpu_model: str | None = None  # a required node affinity on the gpu-model label
+
+    @model_validator(mode="after")
+    def _valid_request(self) -> Self:
+        self.requests()
+        return self
+
+    def requests(self) -> ev.PodRequests:
+        """The pod's request in engine units: whole GPUs, or a fraction (< 1) of one device."""
+        g = self.gpus_per_pod
+        cpu = _exact(self.cpu_per_pod, 1000, "cpu_per_pod")
+        memory = _exact(self.memory_per_pod, GIB, "memory_per_pod")
+        if 0 < g < 1:
+            return ev.PodRequests(
+                cpu_millicores=cpu, memory_bytes=memory, gpu_fraction_milli=_exact(g, 1000, "gpus_per_pod")
+            )
+        if g != int(g):
+            raise ValueError(f"gpus_per_pod {g}: whole GPUs, or a fraction below 1 of one GPU")
+        return ev.PodRequests(cpu_millicores=cpu, memory_bytes=memory, gpus=int(g))
+
+    def affinity(self) -> tuple[ev.NodeSelectorTerm, ...]:
+        """A required ``gpu-model In [model]`` term when ``gpu_model`` is set."""
+        if self.gpu_model is None:
+            return ()
+        req = ev.NodeSelectorRequirement(key=GPU_MODEL_LABEL, operator="In", values=[self.gpu_model])
+        return (ev.NodeSelectorTerm(match_expressions=[req]),)
+
+
+class KeepPendingWorkload(_PodShape):
+    """Keep ``jobs`` jobs pending in ``queue`` from ``start`` until ``stop`` (default: the whole run)."""
+
+    kind: Literal["keep_pending"]
+    queue: str
+    name: str | None = None
+    jobs: Annotated[int, Field(ge=1, le=10_000)] = 1
+    runtime: DurationMs
+    start: DurationMs = 0
+    stop: DurationMs | None = None
+
+
+class ExponentialRuntime(_Spec):
+    """Exponentially distributed runtimes with mean ``mean``."""
+
+    dist: Literal["exponential"]
+    mean: DurationMs
+
+
+class UniformRuntime(_Spec):
+    """Runtimes uniform in [``min``, ``max``]."""
+
+    dist: Literal["uniform"]
+    min: DurationMs
+    max: DurationMs
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min > self.max:
+            raise ValueError(f"min {self.min} ms exceeds max {self.max} ms")
+        return self
+
+
+class LognormalRuntime(_Spec):
+    """Log-normal runtimes: ``median`` and the standard deviation ``sigma`` of the log."""
+
+    dist: Literal["lognormal"]
+    median: DurationMs
+    sigma: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
+
+
+RuntimeDist = Annotated[ExponentialRuntime | UniformRuntime | LognormalRuntime, Field(discriminator="dist")]
+
+
+class PoissonWorkload(_PodShape):
+    """Poisson arrivals (``arrivals_per_hour`` on average) in [``start``, ``stop``) with random runtimes.
+
+    ``runtime`` is a duration (every job the same) or a distribution; sampled runtimes are rounded to
+    whole seconds, at least one. ``seed`` defaults to the scenario's ``seed`` plus the workload's index.
+    """
+
+    kind: Literal["poisson"]
+    queue: str
+    name: str | None = None
+    arrivals_per_hour: Positive
+    runtime: DurationMs | RuntimeDist
+    seed: int | None = None
+    start: DurationMs = 0
+    stop: DurationMs | None = None
+
+
+class FixedJob(_Spec):
+    """One job of a ``fixed`` workload; shape fields left out come from the workload."""
+
+    at: DurationMs
+    runtime: DurationMs
+    name: str | None = None
+    pods: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    gpus_per_pod: NonNeg | None = None
+    cpu_per_pod: NonNeg | None = None
+    memory_per_pod: NonNeg | None = None
+    priority: int | None = None
+
+
+class FixedWorkload(_PodShape):
+    """Jobs at given times (``jobs``), each with its own runtime; the shape fields are the defaults."""
+
+    kind: Literal["fixed"]
+    queue: str
+    name: str | None = None
+    jobs: Annotated[list[FixedJob], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _valid_jobs(self) -> Self:
+        for i, j in enumerate(self.jobs):
+            try:
+                self.shape_of(j)
+            except (ValidationError, ValueError) as exc:
+                msg = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+                raise ValueError(f"jobs[{i}]: {msg}") from None
+        return self
+
+    def shape_of(self, job: FixedJob) -> _PodShape:
+        """The workload's shape with the job's own fields on top."""
+        own = {k: v for k, v in job.model_dump(exclude={"at", "runtime", "name"}).items() if v is not None}
+        base = self.model_dump(include=set(_PodShape.model_fields))
+        return _PodShape.model_validate(base | own)
+
+
+Workload = Annotated[KeepPendingWorkload | PoissonWorkload | FixedWorkload, Field(discriminator="kind")]
+
+
+class FairshareSpec(_Spec):
+    """Time-based fairshare, with the field names of :class:`fairshare.config.FairshareConfig`.
+
+    ``k_value`` 0 (default) = classic fair share; ``half_life_s`` null or 0 = no decay; the window is
+    ``[t - window_s, t)`` (sliding) or from the last boundary ``tumbling_anchor_ms + k * window_s``
+    (tumbling); a new usage snapshot every ``refresh_s``. ``staleness_s`` is accepted for the same
+    file to drive the fairshare service; the simulator's snapshots are never stale.
+    """
+
+    k_value: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    half_life_s: Annotated[int, Field(ge=0)] | None = None
+    window_s: Annotated[int, Field(gt=0)] = 7 * 24 * 3600
+    window_type: Literal["sliding", "tumbling"] = "sliding"
+    tumbling_anchor_ms: int = 0
+    refresh_s: Annotated[int, Field(gt=0)] = 60
+    staleness_s: Annotated[int, Field(ge=0)] = 300
+
+
+class Scenario(_Spec):
+    """A whole scenario file (format version 1)."""
+
+    version: Literal[1] = 1
+    name: str | None = None
+    description: str | None = None
+    duration: DurationMs
+    cycle_period: DurationMs = 60_000
+    eviction_grace: DurationMs = 30_000
+    seed: int = 0
+    nodes: Annotated[list[NodeShape], Field(min_length=1)]
+    queues: Annotated[list[QueueSpec], Field(min_length=1)]
+    engine: EngineSpec = Field(default_factory=EngineSpec)
+    fairshare: FairshareSpec = Field(default_factory=FairshareSpec)
+    workloads: Annotated[list[Workload], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if self.duration <= 0:
+            raise ValueError("duration must be positive")
+        if self.cycle_period < 1000 or self.cycle_period % 1000:
+            raise ValueError(
+                f"cycle_period must be a whole number of seconds >= 1 s, got {self.cycle_period} ms"
+            )
+        if self.eviction_grace % 1000:
+            raise ValueError(
+                f"eviction_grace must be a whole number of seconds, got {self.eviction_grace} ms"
+            )
+        misplaced = sorted({"k_value", "usage_half_life_s", "usage_refresh_s"} & self.engine.model_fields_set)
+        if misplaced:
+            # One place for the time-based settings: the fairshare section, in the fairshare service's words.
+            raise ValueError(f"engine.{misplaced[0]}: set k_value, half_life_s and refresh_s under fairshare")
+        tenants = self.tenants()  # the queue tree's own checks, with the tenants file's words
+        leaves = {q.name for q in tenants.leaves()}
+        for i, w in enumerate(self.workloads):
+            if w.queue not in leaves:
+                raise ValueError(
+                    f"workloads[{i}].queue: {w.queue!r} is not a leaf queue (leaves: {sorted(leaves)})"
+                )
+            if not isinstance(w, FixedWorkload) and w.stop is not None and w.stop <= w.start:
+                raise ValueError(f"workloads[{i}]: stop {w.stop} ms is not after start {w.start} ms")
+        return self
+
+    def tenants(self) -> TenantsConfig:
+        """The tenants view of the scenario (queue tree, engine knobs, cycle period) the simulator runs."""
+        f = self.fairshare
+        engine = self.engine.model_copy(
+            update={
+                "k_value": f.k_value,
+                "usage_half_life_s": f.half_life_s or 1,  # unused: usage comes from decay_usage()
+                "usage_refresh_s": f.refresh_s,
+            }
+        )
+        return TenantsConfig(
+            cycle_period_s=self.cycle_period // 1000,
+            eviction_grace_s=self.eviction_grace // 1000,
+            engine=engine,
+            queues=self.queues,
+        )
+
+    def node_events(self) -> list[ev.NodeUpserted]:
+        """One ``NodeUpserted`` per node at time 0, in file order."""
+        out: list[ev.NodeUpserted] = []
+        counters: dict[str, int] = {}
+        for shape in self.nodes:
+            for _ in range(shape.count):
+                k = counters.get(shape.name_prefix, 0)
+                counters[shape.name_prefix] = k + 1
+                out.append(
+                    ev.NodeUpserted(
+                        at_ms=0,
+                        name=f"{shape.name_prefix}-{k}",
+                        cpu_millicores=_exact(shape.cpu, 1000, "cpu"),
+                        memory_bytes=_exact(shape.memory, GIB, "memory"),
+                        gpus=shape.gpus,
+                        gpu_model=shape.gpu_model if shape.gpus else None,
+                        labels={GPU_MODEL_LABEL: shape.gpu_model} if shape.gpus else {},
+                    )
+                )
+        return out
+
+    def build(self) -> ScenarioRun:
+        """The simulator's inputs: nodes, tenants, the static jobs (poisson, fixed), the keep-pending rules,
+        the end time and the usage function."""
+        jobs: list[JobSpec] = []
+        rules: list[KeepPending] = []
+        for i, w in enumerate(self.workloads):
+            prefix = w.name or f"{w.queue}-w{i}"
+            if isinstance(w, KeepPendingWorkload):
+                rules.append(
+                    KeepPending(
+                        name=prefix,
+                        queue=w.queue,
+                        jobs=w.jobs,
+                        runtime_ms=w.runtime,
+                        requests=w.requests(),
+                        pods=w.pods,
+                        priority=w.priority,
+                        start_ms=w.start,
+                        stop_ms=w.stop,
+                        affinity=w.affinity(),
+                    )
+                )
+            elif isinstance(w, PoissonWorkload):
+                jobs.extend(self._poisson(w, i, prefix))
+            else:
+                for k, j in enumerate(w.jobs):
+                    if j.at >= self.duration:
+                        continue  # arrives after the end of the run
+                    shape = w.shape_of(j)
+                    jobs.append(
+                        JobSpec(
+                            name=j.name or f"{prefix}-{k}",
+                            queue=w.queue,
+                            created_ms=j.at,
+                            runtime_ms=j.runtime,
+                            requests=shape.requests(),
+                            pods=shape.pods,
+                            priority=shape.priority,
+                            affinity=shape.affinity(),
+                        )
+                    )
+        return ScenarioRun(
+            nodes=self.node_events(),
+            tenants=self.tenants(),
+            jobs=jobs,
+            keep_pending=rules,
+            end_ms=self.duration,
+            usage=decay_usage(self.fairshare) if self.fairshare.k_value > 0 else None,
+        )
+
+    def _poisson(self, w: PoissonWorkload, index: int, prefix: str) -> list[JobSpec]:
+        """Arrival times and runtimes from one seeded generator (``random.Random``: the same on every
+        machine), arrivals in [start, min(stop, duration))."""
+        rng = random.Random(w.seed if w.seed is not None else self.seed + index)
+        stop = min(w.stop if w.stop is not None else self.duration, self.duration)
+        mean_gap_ms = 3_600_000 / w.arrivals_per_hour
+        out: list[JobSpec] = []
+        t = float(w.start)
+        requests, affinity = w.requests(), w.affinity()
+        while True:
+            t += rng.expovariate(1.0 / mean_gap_ms)
+            at = round(t)
+            if at >= stop:
+                return out
+            if len(out) >= MAX_JOBS:
+                raise ValueError(f"workloads[{index}] generates more than {MAX_JOBS:,} jobs; lower the rate")
+            out.append(
+                JobSpec(
+                    name=f"{prefix}-{len(out)}",
+                    queue=w.queue,
+                    created_ms=at,
+                    runtime_ms=_sample_runtime(w.runtime, rng),
+                    requests=requests,
+                    pods=w.pods,
+                    priority=w.priority,
+                    affinity=affinity,
+                )
+            )
+
+
+def _sample_runtime(
+    spec: int | ExponentialRuntime | UniformRuntime | LognormalRuntime, rng: random.Random
+) -> int:
+    """One runtime in ms: a fixed duration as is, a sampled one rounded to whole seconds (at least 1 s)."""
+    if isinstance(spec, int):
+        return spec
+    if isinstance(spec, ExponentialRuntime):
+        ms = rng.expovariate(1.0 / spec.mean) if spec.mean > 0 else 0.0
+    elif isinstance(spec, UniformRuntime):
+        ms = rng.uniform(spec.min, spec.max)
+    else:
+        ms = spec.median * math.exp(rng.gauss(0.0, spec.sigma))
+    return max(round(ms / 1000), 1) * 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioRun:
+    """What :meth:`Scenario.build` gives the simulator."""
+
+    nodes: list[ev.NodeUpserted]
+    tenants: TenantsConfig
+    jobs: list[JobSpec]
+    keep_pending: list[KeepPending]
+    end_ms: int
+    usage: UsageFn | None
+
+
+def decay_usage(spec: FairshareSpec) -> UsageFn:
+    """Usage snapshots from :func:`fairshare.decay.usage_at` over the run's exact allocation history: the
+    same decay and window maths as the fairshare service, so a simulated cycle sees what production would."""
+    from fairshare.config import FairshareConfig
+    from fairshare.decay import usage_at
+
+    cfg = FairshareConfig(**spec.model_dump())
+
+    def usage(history: UsageHistory, now_ms: int) -> dict[str, dict[str, float]]:
+        # Snapshots only move forward in time, so points before the window's start are never read again.
+        history.forget_before(cfg.window_start_ms(now_ms))
+        vectors = usage_at(history.allocation_frame(), history.capacity_frame(), now_ms, cfg, kind="exact")
+        return vectors.normalised
+
+    return usage
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _set_path(doc: Any, path: str, value: Any, source: str) -> None:
+    """Set ``doc[a][b][0]...`` for the dotted *path* ``a.b.0``; lists are indexed by number."""
+    parts = path.split(".")
+    node = doc
+    for k, part in enumerate(parts):
+        last = k == len(parts) - 1
+        where = ".".join(parts[: k + 1])
+        if isinstance(node, list):
+            if not part.isdigit() or int(part) >= len(node):
+                raise ScenarioError(
+                    f"{source}: --set {path}: {where} is not an index of a {len(node)}-item list"
+                )
+            if last:
+                node[int(part)] = value
+            else:
+                node = node[int(part)]
+        elif isinstance(node, dict):
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, {})
+        else:
+            raise ScenarioError(f"{source}: --set {path}: {where} is inside a value, not a mapping or list")
+
+
+def apply_overrides(doc: Any, overrides: Sequence[str], source: str = "<scenario>") -> Any:
+    """Apply ``KEY.PATH=VALUE`` overrides (VALUE parsed as YAML: ``0``, ``2h``, ``[1, 2]``) to a decoded
+    scenario document, in order; returns the document."""
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise ScenarioError(f"{source}: --set {item!r}: expected KEY.PATH=VALUE")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError as exc:
+            raise ScenarioError(f"{source}: --set {item!r}: value is not valid YAML: {exc}") from None
+        _set_path(doc, key.strip(), value, source)
+    return doc
+
+
+def parse_scenario(data: Any, source: str = "<scenario>") -> Scenario:
+    """Validate an already-decoded scenario; raises :class:`ScenarioError` naming *source* and the field."""
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{source}: a scenario file must be a mapping, got {type(data).__name__}")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(f"{source}: {validation_message(exc)}") from None
+
+
+def load_scenario(path: Path | str, overrides: Sequence[str] = ()) -> Scenario:
+    """Read, override (:func:`apply_overrides`) and validate a YAML scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario file: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{path}: not valid YAML: {exc}") from None
+    if overrides and not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a scenario file must be a mapping, got {type(data).__name__}")
+    return parse_scenario(apply_overrides(data, overrides, str(path)), str(path))

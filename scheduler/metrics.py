@@ -1,0 +1,368 @@
+"""The scheduler's Prometheus metrics: per-queue fair-share gauges, cluster capacity, cycle latency, counters.
+
+Everything lives on a private :class:`~prometheus_client.CollectorRegistry` owned by a
+:class:`SchedulerMetrics`, never on the global registry, so a process (or a test) can hold several.
+
+Per-queue and cluster gauges are rendered at scrape time from the latest :class:`CycleRecord` by a custom
+collector. That gives every scrape one consistent cycle (no half-updated label sets while a cycle is being
+applied) and makes a queue that vanished from the record vanish from the metrics without bookkeeping.
+
+Values are in Prometheus base units: GPUs as a float (500 milli-GPU -> 0.5), CPU in cores, memory in bytes.
+The engine keeps exact integers; the conversion happens only here, at the edge. Every metric is documented
+in ``docs/metrics.md``; :mod:`fairshare.prometheus` reads ``hourglass_queue_allocated`` and
+``hourglass_cluster_capacity`` back by default.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter as TallyCounter
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from scheduler.cycle import DEFAULT_ORDER, open_session, run_actions
+from scheduler.decisions import CycleRecord, make_record
+from scheduler.proportion import RESOURCES
+from scheduler.session import Session, SessionConfig
+from scheduler.state import ClusterState
+
+__all__ = [
+    "CYCLE_KEY",
+    "ENGINE_PER_BASE_UNIT",
+    "LATENCY_BUCKETS",
+    "MetricsServer",
+    "SchedulerMetrics",
+    "capacity_of",
+    "observe_cycle",
+    "observe_dead_letters",
+    "run_timed_cycle",
+    "serve",
+    "to_base_unit",
+]
+
+#: Key of ``durations`` (in :func:`observe_cycle`) that holds the whole cycle's duration; other keys are
+#: action names.
+CYCLE_KEY = "cycle"
+
+#: Engine units per Prometheus base unit: milli-GPU per GPU, millicores per core, bytes per byte.
+ENGINE_PER_BASE_UNIT: Mapping[str, int] = {"gpu": 1000, "cpu": 1000, "memory": 1}
+
+#: Seconds. Cycles range from sub-millisecond (tiny clusters) to tens of seconds (reclaim on large ones).
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+)
+
+# (metric name, QueueRecord field, help text). All are gauges with labels (queue, resource).
+_QUEUE_GAUGES: tuple[tuple[str, str, str], ...] = (
+    ("hourglass_queue_allocated", "allocated", "Resources held by the queue's allocated and running pods"),
+    (
+        "hourglass_queue_allocated_non_preemptible",
+        "allocated_non_preemptible",
+        "Resources held by the queue's non-preemptible pods",
+    ),
+    ("hourglass_queue_requested", "requested", "Resources requested by the queue's pods, held or pending"),
+    (
+        "hourglass_queue_deserved",
+        "deserved",
+        "The queue's deserved quota; absent when the quota is unlimited",
+    ),
+    ("hourglass_queue_limit", "limit", "The queue's limit; absent when the queue has no limit"),
+    ("hourglass_queue_fair_share", "fair_share", "The queue's fair share, with the kValue usage term"),
+    (
+        "hourglass_queue_fair_share_classic",
+        "fair_share_classic",
+        "The queue's fair share without the kValue usage term (classic DRF division)",
+    ),
+)
+
+
+def to_base_unit(resource: str, engine_value: int | float) -> float:
+    """Engine units -> Prometheus base units (GPUs, cores, bytes)."""
+    return float(engine_value) / ENGINE_PER_BASE_UNIT[resource]
+
+
+def capacity_of(ssn: Session) -> dict[str, int]:
+    """The cluster's allocatable total (ready nodes) in engine units, as the cycle's division saw it."""
+    return {RESOURCES[r]: ssn.total[r] for r in range(3)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Latest:
+    record: CycleRecord | None = None
+    capacity: Mapping[str, int] | None = None
+
+
+class _RecordCollector:
+    """Renders the per-queue and cluster gauges from the latest cycle record at scrape time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._latest = _Latest()
+
+    def update(self, record: CycleRecord, capacity: Mapping[str, int] | None) -> None:
+        with self._lock:
+            # Keep the last known capacity when a caller does not pass one: capacity changes rarely and a
+            # missing series would break the capacity-normalised usage read back by fairshare.
+            cap = dict(capacity) if capacity is not None else self._latest.capacity
+            self._latest = _Latest(record, cap)
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            latest = self._latest
+        record = latest.record
+        queues = sorted(record.queues, key=lambda q: q.name) if record is not None else []
+
+        info = GaugeMetricFamily(
+            "hourglass_queue_info",
+            "1 for every queue in the last cycle; labels give its parent and whether it is a leaf",
+            labels=["queue", "parent", "leaf"],
+        )
+        parents = {q.parent for q in queues if q.parent is not None}
+        for q in queues:
+            info.add_metric([q.name, q.parent or "", "true" if q.name not in parents else "false"], 1.0)
+        yield info
+
+        for name, attr, doc in _QUEUE_GAUGES:
+            fam = GaugeMetricFamily(name, f"{doc} (GPUs, CPU cores, bytes)", labels=["queue", "resource"])
+            for q in queues:
+                values: Mapping[str, int | None] = getattr(q, attr)
+                for res in RESOURCES:
+                    v = values.get(res)
+                    if v is not None:
+                        fam.add_metric([q.name, res], to_base_unit(res, v))
+            yield fam
+
+        usage = GaugeMetricFamily(
+            "hourglass_queue_usage",
+            "The queue's normalised historical usage U' (decayed resource-seconds / capacity-seconds, 0..1)",
+            labels=["queue", "resource"],
+        )
+        for q in queues:
+            for res in RESOURCES:
+                usage.add_metric([q.name, res], float(q.usage.get(res, 0.0)))
+        yield usage
+
+        cap = GaugeMetricFamily(
+            "hourglass_cluster_capacity",
+            "Allocatable total of the ready nodes (GPUs, CPU cores, bytes)",
+            labels=["resource"],
+        )
+        if latest.capacity is not None:
+            for res in RESOURCES:
+                if res in latest.capacity:
+                    cap.add_metric([res], to_base_unit(res, latest.capacity[res]))
+        yield cap
+
+        if record is not None:
+            avail = GaugeMetricFamily(
+                "hourglass_usage_available",
+                "1 when the last cycle had a usage snapshot, 0 when it fell back to classic fair share",
+            )
+            avail.add_metric([], 1.0 if record.usage_available else 0.0)
+            yield avail
+            t = GaugeMetricFamily(
+                "hourglass_last_cycle_logical_time_seconds", "Logical time of the last cycle (Unix seconds)"
+            )
+            t.add_metric([], record.logical_time_ms / 1000.0)
+            yield t
+            off = GaugeMetricFamily(
+                "hourglass_last_cycle_events_offset", "Events-log offset the last cycle saw"
+            )
+            off.add_metric([], float(record.events_offset))
+            yield off
+            pending = GaugeMetricFamily(
+                "hourglass_unschedulable_jobs",
+                "Jobs left pending by the last cycle, by machine-readable reason",
+                labels=["reason"],
+            )
+            tally = TallyCounter(d.reason or "" for d in record.decisions if d.kind == "Unschedulable")
+            for reason in sorted(tally):
+                pending.add_metric([reason], float(tally[reason]))
+            yield pending
+
+
+@dataclass(eq=False)
+class SchedulerMetrics:
+    """All scheduler metrics on one private registry. Create with :meth:`create`."""
+
+    registry: CollectorRegistry
+    cycles: Counter
+    binds: Counter
+    pipelined: Counter
+    evictions: Counter
+    dead_letters: Counter
+    cycle_seconds: Histogram
+    action_seconds: Histogram
+    _records: _RecordCollector = field(repr=False)
+
+    @classmethod
+    def create(cls) -> SchedulerMetrics:
+        """A fresh registry with every metric registered."""
+        reg = CollectorRegistry(auto_describe=True)
+        records = _RecordCollector()
+        reg.register(records)
+        return cls(
+            registry=reg,
+            cycles=Counter("hourglass_cycles", "Scheduling cycles completed", registry=reg),
+            binds=Counter(
+                "hourglass_binds", "Bind decisions (pods placed)", labelnames=["action"], registry=reg
+            ),
+            pipelined=Counter(
+                "hourglass_pipelined",
+                "Pipeline decisions (pods placed onto capacity still being released)",
+                labelnames=["action"],
+                registry=reg,
+            ),
+            evictions=Counter(
+                "hourglass_evictions", "Evict decisions (pods evicted)", labelnames=["action"], registry=reg
+            ),
+            dead_letters=Counter(
+                "hourglass_dead_letters",
+                "Input records rejected to the dead-letter topic",
+                labelnames=["reason"],
+                registry=reg,
+            ),
+            cycle_seconds=Histogram(
+                "hourglass_cycle_duration_seconds",
+                "Wall-clock duration of a whole scheduling cycle",
+                buckets=LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            action_seconds=Histogram(
+                "hourglass_action_duration_seconds",
+                "Wall-clock duration of one action within a cycle",
+                labelnames=["action"],
+                buckets=LATENCY_BUCKETS,
+                registry=reg,
+            ),
+            _records=records,
+        )
+
+
+def observe_cycle(
+    metrics: SchedulerMetrics,
+    record: CycleRecord,
+    durations: Mapping[str, float],
+    *,
+    capacity: Mapping[str, int] | None = None,
+) -> None:
+    """Update the metrics from one finished cycle.
+
+    ``durations`` maps action names to seconds; the key :data:`CYCLE_KEY` (``"cycle"``) is the whole
+    cycle (when absent, the sum of the actions is used). ``capacity`` is the cluster total in engine units
+    (see :func:`capacity_of`); when omitted the last known capacity stays exported. Queues missing from
+    ``record`` disappear from the per-queue gauges.
+    """
+    for name, seconds in durations.items():
+        if seconds < 0:
+            raise ValueError(f"duration of {name!r} is negative ({seconds} s)")
+    metrics._records.update(record, capacity)
+    metrics.cycles.inc()
+    total = durations.get(CYCLE_KEY)
+    if total is None:
+        total = sum(durations.values())
+    metrics.cycle_seconds.observe(total)
+    for name in sorted(durations):
+        if name != CYCLE_KEY:
+            metrics.action_seconds.labels(action=name).observe(durations[name])
+    for d in record.decisions:
+        action = d.action or ""
+        if d.kind == "Bind":
+            metrics.binds.labels(action=action).inc()
+        elif d.kind == "Pipeline":
+            metrics.pipelined.labels(action=action).inc()
+        elif d.kind == "Evict":
+            metrics.evictions.labels(action=action).inc()
+
+
+def run_timed_cycle(
+    state: ClusterState,
+    config: SessionConfig | None = None,
+    now_ms: int = 0,
+    usage: Mapping[str, Mapping[str, float]] | None = None,
+    usage_snapshot_id: str | None = None,
+    actions: tuple[str, ...] = DEFAULT_ORDER,
+    clock: Callable[[], float] = time.perf_counter,
+) -> tuple[CycleRecord, Session, dict[str, float]]:
+    """:func:`scheduler.cycle.run_cycle` plus wall-clock durations for :func:`observe_cycle`.
+
+    The record is the same as ``run_cycle``'s (timing only observes the cycle, it never feeds it).
+    ``durations`` has ``open_session``, one key per action and :data:`CYCLE_KEY` for the whole cycle.
+    """
+    durations: dict[str, float] = {}
+    t0 = clock()
+    ssn = open_session(state, config, now_ms, usage)
+    t1 = clock()
+    durations["open_session"] = t1 - t0
+    for name in actions:
+        run_actions(ssn, (name,))  # one at a time, with run_actions' own skip rules
+        t2 = clock()
+        durations[name] = t2 - t1
+        t1 = t2
+    record = make_record(ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None)
+    durations[CYCLE_KEY] = clock() - t0
+    return record, ssn, durations
+
+
+def observe_dead_letters(metrics: SchedulerMetrics, reasons: Iterable[str]) -> None:
+    """Count dead letters, one per element of ``reasons`` (their machine-readable reason codes)."""
+    for reason, n in sorted(TallyCounter(reasons).items()):
+        metrics.dead_letters.labels(reason=reason).inc(n)
+
+
+@dataclass(eq=False)
+class MetricsServer:
+    """A running ``/metrics`` endpoint; :meth:`close` stops it and frees the port."""
+
+    host: str
+    port: int
+    _server: WSGIServer = field(repr=False)
+    _thread: threading.Thread = field(repr=False)
+
+    @property
+    def url(self) -> str:
+        """Base URL of the endpoint (append ``/metrics``)."""
+        return f"http://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        """Stop serving and release the socket; idempotent."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+            self._thread.join(timeout=10)
+        self._server.server_close()
+
+    def __enter__(self) -> MetricsServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def serve(metrics: SchedulerMetrics, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+    """Serve ``metrics`` over HTTP on ``host:port`` (port 0 picks a free port) in a daemon thread.
+
+    Loopback by default: exposing the endpoint beyond the machine is an explicit choice (``0.0.0.0`` in a
+    pod, where Prometheus scrapes it through the Service).
+    """
+    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    return MetricsServer(host=host, port=int(server.server_port), _server=server, _thread=thread)

@@ -1,0 +1,217 @@
+"""End to end against a real kube-apiserver: ingest → scheduler service → binder, then ``hourglass explain``.
+
+Queues and nodes are applied to the API server, pods are submitted with ``schedulerName: hourglass`` (a whole-GPU
+pod, a fractional pod through the ``gpu-fraction`` annotation, a gang through a PodGroup, a pod too big for any node),
+all on an embedded FileLog. The pods end bound exactly as the engine decided. Then a second queue submits a job that
+is owed its quota: the engine reclaims, the binder deletes the victims, ingest sees them go and the job is bound. The
+pending pod carries its reason, and ``explain`` answers for every pod.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analytics.explain import explain
+from analytics.store import AuditStore, sink_from_log
+from ingest.filelog import FileLog
+from ingest.log import DEFAULT_TOPICS, Log
+from scheduler.binder import ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, Binder, KubeApi, RetryPolicy
+from scheduler.service import Service
+from tests.test_binder import apply_crds, make_node, make_pod, pod_events, read_pod
+
+
+def _queue(api: Any, name: str, gpu_quota: float, parent: str | None = None) -> None:
+    from kubernetes import client
+
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: dict[str, Any] = {
+        "resources": {
+            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
+            "cpu": unlimited,
+            "memory": unlimited,
+        }
+    }
+    if parent:
+        spec["parentQueue"] = parent
+    client.CustomObjectsApi(api).create_cluster_custom_object(
+        "scheduling.run.ai",
+        "v2",
+        "queues",
+        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
+    )
+
+
+def _podgroup(api: Any, ns: str, name: str, queue: str, min_member: int) -> None:
+    from kubernetes import client
+
+    client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.run.ai",
+        "v2alpha2",
+        ns,
+        "podgroups",
+        {
+            "apiVersion": "scheduling.run.ai/v2alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"minMember": min_member, "queue": queue},
+        },
+    )
+
+
+def _decisions(log: Log) -> list[dict[str, Any]]:
+    return [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+
+
+def _last(log: Log, kind: str) -> dict[str, dict[str, Any]]:
+    """The latest decision of ``kind`` per pod."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in _decisions(log):
+        for d in rec["decisions"]:
+            if d["kind"] == kind and d["pod"]:
+                out[d["pod"]] = {**d, "cycle_time": rec["logical_time_ms"]}
+    return out
+
+
+class Pipeline:
+    """The three components on one FileLog, stepped in turn until nothing moves."""
+
+    def __init__(self, api: Any, ns: str, log: Log) -> None:
+        from ingest import watcher
+
+        self.log = log
+        self.ingest = watcher.KubeIngest(watcher.KubeApi(api), log, namespace=ns, watch_timeout_s=30)
+        self.service = Service(log, poll_interval_s=0.05)
+        self.binder = Binder(log, KubeApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
+
+    def step(self) -> bool:
+        """One round of ingest, scheduler and binder; True when ingest appended events."""
+        events = self.log.end_offset(DEFAULT_TOPICS.events)
+        self.ingest.step(timeout_s=0.5)
+        self.service.run(stop_when_idle=True)
+        self.binder.run(stop_when_idle=True)
+        return self.log.end_offset(DEFAULT_TOPICS.events) != events
+
+    def settle(self, until: Callable[[], bool], timeout_s: float = 90.0) -> None:
+        """Step until ``until()`` holds and two rounds in a row brought no new events (a slow machine only
+        takes longer, it does not make the test pass early)."""
+        deadline = time.monotonic() + timeout_s
+        quiet = 0
+        while time.monotonic() < deadline:
+            quiet = 0 if self.step() else quiet + 1
+            if quiet >= 2 and until():
+                return
+        raise AssertionError("the pipeline did not reach the expected state in time")
+
+
+def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace: str, tmp_path: Path) -> None:
+    ns = kube_namespace
+    sel = {"hourglass-e2e": ns}  # other tests' nodes share the API server: keep to ours
+    org, qa, qb = f"{ns}-org", f"{ns}-a", f"{ns}-b"
+    with kube_api.api_client() as api:
+        apply_crds(api)
+        for n in ("n1", "n2"):
+            make_node(api, f"{ns}-{n}", gpus=2, labels=sel)
+        _queue(api, org, 4)
+        _queue(api, qa, 1, org)
+        _queue(api, qb, 3, org)
+        make_pod(api, ns, "a-whole", gpus=1, queue=qa, node_selector=sel)
+        make_pod(api, ns, "a-frac", queue=qa, node_selector=sel, annotations={"gpu-fraction": "0.5"})
+        _podgroup(api, ns, "a-gang", qa, 2)
+        for i in range(2):
+            make_pod(
+                api,
+                ns,
+                f"a-gang-{i}",
+                gpus=1,
+                queue=qa,
+                node_selector=sel,
+                annotations={"pod-group-name": "a-gang"},
+            )
+        make_pod(api, ns, "a-big", gpus=3, queue=qa, node_selector=sel)
+
+        log = FileLog(tmp_path / "log")
+        p = Pipeline(api, ns, log)
+        p.ingest.start()
+        try:
+
+            def phase1_done() -> bool:
+                bound = all(
+                    "nodeName" in read_pod(api, ns, n)["spec"]
+                    for n in ("a-whole", "a-frac", "a-gang-0", "a-gang-1")
+                )
+                conds = read_pod(api, ns, "a-big").get("status", {}).get("conditions") or []
+                return bound and any(c["type"] == "PodScheduled" for c in conds)
+
+            p.settle(phase1_done)
+            # Phase 1: queue A alone. Every placed pod is bound exactly where the engine decided.
+            binds = _last(log, "Bind")
+            placed = {f"{ns}/{n}" for n in ("a-whole", "a-frac", "a-gang-0", "a-gang-1")}
+            assert placed <= set(binds), sorted(binds)
+            for uid in placed:
+                pod = read_pod(api, ns, uid.split("/")[1])
+                assert pod["spec"]["nodeName"] == binds[uid]["node"], uid
+            frac = read_pod(api, ns, "a-frac")["metadata"]["annotations"]
+            assert frac[ANNOTATION_GPU_PORTION] == "500"
+            assert frac[ANNOTATION_GPU_DEVICES] == ",".join(map(str, binds[f"{ns}/a-frac"]["gpu_devices"]))
+            gang_nodes = {binds[f"{ns}/a-gang-{i}"]["node"] for i in range(2)}
+            assert gang_nodes <= {f"{ns}-n1", f"{ns}-n2"}
+            # The pod too big for any node is pending, and says why on the pod.
+            big = read_pod(api, ns, "a-big")
+            assert "nodeName" not in big["spec"]
+            cond = next(c for c in big["status"]["conditions"] if c["type"] == "PodScheduled")
+            assert cond["status"] == "False" and cond["reason"] == "Unschedulable" and cond["message"]
+
+            assert "Unschedulable" in [e["reason"] for e in pod_events(api, ns, "a-big")]
+
+            # Phase 2: queue B (deserved 3 GPUs, holding none) asks for 2 GPUs: reclaim from A. The binder
+            # restarts first: it resumes after the records it applied, nothing is applied twice.
+            p.binder = Binder(log, KubeApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
+            make_pod(api, ns, "b-train", gpus=2, queue=qb, node_selector=sel)
+            p.settle(lambda: "nodeName" in read_pod(api, ns, "b-train")["spec"])
+            assert p.binder.stats.already_bound == 0
+        finally:
+            p.ingest.stop()
+
+        evicts = _last(log, "Evict")
+        assert evicts and {d["action"] for d in evicts.values()} == {"reclaim"}
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        for uid in evicts:
+            with pytest.raises(ApiException) as gone:
+                client.CoreV1Api(api).read_namespaced_pod(uid.split("/")[1], ns)
+            assert gone.value.status == 404, uid
+        b = read_pod(api, ns, "b-train")
+        assert b["spec"]["nodeName"] == _last(log, "Bind")[f"{ns}/b-train"]["node"]
+        assert not [r for r in log.read(DEFAULT_TOPICS.deadletter, 0, 1000)]
+        for uid in placed - set(evicts):  # one Scheduled Event each, never re-sent
+            [scheduled] = [e for e in pod_events(api, ns, uid.split("/")[1]) if e["reason"] == "Scheduled"]
+            assert scheduled["count"] == 1
+        # Queue status written back: B holds the 2 GPUs it was owed.
+        qstatus = client.CustomObjectsApi(api).get_cluster_custom_object(
+            "scheduling.run.ai", "v2", "queues", qb
+        )
+        assert qstatus["status"]["allocated"]["gpu"] == 2 and qstatus["status"]["fairShare"]["gpu"] == 2
+
+    # explain answers for each pod, from an audit store sunk from the same log.
+    db = tmp_path / "audit.duckdb"
+    with AuditStore(db) as store:
+        sink_from_log(store, log)
+    victim = sorted(evicts)[0]
+    e = explain(db, victim)
+    assert e.state == "evicted" and "reclaim action on behalf of workload" in e.text()
+    assert explain(db, f"{ns}/b-train").state == "bound"
+    big_e = explain(db, f"{ns}/a-big")
+    assert (
+        big_e.state == "pending"
+        and "How much is missing" in big_e.text()
+        and "Who holds the GPUs" in big_e.text()
+    )
+    for uid in placed - set(evicts):
+        assert explain(db, uid).state == "bound", uid
