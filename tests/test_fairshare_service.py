@@ -20,6 +20,10 @@ from ingest import events as ev
 from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
+from scheduler.decisions import CycleRecord
+from scheduler.metrics import SchedulerMetrics
+from scheduler.service import Service
+from scheduler.session import SessionConfig
 from scheduler.usage import parse_usage_record
 from tests.promserver import PrometheusFactory, openmetrics_history
 
@@ -267,7 +271,9 @@ def test_the_scheduler_cycle_uses_the_published_usage(tmp_path: Path) -> None:
 
 
 def test_real_prometheus_stopped_then_restarted(prometheus_server: PrometheusFactory, tmp_path: Path) -> None:
-    """The stale / unavailable / recovered path against a real Prometheus process (tests/promserver.py).
+    """The stale / unavailable / recovered path against a real Prometheus process (tests/promserver.py), with
+    the scheduler service consuming the snapshots: it keeps scheduling, says when usage is unavailable (cycle
+    records and the ``hourglass_usage_available`` metric) and picks the usage up again by itself.
 
     The as-of time is the service's clock, pinned to the end of the backfilled history and moved by hand, so
     the staleness arithmetic does not depend on how long the server takes to stop and start.
@@ -285,10 +291,22 @@ def test_real_prometheus_stopped_then_restarted(prometheus_server: PrometheusFac
     cfg = FairshareConfig(window_s=3600, staleness_s=300)
     now = [end * S]
     with FileLog(tmp_path / "log") as log:
+        append(log, cluster())
+        metrics = SchedulerMetrics.create()
+        scheduler = Service(log, config=SessionConfig(k_value=1.0), metrics=metrics)
+
+        def schedule() -> CycleRecord:
+            scheduler.run(stop_when_idle=True)
+            assert scheduler.stats.last_cycle is not None
+            return scheduler.stats.last_cycle
+
         svc = FairshareService(log, cfg, source_name="prometheus", source=source, clock_ms=lambda: now[0])
         first = svc.step()
         assert first is not None and first.available and first.source == "prometheus"
         assert first.queues["q"]["gpu"] == pytest.approx(0.75, rel=1e-9)  # 3 of 4 GPUs all hour long
+        rec = schedule()
+        assert rec.usage_snapshot_id == first.id and rec.usage_available
+        assert metrics.registry.get_sample_value("hourglass_usage_available") == 1.0
 
         prom.stop()
         now[0] = end * S + 60 * S
@@ -297,6 +315,12 @@ def test_real_prometheus_stopped_then_restarted(prometheus_server: PrometheusFac
         gone = svc.step()
         assert gone is not None and not gone.available
         assert gone.reason is not None and prom.url in gone.reason and "cannot connect" in gone.reason
+        cycles_before = scheduler.stats.cycles_appended
+        append(log, [ev.PodDeleted(at_ms=50 * S, name="p", namespace="ns")])  # the cluster moves on
+        rec = schedule()
+        assert scheduler.stats.cycles_appended > cycles_before  # scheduling continues
+        assert rec.usage_snapshot_id == gone.id and not rec.usage_available  # classic fair share, and says so
+        assert metrics.registry.get_sample_value("hourglass_usage_available") == 0.0
 
         prom.start()
         now[0] = end * S + 360 * S
@@ -305,3 +329,6 @@ def test_real_prometheus_stopped_then_restarted(prometheus_server: PrometheusFac
         assert back.as_of_ms == end * S + 360 * S and back.id != first.id
         assert back.queues["q"]["gpu"] == pytest.approx(0.75, rel=1e-9)
         assert [s.available for s in usage_records(log)] == [True, False, True]
+        rec = schedule()
+        assert rec.usage_snapshot_id == back.id and rec.usage_available  # recovered without a restart
+        assert metrics.registry.get_sample_value("hourglass_usage_available") == 1.0
