@@ -250,8 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser(
         "replay",
-        help="re-run the recorded cycles of a `simulate --out` run dir from its event log, --verify compares"
-        " (docs/replay.md; reading from a Kafka bootstrap is not supported yet)",
+        help="re-run the recorded cycles of a run dir, a log dir or kafka://HOST:PORT from the event log;"
+        " --verify compares (docs/replay.md)",
     )
     replay_arguments(r)
     r.set_defaults(func=_cmd_replay)
