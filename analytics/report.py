@@ -335,6 +335,13 @@ def _build(
     w = [lo, hi]
     length = hi - lo
     notes: list[str] = []
+    if length < 60_000:
+        # Hours-based figures round to zero over a window this short; say so instead of showing bare zeros.
+        notes.append(
+            f"The window is only {length / 1000:g} s long (events' logical times span {fmt_time(first)} →"
+            f" {fmt_time(last)}): GPU-hours and hourly figures round to zero; use a longer --from / --to or a"
+            " store with more history."
+        )
 
     # -- the queue tree and the engine's division (time-weighted over the window) --------------------------
     ov = _overlap()

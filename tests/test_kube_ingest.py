@@ -358,7 +358,7 @@ def test_restart_resumes_from_resource_versions_without_loss_or_duplicates(
         # says so with a BOOKMARK (2 s before the 5 s watch timeout), which moves the stored version on.
         listed_rv = int(json.loads(state.read_text())["resource_versions"]["Pod"])
         make_pod(kapi, "default", f"{ns}-elsewhere")
-        pump(first, lambda: first.stats.bookmarks >= 1, timeout_s=15)
+        pump(first, lambda: first.stats.bookmarks >= 1, timeout_s=40)
         first.stop()
         assert int(json.loads(state.read_text())["resource_versions"]["Pod"]) > listed_rv
         # While ingest is down: a new pod, a bind, a deletion, a queue change.

@@ -532,3 +532,21 @@ def test_an_empty_store_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureF
     AuditStore(tmp_path / "empty.duckdb").close()
     assert main(["report", "--store", str(tmp_path / "empty.duckdb")]) == 2
     assert "holds no events and no cycles" in capsys.readouterr().err
+
+
+def test_a_window_of_milliseconds_says_so_instead_of_bare_zeros(tmp_path: Path) -> None:
+    from analytics.store import AuditStore, load_cycles, load_events
+    from ingest.events import dump_event
+    from scheduler.cycle import run_cycle
+    from scheduler.state import fold
+    from scheduler.synthetic import SyntheticSpec, synthetic_events
+
+    events = synthetic_events(SyntheticSpec(nodes=2, pending_pods=10, departments=1, queues_per_department=2))
+    record, _ = run_cycle(fold(events), now_ms=events[-1].at_ms)
+    db = tmp_path / "audit.duckdb"
+    with AuditStore(db) as store:
+        load_events(store, [(i, dump_event(e)) for i, e in enumerate(events)])
+        load_cycles(store, [record.dumps()])
+    rep = build_report(db)
+    assert rep.window.to_ms - rep.window.from_ms < 60_000
+    assert any("window is only" in n for n in rep.notes)
