@@ -163,7 +163,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
     )
     try:
-        log = open_log(args.log, topics=topics.all())
+        log = open_log(args.log, topics=topics.all(), role="scheduler")
     except LogError as e:
         print(f"run: {e}", file=sys.stderr)
         return 2

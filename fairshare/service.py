@@ -341,7 +341,7 @@ def cli_main(args: argparse.Namespace) -> int:
         return 2
     topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
     try:
-        log = open_log(args.log, topics=topics.all())
+        log = open_log(args.log, topics=topics.all(), role="fairshare")
     except LogError as err:
         print(f"fairshare: {err}", file=sys.stderr)
         return 2

@@ -2,8 +2,8 @@
 
 Layout of a log directory::
 
-    DIR/.lock                       flock()ed by the (single) writer
-    DIR/<topic>.log                 one append-only file per topic
+    DIR/.lock.<role>                flock()ed by the one process of a role (``role=``: scheduler, ingest, ...)
+    DIR/<topic>.log                 one append-only file per topic; flock()ed by a writer while it appends
     DIR/_commits/<group>/<topic>    a consumer group's next offset to read, as decimal text
 
 Topic file format: an 8-byte header ``b"HGLOG\\x00\\x00\\x01"``, then records framed as::
@@ -36,10 +36,16 @@ fsync policy (``fsync=``):
 Consumer commits are written to a temporary file, fsynced (unless ``"never"``), renamed over the old
 one, and the directory is fsynced: a commit is atomic and either the old or the new offset survives.
 
-Concurrency: one writer per directory (enforced with ``flock``; a second writer gets a
-:class:`~ingest.log.LogError`). Any number of ``readonly=True`` instances may read concurrently
-(another process tailing the log); they never truncate, and pick up records appended since by
-extending their index on ``read`` / ``end_offset``, ignoring an incomplete tail.
+Concurrency: several processes may write one directory (``hourglass ingest``, ``run``, ``bind`` and
+``fairshare`` on one machine share a log, each appending to its own topics and all to the dead-letter
+topic). An append holds an exclusive ``flock`` on the topic file for its write (+ fsync): it first
+indexes what other writers appended since (truncating a torn tail that a crashed writer left, which only
+the lock holder can safely do), then writes at the end (``O_APPEND``). Offsets stay dense and totally
+ordered per topic. ``role=`` additionally makes a process the only one of its role on the directory (an
+exclusive ``flock`` on ``.lock.<role>``, held until close): the scheduler service relies on being the
+single scheduler. Any number of ``readonly=True`` instances may read concurrently; they never truncate.
+Every instance picks up records appended by others by extending its index on ``read`` / ``end_offset``,
+ignoring an incomplete tail (a write in progress).
 """
 
 from __future__ import annotations
@@ -151,7 +157,12 @@ class FileLog(Log):
     """An append-only file log in ``directory`` (created if missing). See the module docstring."""
 
     def __init__(
-        self, directory: str | os.PathLike[str], *, fsync: FsyncPolicy = "batch", readonly: bool = False
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: FsyncPolicy = "batch",
+        readonly: bool = False,
+        role: str | None = None,
     ) -> None:
         if fsync not in ("batch", "always", "never"):
             raise ValueError(f"fsync must be 'batch', 'always' or 'never', got {fsync!r}")
@@ -166,13 +177,17 @@ class FileLog(Log):
                 raise LogError(f"{self.directory}: no such log directory")
         else:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(self._lock_fd)
-                self._lock_fd = None
-                raise LogError(f"{self.directory}: another process has this log open for writing") from None
+            if role is not None:
+                check_name("role", role)
+                self._lock_fd = os.open(self.directory / f".lock.{role}", os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
+                    raise LogError(
+                        f"{self.directory}: another process has this log open as {role!r}; run one per log"
+                    ) from None
             try:
                 for path in sorted(self.directory.glob("*.log")):
                     self._open_topic(path.stem, create=False)
@@ -197,6 +212,7 @@ class FileLog(Log):
             if not create and not path.exists():
                 return None
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # no other writer mid-append while the tail is checked
         try:
             size = os.fstat(fd).st_size
             if size < len(FILE_HEADER):
@@ -225,19 +241,34 @@ class FileLog(Log):
                 )
                 os.ftruncate(fd, good)
                 self._sync_file(fd)
+            if not self.readonly:
+                fcntl.flock(fd, fcntl.LOCK_UN)
         except BaseException:
-            os.close(fd)
+            os.close(fd)  # also releases the flock
             raise
         t = _Topic(path, fd, positions, good)
         self._topics[topic] = t
         return t
 
     def _refresh(self, t: _Topic) -> None:
-        """Readers: index records appended by the writer since the last look."""
-        if self.readonly:
-            size = os.fstat(t.fd).st_size
-            if size > t.size:
-                t.size = _scan(t.path, t.fd, t.size, size, t.positions, tolerant_tail=True)
+        """Index records other writers appended since the last look (an incomplete tail is a write in
+        progress: not indexed yet)."""
+        size = os.fstat(t.fd).st_size
+        if size > t.size:
+            t.size = _scan(t.path, t.fd, t.size, size, t.positions, tolerant_tail=True)
+
+    def _catch_up_locked(self, t: _Topic) -> None:
+        """Holding the topic lock: index what others appended; a torn tail is a crashed writer's, cut it."""
+        size = os.fstat(t.fd).st_size
+        if size > t.size:
+            good = _scan(t.path, t.fd, t.size, size, t.positions, tolerant_tail=False)
+            if good < size:
+                log.warning(
+                    "%s: dropping a torn record (bytes %d..%d) left by a crashed writer", t.path, good, size
+                )
+                os.ftruncate(t.fd, good)
+                self._sync_file(t.fd)
+            t.size = good
 
     def _sync_file(self, fd: int) -> None:
         if self.fsync != "never":
@@ -269,21 +300,26 @@ class FileLog(Log):
         frames = [_encode(key, value) for key, value in records]
         if not frames:
             return []
-        first = len(t.positions)
-        if self.fsync == "always":
-            for frame in frames:
-                self._write(t, frame)
-                os.fsync(t.fd)
-                t.positions.append(t.size)
-                t.size += len(frame)
-        else:
-            self._write(t, b"".join(frames))
-            self._sync_file(t.fd)
-            pos = t.size
-            for frame in frames:
-                t.positions.append(pos)
-                pos += len(frame)
-            t.size = pos
+        fcntl.flock(t.fd, fcntl.LOCK_EX)
+        try:
+            self._catch_up_locked(t)
+            first = len(t.positions)
+            if self.fsync == "always":
+                for frame in frames:
+                    self._write(t, frame)
+                    os.fsync(t.fd)
+                    t.positions.append(t.size)
+                    t.size += len(frame)
+            else:
+                self._write(t, b"".join(frames))
+                self._sync_file(t.fd)
+                pos = t.size
+                for frame in frames:
+                    t.positions.append(pos)
+                    pos += len(frame)
+                t.size = pos
+        finally:
+            fcntl.flock(t.fd, fcntl.LOCK_UN)
         return list(range(first, first + len(frames)))
 
     @staticmethod

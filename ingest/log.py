@@ -146,10 +146,12 @@ def check_commit_offset(offset: int) -> None:
         raise ValueError(f"a committed offset must be >= 0, got {offset}")
 
 
-def open_log(spec: str, *, topics: Sequence[str] | None = None) -> Log:
+def open_log(spec: str, *, topics: Sequence[str] | None = None, role: str | None = None) -> Log:
     """Open a log from a spec: ``kafka://HOST:PORT[,HOST:PORT...]`` or a directory path (FileLog).
 
-    ``topics`` (Kafka only) are created up front if missing; others are created on first use.
+    ``topics`` (Kafka only) are created up front if missing; others are created on first use. ``role``
+    (FileLog only: ``scheduler``, ``ingest``, ...) makes this process the only one of its role on the
+    directory; on Kafka, running one instance per role is the deployment's job.
     """
     if spec.startswith("kafka://"):
         from ingest.kafkalog import KafkaLog
@@ -160,4 +162,4 @@ def open_log(spec: str, *, topics: Sequence[str] | None = None) -> Log:
         return log
     from ingest.filelog import FileLog
 
-    return FileLog(spec)
+    return FileLog(spec, role=role)

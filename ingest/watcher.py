@@ -1099,7 +1099,7 @@ def run_cli(args: Any) -> int:
         print(f"ingest: cannot load a Kubernetes configuration: {e}", file=sys.stderr)
         return 2
     try:
-        log_ = open_log(args.log, topics=topics.all())
+        log_ = open_log(args.log, topics=topics.all(), role="ingest")
     except LogError as e:
         print(f"ingest: {e}", file=sys.stderr)
         return 2

@@ -883,7 +883,7 @@ def run_cli(args: Any) -> int:
         print(f"bind: cannot load a Kubernetes configuration: {e}", file=sys.stderr)
         return 2
     try:
-        log_ = open_log(args.log, topics=topics.all())
+        log_ = open_log(args.log, topics=topics.all(), role="binder")
     except LogError as e:
         print(f"bind: {e}", file=sys.stderr)
         return 2

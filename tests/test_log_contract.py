@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -254,20 +256,60 @@ def test_fsync_policies(tmp_path: Path, fsync: FsyncPolicy) -> None:
         assert lg.committed("g", "t") == 7
 
 
-def test_one_writer_many_readers(tmp_path: Path) -> None:
-    with FileLog(tmp_path) as writer:
-        writer.append("t", None, b"0")
-        with pytest.raises(LogError, match="another process"):
-            FileLog(tmp_path)
+def test_writers_share_a_directory_and_readers_follow(tmp_path: Path) -> None:
+    with FileLog(tmp_path) as a, FileLog(tmp_path) as b:
+        assert a.append("t", None, b"a0") == 0
+        assert b.append("t", None, b"b0") == 1  # b indexes a's record before writing after it
+        assert a.append_many("t", [(None, b"a1"), (None, b"a2")]) == [2, 3]
         reader = FileLog(tmp_path, readonly=True)
-        assert reader.end_offset("t") == 1
-        writer.append_many("t", [(None, b"1"), (None, b"2")])
+        for lg in (a, b, reader):
+            assert [r.value for r in lg.read("t", 0)] == [b"a0", b"b0", b"a1", b"a2"]
         with (tmp_path / "t.log").open("ab") as f:
-            f.write(b"\x00\x00\x00\x10torn")  # an in-progress write: invisible, not truncated
-        assert [r.value for r in reader.read("t", 0)] == [b"0", b"1", b"2"]
+            f.write(b"\x00\x00\x00\x10torn")  # an in-progress write: invisible to readers, not truncated
+        assert [r.value for r in reader.read("t", 0)] == [b"a0", b"b0", b"a1", b"a2"]
+        assert b.end_offset("t") == 4
         with pytest.raises(LogError, match="read-only"):
             reader.append("t", None, b"x")
+        # The next append holds the topic lock: no write can be in progress, so the tail is a crashed
+        # writer's and is cut before appending after the last good record.
+        assert b.append("t", None, b"b1") == 4
+        assert [r.value for r in reader.read("t", 0)] == [b"a0", b"b0", b"a1", b"a2", b"b1"]
         reader.close()
+    with FileLog(tmp_path) as again:
+        assert [r.value for r in again.read("t", 0)] == [b"a0", b"b0", b"a1", b"a2", b"b1"]
+
+
+def test_one_process_per_role(tmp_path: Path) -> None:
+    with FileLog(tmp_path, role="scheduler"):
+        with pytest.raises(LogError, match="as 'scheduler'"):
+            FileLog(tmp_path, role="scheduler")
+        FileLog(tmp_path, role="ingest").close()  # other roles share the directory
+    FileLog(tmp_path, role="scheduler").close()  # released on close
+
+
+_WRITER = """
+import sys
+from ingest.filelog import FileLog
+name, n = sys.argv[2], int(sys.argv[3])
+with FileLog(sys.argv[1]) as lg:
+    for i in range(0, n, 10):
+        lg.append_many("t", [(name.encode(), f"{name}-{j}".encode()) for j in range(i, min(n, i + 10))])
+"""
+
+
+def test_concurrent_writer_processes_keep_every_record_in_order(tmp_path: Path) -> None:
+    n = 1500
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path), name, str(n)]) for name in ("p", "q")
+    ]
+    for p in procs:
+        assert p.wait(timeout=300) == 0
+    with FileLog(tmp_path) as lg:  # reopening re-checks every frame and CRC
+        records = lg.read("t", 0, 10 * n)
+    assert [r.offset for r in records] == list(range(2 * n))
+    for name in ("p", "q"):
+        mine = [r.value for r in records if r.key == name.encode()]
+        assert mine == [f"{name}-{j}".encode() for j in range(n)]
 
 
 def test_topics_dataclass() -> None:
