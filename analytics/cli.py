@@ -189,6 +189,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             poll_interval_s=args.poll_interval,
             metrics=metrics,
+            period_s=args.period if args.period > 0 else None,
         )
         signal.signal(signal.SIGTERM, lambda *_: service.stop())
         try:
@@ -298,6 +299,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="weight of historical usage in the fair-share division (time-based fairshare; default 0 = off)",
+    )
+    u.add_argument(
+        "--period",
+        type=float,
+        default=10.0,
+        help="when idle this many seconds with jobs waiting, append a ClockTick (wall clock) so time-driven"
+        " decisions (min-runtime, stale gangs) are taken and recorded; 0 = only on change (default 10)",
     )
     u.add_argument(
         "--metrics-port",

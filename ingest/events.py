@@ -36,6 +36,7 @@ __all__ = [
     "DEFAULT_SCHEDULER_NAME",
     "EVENT_TYPES",
     "SUPPORTED_VERSIONS",
+    "ClockTick",
     "Event",
     "EventBase",
     "EventError",
@@ -399,6 +400,22 @@ class PodDeleted(EventBase):
     namespace: Name
 
 
+# --------------------------------------------------------------------------- time
+
+
+class ClockTick(EventBase):
+    """Time passed with nothing else happening (``hourglass run --period``).
+
+    The engine never reads a clock: time reaches it only through ``at_ms`` of the events it folds. When the
+    cluster is quiet, the scheduler service appends a tick so that time-driven decisions (a min-runtime
+    protection running out, a stale gang's grace ending) are taken, and recorded in the log, so a replay
+    folds the same tick and reaches the same decision.
+    """
+
+    type: Literal["ClockTick"] = "ClockTick"
+    uid: str = "clock"
+
+
 # --------------------------------------------------------------------------- the union
 
 Event = Annotated[
@@ -412,7 +429,8 @@ Event = Annotated[
     | PodBound
     | PodReleasing
     | PodFinished
-    | PodDeleted,
+    | PodDeleted
+    | ClockTick,
     Field(discriminator="type"),
 ]
 """Any event; pydantic picks the model from the ``type`` field."""
@@ -431,6 +449,7 @@ EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
         PodReleasing,
         PodFinished,
         PodDeleted,
+        ClockTick,
     )
 }
 """Event model by ``type`` name."""

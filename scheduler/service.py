@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ingest.events import EventError, parse_event
+from ingest.events import ClockTick, EventError, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
 from scheduler.cycle import run_cycle
 from scheduler.decisions import CycleRecord
@@ -61,6 +61,7 @@ DEFAULT_GROUP: Final = "hourglass-scheduler"
 FOLD_REJECTED: Final = "fold_rejected"
 UNPARSEABLE: Final = "unparseable"
 BAD_USAGE: Final = "bad_usage_record"
+_WAITING: Final = ("Unschedulable", "Pipeline")  # decisions that time alone may change
 DECISIONS_TAIL: Final = 1000  # decision records read on start to find the last cycle and recorded ids
 
 
@@ -145,6 +146,7 @@ class RunStats:
     cycles_appended: int = 0
     cycles_skipped: int = 0  # cycle_id already recorded
     usage_snapshots: int = 0  # valid usage snapshots read
+    ticks: int = 0  # ClockTick events appended (periodic cycles)
     recovered_offset: int = -1  # events offset of the last recorded cycle found on start
     refolded: int = 0  # records refolded on start
     cycle_seconds: float = 0.0
@@ -171,6 +173,9 @@ class Service:
         poll_interval_s: float = 0.2,
         sleep: Callable[[float], None] = time.sleep,
         metrics: SchedulerMetrics | None = None,
+        period_s: float | None = None,
+        clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -182,6 +187,12 @@ class Service:
         self.poll_interval_s = poll_interval_s
         self._sleep = sleep
         self.metrics = metrics  # Prometheus metrics (scheduler/metrics.py), observed after each cycle
+        # Periodic cycles: when idle for period_s with something waiting, append a ClockTick (see tick()).
+        self.period_s = period_s
+        self._clock_ms = clock_ms
+        self._monotonic = monotonic
+        self._last_cycle_at = monotonic()
+        self._waiting = False  # the last cycle (run or recovered) left an Unschedulable / Pipeline decision
         self.folder = Folder(topics.events)
         self.position = 0  # next events offset to read
         self.cycled_offset = -1  # events offset of the last cycle run (or found recorded)
@@ -226,6 +237,10 @@ class Service:
             self.cycled_offset = self.folder.offset
             self.position = max(self.position, target + 1)
             self._recover_usage(last.get("usage_snapshot_id"))
+            decisions = last.get("decisions")
+            self._waiting = isinstance(decisions, list) and any(
+                isinstance(d, dict) and d.get("kind") in _WAITING for d in decisions
+            )
         self._recovered = True
         log.info(
             "recovered: %d recorded cycle ids, resuming at events offset %d",
@@ -390,6 +405,24 @@ class Service:
             st.cycles_appended += 1
         self.cycled_offset = self.folder.offset
         self.cycled_usage = u.id if u is not None else None
+        self._last_cycle_at = self._monotonic()
+        self._waiting = any(d.kind in _WAITING for d in record.decisions)
+
+    def tick(self) -> bool:
+        """Append a :class:`~ingest.events.ClockTick` at the wall clock when time alone can change a decision.
+
+        Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision) and
+        the clock is past the logical time: a pending job may become placeable because a min-runtime
+        protection ran out or a stale gang's grace ended. The tick goes through the events log like any
+        other input, so the cycle it triggers is recorded with its time and replays exactly. True if
+        appended.
+        """
+        now = self._clock_ms()
+        if not self._waiting or now <= self.folder.now_ms:
+            return False
+        self.log.append(self.topics.events, b"clock", dump_event(ClockTick(at_ms=now)))
+        self.stats.ticks += 1
+        return True
 
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current step."""
@@ -407,5 +440,9 @@ class Service:
                 continue
             if stop_when_idle:
                 break
+            if self.period_s is not None and self._monotonic() - self._last_cycle_at >= self.period_s:
+                self._last_cycle_at = self._monotonic()  # at most one tick per period, appended or not
+                if self.tick():
+                    continue
             self._sleep(self.poll_interval_s)
         return self.stats

@@ -336,6 +336,8 @@ class StateBuilder:
                 self._job_pods.get(gone.job, {}).pop(uid, None)
                 self._touch_job(gone.job, e.at_ms)
                 self._forget_if_done(gone.job)
+        elif isinstance(e, ev.ClockTick):
+            pass  # only time moves (the offset above, and the folder's logical time)
         else:
             raise TypeError(f"cannot fold {type(event).__name__}")
 

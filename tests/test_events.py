@@ -10,6 +10,7 @@ import pytest
 
 from ingest.events import (
     EVENT_TYPES,
+    ClockTick,
     EventBase,
     EventError,
     NodeRemoved,
@@ -106,6 +107,7 @@ EXAMPLES: list[EventBase] = [
     PodReleasing(at_ms=7, name="train-0", namespace="ml", reason="reclaim"),
     PodFinished(at_ms=8, name="train-0", namespace="ml", phase="Succeeded"),
     PodDeleted(at_ms=8, name="train-0", namespace="ml"),
+    ClockTick(at_ms=9),
 ]
 
 
