@@ -689,6 +689,11 @@ def _jain_trend(
 # --------------------------------------------------------------------------- output
 
 
+def _n(count: int, noun: str) -> str:
+    """``1 job``, ``2 jobs``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.0%}" if x >= 0.1 or x == 0 else f"{x:.1%}"
 
@@ -935,12 +940,13 @@ def queue_story(report: Report, name: str) -> str:
         )
     if r.jobs_started:
         lines.append(
-            f"- {r.jobs_started} jobs started in the window; half waited less than {fmt_duration(r.wait_p50_s)},"
+            f"- {_n(r.jobs_started, 'job')} started in the window; half waited less than {fmt_duration(r.wait_p50_s)},"
             f" 90 % less than {fmt_duration(r.wait_p90_s)}; {r.jobs_waited_over_1h} waited > 1 h."
         )
     if r.jobs_waiting_at_end:
         lines.append(
-            f"- {r.jobs_waiting_at_end} jobs were still waiting at the end (the longest for"
+            f"- {_n(r.jobs_waiting_at_end, 'job')} {'was' if r.jobs_waiting_at_end == 1 else 'were'} still waiting at"
+            " the end (the longest for"
             f" {fmt_duration(r.longest_waiting_s)})."
         )
     if r.pending_reasons:
@@ -952,8 +958,8 @@ def queue_story(report: Report, name: str) -> str:
     s, c = r.evictions_suffered, r.evictions_caused
     if sum(s.values()) or sum(c.values()):
         lines.append(
-            f"- {sum(s.values())} of your pods were evicted ({_words(s)}); your jobs caused {sum(c.values())}"
-            f" evictions ({_words(c)})."
+            f"- {_n(sum(s.values()), 'pod')} of yours {'was' if sum(s.values()) == 1 else 'were'} evicted"
+            f" ({_words(s)}); your jobs caused {_n(sum(c.values()), 'eviction')} ({_words(c)})."
         )
     else:
         lines.append("- None of your pods was evicted, and your jobs evicted nobody.")

@@ -169,7 +169,7 @@ def test_list_then_watch_from_its_resource_version_with_bookmarks(api: Any, kube
             kube_namespace,
             resource_version=list_rv,
             allow_watch_bookmarks=True,
-            timeout_seconds=5,
+            timeout_seconds=10,  # slack for a loaded machine: the bump must land before the bookmark is due
         ):
             events.append(event)
             if len(events) == 2:
