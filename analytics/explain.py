@@ -374,6 +374,15 @@ def _advice(s: _Store, d: dict[str, Any], details: dict[str, Any], free: int | N
             f"{free / 1000:g} GPUs are free in total but at most {largest:g} on one node (fragmentation):"
             " ask for fewer GPUs per pod (more, smaller pods) or wait for a node to drain."
         )
+    if need and q["gpu_allocated"] + need > q["gpu_fair_share"]:
+        # Reclaim only takes back what keeps the reclaiming queue within its fair share (kai-spec §5).
+        return (
+            f"the job needs {need / 1000:g} GPUs, but reclaim only brings the queue up to its fair share of"
+            f" {q['gpu_fair_share'] / 1000:g} GPUs (it holds {q['gpu_allocated'] / 1000:g}): the job starts when"
+            " that much is free without evicting anyone, or once the queue's fair share grows (a larger quota or"
+            " overQuotaWeight; with time-based fairshare (kValue > 0) it also grows as the other queues' recent"
+            " usage does)."
+        )
     over = s.rows(
         "SELECT queue, gpu_allocated - gpu_fair_share AS excess FROM queue_cycles WHERE cycle_id = ?"
         " AND gpu_allocated > gpu_fair_share AND queue <> ? ORDER BY excess DESC, queue LIMIT 5",

@@ -33,6 +33,12 @@ def test_scheduler_and_fairshare_processes_share_the_log_with_a_writer(tmp_path:
     )
     fair = subprocess.Popen(_cli("fairshare", "--log", str(d), "--interval", "0.2"), stderr=subprocess.PIPE)
     try:
+        # Once the first scheduler has recorded a cycle it holds the log's scheduler role.
+        deadline = time.monotonic() + 120
+        with FileLog(d, readonly=True) as r:
+            while r.end_offset(DEFAULT_TOPICS.decisions) == 0:
+                assert time.monotonic() < deadline and run.poll() is None, "the scheduler recorded no cycle"
+                time.sleep(0.05)
         # A second scheduler on the same log is refused: exactly-once relies on a single scheduler.
         second = subprocess.run(
             _cli("run", "--log", str(d), "--once"), capture_output=True, text=True, timeout=120

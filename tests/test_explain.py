@@ -186,3 +186,16 @@ def test_reclaim_eviction_on_behalf_of_a_workload_and_ambiguous_names(tmp_path: 
     p = explain(db, "team-c/train-0")
     assert p.state == "pending" and "create the queue" in p.text()
     assert "store has no events" in p.text()
+
+
+def test_a_job_bigger_than_its_queues_fair_share_is_told_why_reclaim_cannot_help(tmp_path: Path) -> None:
+    """The two-queue scenario without time-based fairshare: queue a holds the 16-GPU node, b's 16-GPU job
+    waits for ever. Reclaim would only bring b up to its fair share of 8, and explain says so."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "two-queue-oscillation.yaml"
+    out = tmp_path / "run"
+    args = ["simulate", "--config", str(example), "--set", "fairshare.k_value=0", "--set", "duration=6h"]
+    assert main([*args, "--out", str(out)]) == 0
+    text = "\\n".join(explain(out, "b/b-w1-0").lines)
+    assert "PENDING" in text
+    assert "reclaim only brings the queue up to its fair share of 8 GPUs" in text
+    assert "queue a: 16 GPU" in text  # who holds them
