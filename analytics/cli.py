@@ -6,7 +6,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 DEFAULT_CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "kai"
 
@@ -86,15 +85,11 @@ def _cmd_sink(args: argparse.Namespace) -> int:
     import time
 
     from analytics.store import AuditStore, StoreError, sink_from_log
-    from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
+    from ingest.log import LogError, Topics, open_log
 
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    topics = Topics.from_prefix(args.topic_prefix)
     try:
-        log = (
-            open_log(args.log, topics=topics.all())
-            if args.log.startswith("kafka://")
-            else _ro_filelog(args.log)
-        )
+        log = open_log(args.log, topics=topics.all(), readonly=True)
     except LogError as e:
         print(f"sink: {e}", file=sys.stderr)
         return 2
@@ -125,30 +120,19 @@ def _cmd_sink(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ro_filelog(directory: str) -> Any:
-    from pathlib import Path
-
-    from ingest.filelog import FileLog
-    from ingest.log import LogError
-
-    if not Path(directory).is_dir():
-        raise LogError(f"{directory}: no such log directory")
-    return FileLog(directory, readonly=True)
-
-
 def _cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
     import logging
     import signal
 
     from analytics.replay import ReplayError, load_engine_config
-    from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
+    from ingest.log import LogError, Topics, open_log
     from scheduler.decisions import config_hash
     from scheduler.service import Service
     from scheduler.session import SessionConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    topics = Topics.from_prefix(args.topic_prefix)
     try:
         config = load_engine_config(args.engine_config) if args.engine_config else SessionConfig()
     except ReplayError as e:
@@ -268,9 +252,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--store", required=True, help="a run directory (hourglass simulate --out) or an audit .duckdb file"
     )
     f.add_argument(
-        "--from", dest="from_", metavar="T", default=None, help="window start: ms, offset (36h, 2d) or ISO time"
+        "--from",
+        dest="from_",
+        metavar="T",
+        default=None,
+        help="window start: ms, offset (36h, 2d) or ISO time",
     )
-    f.add_argument("--to", metavar="T", default=None, help="window end (exclusive), same forms; default: the store's end")
+    f.add_argument(
+        "--to", metavar="T", default=None, help="window end (exclusive), same forms; default: the store's end"
+    )
     f.add_argument("--queue", default=None, help="focus on one queue, its ancestors and siblings, in words")
     f.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
     f.add_argument(

@@ -337,13 +337,13 @@ def load_source(
             f" {topics.decisions}.log), nor kafka://HOST:PORT"
         )
     try:
-        log = open_log(spec) if spec.startswith("kafka://") else _readonly_filelog(spec)
+        log = open_log(spec, readonly=True)
     except LogError as exc:
         raise ReplayError(str(exc)) from exc
     try:
-        records = [CycleRecord.loads(r.value) for r in _read_all(log, topics.decisions)]
+        records = [CycleRecord.loads(r.value) for r in log.scan(topics.decisions, batch=5000)]
         usage: dict[str, UsageInput] = {}
-        for r in _read_all(log, topics.usage):
+        for r in log.scan(topics.usage, batch=5000):
             try:
                 u = parse_usage_record(r.value)
             except UsageRecordError:
@@ -366,29 +366,13 @@ def load_source(
         )
 
     def events() -> Iterator[tuple[int, Event]]:
-        for r in _read_all(log, topics.events):
+        for r in log.scan(topics.events, batch=5000):
             try:
                 yield r.offset, parse_event(r.value)
             except EventError:
                 continue  # dead-lettered by the service, never folded
 
     return ReplaySource(spec, records, events, usage, cfg, log.close)
-
-
-def _readonly_filelog(directory: str) -> Any:
-    from ingest.filelog import FileLog
-
-    return FileLog(directory, readonly=True)
-
-
-def _read_all(log: Any, topic: str, batch: int = 5000) -> Iterator[Any]:
-    at = 0
-    while True:
-        records = log.read(topic, at, batch)
-        if not records:
-            return
-        yield from records
-        at = records[-1].offset + 1
 
 
 def replay(
@@ -587,7 +571,7 @@ def run_cli(args: argparse.Namespace) -> int:
     ) as bar:
         job = bar.add_task("replay", total=None)
         try:
-            topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+            topics = Topics.from_prefix(args.topic_prefix)
             cfg = load_engine_config(args.engine_config) if args.engine_config else None
             src = load_source(args.log, config=cfg, topics=topics)
             summary = replay(

@@ -339,7 +339,7 @@ def cli_main(args: argparse.Namespace) -> int:
     elif prom is not None:
         print("fairshare: the config has prometheus settings but --source is eventlog", file=sys.stderr)
         return 2
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    topics = Topics.from_prefix(args.topic_prefix)
     try:
         log = open_log(args.log, topics=topics.all(), role="fairshare")
     except LogError as err:

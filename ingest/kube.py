@@ -43,9 +43,12 @@ from ingest.events import (
 from ingest.units import parse_bytes, parse_cpu_millicores, parse_fraction_milli, parse_gpu_milli
 
 __all__ = [
+    "ANNOTATION_CYCLE",
+    "ANNOTATION_GPU_DEVICES",
     "ANNOTATION_GPU_FRACTION",
     "ANNOTATION_GPU_FRACTION_DEVICES",
     "ANNOTATION_GPU_MEMORY",
+    "ANNOTATION_GPU_PORTION",
     "ANNOTATION_POD_GROUP",
     "GPU_RESOURCE",
     "LABEL_PREEMPTIBILITY",
@@ -78,6 +81,11 @@ LABEL_QUEUE: Final = "kai.scheduler/queue"
 LABEL_TASK_PRIORITY: Final = "kai.scheduler/task-priority"
 LABEL_PREEMPTIBILITY: Final = "kai.scheduler/preemptibility"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
+# Hourglass's own, written by the binder on the Binding (so set on the pod with its node) and read back by
+# ingest into PodBound: the devices the engine chose and the portion of each.
+ANNOTATION_GPU_DEVICES: Final = "hourglass.io/gpu-devices"  # "0,3": device indices on the node
+ANNOTATION_GPU_PORTION: Final = "hourglass.io/gpu-milli-per-device"  # "500" (1000 = a whole device)
+ANNOTATION_CYCLE: Final = "hourglass.io/cycle-id"
 LABEL_GPU_MEMORY: Final = "nvidia.com/gpu.memory"
 LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -90,6 +90,11 @@ class Topics:
         """``Topics.with_prefix("staging")`` gives ``staging.events``, ``staging.usage``, ..."""
         return cls(f"{prefix}.events", f"{prefix}.usage", f"{prefix}.decisions", f"{prefix}.deadletter")
 
+    @classmethod
+    def from_prefix(cls, prefix: str | None) -> Topics:
+        """The topics of a ``--topic-prefix`` option: :meth:`with_prefix`, or the defaults when unset."""
+        return cls.with_prefix(prefix) if prefix else cls()
+
 
 DEFAULT_TOPICS = Topics()
 
@@ -125,6 +130,13 @@ class Log(ABC):
     def close(self) -> None:
         """Flush and release resources; the log must not be used afterwards."""
 
+    def scan(self, topic: str, from_offset: int = 0, batch: int = 1000) -> Iterator[Record]:
+        """Every record from ``from_offset`` to the end as seen while paging, ``batch`` per :meth:`read`."""
+        at = from_offset
+        while records := self.read(topic, at, batch):
+            yield from records
+            at = records[-1].offset + 1
+
     def __enter__(self) -> Self:
         return self
 
@@ -146,12 +158,15 @@ def check_commit_offset(offset: int) -> None:
         raise ValueError(f"a committed offset must be >= 0, got {offset}")
 
 
-def open_log(spec: str, *, topics: Sequence[str] | None = None, role: str | None = None) -> Log:
+def open_log(
+    spec: str, *, topics: Sequence[str] | None = None, role: str | None = None, readonly: bool = False
+) -> Log:
     """Open a log from a spec: ``kafka://HOST:PORT[,HOST:PORT...]`` or a directory path (FileLog).
 
     ``topics`` (Kafka only) are created up front if missing; others are created on first use. ``role``
     (FileLog only: ``scheduler``, ``ingest``, ...) makes this process the only one of its role on the
-    directory; on Kafka, running one instance per role is the deployment's job.
+    directory; on Kafka, running one instance per role is the deployment's job. ``readonly`` (FileLog only)
+    opens an existing directory for reading, beside live writers (a missing directory is an error).
     """
     if spec.startswith("kafka://"):
         from ingest.kafkalog import KafkaLog
@@ -162,4 +177,4 @@ def open_log(spec: str, *, topics: Sequence[str] | None = None, role: str | None
         return log
     from ingest.filelog import FileLog
 
-    return FileLog(spec, role=role)
+    return FileLog(spec, role=role, readonly=readonly)

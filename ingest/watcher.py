@@ -87,7 +87,6 @@ log = logging.getLogger(__name__)
 
 COMPONENT: Final = "hourglass-ingest"
 STATE_VERSION: Final = 1
-ANNOTATION_GPU_DEVICES: Final = "hourglass.io/gpu-devices"  # written by the binder: "0,3"
 CLUSTER_EVENT_NAMESPACE: Final = "default"  # Events about cluster-scoped objects (Nodes, Queues)
 _API_VERSIONS: Final = {
     "Pod": "v1",
@@ -826,7 +825,7 @@ class KubeIngest:
         view = kube.pod_view(obj)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         if view.node and not st.get("node"):
-            devices = _devices((meta.get("annotations") or {}).get(ANNOTATION_GPU_DEVICES))
+            devices = _devices((meta.get("annotations") or {}).get(kube.ANNOTATION_GPU_DEVICES))
             self._emit(
                 batch,
                 PodBound(name=name, namespace=ns, node=view.node, gpu_devices=devices, at_ms=self._at()),
@@ -999,15 +998,12 @@ class KubeIngest:
         """Append the part of an interrupted write-ahead batch that is not in ``topic`` after ``start``."""
         if not records:
             return
-        at, i = start, 0
-        while i < len(records):
-            chunk = self.log.read(topic, at, 1000)
-            if not chunk:
+        i = 0
+        for r in self.log.scan(topic, start):
+            if i == len(records):
                 break
-            for r in chunk:
-                if i < len(records) and (r.key, r.value) == records[i]:
-                    i += 1
-            at = chunk[-1].offset + 1
+            if (r.key, r.value) == records[i]:
+                i += 1
         missing = records[i:]
         if missing:
             log.info(
@@ -1022,18 +1018,12 @@ class KubeIngest:
 
     def _rebuild_from_log(self) -> None:
         """No state file: fold the events topic into the dedupe state (resource versions unknown)."""
-        at = 0
-        while True:
-            records = self.log.read(self.topics.events, at, 5000)
-            if not records:
-                break
-            for r in records:
-                try:
-                    self._remember(parse_event(r.value))
-                    self.stats.rebuilt_from_log += 1
-                except EventError:
-                    continue  # the scheduler dead-letters it; nothing to remember
-            at = records[-1].offset + 1
+        for r in self.log.scan(self.topics.events, batch=5000):
+            try:
+                self._remember(parse_event(r.value))
+                self.stats.rebuilt_from_log += 1
+            except EventError:
+                continue  # the scheduler dead-letters it; nothing to remember
 
 
 def _devices(raw: Any) -> list[int]:
@@ -1092,7 +1082,7 @@ def run_cli(args: Any) -> int:
     from ingest.log import LogError, open_log
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    topics = Topics.from_prefix(args.topic_prefix)
     try:
         api = api_client(args.kubeconfig)
     except Exception as e:  # the kubernetes config loaders raise several unrelated types

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+from ingest.kube import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.decisions import CycleRecord, Decision, QueueRecord
 
@@ -73,9 +74,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GROUP: Final = "hourglass-binder"
 COMPONENT: Final = "hourglass-binder"
-ANNOTATION_GPU_DEVICES: Final = "hourglass.io/gpu-devices"  # "0,3": device indices on the node
-ANNOTATION_GPU_PORTION: Final = "hourglass.io/gpu-milli-per-device"  # "500" (1000 = a whole device)
-ANNOTATION_CYCLE: Final = "hourglass.io/cycle-id"
 QUEUE_GROUP: Final = "scheduling.run.ai"
 QUEUE_VERSION: Final = "v2"
 QUEUE_PLURAL: Final = "queues"
@@ -559,15 +557,9 @@ class Binder:
         """Read the committed position and the dead letters this binder already wrote."""
         self.position = self.log.committed(self.group, self.topics.decisions)
         prefix = f"{self.topics.decisions}:"
-        at = 0
-        while True:
-            records = self.log.read(self.topics.deadletter, at, 5000)
-            if not records:
-                break
-            for r in records:
-                if r.key is not None and r.key.decode(errors="replace").startswith(prefix):
-                    self.dead_seen.add(r.key.decode(errors="replace"))
-            at = records[-1].offset + 1
+        for r in self.log.scan(self.topics.deadletter, batch=5000):
+            if r.key is not None and r.key.decode(errors="replace").startswith(prefix):
+                self.dead_seen.add(r.key.decode(errors="replace"))
         self._started = True
         log.info("binder: resuming at decisions offset %d", self.position)
 
@@ -876,7 +868,7 @@ def run_cli(args: Any) -> int:
     from ingest.log import LogError, open_log
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    topics = Topics.with_prefix(args.topic_prefix) if args.topic_prefix else DEFAULT_TOPICS
+    topics = Topics.from_prefix(args.topic_prefix)
     try:
         api = api_client(args.kubeconfig)
     except Exception as e:  # the kubernetes config loaders raise several unrelated types

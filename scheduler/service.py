@@ -253,20 +253,17 @@ class Service:
         self.cycled_usage = snapshot_id if isinstance(snapshot_id, str) else None
         if self.cycled_usage is None:
             return
-        at, found = 0, False
+        found = False
         end = self.log.end_offset(self.topics.usage)
-        while at < end:
-            records = self.log.read(self.topics.usage, at, 1000)
-            if not records:
+        for r in self.log.scan(self.topics.usage):
+            if r.offset >= end:
                 break
-            for r in records:
-                try:
-                    u = parse_usage_record(r.value)
-                except UsageRecordError:
-                    continue
-                if u.id == self.cycled_usage:
-                    self.usage, self.usage_position, found = u, r.offset + 1, True
-            at = records[-1].offset + 1
+            try:
+                u = parse_usage_record(r.value)
+            except UsageRecordError:
+                continue
+            if u.id == self.cycled_usage:
+                self.usage, self.usage_position, found = u, r.offset + 1, True
         if not found:
             log.warning(
                 "recovery: usage snapshot %s of the last cycle is not in %s; reading usage from its end",
@@ -292,18 +289,12 @@ class Service:
             self.usage_position = records[-1].offset + 1
 
     def _read_dead_letters(self) -> None:
-        at = 0
-        while True:
-            records = self.log.read(self.topics.deadletter, at, 5000)
-            if not records:
-                return
-            for r in records:
-                try:
-                    d = json.loads(r.value)
-                    self.dead_seen.add((str(d["source_topic"]), int(d["source_offset"])))
-                except (ValueError, KeyError, TypeError):
-                    continue
-            at = records[-1].offset + 1
+        for r in self.log.scan(self.topics.deadletter, batch=5000):
+            try:
+                d = json.loads(r.value)
+                self.dead_seen.add((str(d["source_topic"]), int(d["source_offset"])))
+            except (ValueError, KeyError, TypeError):
+                continue
 
     def _read_decisions_tail(self) -> dict[str, Any] | None:
         end = self.log.end_offset(self.topics.decisions)
