@@ -39,7 +39,7 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from analytics.simulate import run_cli
+    from analytics.simulate_cli import run_cli
 
     return run_cli(args)
 
@@ -76,16 +76,32 @@ def _cmd_fairshare(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from analytics.report import run_cli
+    """``hourglass report``: build, print, and optionally write the HTML page."""
+    from analytics.report import ReportError, connect, render, report_from
+    from analytics.report_html import write_html
 
-    return run_cli(args)
+    try:
+        con, db = connect(args.store)
+        try:
+            report = report_from(con, str(db), args.from_, args.to, args.queue)
+            render(report, args.format)
+            if args.html:
+                write_html(report, Path(args.html), con)
+                print(f"report: wrote {args.html}", file=sys.stderr)
+        finally:
+            con.close()
+    except ReportError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _cmd_sink(args: argparse.Namespace) -> int:
     import time
 
     from analytics.store import AuditStore, StoreError, sink_from_log
-    from ingest.log import LogError, Topics, open_log
+    from ingest.backends import open_log
+    from ingest.log import LogError, Topics
 
     topics = Topics.from_prefix(args.topic_prefix)
     try:
@@ -126,10 +142,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import signal
 
     from analytics.replay import ReplayError, load_engine_config
-    from ingest.log import LogError, Topics, open_log
-    from scheduler.decisions import config_hash
+    from ingest.backends import open_log
+    from ingest.log import LogError, Topics
+    from scheduler.engine.decisions import config_hash
+    from scheduler.engine.session import SessionConfig
     from scheduler.service import Service
-    from scheduler.session import SessionConfig
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix)
@@ -214,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("conformance", help="run KAI conformance scenario files")
     c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
     c.set_defaults(func=_cmd_conformance)
-    from analytics.simulate import add_arguments as simulate_arguments
+    from analytics.simulate_cli import add_arguments as simulate_arguments
 
     s = sub.add_parser(
         "simulate",
@@ -281,7 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument(
         "--engine-config",
         metavar="FILE",
-        help="JSON/YAML mapping of engine settings (scheduler.session.SessionConfig fields); replay needs"
+        help="JSON/YAML mapping of engine settings (scheduler.engine.session.SessionConfig fields); replay needs"
         " the same file",
     )
     u.add_argument(

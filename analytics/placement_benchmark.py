@@ -7,9 +7,9 @@ total GPU request stays within 130 % of the cluster's GPUs, then draws a random 
 task that fits nowhere is dropped (its GPU request still counts as arrived). The metric is the unallocated
 share of GPUs at arrived = 100 % of capacity (mean over the tasks whose rounded arrived percentage is 100).
 
-Every placement goes through the engine: a :class:`~scheduler.session.Session` over the trace nodes,
-:func:`scheduler.placement.ordered_fits` with ``SessionConfig.node_scoring`` = the policy, and
-:meth:`~scheduler.session.Statement.place`. To keep 10k tasks x 1,213 nodes fast, nodes in identical states
+Every placement goes through the engine: a :class:`~scheduler.engine.session.Session` over the trace nodes,
+:func:`scheduler.engine.placement.ordered_fits` with ``SessionConfig.node_scoring`` = the policy, and
+:meth:`~scheduler.engine.session.Statement.place`. To keep 10k tasks x 1,213 nodes fast, nodes in identical states
 are grouped (:class:`NodeClasses`) and only the first node of each group (in tie-break order) is offered to
 ``ordered_fits``: nodes with equal state fit and score equally, and the engine breaks ties by name, so the
 choice is the one all nodes would give.
@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import scheduler.fragmentation as frag
+import scheduler.engine.fragmentation as frag
 from ingest.trace import (
     DEFAULT_GPU_NODES,
     DEFAULT_PODS,
@@ -38,9 +38,9 @@ from ingest.trace import (
     task_node_affinity,
     task_requests,
 )
-from scheduler.placement import ordered_fits
-from scheduler.session import GPU_MILLI, NodeInfo, Session, SessionConfig
-from scheduler.state import ClusterState, Job, MatchExpression, Pod, PodRequest, node_from_event
+from scheduler.engine.placement import ordered_fits
+from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, SessionConfig
+from scheduler.engine.state import ClusterState, Job, MatchExpression, Pod, PodRequest, node_from_event
 
 __all__ = [
     "DEFAULT_FIRST_SEED",

@@ -3,7 +3,7 @@
 The engine is a pure function of (snapshot, usage, config, logical time), and every :class:`CycleRecord`
 names those inputs (``events_offset``, ``usage_snapshot_id``, ``config_hash``, ``logical_time_ms``). So a
 recorded cycle is reproduced by folding the event log up to its ``events_offset`` with
-:class:`~scheduler.state.StateBuilder` and calling :func:`scheduler.cycle.run_cycle` with the recorded
+:class:`~scheduler.engine.state.StateBuilder` and calling :func:`scheduler.engine.cycle.run_cycle` with the recorded
 time and the run's engine config; ``--verify`` compares the canonical bytes of the re-run record with the
 recorded one and, on a difference, names the field (see ``docs/replay.md``).
 
@@ -32,12 +32,13 @@ from typing import Any, Final
 
 from analytics.simlog import read_cycles, read_events, read_manifest, read_usage
 from analytics.simulate import gc_tuned
+from ingest.backends import open_log
 from ingest.events import Event, EventError, parse_event
-from ingest.log import DEFAULT_TOPICS, LogError, Topics, open_log
-from scheduler.cycle import run_cycle
-from scheduler.decisions import CycleRecord, Decision, config_hash
-from scheduler.session import SessionConfig
-from scheduler.state import StateBuilder
+from ingest.log import DEFAULT_TOPICS, LogError, Topics
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.decisions import CycleRecord, Decision, config_hash
+from scheduler.engine.session import SessionConfig
+from scheduler.engine.state import StateBuilder
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
 __all__ = [

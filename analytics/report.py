@@ -980,23 +980,3 @@ def queue_story(report: Report, name: str) -> str:
 def _words(c: dict[str, int]) -> str:
     parts = [f"{n} by {k}" for k, n in c.items() if n]
     return ", ".join(parts) if parts else "none"
-
-
-def run_cli(args: Any) -> int:
-    """``hourglass report``: build, print, and optionally write the HTML page."""
-    try:
-        con, db = connect(args.store)
-        try:
-            report = report_from(con, str(db), args.from_, args.to, args.queue)
-            render(report, args.format)
-            if args.html:
-                from analytics.report_html import write_html
-
-                write_html(report, Path(args.html), con)
-                print(f"report: wrote {args.html}", file=sys.stderr)
-        finally:
-            con.close()
-    except ReportError as e:
-        print(f"report: {e}", file=sys.stderr)
-        return 2
-    return 0

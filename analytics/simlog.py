@@ -6,7 +6,7 @@ engine. Format of a run directory (``hourglass simulate --out DIR``; see ``docs/
 
 * ``events.jsonl``: one event per line, :func:`ingest.events.dump_event` bytes, in offset order (line ``i``
   is offset ``i``);
-* ``cycles.jsonl``: one :meth:`scheduler.decisions.CycleRecord.dumps` per line, in cycle order;
+* ``cycles.jsonl``: one :meth:`scheduler.engine.decisions.CycleRecord.dumps` per line, in cycle order;
 * ``usage.jsonl``: the usage snapshots the cycles consumed (runs with ``k_value`` > 0), one JSON object per
   line in the usage topic's format (``id``, ``as_of_ms``, ``available``, ``queues``; see
   :mod:`scheduler.usage`), so a replay re-runs those cycles with the same usage;
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
 from ingest.events import Event, EventBase, dump_event, parse_event
-from scheduler.decisions import CycleRecord
+from scheduler.engine.decisions import CycleRecord
 from scheduler.usage import UsageInput, parse_usage_record
 
 __all__ = [

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
-from scheduler.cycle import ACTIONS, DEFAULT_ORDER, open_session
-from scheduler.decisions import make_record
-from scheduler.state import fold
+from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
+from scheduler.engine.decisions import make_record
+from scheduler.engine.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 

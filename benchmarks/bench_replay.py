@@ -23,7 +23,7 @@ from analytics.simlog import DirLog, read_events, read_manifest
 from analytics.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
-from scheduler.state import StateBuilder
+from scheduler.engine.state import StateBuilder
 
 
 def _record(out: Path, limit: int) -> None:

@@ -317,7 +317,7 @@ def cli_main(args: argparse.Namespace) -> int:
     """Run ``hourglass fairshare`` with parsed arguments; returns the exit code."""
     import signal
 
-    from ingest.log import open_log
+    from ingest.backends import open_log
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -43,7 +43,6 @@ __all__ = [
     "check_commit_offset",
     "check_name",
     "check_read_args",
-    "open_log",
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -156,25 +155,3 @@ def check_read_args(from_offset: int, max_records: int) -> None:
 def check_commit_offset(offset: int) -> None:
     if offset < 0:
         raise ValueError(f"a committed offset must be >= 0, got {offset}")
-
-
-def open_log(
-    spec: str, *, topics: Sequence[str] | None = None, role: str | None = None, readonly: bool = False
-) -> Log:
-    """Open a log from a spec: ``kafka://HOST:PORT[,HOST:PORT...]`` or a directory path (FileLog).
-
-    ``topics`` (Kafka only) are created up front if missing; others are created on first use. ``role``
-    (FileLog only: ``scheduler``, ``ingest``, ...) makes this process the only one of its role on the
-    directory; on Kafka, running one instance per role is the deployment's job. ``readonly`` (FileLog only)
-    opens an existing directory for reading, beside live writers (a missing directory is an error).
-    """
-    if spec.startswith("kafka://"):
-        from ingest.kafkalog import KafkaLog
-
-        log = KafkaLog(spec.removeprefix("kafka://"))
-        for topic in topics or ():
-            log.ensure_topic(topic)
-        return log
-    from ingest.filelog import FileLog
-
-    return FileLog(spec, role=role, readonly=readonly)

@@ -10,7 +10,7 @@ value that does not convert exactly (``0.0001`` GPU) is an error, never rounded.
 * :meth:`TenantsConfig.queue_events` gives the ``QueueUpserted`` events (parents before children).
 * :meth:`TenantsConfig.queue_for` maps a task name to a leaf queue with a stable hash (sha256 or crc32 of
   the name, never Python's salted ``hash()``), so the mapping is the same on every run and machine.
-* :meth:`TenantsConfig.session_config` gives the engine's :class:`~scheduler.session.SessionConfig`.
+* :meth:`scheduler.engine.session.SessionConfig.from_engine_spec` turns ``engine`` into the engine's config.
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ import tomllib
 import zlib
 from fractions import Fraction
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ingest.events import QueueResource, QueueResources, QueueUpserted, validation_message
-
-if TYPE_CHECKING:
-    from scheduler.session import SessionConfig
 
 __all__ = [
     "DEFAULT_TENANTS",
@@ -145,10 +142,10 @@ class QueueSpec(_Spec):
 
 
 class EngineSpec(_Spec):
-    """Engine knobs (see :class:`scheduler.session.SessionConfig`).
+    """Engine knobs (see :class:`scheduler.engine.session.SessionConfig`).
 
     ``node_scoring`` names a registered node-scoring rule (``kai``; ``bestfit``, ``fgd``, ``frag-aware``
-    once ``scheduler.fragmentation`` is importable); it is checked when a simulation starts.
+    once ``scheduler.engine.fragmentation`` is importable); it is checked when a simulation starts.
     ``usage_half_life_s`` / ``usage_refresh_s`` shape the historical usage the simulator feeds the
     time-based fair share; they only matter when ``k_value`` > 0.
     """
@@ -283,21 +280,6 @@ class TenantsConfig(_Spec):
             v * 1000 for v in (e.default_preempt_min_runtime_s, e.default_reclaim_min_runtime_s) if v > 0
         }
         return sorted(values)
-
-    def session_config(self) -> SessionConfig:
-        """The engine configuration these settings describe."""
-        from scheduler.session import SessionConfig  # ingest stays importable without the engine
-
-        e = self.engine
-        return SessionConfig(
-            gpu_placement=e.gpu_placement,
-            cpu_placement=e.cpu_placement,
-            gpu_sharing_placement=e.gpu_sharing_placement,
-            node_scoring=e.node_scoring,
-            k_value=e.k_value,
-            default_preempt_min_runtime_ms=e.default_preempt_min_runtime_s * 1000,
-            default_reclaim_min_runtime_ms=e.default_reclaim_min_runtime_s * 1000,
-        )
 
     def canonical_json(self) -> str:
         """The validated config (defaults filled in) as canonical JSON, e.g. for a run manifest."""

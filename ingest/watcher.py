@@ -1078,8 +1078,9 @@ def run_cli(args: Any) -> int:
 
     from kubernetes.client.exceptions import ApiException
 
+    from ingest.backends import open_log
     from ingest.kubeclient import api_client
-    from ingest.log import LogError, open_log
+    from ingest.log import LogError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix)

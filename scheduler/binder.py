@@ -1,7 +1,7 @@
 """The binder (``hourglass bind``): cycle records in, Kubernetes API calls out.
 
 The binder consumes the decisions topic from its committed offset (consumer group ``hourglass-binder``)
-and applies each :class:`~scheduler.decisions.CycleRecord` to the cluster:
+and applies each :class:`~scheduler.engine.decisions.CycleRecord` to the cluster:
 
 * ``Evict`` → delete the pod with a grace period, after a Normal ``Preempted`` / ``Evicted`` Event naming
   the action and its message (404: already gone, success);
@@ -41,7 +41,7 @@ from typing import Any, Final, Protocol
 
 from ingest.kube import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.log import DEFAULT_TOPICS, Log, Topics
-from scheduler.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 
 __all__ = [
     "ANNOTATION_CYCLE",
@@ -864,8 +864,9 @@ def run_cli(args: Any) -> int:
     import signal
     import sys
 
+    from ingest.backends import open_log
     from ingest.kubeclient import api_client
-    from ingest.log import LogError, open_log
+    from ingest.log import LogError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix)

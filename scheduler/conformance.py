@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from scheduler.cycle import open_session, result_state, run_actions, settle
-from scheduler.proportion import ResourceQuota
-from scheduler.session import Session, SessionConfig
-from scheduler.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+from scheduler.engine.cycle import open_session, result_state, run_actions, settle
+from scheduler.engine.proportion import ResourceQuota
+from scheduler.engine.session import Session, SessionConfig
+from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
 
 NOW_MS = 1_000_000_000_000  # a fixed logical "now" for scenarios; ages count back from it
 PHASES = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from scheduler.proportion import (
+from scheduler.engine.proportion import (
     RESOURCES,
     QueueDemand,
     ResourceQuota,
@@ -50,7 +50,7 @@ def _optional(resource: str, amount: float | int | None) -> int | None:
 
 
 def fair_share_scenario_inputs(doc: dict[str, Any]) -> tuple[dict[str, int], list[QueueDemand], float]:
-    """Build ``(total, queues, k_value)`` for :func:`scheduler.proportion.divide` from a scenario document.
+    """Build ``(total, queues, k_value)`` for :func:`scheduler.engine.proportion.divide` from a scenario document.
 
     List order is creation order (``QueueDemand.order`` = index). A resource missing from a queue entry
     means that queue requests none of it; its quota, limit and weight take the SCHEMA defaults (they still

@@ -25,11 +25,11 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from scheduler.cycle import DEFAULT_ORDER, open_session, run_actions
-from scheduler.decisions import CycleRecord, make_record
-from scheduler.proportion import RESOURCES
-from scheduler.session import Session, SessionConfig
-from scheduler.state import ClusterState
+from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
+from scheduler.engine.decisions import CycleRecord, make_record
+from scheduler.engine.proportion import RESOURCES
+from scheduler.engine.session import Session, SessionConfig
+from scheduler.engine.state import ClusterState
 
 __all__ = [
     "CYCLE_KEY",
@@ -304,7 +304,7 @@ def run_timed_cycle(
     actions: tuple[str, ...] = DEFAULT_ORDER,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[CycleRecord, Session, dict[str, float]]:
-    """:func:`scheduler.cycle.run_cycle` plus wall-clock durations for :func:`observe_cycle`.
+    """:func:`scheduler.engine.cycle.run_cycle` plus wall-clock durations for :func:`observe_cycle`.
 
     The record is the same as ``run_cycle``'s (timing only observes the cycle, it never feeds it).
     ``durations`` has ``open_session``, one key per action and :data:`CYCLE_KEY` for the whole cycle.

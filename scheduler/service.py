@@ -3,7 +3,7 @@
 Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``docs/service.md``:
 
 * A cycle is a pure function of (fold of the events log up to ``events_offset``, config, logical time),
-  and its ``cycle_id`` is derived from those inputs (:func:`scheduler.decisions.cycle_id`). Logical time
+  and its ``cycle_id`` is derived from those inputs (:func:`scheduler.engine.decisions.cycle_id`). Logical time
   is the ``at_ms`` of the last folded event, never the wall clock.
 * The **decisions topic is the source of truth** for progress. On start, :meth:`Service.recover` reads
   the tail of the decisions topic, takes the last recorded cycle's ``events_offset`` ``E`` and refolds
@@ -32,8 +32,10 @@ from typing import Any, Final
 
 from ingest.events import ClockTick, EventError, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
-from scheduler.cycle import run_cycle
-from scheduler.decisions import CycleRecord
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.session import SessionConfig
+from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
     SchedulerMetrics,
     capacity_of,
@@ -41,8 +43,6 @@ from scheduler.metrics import (
     observe_dead_letters,
     run_timed_cycle,
 )
-from scheduler.session import SessionConfig
-from scheduler.state import ClusterState, StateBuilder
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
 __all__ = [

@@ -35,7 +35,7 @@ from scheduler.binder import (
     plan,
     queue_status,
 )
-from scheduler.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "deploy" / "crds"

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from scheduler.actions import consolidation
 from scheduler.conformance import NOW_MS, load_state
-from scheduler.cycle import open_session, result_state, run_actions
-from scheduler.session import Session, SessionConfig
+from scheduler.engine.actions import consolidation
+from scheduler.engine.cycle import open_session, result_state, run_actions
+from scheduler.engine.session import Session, SessionConfig
 
 
 def _job(
@@ -258,7 +258,7 @@ def _check_invariants(ssn: Session, before: dict[str, tuple[str, str | None, tup
 
 @pytest.mark.parametrize("seed", range(40))
 def test_random_clusters(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    from scheduler import placement
+    from scheduler.engine import placement
 
     doc = _random_doc(seed)
     outcomes = []

@@ -689,7 +689,7 @@ def test_rendered_chart_is_accepted_and_rbac_holds_on_a_real_apiserver(
 
 def _queue_record(name: str, vec: dict[str, int], parent: str | None = None) -> Any:
     """A QueueRecord (engine units) with every quantity equal to ``vec``."""
-    from scheduler.decisions import QueueRecord
+    from scheduler.engine.decisions import QueueRecord
 
     return QueueRecord(
         name=name, parent=parent, priority=100, deserved=dict(vec), limit=dict(vec),
@@ -701,7 +701,7 @@ def _queue_record(name: str, vec: dict[str, int], parent: str | None = None) -> 
 
 def _scheduler_metrics() -> Any:
     """Real scheduler metrics after one cycle of a two-level queue tree with every kind of decision."""
-    from scheduler.decisions import CycleRecord, Decision
+    from scheduler.engine.decisions import CycleRecord, Decision
     from scheduler.metrics import SchedulerMetrics, observe_cycle, observe_dead_letters
 
     vec = {"gpu": 1000, "cpu": 2000, "memory": 10**9}
@@ -768,7 +768,7 @@ def test_dashboard_queries_only_exported_metrics() -> None:
 
 
 def test_dashboard_is_importable_grafana_json() -> None:
-    from scheduler.proportion import RESOURCES
+    from scheduler.engine.proportion import RESOURCES
 
     dash = json.loads(DASHBOARD.read_text())
     assert dash["uid"] and dash["title"] and dash["schemaVersion"] >= 36

@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.cycle import run_cycle, settle
-from scheduler.decisions import CycleRecord
-from scheduler.session import SessionConfig
-from scheduler.state import fold
+from scheduler.engine.cycle import run_cycle, settle
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.session import SessionConfig
+from scheduler.engine.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,7 +29,7 @@ def _records(spec: SyntheticSpec, cycles: int = 2) -> list[bytes]:
     for c in range(cycles):
         rec, ssn = run_cycle(state, SessionConfig(), now_ms=1_000_000 + c * 1000)
         out.append(rec.dumps())
-        from scheduler.cycle import result_state
+        from scheduler.engine.cycle import result_state
 
         state = settle(result_state(ssn))
     return out

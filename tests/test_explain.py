@@ -13,7 +13,7 @@ from analytics.simulate import simulate
 from analytics.store import AuditStore, load_cycles, query
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
-from scheduler.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 from tests.test_simulate import _first_tasks, _small_nodes_csv
 
 

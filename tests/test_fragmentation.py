@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import scheduler.fragmentation as frag
+import scheduler.engine.fragmentation as frag
 from analytics.placement_benchmark import (
     NodeClasses,
     arrival_sequence,
@@ -16,10 +16,10 @@ from analytics.placement_benchmark import (
     unallocated_at,
 )
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
-from scheduler.fragmentation import FragModel, TaskType, node_fragmentation, typical_task_types
-from scheduler.placement import ordered_fits
-from scheduler.session import GPU_MILLI, Session, SessionConfig
-from scheduler.state import ClusterState, Job, Node, Pod, PodRequest
+from scheduler.engine.fragmentation import FragModel, TaskType, node_fragmentation, typical_task_types
+from scheduler.engine.placement import ordered_fits
+from scheduler.engine.session import GPU_MILLI, Session, SessionConfig
+from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest
 
 # The simulator's unit-test task lists (pkg/utils/frag_test.go): raw percentages, not normalised.
 _TYPICAL = [

@@ -14,8 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairshare.prometheus import PrometheusSource, PrometheusSourceConfig
 from fairshare.source import SourceUnavailable
-from scheduler.cycle import run_cycle
-from scheduler.decisions import CycleRecord
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.proportion import ResourceQuota
+from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, Queue
 from scheduler.metrics import (
     CYCLE_KEY,
     SchedulerMetrics,
@@ -25,8 +27,6 @@ from scheduler.metrics import (
     run_timed_cycle,
     serve,
 )
-from scheduler.proportion import ResourceQuota
-from scheduler.state import ClusterState, Job, Node, Pod, PodRequest, Queue
 from tests.promserver import PrometheusFactory, wait_for
 
 GB = 10**9

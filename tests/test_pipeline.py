@@ -16,12 +16,13 @@ from analytics.replay import load_source, replay
 from analytics.simlog import usage_record
 from analytics.store import AuditStore, sink_from_log
 from ingest import events as ev
+from ingest.backends import open_log
 from ingest.filelog import FileLog
-from ingest.log import Log, Topics, open_log
-from scheduler.decisions import CycleRecord
+from ingest.log import Log, Topics
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
-from scheduler.session import SessionConfig
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 GPU = 1000

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import scheduler.placement as placement
-from scheduler.cycle import open_session, result_state, run_actions
-from scheduler.state import fold
+import scheduler.engine.placement as placement
+from scheduler.engine.cycle import open_session, result_state, run_actions
+from scheduler.engine.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 

@@ -1,4 +1,4 @@
-"""Tests for scheduler.proportion: KAI fair-share division (spec §2.7, §3, §4.1, §4.7)."""
+"""Tests for scheduler.engine.proportion: KAI fair-share division (spec §2.7, §3, §4.1, §4.7)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.fairshare_scenarios import check_fair_share_scenario, fair_share_scenario_inputs
-from scheduler.proportion import (
+from scheduler.engine.proportion import (
     RESOURCES,
     UNITS,
     QueueDemand,
@@ -23,6 +22,7 @@ from scheduler.proportion import (
     requestable_share,
     unassigned,
 )
+from scheduler.fairshare_scenarios import check_fair_share_scenario, fair_share_scenario_inputs
 
 G = 1000  # one GPU in engine units (milli-GPU)
 SCENARIOS = sorted((Path(__file__).parent / "conformance" / "kai" / "fair-share").glob("*.json"))

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from scheduler import minruntime
-from scheduler.actions import preempt, reclaim
-from scheduler.actions.solver import tasks_to_evict
 from scheduler.conformance import NOW_MS, load_state
-from scheduler.session import Session
+from scheduler.engine import minruntime
+from scheduler.engine.actions import preempt, reclaim
+from scheduler.engine.actions.solver import tasks_to_evict
+from scheduler.engine.session import Session
 
 MIN = 60_000  # one minute in ms
 

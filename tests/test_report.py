@@ -537,8 +537,8 @@ def test_an_empty_store_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureF
 def test_a_window_of_milliseconds_says_so_instead_of_bare_zeros(tmp_path: Path) -> None:
     from analytics.store import AuditStore, load_cycles, load_events
     from ingest.events import dump_event
-    from scheduler.cycle import run_cycle
-    from scheduler.state import fold
+    from scheduler.engine.cycle import run_cycle
+    from scheduler.engine.state import fold
     from scheduler.synthetic import SyntheticSpec, synthetic_events
 
     events = synthetic_events(SyntheticSpec(nodes=2, pending_pods=10, departments=1, queues_per_department=2))

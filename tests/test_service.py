@@ -14,13 +14,14 @@ import time
 import uuid
 from pathlib import Path
 
+from ingest.backends import open_log
 from ingest.events import Event, PodDeleted, PodGroupDeleted, PodGroupUpserted, PodSubmitted, dump_event
 from ingest.filelog import FileLog
-from ingest.log import Log, Topics, open_log
-from scheduler.cycle import run_cycle
-from scheduler.decisions import CycleRecord
+from ingest.log import Log, Topics
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.session import SessionConfig
 from scheduler.service import Folder, Service
-from scheduler.session import SessionConfig
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,9 +22,10 @@ from analytics.simulate import SimulationResult, simulate
 from ingest import events as ev
 from ingest.tenants import DEFAULT_TENANTS, TenantsError, load_tenants, parse_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, TraceTask, read_nodes, read_pods
-from scheduler.cycle import run_cycle
-from scheduler.decisions import CycleRecord
-from scheduler.state import StateBuilder
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.session import SessionConfig
+from scheduler.engine.state import StateBuilder
 
 SLICE = 300
 SMALL_NODES = ("openb-node-0000", "openb-node-0001", "openb-node-0002", "openb-node-0003", "openb-node-0022")
@@ -201,7 +202,7 @@ def test_cycle_records_replay_from_the_event_log(small: tuple[Path, SimulationRe
     """A record is reproduced by folding the log up to its events_offset and re-running the cycle."""
     out, _ = small
     manifest = read_manifest(out)
-    config = load_tenants(DEFAULT_TENANTS).session_config()
+    config = SessionConfig.from_engine_spec(load_tenants(DEFAULT_TENANTS).engine)
     assert manifest["engine_config_hash"] == json.loads(next(read_cycles(out)).dumps())["config_hash"]
     records = list(read_cycles(out))
     picked = {r.cycle_id: r for r in records[:5] + records[len(records) // 2 : len(records) // 2 + 5]}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ingest import events as ev
-from scheduler.state import PodStatus, StateBuilder
+from scheduler.engine.state import PodStatus, StateBuilder
 
 
 def _group(name: str, t: int) -> list[ev.Event]:

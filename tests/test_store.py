@@ -32,7 +32,8 @@ from analytics.store import (
     query,
     sink_from_log,
 )
-from ingest.log import Topics, open_log
+from ingest.backends import open_log
+from ingest.log import Topics
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
 from tests.test_simulate import SLICE, _first_tasks, _small_nodes_csv

@@ -17,7 +17,7 @@ tasks (to minAvailable, or one elastic extra) fit:
   re-placed on the node it came from (same devices, for shared GPUs) is simply un-evicted, as KAI does.
 * The action's validator judges the scenario; a refused scenario is rolled back and the search goes on.
 
-Everything runs inside one :class:`~scheduler.session.Statement`. On failure the session is exactly as
+Everything runs inside one :class:`~scheduler.engine.session.Statement`. On failure the session is exactly as
 before; on success the caller commits the returned statement.
 """
 
@@ -26,11 +26,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.actions.allocate import allocate_job, task_signature
-from scheduler.actions.common import candidate_jobs, over_capacity, tasks_vec
-from scheduler.ordering import JobCache, JobsByQueue, task_order
-from scheduler.placement import allocate_task, best_fit, static_reason
-from scheduler.session import (
+from scheduler.engine.actions.allocate import allocate_job, task_signature
+from scheduler.engine.actions.common import candidate_jobs, over_capacity, tasks_vec
+from scheduler.engine.ordering import JobCache, JobsByQueue, task_order
+from scheduler.engine.placement import allocate_task, best_fit, static_reason
+from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
     GPU_MILLI,
@@ -42,7 +42,7 @@ from scheduler.session import (
     TaskInfo,
     Vec,
 )
-from scheduler.state import PodStatus
+from scheduler.engine.state import PodStatus
 
 
 @dataclass

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from scheduler.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
+from scheduler.engine.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
 
 _INF = float("inf")
 

@@ -13,7 +13,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from scheduler.proportion import RESOURCES, ResourceQuota
+from scheduler.engine.proportion import RESOURCES, ResourceQuota
 
 if TYPE_CHECKING:
     from ingest.events import NodeUpserted
@@ -72,7 +72,7 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Queue:
-    """A queue of the hierarchy. Resource keys are :data:`scheduler.proportion.RESOURCES`."""
+    """A queue of the hierarchy. Resource keys are :data:`scheduler.engine.proportion.RESOURCES`."""
 
     name: str
     parent: str | None

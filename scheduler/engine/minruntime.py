@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from scheduler.session import ACTIVE_ALLOCATED, JobInfo, QueueInfo, Session, TaskInfo
+from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, QueueInfo, Session, TaskInfo
 
 LCA = "lca"
 QUEUE = "queue"

@@ -8,11 +8,11 @@ validator judges each scenario; on success the victims are evicted and the preem
 
 from __future__ import annotations
 
-from scheduler import minruntime
-from scheduler.actions.common import non_preemptible_over_quota, tasks_vec
-from scheduler.actions.signatures import run_per_job
-from scheduler.actions.solver import Scenario, Solver, finish
-from scheduler.session import JobInfo, Session, TaskInfo
+from scheduler.engine import minruntime
+from scheduler.engine.actions.common import non_preemptible_over_quota, tasks_vec
+from scheduler.engine.actions.signatures import run_per_job
+from scheduler.engine.actions.solver import Scenario, Solver, finish
+from scheduler.engine.session import JobInfo, Session, TaskInfo
 
 NAME = "preempt"
 

@@ -17,9 +17,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from scheduler.proportion import RESOURCES
-from scheduler.session import ACTIVE_ALLOCATED, GPU_MILLI, JobInfo, Op, Session, SessionConfig, TaskInfo
-from scheduler.state import PodStatus
+from scheduler.engine.proportion import RESOURCES
+from scheduler.engine.session import (
+    ACTIVE_ALLOCATED,
+    GPU_MILLI,
+    JobInfo,
+    Op,
+    Session,
+    SessionConfig,
+    TaskInfo,
+)
+from scheduler.engine.state import PodStatus
 
 RECORD_VERSION = 1
 

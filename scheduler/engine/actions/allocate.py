@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.actions.common import candidate_jobs, over_capacity, should_pipeline_job
-from scheduler.ordering import JobsByQueue
-from scheduler.placement import allocate_task
-from scheduler.session import JobInfo, NodeInfo, Session, Statement, TaskInfo
-from scheduler.state import PodStatus
+from scheduler.engine.actions.common import candidate_jobs, over_capacity, should_pipeline_job
+from scheduler.engine.ordering import JobsByQueue
+from scheduler.engine.placement import allocate_task
+from scheduler.engine.session import JobInfo, NodeInfo, Session, Statement, TaskInfo
+from scheduler.engine.state import PodStatus
 
 NAME = "allocate"
 

@@ -10,10 +10,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import ModuleType
 
-from scheduler.actions import allocate, consolidation, preempt, reclaim, stale_gang
-from scheduler.decisions import CycleRecord, make_record
-from scheduler.session import Session, SessionConfig
-from scheduler.state import ClusterState, Job, Pod, PodStatus
+from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
+from scheduler.engine.decisions import CycleRecord, make_record
+from scheduler.engine.session import Session, SessionConfig
+from scheduler.engine.state import ClusterState, Job, Pod, PodStatus
 
 ACTION_MODULES: tuple[ModuleType, ...] = (allocate, consolidation, reclaim, preempt, stale_gang)
 ACTIONS: dict[str, Callable[[Session], None]] = {m.NAME: m.run for m in ACTION_MODULES}

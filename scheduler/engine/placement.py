@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from scheduler.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
-from scheduler.state import MatchExpression
+from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
+from scheduler.engine.state import MatchExpression
 
 
 @dataclass(frozen=True, slots=True)

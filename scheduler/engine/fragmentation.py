@@ -13,7 +13,7 @@ fragmentation is ``F_n = sum_m p_m * F_n(m)`` with, for free CPU ``C``, per-GPU 
 This follows the simulator that produced the paper's figures (``pkg/utils/frag.go``); memory is not part
 of the measure. See ``shared/research/fgd-protocol.md`` §1.5–§1.6.
 
-Scoring rules registered with :func:`scheduler.placement.register_scorer` when this module is imported:
+Scoring rules registered with :func:`scheduler.engine.placement.register_scorer` when this module is imported:
 
 * ``"bestfit"``: the paper's best-fit baseline (least weighted CPU + GPU left over after placement);
 * ``"fgd"``: Fragmentation Gradient Descent, ``score = floor(100 * sigmoid(-dF / 1000))`` where ``dF`` is
@@ -34,8 +34,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from scheduler.placement import Fit, register_scorer
-from scheduler.session import GPU_MILLI, NodeInfo, Session, TaskInfo
+from scheduler.engine.placement import Fit, register_scorer
+from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
 
 if TYPE_CHECKING:
     from ingest.trace import TraceTask
@@ -310,7 +310,7 @@ class FgdPolicy:
         return float(_sigmoid_score(self.delta(task, fit)))
 
     def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
-        """Node scorer for :func:`scheduler.placement.register_scorer`."""
+        """Node scorer for :func:`scheduler.engine.placement.register_scorer`."""
         return [self.node_score(ssn, task, f) for f in fits]
 
 

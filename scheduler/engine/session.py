@@ -1,6 +1,6 @@
 """The working copy a scheduling cycle mutates, and the statement that makes each change transactional.
 
-A :class:`Session` is opened from an immutable :class:`~scheduler.state.ClusterState`. Actions change it
+A :class:`Session` is opened from an immutable :class:`~scheduler.engine.state.ClusterState`. Actions change it
 only through a :class:`Statement`: every placement or eviction is applied tentatively and can be rolled back
 to a checkpoint, so a job that cannot be placed completely leaves no trace (KAI's statement model).
 
@@ -14,9 +14,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from scheduler.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
-from scheduler.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
+from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+
+if TYPE_CHECKING:
+    from ingest.tenants import EngineSpec
 
 GPU_MILLI = 1000
 G, C, M = 0, 1, 2  # indices into resource vectors: milli-GPU, millicores, bytes
@@ -426,7 +430,20 @@ class SessionConfig:
     saturation_multiplier: float = 1.0
     default_preempt_min_runtime_ms: int = 0
     default_reclaim_min_runtime_ms: int = 0
-    node_scoring: str = "kai"  # kai | fragmentation (see scheduler/placement.py)
+    node_scoring: str = "kai"  # kai | fragmentation (see scheduler/engine/placement.py)
+
+    @classmethod
+    def from_engine_spec(cls, e: EngineSpec) -> SessionConfig:
+        """The engine configuration a tenants file's ``engine`` section describes."""
+        return cls(
+            gpu_placement=e.gpu_placement,
+            cpu_placement=e.cpu_placement,
+            gpu_sharing_placement=e.gpu_sharing_placement,
+            node_scoring=e.node_scoring,
+            k_value=e.k_value,
+            default_preempt_min_runtime_ms=e.default_preempt_min_runtime_s * 1000,
+            default_reclaim_min_runtime_ms=e.default_reclaim_min_runtime_s * 1000,
+        )
 
 
 class Session:

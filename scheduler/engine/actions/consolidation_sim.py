@@ -14,7 +14,7 @@ For one pending preemptible job (the preemptor) the search looks for running pre
   un-evicted (it keeps running there), unless it is a shared-GPU task that lands on another GPU group.
 * The scenario holds only if the preemptor's prefix fits and no victim task is left releasing.
 
-Everything happens inside one :class:`~scheduler.session.Statement`: a failed search leaves the session
+Everything happens inside one :class:`~scheduler.engine.session.Statement`: a failed search leaves the session
 exactly as it was, a successful one returns the statement for the caller to commit.
 """
 
@@ -24,11 +24,19 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scheduler.actions.common import over_capacity
-from scheduler.ordering import JobsByQueue
-from scheduler.placement import best_fit, max_node_resources_error
-from scheduler.session import ACTIVE_ALLOCATED, ACTIVE_USED, JobInfo, NodeInfo, Session, Statement, TaskInfo
-from scheduler.state import PodRequest, PodStatus
+from scheduler.engine.actions.common import over_capacity
+from scheduler.engine.ordering import JobsByQueue
+from scheduler.engine.placement import best_fit, max_node_resources_error
+from scheduler.engine.session import (
+    ACTIVE_ALLOCATED,
+    ACTIVE_USED,
+    JobInfo,
+    NodeInfo,
+    Session,
+    Statement,
+    TaskInfo,
+)
+from scheduler.engine.state import PodRequest, PodStatus
 
 ACTION = "consolidation"
 UNLIMITED = -1  # max_consolidation_preemptees value meaning "no cap"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.session import G, JobInfo, Session, TaskInfo
+from scheduler.engine.session import G, JobInfo, Session, TaskInfo
 
 RESOURCE_WORDS = ("GPUs", "CPU cores", "memory (GB)")
 
@@ -90,7 +90,7 @@ def non_preemptible_over_quota(ssn: Session, job: JobInfo, req: list[int]) -> tu
 
 def should_pipeline_job(job: JobInfo) -> bool:
     """A job with a pipelined task that is still short of minAvailable on bound tasks pipelines entirely."""
-    from scheduler.state import PodStatus
+    from scheduler.engine.state import PodStatus
 
     has_pipe = any(t.status is PodStatus.PIPELINED for t in job.tasks)
     active = sum(1 for t in job.tasks if t.status in (PodStatus.ALLOCATED, PodStatus.RUNNING))

@@ -8,8 +8,8 @@ negative grace period disables the action.
 
 from __future__ import annotations
 
-from scheduler.session import ACTIVE_ALLOCATED, ACTIVE_USED, JobInfo, Session
-from scheduler.state import PodStatus
+from scheduler.engine.session import ACTIVE_ALLOCATED, ACTIVE_USED, JobInfo, Session
+from scheduler.engine.state import PodStatus
 
 NAME = "stale_gang_eviction"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from scheduler.actions.common import candidate_jobs
-from scheduler.ordering import JobsByQueue
-from scheduler.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
-from scheduler.state import PodStatus
+from scheduler.engine.actions.common import candidate_jobs
+from scheduler.engine.ordering import JobsByQueue
+from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
+from scheduler.engine.state import PodStatus
 
 Signature = tuple[str, ...]
 ReqVec = tuple[int, int, int, int]

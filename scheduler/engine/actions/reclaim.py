@@ -1,20 +1,20 @@
 """reclaim: a job whose queue is below its fair share takes resources back from queues above theirs.
 
 Jobs are tried in queue order. A job is considered only if its queue, with the job's next tasks, stays within
-its fair share (:func:`scheduler.reclaimable.can_reclaim`). Victims are preemptible jobs of *other* queues
+its fair share (:func:`scheduler.engine.reclaimable.can_reclaim`). Victims are preemptible jobs of *other* queues
 that hold active tasks and are not protected by min-runtime. The shared solver picks them; the proportion
-validator (:func:`scheduler.reclaimable.reclaimable`) and the min-runtime validator judge each scenario. On
+validator (:func:`scheduler.engine.reclaimable.reclaimable`) and the min-runtime validator judge each scenario. On
 success the victims are evicted and the reclaimer's tasks are pipelined onto the capacity they free.
 """
 
 from __future__ import annotations
 
-from scheduler import minruntime
-from scheduler.actions.signatures import run_per_job
-from scheduler.actions.solver import Scenario, Solver, finish
-from scheduler.ordering import job_init_resources
-from scheduler.reclaimable import can_reclaim, reclaimable, snapshot
-from scheduler.session import JobInfo, Session, TaskInfo
+from scheduler.engine import minruntime
+from scheduler.engine.actions.signatures import run_per_job
+from scheduler.engine.actions.solver import Scenario, Solver, finish
+from scheduler.engine.ordering import job_init_resources
+from scheduler.engine.reclaimable import can_reclaim, reclaimable, snapshot
+from scheduler.engine.session import JobInfo, Session, TaskInfo
 
 NAME = "reclaim"
 

@@ -19,8 +19,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler.session import JobInfo, QueueInfo, Session, TaskInfo, Vec
-from scheduler.state import PodStatus
+from scheduler.engine.session import JobInfo, QueueInfo, Session, TaskInfo, Vec
+from scheduler.engine.state import PodStatus
 
 _INF = math.inf
 

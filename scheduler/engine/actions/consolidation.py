@@ -5,7 +5,7 @@ For each ready, pending, preemptible job in queue order:
 * skip it when the cluster's idle + releasing GPUs cannot cover its next tasks at all (KAI's
   ``IsEnoughGPUsAllocatableForJob``), or when a job with the same scheduling constraints already failed and
   this one is not easier (KAI's scheduling signatures, one table for the whole action);
-* otherwise search (:mod:`scheduler.actions.consolidation_sim`) for preemptible jobs to move. The move is
+* otherwise search (:mod:`scheduler.engine.actions.consolidation_sim`) for preemptible jobs to move. The move is
   committed only if every victim task found a new place and the job's gang is satisfied: moved victims are
   evicted and show as ``pipelined`` on their new node, the job itself is ``pipelined``. Anything else is
   rolled back and leaves no trace.
@@ -15,11 +15,11 @@ The action is off when ``max_consolidation_preemptees`` is 0 or a placement stra
 
 from __future__ import annotations
 
-from scheduler.actions.common import candidate_jobs
-from scheduler.actions.consolidation_sim import solve
-from scheduler.actions.signatures import FailedJobs
-from scheduler.ordering import JobsByQueue
-from scheduler.session import JobInfo, Session
+from scheduler.engine.actions.common import candidate_jobs
+from scheduler.engine.actions.consolidation_sim import solve
+from scheduler.engine.actions.signatures import FailedJobs
+from scheduler.engine.ordering import JobsByQueue
+from scheduler.engine.session import JobInfo, Session
 
 NAME = "consolidation"
 
