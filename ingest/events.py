@@ -10,7 +10,8 @@ Conventions
 * Units are exact integers: milli-GPU (0.5 GPU = 500), CPU millicores, memory
   bytes, GPU memory MiB. Times are integer milliseconds of *logical* time
   (``at_ms``, ``created_at_ms``), never wall-clock reads inside the engine.
-* Every event carries ``v`` (schema version, only 1 exists), ``type`` (the
+* Every event carries ``v`` (schema version: 1, or 2 for an event that uses a
+  field or type added in contract v2, see docs/events.md "Contract v2"), ``type`` (the
   discriminator), ``uid`` (the object's uid, used as the Kafka key) and
   ``at_ms`` (when the event happened, >= 0).
 * ``uid`` may be omitted (or empty): it then defaults to the object's natural
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any, Final, Literal, Self, cast
+from typing import Annotated, Any, ClassVar, Final, Literal, Self, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -40,10 +41,15 @@ __all__ = [
     "Event",
     "EventBase",
     "EventError",
+    "ForeignPodUpserted",
+    "HostPort",
+    "LabelSelector",
+    "LabelSelectorRequirement",
     "NodeRemoved",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "NodeUpserted",
+    "PodAffinityTerm",
     "PodBound",
     "PodDeleted",
     "PodFinished",
@@ -52,6 +58,8 @@ __all__ = [
     "PodReleasing",
     "PodRequests",
     "PodSubmitted",
+    "PodUngated",
+    "PreferredSchedulingTerm",
     "QueueDeleted",
     "QueueResource",
     "QueueResources",
@@ -59,12 +67,14 @@ __all__ = [
     "ReasonCode",
     "Taint",
     "Toleration",
+    "TopologySpreadConstraint",
+    "VolumeClaim",
     "dump_event",
     "event_key",
     "parse_event",
 ]
 
-SUPPORTED_VERSIONS: Final = (1,)
+SUPPORTED_VERSIONS: Final = (1, 2)
 DEFAULT_SCHEDULER_NAME: Final = "hourglass"
 DEFAULT_QUEUE_PRIORITY: Final = 100  # KAI DefaultQueuePriority
 DEFAULT_MAX_PODS: Final = 110  # kubelet default
@@ -86,6 +96,24 @@ NonNegInt = Annotated[int, Field(ge=0, le=_INT64_MAX)]
 Name = Annotated[str, Field(min_length=1)]
 QueueName = Annotated[str, AfterValidator(_check_dns1123)]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+_RESOURCE_NAME = re.compile(
+    r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?|hugepages-[0-9A-Za-z]+)"
+)
+_CORE_RESOURCES: Final = frozenset({"cpu", "memory", "nvidia.com/gpu", "pods", "ephemeral-storage"})
+
+
+def _check_resource_name(name: str) -> str:
+    if name in _CORE_RESOURCES:
+        raise ValueError(f"{name!r} has its own field; extended resources are the others")
+    if len(name) > 253 or not _RESOURCE_NAME.fullmatch(name):
+        raise ValueError(
+            f"{name!r} is not an extended resource name (domain/name, e.g. nvidia.com/mig-1g.10gb, or "
+            "hugepages-<size>)"
+        )
+    return name
+
+
+ResourceName = Annotated[str, AfterValidator(_check_resource_name)]
 
 
 class _Record(BaseModel):
@@ -95,11 +123,41 @@ class _Record(BaseModel):
 
 
 class EventBase(_Record):
-    """Fields every event carries. Concrete events add ``type`` and their own fields."""
+    """Fields every event carries. Concrete events add ``type`` and their own fields.
 
-    v: Literal[1] = 1
+    ``V2_FIELDS`` names the fields contract v2 added to a v1 event type (empty ones are left out of the
+    serialised event, so a v1 event reads and writes exactly as before); ``V2_ONLY`` marks event types that
+    exist only in v2. ``v`` defaults to the lowest version that can carry the event.
+    """
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset()
+    V2_ONLY: ClassVar[bool] = False
+
+    v: Literal[1, 2] = 1
     uid: str = ""
     at_ms: NonNegInt
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version(cls, data: Any) -> Any:
+        """Default ``v`` to 2 when the event uses v2; reject v2 content in an event that says v 1."""
+        if not isinstance(data, dict):
+            return data
+        used = sorted(k for k in cls.V2_FIELDS if data.get(k))
+        requests = data.get("requests")
+        if (isinstance(requests, dict) and requests.get("extended")) or (
+            isinstance(requests, PodRequests) and requests.extended
+        ):
+            used.append("requests.extended")
+        if cls.V2_ONLY:
+            used.insert(0, f"type {data.get('type', '?')}")
+        if not used:
+            return data
+        if "v" not in data:
+            return {**data, "v": 2}
+        if data["v"] == 1:
+            raise ValueError(f"{', '.join(used)} needs event contract version 2 (the event says v 1)")
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -139,6 +197,11 @@ class NodeUpserted(EventBase):
     taints: list[Taint] = Field(default_factory=list)
     ready: bool = True
     unschedulable: bool = False
+    # v2: allocatable extended resources (nvidia.com/mig-1g.10gb, amd.com/gpu, rdma/ib, hugepages-2Mi in
+    # bytes, ...) by resource name.
+    extended: dict[ResourceName, NonNegInt] = Field(default_factory=dict)
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"extended"})
 
 
 class NodeRemoved(EventBase):
@@ -272,6 +335,8 @@ class PodRequests(_Record):
     gpu_fraction_milli: Annotated[int, Field(ge=1, le=1000)] | None = None
     gpu_fraction_devices: Annotated[int, Field(ge=1)] = 1
     gpu_memory_mib: Annotated[int, Field(gt=0, le=_INT64_MAX)] | None = None
+    # v2: extended resources by name (MIG profiles, amd.com/gpu, RDMA, hugepages in bytes, ...).
+    extended: dict[ResourceName, Annotated[int, Field(gt=0, le=_INT64_MAX)]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_gpu_shape(self) -> Self:
@@ -331,6 +396,86 @@ class Toleration(_Record):
         return self
 
 
+class LabelSelectorRequirement(_Record):
+    """One ``matchExpressions`` entry of a label selector."""
+
+    key: Name
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> Self:
+        n = len(self.values)
+        if self.operator in ("In", "NotIn") and n == 0:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and n:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class LabelSelector(_Record):
+    """A Kubernetes label selector; everything in it is ANDed, the empty selector matches every pod."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class PodAffinityTerm(_Record):
+    """An inter-pod (anti-)affinity term. ``weight`` 0 = required; 1..100 = preferred with that weight.
+    ``namespaces`` empty = the pod's own namespace."""
+
+    label_selector: LabelSelector = Field(default_factory=LabelSelector)
+    topology_key: Name
+    namespaces: list[Name] = Field(default_factory=list)
+    weight: Annotated[int, Field(ge=0, le=100)] = 0
+
+
+class TopologySpreadConstraint(_Record):
+    """``spec.topologySpreadConstraints[i]`` (kube-scheduler PodTopologySpread semantics)."""
+
+    max_skew: Annotated[int, Field(ge=1)]
+    topology_key: Name
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
+    label_selector: LabelSelector = Field(default_factory=LabelSelector)
+    min_domains: Annotated[int, Field(ge=1)] | None = None
+    node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
+    node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
+
+    @model_validator(mode="after")
+    def _min_domains_needs_do_not_schedule(self) -> Self:
+        if self.min_domains is not None and self.when_unsatisfiable != "DoNotSchedule":
+            raise ValueError("min_domains is only allowed with when_unsatisfiable DoNotSchedule")
+        return self
+
+
+class HostPort(_Record):
+    """A ``hostPort`` a container binds on its node."""
+
+    port: Annotated[int, Field(ge=1, le=65535)]
+    protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
+    host_ip: str = ""
+
+
+class PreferredSchedulingTerm(_Record):
+    """A preferred node-affinity term: its expressions ANDed, ``weight`` 1..100."""
+
+    weight: Annotated[int, Field(ge=1, le=100)]
+    match_expressions: list[NodeSelectorRequirement] = Field(min_length=1)
+
+
+class VolumeClaim(_Record):
+    """A PersistentVolumeClaim the pod mounts, resolved by ingest.
+
+    Bound: ``node_affinity`` is the PersistentVolume's required node affinity (empty = any node).
+    Unbound: ``binding_mode`` is its StorageClass's volumeBindingMode.
+    """
+
+    claim: Name
+    bound: bool = True
+    node_affinity: list[NodeSelectorTerm] = Field(default_factory=list)
+    binding_mode: Literal["Immediate", "WaitForFirstConsumer"] = "Immediate"
+
+
 class PodSubmitted(EventBase):
     """A pod asking for placement was created (or seen for the first time).
 
@@ -353,6 +498,55 @@ class PodSubmitted(EventBase):
     task_priority: int = 0
     created_at_ms: NonNegInt
     scheduler_name: Name = DEFAULT_SCHEDULER_NAME
+    # v2: what inter-pod filters, scores and the other kube-scheduler filters need (docs/filters.md).
+    labels: dict[str, str] = Field(default_factory=dict)
+    host_ports: list[HostPort] = Field(default_factory=list)
+    pod_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    pod_anti_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    preferred_node_affinity: list[PreferredSchedulingTerm] = Field(default_factory=list)
+    topology_spread: list[TopologySpreadConstraint] = Field(default_factory=list)
+    scheduling_gates: list[Name] = Field(default_factory=list)
+    volumes: list[VolumeClaim] = Field(default_factory=list)
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "labels",
+            "host_ports",
+            "pod_affinity",
+            "pod_anti_affinity",
+            "preferred_node_affinity",
+            "topology_spread",
+            "scheduling_gates",
+            "volumes",
+        }
+    )
+
+
+class PodUngated(EventBase):
+    """(v2) A gated pod's ``spec.schedulingGates`` became empty: from now on it is pending."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["PodUngated"] = "PodUngated"
+    name: Name
+    namespace: Name
+
+
+class ForeignPodUpserted(EventBase):
+    """(v2) A non-terminal pod bound to a node by another scheduler (DaemonSets, default-scheduler pods,
+    KAI during a migration). Only what the engine needs: its requests, node, labels and host ports. It
+    leaves through :class:`PodFinished` or :class:`PodDeleted`; ``releasing`` is a set deletionTimestamp."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["ForeignPodUpserted"] = "ForeignPodUpserted"
+    name: Name
+    namespace: Name
+    node: Name
+    requests: PodRequests = Field(default_factory=PodRequests)
+    labels: dict[str, str] = Field(default_factory=dict)
+    host_ports: list[HostPort] = Field(default_factory=list)
+    releasing: bool = False
 
 
 class PodBound(EventBase):
@@ -430,7 +624,9 @@ Event = Annotated[
     | PodReleasing
     | PodFinished
     | PodDeleted
-    | ClockTick,
+    | ClockTick
+    | PodUngated
+    | ForeignPodUpserted,
     Field(discriminator="type"),
 ]
 """Any event; pydantic picks the model from the ``type`` field."""
@@ -450,6 +646,8 @@ EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
         PodFinished,
         PodDeleted,
         ClockTick,
+        PodUngated,
+        ForeignPodUpserted,
     )
 }
 """Event model by ``type`` name."""
@@ -529,6 +727,13 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
 def dump_event(event: EventBase) -> bytes:
     """Serialise an event as compact UTF-8 JSON with sorted keys; equal events give equal bytes."""
     payload = event.model_dump(mode="json")
+    # v2 fields left at their empty default are not written: a v1 event serialises exactly as before.
+    for k in event.V2_FIELDS:
+        if not payload.get(k):
+            payload.pop(k, None)
+    req = payload.get("requests")
+    if isinstance(req, dict) and not req.get("extended"):
+        req.pop("extended", None)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return text.encode("utf-8")
 

@@ -13,11 +13,16 @@ from ingest.events import (
     ClockTick,
     EventBase,
     EventError,
+    ForeignPodUpserted,
+    HostPort,
+    LabelSelector,
+    LabelSelectorRequirement,
     NodeRemoved,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     NodeUpserted,
     PodBound,
+    PodAffinityTerm,
     PodDeleted,
     PodFinished,
     PodGroupDeleted,
@@ -25,12 +30,16 @@ from ingest.events import (
     PodReleasing,
     PodRequests,
     PodSubmitted,
+    PodUngated,
+    PreferredSchedulingTerm,
     QueueDeleted,
     QueueResource,
     QueueResources,
     QueueUpserted,
     Taint,
     Toleration,
+    TopologySpreadConstraint,
+    VolumeClaim,
     dump_event,
     event_key,
     parse_event,
@@ -108,11 +117,88 @@ EXAMPLES: list[EventBase] = [
     PodFinished(at_ms=8, name="train-0", namespace="ml", phase="Succeeded"),
     PodDeleted(at_ms=8, name="train-0", namespace="ml"),
     ClockTick(at_ms=9),
+    # Contract v2 (docs/events.md): fields and types for real nodes.
+    PodSubmitted(
+        at_ms=10,
+        name="web-0",
+        namespace="ml",
+        pod_group="pg-web",
+        requests=PodRequests(cpu_millicores=100, extended={"nvidia.com/mig-1g.10gb": 1, "rdma/ib": 2}),
+        labels={"app": "web"},
+        host_ports=[HostPort(port=8080), HostPort(port=53, protocol="UDP", host_ip="10.0.0.1")],
+        pod_affinity=[
+            PodAffinityTerm(label_selector=LabelSelector(match_labels={"app": "db"}), topology_key="zone")
+        ],
+        pod_anti_affinity=[
+            PodAffinityTerm(
+                label_selector=LabelSelector(
+                    match_expressions=[LabelSelectorRequirement(key="app", operator="In", values=["web"])]
+                ),
+                topology_key="kubernetes.io/hostname",
+                namespaces=["ml", "serving"],
+            ),
+            PodAffinityTerm(topology_key="zone", weight=30),
+        ],
+        preferred_node_affinity=[
+            PreferredSchedulingTerm(
+                weight=20,
+                match_expressions=[NodeSelectorRequirement(key="pool", operator="In", values=["a"])],
+            )
+        ],
+        topology_spread=[
+            TopologySpreadConstraint(
+                max_skew=1,
+                topology_key="zone",
+                label_selector=LabelSelector(match_labels={"app": "web"}),
+                min_domains=3,
+                node_taints_policy="Honor",
+            )
+        ],
+        scheduling_gates=["example.com/quota-check"],
+        volumes=[
+            VolumeClaim(
+                claim="data",
+                node_affinity=[
+                    NodeSelectorTerm(
+                        match_expressions=[NodeSelectorRequirement(key="zone", operator="In", values=["z1"])]
+                    )
+                ],
+            ),
+            VolumeClaim(claim="scratch", bound=False, binding_mode="WaitForFirstConsumer"),
+        ],
+        created_at_ms=10,
+    ),
+    PodUngated(at_ms=11, name="web-0", namespace="ml"),
+    ForeignPodUpserted(
+        at_ms=12,
+        name="dcgm-exporter-x7",
+        namespace="gpu-operator",
+        node="node-a",
+        requests=PodRequests(cpu_millicores=100, memory_bytes=2**28, gpus=2, extended={"amd.com/gpu": 1}),
+        labels={"app": "dcgm"},
+        host_ports=[HostPort(port=9400)],
+        releasing=True,
+    ),
 ]
 
 
 def test_examples_cover_every_event_type() -> None:
-    assert sorted(type(e).__name__ for e in EXAMPLES) == sorted(EVENT_TYPES)
+    assert sorted({type(e).__name__ for e in EXAMPLES}) == sorted(EVENT_TYPES)
+
+
+def test_version_is_the_lowest_that_carries_the_event() -> None:
+    # A v1 event reads and writes byte for byte as before contract v2: no new keys, "v":1.
+    plain = PodSubmitted(at_ms=0, name="p", namespace="ns", pod_group="pg", created_at_ms=0)
+    raw = dump_event(plain)
+    assert plain.v == 1 and b'"labels"' not in raw and b'"extended"' not in raw
+    assert parse_event(raw).v == 1
+    # Using any v2 field (or type) makes it v2.
+    assert (
+        PodSubmitted(at_ms=0, name="p", namespace="ns", pod_group="pg", created_at_ms=0, labels={"a": "b"}).v
+        == 2
+    )
+    assert PodSubmitted.model_validate(_pod(requests={"extended": {"amd.com/gpu": 1}})).v == 2
+    assert PodUngated(at_ms=0, name="p", namespace="ns").v == 2
 
 
 @pytest.mark.parametrize("event", EXAMPLES, ids=lambda e: type(e).__name__)
@@ -184,8 +270,26 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("bad-json", '{"type": "NodeRemoved",', "bad_json", "not valid JSON"),
     ("bad-utf8", b'{"type":"\xff"}', "bad_json", "not valid JSON"),
     ("not-an-object", "[1, 2]", "schema", "must be a JSON object"),
-    ("version-2", {"v": 2, "type": "NodeRemoved", "at_ms": 0, "name": "n"}, "unknown_version",
-     "event version 2 is not supported (supported: 1)"),
+    ("version-3", {"v": 3, "type": "NodeRemoved", "at_ms": 0, "name": "n"}, "unknown_version",
+     "event version 3 is not supported (supported: 1, 2)"),
+    ("v1-with-v2-field", _pod(v=1, labels={"a": "b"}), "schema", "labels needs event contract version 2"),
+    ("v1-with-v2-type", {"v": 1, "type": "PodUngated", "at_ms": 0, "name": "p", "namespace": "ns"}, "schema",
+     "type PodUngated needs event contract version 2"),
+    ("extended-core-name", _pod(requests={"extended": {"cpu": 1}}), "schema", "'cpu' has its own field"),
+    ("extended-bad-name", _pod(requests={"extended": {"fpga": 1}}), "schema",
+     "'fpga' is not an extended resource name"),
+    ("extended-zero", _pod(requests={"extended": {"amd.com/gpu": 0}}), "schema", "greater than 0"),
+    ("host-port-0", _pod(host_ports=[{"port": 0}]), "schema", "host_ports[0].port"),
+    ("selector-op", _pod(pod_affinity=[{"topology_key": "zone", "label_selector": {
+        "match_expressions": [{"key": "a", "operator": "Gt", "values": ["1"]}]}}]), "schema",
+     "pod_affinity[0].label_selector.match_expressions[0].operator"),
+    ("spread-skew-0", _pod(topology_spread=[{"max_skew": 0, "topology_key": "zone"}]), "schema",
+     "topology_spread[0].max_skew"),
+    ("spread-min-domains-anyway", _pod(topology_spread=[{"max_skew": 1, "topology_key": "zone",
+     "when_unsatisfiable": "ScheduleAnyway", "min_domains": 2}]), "schema",
+     "min_domains is only allowed with when_unsatisfiable DoNotSchedule"),
+    ("foreign-without-node", {"type": "ForeignPodUpserted", "at_ms": 0, "name": "p", "namespace": "ns"},
+     "schema", "node: Field required"),
     ("version-7", '{"v":7,"type":"Whatever"}', "unknown_version", "event version 7 is not supported"),
     ("version-string", {"v": "1", "type": "NodeRemoved", "at_ms": 0, "name": "n"}, "schema", "v: "),
     ("unknown-type", {"type": "PodExploded", "at_ms": 0}, "unknown_type", "unknown event type 'PodExploded'"),

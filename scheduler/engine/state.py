@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from scheduler.engine.proportion import RESOURCES, ResourceQuota
 
 if TYPE_CHECKING:
+    from ingest import events as ev_mod
     from ingest.events import NodeUpserted
 
 
@@ -68,6 +69,9 @@ class Node:
     taints: tuple[Taint, ...] = ()
     ready: bool = True
     unschedulable: bool = False
+    # Extended resources the node advertises (nvidia.com/mig-1g.10gb, amd.com/gpu, rdma/..., hugepages-2Mi
+    # in bytes), by resource name, sorted; anything a pod can ask for beyond CPU, memory and nvidia.com/gpu.
+    extended: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +113,71 @@ class PodRequest:
     gpu_fraction_milli: int | None = None  # share of one device, 1..1000
     gpu_fraction_devices: int = 1
     gpu_memory_mib: int | None = None  # alternative to a fraction
+    # Extended resources by name (see Node.extended); checked against the node's allocatable.
+    extended: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def is_shared(self) -> bool:
         """True when the pod asks for part of a device (by portion or by memory)."""
         return self.gpu_fraction_milli is not None or self.gpu_memory_mib is not None
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector: ``match_labels`` and ``match_expressions`` (In / NotIn / Exists /
+    DoesNotExist), all ANDed. The empty selector matches every pod."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[MatchExpression, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """A required (weight 0) or preferred (weight 1..100) inter-pod (anti-)affinity term.
+
+    ``namespaces`` empty means the pod's own namespace (Kubernetes' default).
+    """
+
+    selector: LabelSelector
+    topology_key: str
+    namespaces: tuple[str, ...] = ()
+    weight: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SpreadConstraint:
+    """A topology spread constraint, as kube-scheduler's PodTopologySpread reads it."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str = "DoNotSchedule"  # DoNotSchedule | ScheduleAnyway
+    selector: LabelSelector = LabelSelector()
+    min_domains: int | None = None
+    node_affinity_policy: str = "Honor"  # Honor | Ignore
+    node_taints_policy: str = "Ignore"  # Honor | Ignore
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A host port a container binds; ``host_ip`` "" or "0.0.0.0" means every address."""
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Volume:
+    """A PersistentVolumeClaim a pod mounts, as ingest resolved it.
+
+    ``bound``: the claim is bound to a volume; ``node_affinity`` is that volume's required node affinity
+    (OR of AND-terms, empty = any node). An unbound claim says its StorageClass's ``binding_mode``.
+    """
+
+    claim: str
+    bound: bool = True
+    node_affinity: tuple[tuple[MatchExpression, ...], ...] = ()
+    binding_mode: str = "Immediate"  # Immediate | WaitForFirstConsumer
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +197,45 @@ class Pod:
     allowed_nodes: tuple[str, ...] | None = None
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()  # OR of AND-terms
     tolerations: tuple[Toleration, ...] = ()
+    namespace: str = ""
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    host_ports: tuple[HostPort, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()  # required terms (weight 0) and preferred (weight > 0)
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    topology_spread: tuple[SpreadConstraint, ...] = ()
+    preferred_affinity: tuple[tuple[int, tuple[MatchExpression, ...]], ...] = ()  # (weight, AND-term)
+    volumes: tuple[Volume, ...] = ()
+    gated: bool = False  # spec.schedulingGates not empty: not pending yet, the engine skips it
+
+    @property
+    def has_pod_constraints(self) -> bool:
+        """True when placing this pod depends on other pods (ports, inter-pod terms, spread) or on
+        preferences: such pods take the full scan instead of the bin-pack fast path."""
+        return bool(
+            self.host_ports
+            or self.pod_affinity
+            or self.pod_anti_affinity
+            or self.topology_spread
+            or self.preferred_affinity
+            or self.volumes
+            or self.request.extended
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignPod:
+    """A pod bound to a node by another scheduler (DaemonSets, default-scheduler pods, KAI during a
+    migration). It holds capacity and takes part in inter-pod affinity and spread, but belongs to no
+    queue: never counted in fair share, never a victim."""
+
+    uid: str
+    name: str
+    namespace: str
+    node: str
+    request: PodRequest
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    host_ports: tuple[HostPort, ...] = ()
+    releasing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +247,7 @@ class ClusterState:
     jobs: tuple[Job, ...] = ()
     pods: tuple[Pod, ...] = ()
     events_offset: int = -1  # last event folded into this snapshot
+    foreign_pods: tuple[ForeignPod, ...] = ()
 
 
 def default_queue_resources(
@@ -179,7 +283,44 @@ def node_from_event(e: NodeUpserted, name: str | None = None) -> Node:
         taints=tuple(Taint(t.key, t.value, t.effect) for t in e.taints),
         ready=e.ready,
         unschedulable=e.unschedulable,
+        extended=MappingProxyType(dict(sorted(e.extended.items()))),
     )
+
+
+def _exprs(terms: Iterable[ev_mod.NodeSelectorTerm]) -> tuple[tuple[MatchExpression, ...], ...]:
+    return tuple(
+        tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions) for t in terms
+    )
+
+
+def _selector(s: ev_mod.LabelSelector) -> LabelSelector:
+    return LabelSelector(
+        match_labels=tuple(sorted(s.match_labels.items())),
+        match_expressions=tuple(
+            MatchExpression(m.key, m.operator, tuple(m.values)) for m in s.match_expressions
+        ),
+    )
+
+
+def _term(t: ev_mod.PodAffinityTerm) -> PodAffinityTerm:
+    return PodAffinityTerm(_selector(t.label_selector), t.topology_key, tuple(t.namespaces), t.weight)
+
+
+def request_from_event(r: ev_mod.PodRequests) -> PodRequest:
+    """The engine's view of a pod's requests."""
+    return PodRequest(
+        cpu=r.cpu_millicores,
+        memory=r.memory_bytes,
+        gpus=r.gpus,
+        gpu_fraction_milli=r.gpu_fraction_milli,
+        gpu_fraction_devices=r.gpu_fraction_devices,
+        gpu_memory_mib=r.gpu_memory_mib,
+        extended=MappingProxyType(dict(sorted(r.extended.items()))),
+    )
+
+
+def _ports(ports: Iterable[ev_mod.HostPort]) -> tuple[HostPort, ...]:
+    return tuple(HostPort(p.port, p.protocol, p.host_ip) for p in ports)
 
 
 class StateBuilder:
@@ -195,6 +336,7 @@ class StateBuilder:
         self.queues: dict[str, Queue] = {}
         self.jobs: dict[str, Job] = {}
         self.pods: dict[str, Pod] = {}
+        self.foreign: dict[str, ForeignPod] = {}  # pods of other schedulers bound to nodes
         self.offset = -1
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
@@ -214,6 +356,8 @@ class StateBuilder:
                 if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
                     self.pods[uid] = replace(p, status=PodStatus.FAILED)
                     self._touch_job(p.job, e.at_ms)
+            for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
+                del self.foreign[uid]
         elif isinstance(e, ev.QueueUpserted):
             old = self.queues.get(e.name)
             order = old.order if old is not None else self._queue_seq
@@ -266,30 +410,49 @@ class StateBuilder:
             job_uid = f"{e.namespace}/{e.pod_group}"
             seq = self._pod_seq.get(job_uid, 0)
             self._pod_seq[job_uid] = seq + 1
-            r = e.requests
             self._job_pods.setdefault(job_uid, {})[uid] = None
             self.pods[uid] = Pod(
                 uid=uid,
                 name=e.name,
                 job=job_uid,
-                request=PodRequest(
-                    cpu=r.cpu_millicores,
-                    memory=r.memory_bytes,
-                    gpus=r.gpus,
-                    gpu_fraction_milli=r.gpu_fraction_milli,
-                    gpu_fraction_devices=r.gpu_fraction_devices,
-                    gpu_memory_mib=r.gpu_memory_mib,
-                ),
+                request=request_from_event(e.requests),
                 task_priority=e.task_priority,
                 index=seq,
                 created_ms=e.created_at_ms,
                 node_selector=MappingProxyType(dict(sorted(e.node_selector.items()))),
                 allowed_nodes=tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
-                affinity=tuple(
-                    tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in term.match_expressions)
-                    for term in e.node_affinity
-                ),
+                affinity=_exprs(e.node_affinity),
                 tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations),
+                namespace=e.namespace,
+                labels=MappingProxyType(dict(sorted(e.labels.items()))),
+                host_ports=_ports(e.host_ports),
+                pod_affinity=tuple(_term(t) for t in e.pod_affinity),
+                pod_anti_affinity=tuple(_term(t) for t in e.pod_anti_affinity),
+                topology_spread=tuple(
+                    SpreadConstraint(
+                        c.max_skew,
+                        c.topology_key,
+                        c.when_unsatisfiable,
+                        _selector(c.label_selector),
+                        c.min_domains,
+                        c.node_affinity_policy,
+                        c.node_taints_policy,
+                    )
+                    for c in e.topology_spread
+                ),
+                preferred_affinity=tuple(
+                    (
+                        t.weight,
+                        tuple(
+                            MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions
+                        ),
+                    )
+                    for t in e.preferred_node_affinity
+                ),
+                volumes=tuple(
+                    Volume(v.claim, v.bound, _exprs(v.node_affinity), v.binding_mode) for v in e.volumes
+                ),
+                gated=bool(e.scheduling_gates),
             )
         elif isinstance(e, ev.PodBound):
             uid = f"{e.namespace}/{e.name}"
@@ -316,14 +479,34 @@ class StateBuilder:
             if owner is not None and was_running == 0:
                 self.jobs[p.job] = replace(owner, last_start_ms=e.at_ms)
             self._touch_job(p.job, e.at_ms)
+        elif isinstance(e, ev.ForeignPodUpserted):
+            uid = f"{e.namespace}/{e.name}"
+            self.foreign[uid] = ForeignPod(
+                uid=uid,
+                name=e.name,
+                namespace=e.namespace,
+                node=e.node,
+                request=request_from_event(e.requests),
+                labels=MappingProxyType(dict(sorted(e.labels.items()))),
+                host_ports=_ports(e.host_ports),
+                releasing=e.releasing,
+            )
+        elif isinstance(e, ev.PodUngated):
+            uid = f"{e.namespace}/{e.name}"
+            gated = self.pods.get(uid)
+            if gated is not None and gated.gated:
+                self.pods[uid] = replace(gated, gated=False)
         elif isinstance(e, ev.PodReleasing):
             uid = f"{e.namespace}/{e.name}"
+            if uid in self.foreign:
+                self.foreign[uid] = replace(self.foreign[uid], releasing=True)
             rel = self.pods.get(uid)
             if rel is not None and rel.node is not None:
                 self.pods[uid] = replace(rel, status=PodStatus.RELEASING)
                 self._touch_job(rel.job, e.at_ms)
         elif isinstance(e, ev.PodFinished):
             uid = f"{e.namespace}/{e.name}"
+            self.foreign.pop(uid, None)
             fin = self.pods.get(uid)
             if fin is not None:
                 st = PodStatus.SUCCEEDED if e.phase == "Succeeded" else PodStatus.FAILED
@@ -331,6 +514,7 @@ class StateBuilder:
                 self._touch_job(fin.job, e.at_ms)
         elif isinstance(e, ev.PodDeleted):
             uid = f"{e.namespace}/{e.name}"
+            self.foreign.pop(uid, None)
             gone = self.pods.pop(uid, None)
             if gone is not None:
                 self._job_pods.get(gone.job, {}).pop(uid, None)
@@ -385,6 +569,7 @@ class StateBuilder:
             jobs=tuple(self.jobs.values()),
             pods=pods,
             events_offset=self.offset,
+            foreign_pods=tuple(self.foreign.values()),
         )
 
 
