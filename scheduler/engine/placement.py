@@ -13,8 +13,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from scheduler.engine import predicates
+from scheduler.engine.labels import node_terms_match, untolerated_taint
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
-from scheduler.engine.state import MatchExpression
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,26 +29,6 @@ class Fit:
     new_shared_group: bool
 
 
-def _match_expr(labels: dict[str, str] | object, e: MatchExpression) -> bool:
-    assert isinstance(labels, dict)
-    v = labels.get(e.key)
-    if e.operator == "In":
-        return v is not None and v in e.values
-    if e.operator == "NotIn":
-        return v is None or v not in e.values
-    if e.operator == "Exists":
-        return v is not None
-    if e.operator == "DoesNotExist":
-        return v is None
-    if e.operator in ("Gt", "Lt") and v is not None and e.values:
-        try:
-            a, b = int(v), int(e.values[0])
-        except ValueError:
-            return False
-        return a > b if e.operator == "Gt" else a < b
-    return False
-
-
 def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
     """Checks that do not depend on what else runs on the node; None when they all pass."""
     spec = node.spec
@@ -58,25 +39,15 @@ def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
     pod = task.pod
     if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
         return "node(s) didn't match Pod's node affinity/selector"
-    labels = dict(spec.labels)
+    labels = spec.labels
     for k, v in pod.node_selector.items():
         if labels.get(k) != v:
             return "node(s) didn't match Pod's node affinity/selector"
-    if pod.affinity and not any(all(_match_expr(labels, e) for e in term) for term in pod.affinity):
+    if pod.affinity and not node_terms_match(labels, pod.affinity):
         return "node(s) didn't match Pod's node affinity/selector"
-    for taint in spec.taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
-            continue
-        if not any(
-            (tol.key == "" and tol.operator == "Exists")
-            or (
-                tol.key == taint.key
-                and (tol.operator == "Exists" or tol.value == taint.value)
-                and (tol.effect is None or tol.effect == taint.effect)
-            )
-            for tol in pod.tolerations
-        ):
-            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    taint = untolerated_taint(task.pod, node.spec)
+    if taint is not None:
+        return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     req = task.request
     if (req.gpus or req.is_shared) and node.gpus == 0:
         return "node(s) didn't have enough resources: GPUs"
@@ -99,6 +70,11 @@ def fit(ssn: Session, task: TaskInfo, node: NodeInfo, allow_idle: bool = True) -
         return "node(s) didn't have enough resources: CPU"
     if node.future(1) < req.memory:
         return "node(s) didn't have enough resources: memory"
+    if task.constrained or ssn.anti_present:
+        why, now = predicates.pod_reason(ssn, task, node)
+        if why is not None:
+            return why
+        idle_ok = idle_ok and now
     if req.is_shared:
         return _fit_shared(ssn, task, node, idle_ok and allow_idle)
     new_pods = node.pods_used() + 1
@@ -298,6 +274,9 @@ def ordered_fits(
         fits = [choose(ssn, task, f) for f in fits]
     if len(fits) > 1:
         scores = NODE_SCORERS[ssn.config.node_scoring](ssn, task, fits)
+        pref = predicates.preference_scores(ssn, task, [f.node for f in fits]) if task.constrained else None
+        if pref is not None:
+            scores = [a + b for a, b in zip(scores, pref, strict=True)]
         order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))
         fits = [fits[i] for i in order]
     return fits, why
@@ -349,7 +328,13 @@ FAST_PATH = True  # tests switch it off to check the fast path against the full 
 
 def _fast_path_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
     cfg = ssn.config
-    if not FAST_PATH or cfg.node_scoring != "kai" or cfg.gpu_placement != "binpack" or nodes is not ssn.nodes:
+    if (
+        not FAST_PATH
+        or task.constrained
+        or cfg.node_scoring != "kai"
+        or cfg.gpu_placement != "binpack"
+        or nodes is not ssn.nodes
+    ):
         return False
     req = task.request
     if task.shared:
@@ -391,10 +376,29 @@ def allocate_task(
             return "no nodes with enough resources were found"
         fits, why = ordered_fits(ssn, task, nodes, allow_idle=not pipeline_only)
         if not fits:
-            return fit_summary(why)
+            ssn.last_why = why
+            return fit_summary(why) + foreign_note(ssn, task, nodes)
         best = fits[0]
     stmt.place(task, best.node, best.devices, best.portion, pipelined=not best.idle, action=action)
     return None
+
+
+def foreign_note(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], most: int = 3) -> str:
+    """Name the nodes where pods of other schedulers hold what the task lacks ("" when none do)."""
+    gpu = not task.is_cpu_only()
+    parts: list[str] = []
+    for n in nodes:
+        if len(parts) == most:
+            break
+        if gpu and n.foreign_gpu_milli:
+            parts.append(
+                f"node {n.name}: {n.foreign_gpu_milli / GPU_MILLI:g} GPUs held by pods of other schedulers"
+            )
+        elif not gpu and n.foreign_cpu and n.future(0) < task.request.cpu:
+            parts.append(
+                f"node {n.name}: {n.foreign_cpu / 1000:g} CPU cores held by pods of other schedulers"
+            )
+    return (" " + "; ".join(parts) + ".") if parts else ""
 
 
 def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool = True) -> Fit | None:

@@ -12,12 +12,16 @@ pods (``pipe``). Pipelined pods consume releasing capacity first, then idle capa
 from __future__ import annotations
 
 import bisect
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from scheduler.engine import hostports as host_ports
+from scheduler.engine.extended import gpu_equivalent_milli
+from scheduler.engine.podindex import Entry, PodIndex
 from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
-from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+from scheduler.engine.state import ClusterState, ForeignPod, Job, Node, Pod, PodRequest, PodStatus, Queue
 
 if TYPE_CHECKING:
     from ingest.tenants import EngineSpec
@@ -44,12 +48,21 @@ class NodeInfo:
         "dev_pipe",
         "dev_rel",
         "dev_shared",
+        "ext_alloc",
+        "ext_pipe",
+        "ext_rel",
+        "foreign_cpu",
+        "foreign_gpu_milli",
+        "foreign_memory",
+        "foreign_pods",
         "gpu_memory_mib",
         "gpus",
         "index",
         "name",
         "pipe",
         "pods",
+        "ports_held",
+        "ports_rel",
         "rel",
         "spec",
     )
@@ -69,6 +82,18 @@ class NodeInfo:
         self.dev_rel = [0] * spec.gpus
         self.dev_pipe = [0] * spec.gpus
         self.dev_shared = [0] * spec.gpus  # number of shared-GPU pods on each device
+        # Extended resources held, by name, in the same three buckets as CPU and memory.
+        self.ext_alloc: dict[str, int] = {}
+        self.ext_rel: dict[str, int] = {}
+        self.ext_pipe: dict[str, int] = {}
+        # Host ports: (protocol, port) -> host IP -> pods; held by placed / running pods, or by releasing ones.
+        self.ports_held: dict[tuple[str, int], dict[str, int]] = {}
+        self.ports_rel: dict[tuple[str, int], dict[str, int]] = {}
+        # What pods of other schedulers hold here (for messages and the fair-share total).
+        self.foreign_gpu_milli = 0
+        self.foreign_cpu = 0
+        self.foreign_memory = 0
+        self.foreign_pods = 0
 
     # -- capacity views -------------------------------------------------------------------------------
     def _cap(self, i: int) -> int:
@@ -156,13 +181,71 @@ class NodeInfo:
         else:
             for d in task.devices:
                 devs[d] += sign * GPU_MILLI
+        if req.extended:
+            ext = (
+                self.ext_alloc
+                if status in QUEUE_ALLOCATED
+                else self.ext_rel
+                if status is PodStatus.RELEASING
+                else self.ext_pipe
+            )
+            for name, amount in req.extended:
+                ext[name] = ext.get(name, 0) + sign * amount
+        if task.pod.host_ports:
+            table = self.ports_rel if status is PodStatus.RELEASING else self.ports_held
+            host_ports.hold(table, task.pod.host_ports, sign)
+
+    def add_foreign(self, fp: ForeignPod) -> None:
+        """Charge a pod of another scheduler: it holds CPU, memory, a pod slot, devices, extended
+        resources and ports like one of ours. Device indices are not known for it: whole GPUs take free
+        devices from the highest index down (ours are recorded from the lowest), a shared request joins a
+        shared device with room, else a free one."""
+        req = fp.request
+        rel = fp.releasing
+        bucket = self.rel if rel else self.alloc
+        bucket[0] += req.cpu
+        bucket[1] += req.memory
+        self.pods += 1
+        devs = self.dev_rel if rel else self.dev_alloc
+        gpu = gpu_equivalent_milli(req.extended)
+        if req.gpus:
+            order = sorted(
+                range(self.gpus), key=lambda d: (self.dev_alloc[d] + self.dev_rel[d] + self.dev_pipe[d], -d)
+            )
+            for d in order[: req.gpus]:
+                devs[d] += GPU_MILLI
+            gpu += req.gpus * GPU_MILLI
+        elif req.is_shared and self.gpus:
+            portion = req.gpu_fraction_milli
+            if portion is None:
+                portion = self.memory_portion(req.gpu_memory_mib or 0) or GPU_MILLI
+            portion = min(portion, GPU_MILLI)
+            for _ in range(req.gpu_fraction_devices):
+                room = [d for d in range(self.gpus) if self.dev_shared[d] and self.dev_future(d) >= portion]
+                free = [d for d in range(self.gpus - 1, -1, -1) if self.dev_future(d) == GPU_MILLI]
+                d = room[0] if room else free[0] if free else self.gpus - 1
+                devs[d] += portion
+                self.dev_shared[d] += 1
+            gpu += portion * req.gpu_fraction_devices
+        if req.extended:
+            ext = self.ext_rel if rel else self.ext_alloc
+            for name, amount in req.extended:
+                ext[name] = ext.get(name, 0) + amount
+        if fp.host_ports:
+            host_ports.hold(self.ports_rel if rel else self.ports_held, fp.host_ports, 1)
+        self.foreign_gpu_milli += gpu
+        self.foreign_cpu += req.cpu
+        self.foreign_memory += req.memory
+        self.foreign_pods += 1
 
 
 class TaskInfo:
     """Mutable view of one pod during a cycle."""
 
     __slots__ = (
+        "constrained",
         "devices",
+        "ext_gpu",
         "index",
         "job",
         "name",
@@ -195,6 +278,9 @@ class TaskInfo:
         self.orig_node: str | None = pod.node
         self.orig_devices = pod.gpu_devices
         self.virtual = False  # evicted inside a what-if simulation
+        # Filters beyond capacity apply (extended resources, ports, volumes, inter-pod terms, spread).
+        self.constrained = pod.has_pod_constraints
+        self.ext_gpu = gpu_equivalent_milli(pod.request.extended) if pod.request.extended else 0
 
     def sort_key(self) -> tuple[int, int, int, str]:
         """Task order: higher task priority first, then creation order, then uid."""
@@ -203,6 +289,8 @@ class TaskInfo:
     def gpu_milli(self, node: NodeInfo | None = None, min_gpu_memory: int = 0) -> int:
         """GPUs this task accounts for, in milli-GPU."""
         r = self.request
+        if self.ext_gpu:
+            return self.ext_gpu + r.gpus * GPU_MILLI
         if r.gpus:
             return r.gpus * GPU_MILLI
         if r.gpu_fraction_milli is not None:
@@ -220,7 +308,7 @@ class TaskInfo:
 
     def is_cpu_only(self) -> bool:
         r = self.request
-        return r.gpus == 0 and not r.is_shared
+        return r.gpus == 0 and not r.is_shared and not self.ext_gpu
 
 
 @dataclass(slots=True)
@@ -487,7 +575,23 @@ class Session:
             self.jobs.append(ji)
             self.job_by_uid[j.uid] = ji
         self.tasks: list[TaskInfo] = []
+        self.gated: list[Pod] = []  # pods with scheduling gates: not pending yet, no decision
+        self.version = 0  # bumped on every move; per-task filter views are cached against it
+        self.pred_cache: dict[str, tuple[int, object]] = {}
+        self._pod_index: PodIndex | None = None
+        # Some pod on a node has required anti-affinity: every placement checks it (symmetry).
+        self.anti_present = False
+        self.last_why: Counter[str] = Counter()  # per-node reasons of the last task that fitted nowhere
         for p in state.pods:
+            if p.gated and p.status is PodStatus.PENDING:
+                self.gated.append(p)
+                continue
+            if (
+                p.node is not None
+                and p.status in ACTIVE_USED
+                and any(not t.weight for t in p.pod_anti_affinity)
+            ):
+                self.anti_present = True
             job = self.job_by_uid[p.job]
             t = TaskInfo(p, job)
             job.tasks.append(t)
@@ -497,6 +601,10 @@ class Session:
                 if node is not None:
                     t.node = node
                     node.add(t, p.status, +1)
+        for fp in state.foreign_pods:
+            fnode = self.node_by_name.get(fp.node)
+            if fnode is not None:
+                fnode.add_foreign(fp)
         for job in self.jobs:
             job.tasks.sort(key=TaskInfo.sort_key)
         gpu_mems = [n.gpu_memory_mib for n in self.nodes if n.gpu_memory_mib and n.gpu_memory_mib > 100]
@@ -513,13 +621,34 @@ class Session:
         return [t.gpu_milli(t.node, self.min_gpu_memory), t.request.cpu, t.request.memory]
 
     def _total(self) -> Vec:
+        # What pods of other schedulers hold is not ours to divide (KAI subtracts non-KAI pods too).
         tot = zero()
         for n in self.nodes:
             if n.spec.ready:
-                tot[G] += n.gpus * GPU_MILLI
-                tot[C] += n.spec.cpu
-                tot[M] += n.spec.memory
+                ext_gpu = gpu_equivalent_milli(n.spec.extended.items()) if n.spec.extended else 0
+                tot[G] += max(n.gpus * GPU_MILLI + ext_gpu - n.foreign_gpu_milli, 0)
+                tot[C] += max(n.spec.cpu - n.foreign_cpu, 0)
+                tot[M] += max(n.spec.memory - n.foreign_memory, 0)
         return tot
+
+    def pod_index(self) -> PodIndex:
+        """Every pod on a node (ours and foreign) by labels, built on first use and kept current."""
+        if self._pod_index is None:
+            idx = PodIndex()
+            for t in self.tasks:
+                if t.node is not None and t.status in ACTIVE_USED:
+                    idx.add(t.uid, self._entry(t, t.node, t.status))
+            for fp in self.state.foreign_pods:
+                if fp.node in self.node_by_name:
+                    idx.add(fp.uid, Entry(fp.namespace, fp.labels, fp.node, fp.releasing, ()))
+            self._pod_index = idx
+        return self._pod_index
+
+    @staticmethod
+    def _entry(t: TaskInfo, node: NodeInfo, status: PodStatus) -> Entry:
+        p = t.pod
+        anti = tuple(a for a in p.pod_anti_affinity if not a.weight)
+        return Entry(p.namespace, p.labels, node.name, status is PodStatus.RELEASING, anti)
 
     def _account_queues(self) -> None:
         for job in self.jobs:
@@ -582,6 +711,10 @@ class Session:
     ) -> None:
         old_counted = t.node is not None and t.status in ACTIVE_ALLOCATED
         old_node = t.node
+        self.version += 1
+        idx = self._pod_index
+        if idx is not None and t.node is not None and t.status in ACTIVE_USED:
+            idx.remove(t.uid)
         if t.node is not None and t.status in ACTIVE_USED:
             t.node.add(t, t.status, -1)
         if old_counted:
@@ -589,6 +722,10 @@ class Session:
         t.status, t.node, t.devices, t.portion = status, node, devices, portion
         if node is not None and status in ACTIVE_USED:
             node.add(t, status, +1)
+            if idx is not None:
+                idx.add(t.uid, self._entry(t, node, status))
+            if t.pod.pod_anti_affinity:
+                self.anti_present = True
         if node is not None and status in ACTIVE_ALLOCATED:
             self.queue_charge(t, +1)
         if old_node is not None:

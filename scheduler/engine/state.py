@@ -113,8 +113,8 @@ class PodRequest:
     gpu_fraction_milli: int | None = None  # share of one device, 1..1000
     gpu_fraction_devices: int = 1
     gpu_memory_mib: int | None = None  # alternative to a fraction
-    # Extended resources by name (see Node.extended); checked against the node's allocatable.
-    extended: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    # Extended resources (see Node.extended) as sorted (name, amount) pairs, checked against allocatable.
+    extended: tuple[tuple[str, int], ...] = ()
 
     @property
     def is_shared(self) -> bool:
@@ -315,7 +315,7 @@ def request_from_event(r: ev_mod.PodRequests) -> PodRequest:
         gpu_fraction_milli=r.gpu_fraction_milli,
         gpu_fraction_devices=r.gpu_fraction_devices,
         gpu_memory_mib=r.gpu_memory_mib,
-        extended=MappingProxyType(dict(sorted(r.extended.items()))),
+        extended=tuple(sorted(r.extended.items())),
     )
 
 

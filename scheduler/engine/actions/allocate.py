@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from scheduler.engine.actions.common import candidate_jobs, over_capacity, should_pipeline_job
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.placement import allocate_task
+from scheduler.engine.predicates import filter_counts
 from scheduler.engine.session import JobInfo, NodeInfo, Session, Statement, TaskInfo
 from scheduler.engine.state import PodStatus
 
 NAME = "allocate"
+# Reason codes of plain capacity shortages: a record names its filter counts only when some other filter
+# (ports, affinity, spread, volumes, extended resources, taints, ...) rejected a node.
+_CAPACITY = frozenset({"InsufficientCPU", "Insufficientmemory", "InsufficientGPUs", "InsufficientGPUmemory"})
 
 
 def task_signature(task: TaskInfo) -> tuple[object, ...]:
@@ -22,7 +27,17 @@ def task_signature(task: TaskInfo) -> tuple[object, ...]:
         p.allowed_nodes,
         p.affinity,
         p.tolerations,
+        p.namespace,
+        tuple(sorted(p.labels.items())),
+        p.host_ports,
+        p.pod_anti_affinity,
+        p.volumes,
     )
+
+
+def _memoisable(task: TaskInfo) -> bool:
+    # Placing other pods can satisfy a required affinity or even out a spread: no "fits nowhere" memo.
+    return not (task.pod.pod_affinity or task.pod.topology_spread)
 
 
 def allocate_job(
@@ -50,7 +65,7 @@ def allocate_job(
         return False
     cp = stmt.checkpoint()
     for placed, task in enumerate(tasks):
-        sig = task_signature(task) if failed is not None and placed == 0 else None
+        sig = task_signature(task) if failed is not None and placed == 0 and _memoisable(task) else None
         err = failed.get(sig) if failed is not None and sig is not None else None
         if err is None:
             err = allocate_task(ssn, stmt, task, nodes, action, pipeline_only)
@@ -58,6 +73,9 @@ def allocate_job(
                 failed[sig] = err
         if err is not None:
             stmt.rollback(cp)
+            filters = filter_counts(ssn.last_why) if ssn.last_why else {}
+            extra = {"filters": filters} if any(k not in _CAPACITY for k in filters) else {}
+            ssn.last_why = Counter()
             if record_errors:
                 m = job.min_available
                 running = sum(1 for t in job.tasks if t.status in (PodStatus.RUNNING, PodStatus.ALLOCATED))
@@ -67,12 +85,14 @@ def allocate_job(
                         f"Resources were found for {placed} pods while {m} are required for gang scheduling. "
                         f"Additional pods cannot be scheduled due to: {err}",
                         task=task.name,
+                        **extra,
                     )
                 else:
                     job.fit_error(
                         "PodSchedulingErrors",
                         f"Resources were not found for pod {task.name} due to: {err}",
                         task=task.name,
+                        **extra,
                     )
             return False
     return True

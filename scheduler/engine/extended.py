@@ -1,0 +1,36 @@
+"""Extended resources: every resource a pod asks for beyond CPU, memory and ``nvidia.com/gpu``.
+
+Each is a dimension checked against the node's allocatable, in integers (hugepages in bytes). Two kinds also
+count as GPUs for queue quota and fair share, the way KAI charges them
+(``pkg/scheduler/api/resource_info/resource_info.go`` ``GetSumGPUs``): a MIG instance
+``nvidia.com/mig-<N>g.<M>gb`` counts as N GPUs (its compute slices), and ``amd.com/gpu`` is one whole GPU.
+A MIG profile is placed as a device of that profile: the node must advertise enough of exactly it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+GPU_MILLI = 1000
+AMD_GPU = "amd.com/gpu"
+_MIG = re.compile(r"nvidia\.com/mig-(\d+)g\.(\d+)gb")
+
+
+def mig_slices(name: str) -> int | None:
+    """The compute slices (GPU count KAI charges) of a MIG resource name, None for anything else."""
+    m = _MIG.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def gpu_equivalent_milli(extended: Iterable[tuple[str, int]]) -> int:
+    """Milli-GPU the extended resources count for in quota and fair share (MIG slices, AMD GPUs)."""
+    total = 0
+    for name, amount in extended:
+        if name == AMD_GPU:
+            total += amount * GPU_MILLI
+        else:
+            slices = mig_slices(name)
+            if slices is not None:
+                total += slices * amount * GPU_MILLI
+    return total

@@ -1,0 +1,138 @@
+"""Required inter-pod affinity and anti-affinity (kube-scheduler's InterPodAffinity filter), and the
+preferred terms as a node score.
+
+A required affinity term passes on a node whose topology domain (its value of the term's topology key)
+holds a running or placed pod the term selects; as in Kubernetes, a pod whose terms select no pod anywhere
+but select the pod itself may go anywhere that has the keys (the first pod of a group). A required
+anti-affinity term fails on a node whose domain holds a selected pod; a pod only being evicted there
+(releasing) lets the node be used once it is gone (pipelining), which is how reclaim and preemption free a
+domain. Existing pods' required anti-affinity is checked the other way round (symmetry). Pods of other
+schedulers count like ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scheduler.engine.labels import selector_matches, term_namespaces
+from scheduler.engine.state import PodAffinityTerm
+
+if TYPE_CHECKING:
+    from scheduler.engine.session import NodeInfo, Session, TaskInfo
+
+AFFINITY = "node(s) didn't match pod affinity rules"
+ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+
+def domain_counts(ssn: Session, by_node: Mapping[str, list[int]], key: str) -> dict[str, list[int]]:
+    """Per-node counts summed per topology domain (the nodes' values of label `key`)."""
+    out: dict[str, list[int]] = {}
+    for name, (a, r) in by_node.items():
+        node = ssn.node_by_name.get(name)
+        if node is None or (a == 0 and r == 0):
+            continue
+        v = node.spec.labels.get(key)
+        if v is None:
+            continue
+        c = out.setdefault(v, [0, 0])
+        c[0] += a
+        c[1] += r
+    return out
+
+
+@dataclass(slots=True)
+class InterPodView:
+    """What one task's inter-pod checks need, computed once per placement attempt."""
+
+    affinity: list[tuple[str, dict[str, list[int]]]]  # (topology key, matching pods per domain)
+    self_affinity_ok: bool  # no pod matches any affinity term, and the task matches its own terms
+    anti: list[tuple[str, dict[str, list[int]]]]
+    against: list[tuple[str, bool, str]]  # existing holders: (node, releasing, topology key)
+
+
+def view(ssn: Session, task: TaskInfo) -> InterPodView:
+    """The task's required terms resolved against the pods on nodes now."""
+    pod = task.pod
+    idx = ssn.pod_index()
+    aff = []
+    any_match = False
+    for t in pod.pod_affinity:
+        if t.weight:
+            continue
+        dc = domain_counts(ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace)), t.topology_key)
+        any_match = any_match or any(c[0] for c in dc.values())
+        aff.append((t.topology_key, dc))
+    required = [t for t in pod.pod_affinity if not t.weight]
+    self_ok = (
+        bool(required)
+        and not any_match
+        and all(_selects_self(t, pod.namespace, pod.labels) for t in required)
+    )
+    anti = [
+        (
+            t.topology_key,
+            domain_counts(ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace)), t.topology_key),
+        )
+        for t in pod.pod_anti_affinity
+        if not t.weight
+    ]
+    return InterPodView(aff, self_ok, anti, idx.holders_against(pod.namespace, pod.labels))
+
+
+def _selects_self(t: PodAffinityTerm, namespace: str, labels: Mapping[str, str]) -> bool:
+    return namespace in term_namespaces(t, namespace) and selector_matches(t.selector, labels)
+
+
+def reason(ssn: Session, v: InterPodView, node: NodeInfo) -> tuple[str | None, bool]:
+    """(reason, idle) for one node."""
+    labels = node.spec.labels
+    idle = True
+    for key, dc in v.affinity:
+        val = labels.get(key)
+        if val is None:
+            return AFFINITY, False
+        if v.self_affinity_ok:
+            continue
+        c = dc.get(val)
+        if c is None or c[0] == 0:
+            return AFFINITY, False
+    for key, dc in v.anti:
+        val = labels.get(key)
+        if val is None:
+            continue
+        c = dc.get(val)
+        if c is not None:
+            if c[0]:
+                return ANTI_AFFINITY, False
+            if c[1]:
+                idle = False
+    for holder_node, releasing, key in v.against:
+        val = labels.get(key)
+        other = ssn.node_by_name.get(holder_node)
+        if val is not None and other is not None and other.spec.labels.get(key) == val:
+            if not releasing:
+                return EXISTING_ANTI_AFFINITY, False
+            idle = False
+    return None, idle
+
+
+def preference(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[float]:
+    """Summed weights of preferred affinity terms (minus preferred anti-affinity) the nodes' domains
+    satisfy, one matching pod counting once per term per domain (as kube-scheduler weighs them)."""
+    pod = task.pod
+    idx = ssn.pod_index()
+    terms = [(t, 1) for t in pod.pod_affinity if t.weight] + [
+        (t, -1) for t in pod.pod_anti_affinity if t.weight
+    ]
+    out = [0.0] * len(nodes)
+    for t, sign in terms:
+        dc = domain_counts(ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace)), t.topology_key)
+        for i, n in enumerate(nodes):
+            val = n.spec.labels.get(t.topology_key)
+            c = dc.get(val) if val is not None else None
+            if c is not None and c[0]:
+                out[i] += sign * t.weight * c[0]
+    return out

@@ -1,0 +1,101 @@
+"""Topology spread constraints (kube-scheduler's PodTopologySpread).
+
+``DoNotSchedule`` is a filter: counting the pods the constraint selects (in the pod's namespace, not being
+evicted) per domain over the eligible nodes — nodes that have every constraint's topology key and, per
+``nodeAffinityPolicy`` (default Honor) / ``nodeTaintsPolicy`` (default Ignore), match the pod's node
+affinity / tolerate the node's taints — a node passes when ``count(its domain) + (1 if the pod matches its
+own selector) - min count over domains <= maxSkew``. With fewer domains than ``minDomains`` the minimum is
+0. A node without the topology key fails. ``ScheduleAnyway`` becomes a node score: fewer selected pods in
+the node's domain is better.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scheduler.engine.labels import node_terms_match, selector_matches, untolerated_taint
+from scheduler.engine.predicates.interpod import domain_counts
+from scheduler.engine.state import SpreadConstraint
+
+if TYPE_CHECKING:
+    from scheduler.engine.session import NodeInfo, Session, TaskInfo
+
+REASON = "node(s) didn't match pod topology spread constraints"
+MISSING_LABEL = "node(s) didn't match pod topology spread constraints (missing required label)"
+
+
+@dataclass(slots=True)
+class Resolved:
+    constraint: SpreadConstraint
+    counts: dict[str, int]  # selected pods per domain value (eligible nodes only; absent = 0)
+    minimum: int
+    self_match: int
+
+
+def _tolerates(task: TaskInfo, node: NodeInfo) -> bool:
+    return untolerated_taint(task.pod, node.spec) is None
+
+
+def _eligible(task: TaskInfo, node: NodeInfo, c: SpreadConstraint, keys: tuple[str, ...]) -> bool:
+    labels = node.spec.labels
+    if any(k not in labels for k in keys):
+        return False
+    pod = task.pod
+    if c.node_affinity_policy == "Honor":
+        if any(labels.get(k) != v for k, v in pod.node_selector.items()):
+            return False
+        if not node_terms_match(labels, pod.affinity):
+            return False
+        if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
+            return False
+    return not (c.node_taints_policy == "Honor" and not _tolerates(task, node))
+
+
+def resolve(ssn: Session, task: TaskInfo, which: str) -> list[Resolved]:
+    """The task's constraints of kind `which` (DoNotSchedule / ScheduleAnyway) against the pods now."""
+    pod = task.pod
+    cons = [c for c in pod.topology_spread if c.when_unsatisfiable == which]
+    if not cons:
+        return []
+    keys = tuple(c.topology_key for c in pod.topology_spread)
+    idx = ssn.pod_index()
+    out = []
+    for c in cons:
+        by_dom = domain_counts(ssn, idx.counts(c.selector, (pod.namespace,)), c.topology_key)
+        counts: dict[str, int] = {}
+        for n in ssn.nodes:
+            if _eligible(task, n, c, keys):
+                v = n.spec.labels[c.topology_key]
+                if v not in counts:
+                    got = by_dom.get(v)
+                    counts[v] = got[0] if got else 0
+        minimum = min(counts.values(), default=0)
+        if c.min_domains is not None and len(counts) < c.min_domains:
+            minimum = 0
+        self_match = 1 if selector_matches(c.selector, pod.labels) else 0
+        out.append(Resolved(c, counts, minimum, self_match))
+    return out
+
+
+def reason(resolved: list[Resolved], node: NodeInfo) -> str | None:
+    """The filter on one node."""
+    labels = node.spec.labels
+    for r in resolved:
+        if r.constraint.topology_key not in labels:
+            return MISSING_LABEL
+    for r in resolved:
+        v = labels[r.constraint.topology_key]
+        if r.counts.get(v, 0) + r.self_match - r.minimum > r.constraint.max_skew:
+            return REASON
+    return None
+
+
+def preference(resolved: list[Resolved], nodes: list[NodeInfo]) -> list[float]:
+    """ScheduleAnyway: minus the selected pods in each node's domain (higher is better)."""
+    out = [0.0] * len(nodes)
+    for r in resolved:
+        for i, n in enumerate(nodes):
+            v = n.spec.labels.get(r.constraint.topology_key)
+            out[i] -= r.counts.get(v, 0) if v is not None else max(r.counts.values(), default=0) + 1
+    return out
