@@ -1,6 +1,8 @@
 """Conformance scenarios (KAI's table tests as JSON): load one into a snapshot, run it, compare.
 
-The file format is documented in ``tests/conformance/kai/SCHEMA.md``. ``run_file`` returns a
+The file format is documented in ``tests/conformance/kai/SCHEMA.md``, with Hourglass's extensions for real
+nodes (foreign pods, extended resources, taints, inter-pod affinity, spread, ports, volumes, gates) in
+``tests/conformance/hourglass/SCHEMA.md``. ``run_file`` returns a
 :class:`ScenarioResult` with every difference between the expected and the actual outcome.
 """
 
@@ -16,7 +18,20 @@ from typing import Any
 from scheduler.engine.cycle import open_session, result_state, run_actions, settle
 from scheduler.engine.proportion import ResourceQuota
 from scheduler.engine.session import Session, SessionConfig
-from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
+from scheduler.engine.state import (
+    ClusterState,
+    ForeignPod,
+    Job,
+    Node,
+    Pod,
+    PodRequest,
+    PodStatus,
+    Queue,
+    Taint,
+    placement_fields,
+    ports_from_event,
+    request_from_event,
+)
 
 NOW_MS = 1_000_000_000_000  # a fixed logical "now" for scenarios; ages count back from it
 PHASES = {
@@ -88,6 +103,13 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
             gpu_memory_mib=n.get("gpu_memory_mib", 100),
             max_pods=n.get("max_pods", 110),
             labels=n.get("labels", {}),
+            taints=tuple(
+                Taint(t["key"], t.get("value", ""), t.get("effect", "NoSchedule"))
+                for t in n.get("taints", [])
+            ),
+            ready=n.get("ready", True),
+            unschedulable=n.get("unschedulable", False),
+            extended=dict(sorted(n.get("extended", {}).items())),
         )
         for n in doc.get("cluster", {}).get("nodes", [])
     )
@@ -134,6 +156,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
                 gpu_fraction_milli=None if frac is None else round(frac * 1000),
                 gpu_fraction_devices=t.get("gpu_fraction_devices", 1),
                 gpu_memory_mib=t.get("gpu_memory_mib"),
+                extended=tuple(sorted(t.get("extended", {}).items())),
             )
             status = PodStatus(t.get("status", "pending"))
             node = t.get("node")
@@ -178,6 +201,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
                     index=idx,
                     created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
                     allowed_nodes=tuple(t["allowed_nodes"]) if t.get("allowed_nodes") is not None else None,
+                    **_placement(t),
                 )
             )
     # Devices the scenario placed on are taken in order; make sure the node has that many.
@@ -185,7 +209,79 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
         node_spec = next((n for n in nodes if n.name == name), None)
         if node_spec is not None and used > node_spec.gpus:
             raise ValueError(f"scenario places {used} GPU devices on node {name} which has {node_spec.gpus}")
-    return ClusterState(nodes=nodes, queues=tuple(queues), jobs=tuple(jobs), pods=tuple(pods)), config
+    foreign = tuple(_foreign(f) for f in doc.get("cluster", {}).get("foreign_pods", []))
+    state = ClusterState(
+        nodes=nodes, queues=tuple(queues), jobs=tuple(jobs), pods=tuple(pods), foreign_pods=foreign
+    )
+    return state, config
+
+
+# Task fields of the real-nodes extension, named as in the event contract (ingest.events.PodSubmitted).
+_PLACEMENT_KEYS = (
+    "namespace",
+    "labels",
+    "node_selector",
+    "node_affinity",
+    "tolerations",
+    "host_ports",
+    "pod_affinity",
+    "pod_anti_affinity",
+    "preferred_node_affinity",
+    "topology_spread",
+    "scheduling_gates",
+    "volumes",
+)
+
+
+def _placement(t: dict[str, Any]) -> dict[str, Any]:
+    """A task's filter fields, validated by the event contract's models (same errors as ingest)."""
+    given = {k: t[k] for k in _PLACEMENT_KEYS if k in t}
+    if not given:
+        return {}
+    from ingest.events import PodSubmitted
+
+    ev = PodSubmitted.model_validate(
+        {"at_ms": 0, "name": "scenario", "namespace": "default", "pod_group": "scenario", "created_at_ms": 0}
+        | given
+    )
+    out = placement_fields(ev)
+    out.pop("allowed_nodes")  # scenario files say allowed_nodes themselves
+    return out
+
+
+def _foreign(f: dict[str, Any]) -> ForeignPod:
+    """A pod of another scheduler bound to a node (validated as a ForeignPodUpserted event)."""
+    from ingest.events import ForeignPodUpserted
+
+    frac = f.get("gpu_fraction")
+    ev = ForeignPodUpserted.model_validate(
+        {
+            "at_ms": 0,
+            "name": f["name"],
+            "namespace": f.get("namespace", "default"),
+            "node": f["node"],
+            "requests": {
+                "cpu_millicores": f.get("cpu_millicores", 0),
+                "memory_bytes": f.get("memory_bytes", 0),
+                "gpus": f.get("gpus", 0),
+                "gpu_fraction_milli": None if frac is None else round(frac * 1000),
+                "extended": f.get("extended", {}),
+            },
+            "labels": f.get("labels", {}),
+            "host_ports": f.get("host_ports", []),
+            "releasing": f.get("releasing", False),
+        }
+    )
+    return ForeignPod(
+        uid=ev.uid,
+        name=ev.name,
+        namespace=ev.namespace,
+        node=ev.node,
+        request=request_from_event(ev.requests),
+        labels=dict(sorted(ev.labels.items())),
+        host_ports=ports_from_event(ev.host_ports),
+        releasing=ev.releasing,
+    )
 
 
 def _task_views(state: ClusterState) -> dict[str, tuple[str, str | None]]:
@@ -225,6 +321,26 @@ def compare(doc: dict[str, Any], state: ClusterState, ssn: Session | None) -> li
             want_nodes = {k: v for k, v in ts["node_counts"].items() if v}
             if placed != want_nodes:
                 diffs.append(f"task set {ts['tasks'][0]}..: nodes {placed}, expected {want_nodes}")
+    if ssn is not None:
+        for job, codes in exp.get("filter_reasons", {}).items():
+            ji = ssn.job_by_uid[job]
+            raw = ji.fit_errors[-1].details.get("filters") if ji.fit_errors else None
+            got = raw if isinstance(raw, dict) else {}
+            missing = [c for c in codes if c not in got]
+            if missing:
+                diffs.append(f"job {job}: filter reasons {sorted(got)}, expected to include {missing}")
+        if exp.get("no_decision"):
+            from scheduler.engine.decisions import decisions_of
+
+            decided = {d.job for d in decisions_of(ssn)}
+            for job in exp["no_decision"]:
+                if job in decided:
+                    diffs.append(f"job {job}: has a decision, expected none (gated pods are not pending yet)")
+        for job, text in exp.get("message_contains", {}).items():
+            ji = ssn.job_by_uid[job]
+            msg = ji.fit_errors[-1].message if ji.fit_errors else ""
+            if text not in msg:
+                diffs.append(f"job {job}: message {msg!r} does not contain {text!r}")
     if "nodes" in exp and ssn is not None:
         for name, want in exp["nodes"].items():
             n = ssn.node_by_name[name]

@@ -53,7 +53,9 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                 at_ms=t,
                 name=dname,
                 resources=ev.QueueResources(
-                    gpu=ev.QueueResource(quota=total_gpu_milli // spec.departments // 2000 * 1000, over_quota_weight=1),
+                    gpu=ev.QueueResource(
+                        quota=total_gpu_milli // spec.departments // 2000 * 1000, over_quota_weight=1
+                    ),
                 ),
             )
         )
@@ -70,7 +72,9 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                     resources=ev.QueueResources(
                         gpu=ev.QueueResource(
                             quota=total_gpu_milli // leaves // 2000 * 1000,
-                            limit=None if rng.random() < 0.8 else total_gpu_milli // leaves * 3 // 1000 * 1000,
+                            limit=None
+                            if rng.random() < 0.8
+                            else total_gpu_milli // leaves * 3 // 1000 * 1000,
                             over_quota_weight=rng.choice((1, 1, 2, 3)),
                         )
                     ),
@@ -84,7 +88,10 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
         name = f"job-{j:06d}"
         t += 1
         if kind < 0.5:
-            n, req = 1, ev.PodRequests(cpu_millicores=4000, memory_bytes=16 * 2**30, gpus=rng.choice((1, 1, 2)))
+            n, req = (
+                1,
+                ev.PodRequests(cpu_millicores=4000, memory_bytes=16 * 2**30, gpus=rng.choice((1, 1, 2))),
+            )
         elif kind < 0.7:
             n = rng.choice((2, 4, 8))
             req = ev.PodRequests(cpu_millicores=16000, memory_bytes=64 * 2**30, gpus=rng.choice((4, 8)))
@@ -97,7 +104,14 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
         prio = rng.choice((50, 50, 50, 75, 100))
         out.append(
             ev.PodGroupUpserted(
-                uid=f"default/{name}", at_ms=t, name=name, namespace="default", queue=queue, min_member=n, priority=prio, created_at_ms=t
+                uid=f"default/{name}",
+                at_ms=t,
+                name=name,
+                namespace="default",
+                queue=queue,
+                min_member=n,
+                priority=prio,
+                created_at_ms=t,
             )
         )
         for k in range(n):

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from scheduler.engine.proportion import RESOURCES, ResourceQuota
 
@@ -319,8 +319,44 @@ def request_from_event(r: ev_mod.PodRequests) -> PodRequest:
     )
 
 
-def _ports(ports: Iterable[ev_mod.HostPort]) -> tuple[HostPort, ...]:
+def ports_from_event(ports: Iterable[ev_mod.HostPort]) -> tuple[HostPort, ...]:
     return tuple(HostPort(p.port, p.protocol, p.host_ip) for p in ports)
+
+
+def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
+    """The :class:`Pod` fields placement reads, from a pod event (the fold and scenario files share it)."""
+    return dict(
+        node_selector=MappingProxyType(dict(sorted(e.node_selector.items()))),
+        allowed_nodes=tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
+        affinity=_exprs(e.node_affinity),
+        tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations),
+        namespace=e.namespace,
+        labels=MappingProxyType(dict(sorted(e.labels.items()))),
+        host_ports=ports_from_event(e.host_ports),
+        pod_affinity=tuple(_term(t) for t in e.pod_affinity),
+        pod_anti_affinity=tuple(_term(t) for t in e.pod_anti_affinity),
+        topology_spread=tuple(
+            SpreadConstraint(
+                c.max_skew,
+                c.topology_key,
+                c.when_unsatisfiable,
+                _selector(c.label_selector),
+                c.min_domains,
+                c.node_affinity_policy,
+                c.node_taints_policy,
+            )
+            for c in e.topology_spread
+        ),
+        preferred_affinity=tuple(
+            (
+                t.weight,
+                tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions),
+            )
+            for t in e.preferred_node_affinity
+        ),
+        volumes=tuple(Volume(v.claim, v.bound, _exprs(v.node_affinity), v.binding_mode) for v in e.volumes),
+        gated=bool(e.scheduling_gates),
+    )
 
 
 class StateBuilder:
@@ -419,40 +455,7 @@ class StateBuilder:
                 task_priority=e.task_priority,
                 index=seq,
                 created_ms=e.created_at_ms,
-                node_selector=MappingProxyType(dict(sorted(e.node_selector.items()))),
-                allowed_nodes=tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
-                affinity=_exprs(e.node_affinity),
-                tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations),
-                namespace=e.namespace,
-                labels=MappingProxyType(dict(sorted(e.labels.items()))),
-                host_ports=_ports(e.host_ports),
-                pod_affinity=tuple(_term(t) for t in e.pod_affinity),
-                pod_anti_affinity=tuple(_term(t) for t in e.pod_anti_affinity),
-                topology_spread=tuple(
-                    SpreadConstraint(
-                        c.max_skew,
-                        c.topology_key,
-                        c.when_unsatisfiable,
-                        _selector(c.label_selector),
-                        c.min_domains,
-                        c.node_affinity_policy,
-                        c.node_taints_policy,
-                    )
-                    for c in e.topology_spread
-                ),
-                preferred_affinity=tuple(
-                    (
-                        t.weight,
-                        tuple(
-                            MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions
-                        ),
-                    )
-                    for t in e.preferred_node_affinity
-                ),
-                volumes=tuple(
-                    Volume(v.claim, v.bound, _exprs(v.node_affinity), v.binding_mode) for v in e.volumes
-                ),
-                gated=bool(e.scheduling_gates),
+                **placement_fields(e),
             )
         elif isinstance(e, ev.PodBound):
             uid = f"{e.namespace}/{e.name}"
@@ -488,7 +491,7 @@ class StateBuilder:
                 node=e.node,
                 request=request_from_event(e.requests),
                 labels=MappingProxyType(dict(sorted(e.labels.items()))),
-                host_ports=_ports(e.host_ports),
+                host_ports=ports_from_event(e.host_ports),
                 releasing=e.releasing,
             )
         elif isinstance(e, ev.PodUngated):

@@ -142,7 +142,10 @@ def reason_code(message: str) -> str:
     if message.startswith("node(s) didn't have resource "):
         return "ExtendedResourceMissing"
     if message.startswith("node(s) didn't have enough resources: "):
-        return "Insufficient" + message.rsplit(": ", 1)[1].replace(" ", "")
+        what = message.rsplit(": ", 1)[1]
+        if "/" in what or what.startswith("hugepages-"):
+            return "InsufficientExtendedResource"
+        return "Insufficient" + what.replace(" ", "")
     return "Other"
 
 

@@ -1,0 +1,1088 @@
+"""Writes the real-nodes conformance scenarios (tests/conformance/hourglass/real-nodes/).
+
+The scenarios are data, checked in; this script is how they were written, kept so a change to the table is
+one edit here and a re-run: ``python3 tools/real_node_scenarios.py``. Each entry states a cluster, queues,
+jobs and the outcome a user would notice (tests/conformance/hourglass/SCHEMA.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "hourglass" / "real-nodes"
+GB = 1_000_000_000
+
+
+def node(name: str, gpus: int = 8, cpu: int = 64_000, **kw: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "gpus": gpus,
+        "cpu_millicores": cpu,
+        "memory_bytes": 256 * GB,
+        "gpu_memory_mib": 100,
+        "max_pods": 110,
+    } | kw
+
+
+def queue(
+    name: str, quota: float | None = 100, limit: float | None = None, weight: float = 1
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "parent": None,
+        "priority": 100,
+        "gpu": {"quota": quota, "limit": limit, "over_quota_weight": weight},
+    }
+
+
+def task(
+    name: str, gpus: int = 0, cpu: int = 1000, status: str = "pending", node: str | None = None, **kw: Any
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": name,
+        "gpus": gpus,
+        "cpu_millicores": cpu,
+        "memory_bytes": GB,
+        "status": status,
+    }
+    if node is not None:
+        out["node"] = node
+    return out | kw
+
+
+def job(
+    name: str, tasks: list[dict[str, Any]], queue: str = "q", priority: int = 50, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "queue": queue,
+        "priority": priority,
+        "min_available": len(tasks),
+        "tasks": tasks,
+    } | kw
+
+
+def foreign(name: str, node: str, **kw: Any) -> dict[str, Any]:
+    return {"name": name, "node": node} | kw
+
+
+def sel(**labels: str) -> dict[str, Any]:
+    return {"match_labels": labels}
+
+
+def term(topology_key: str = "kubernetes.io/hostname", **labels: str) -> dict[str, Any]:
+    return {"label_selector": sel(**labels), "topology_key": topology_key}
+
+
+def host(name: str, **labels: str) -> dict[str, str]:
+    return {"kubernetes.io/hostname": name} | labels
+
+
+S: list[dict[str, Any]] = []
+
+
+def scenario(
+    name: str,
+    category: str,
+    intent: str,
+    nodes: list[dict[str, Any]],
+    jobs: list[dict[str, Any]],
+    expect: dict[str, Any],
+    *,
+    phase: str = "allocate",
+    queues: list[dict[str, Any]] | None = None,
+    foreign_pods: list[dict[str, Any]] | None = None,
+    tags: list[str] | None = None,
+) -> None:
+    S.append(
+        {
+            "name": name,
+            "category": category,
+            "intent": intent,
+            "strict": True,
+            "tags": tags or [category],
+            "run": {"mode": "single_pass", "phase": phase},
+            "config": {
+                "node_placement": {"gpu": "binpack", "cpu": "binpack"},
+                "gpu_sharing_placement": "binpack",
+                "queue_fair_share_enabled": True,
+            },
+            "cluster": {"nodes": nodes, "foreign_pods": foreign_pods or []},
+            "queues": queues or [queue("q")],
+            "jobs": jobs,
+            "expect": expect,
+        }
+    )
+
+
+def on(node: str, status: str = "allocated") -> dict[str, Any]:
+    return {"status": status, "node": node}
+
+
+PENDING = {"status": "pending"}
+
+# ---------------------------------------------------------------- foreign pods
+scenario(
+    "foreign-01-full-node-skipped",
+    "foreign-pods",
+    "A DaemonSet-like pod of another scheduler holds all 8 GPUs of n1: the 8-GPU job goes to n2.",
+    [node("n1"), node("n2")],
+    [job("j", [task("j-0", gpus=8)])],
+    {"tasks": {"j-0": on("n2")}},
+    foreign_pods=[foreign("other-0", "n1", gpus=8)],
+)
+scenario(
+    "foreign-02-gpus-held-message",
+    "foreign-pods",
+    "Pods of the default scheduler hold 6 of n1's 8 GPUs: a 4-GPU job stays pending and the message names "
+    "the node and what other schedulers hold there.",
+    [node("n1")],
+    [job("j", [task("j-0", gpus=4)])],
+    {
+        "tasks": {"j-0": PENDING},
+        "message_contains": {"j": "node n1: 6 GPUs held by pods of other schedulers"},
+    },
+    foreign_pods=[foreign("other-0", "n1", gpus=4), foreign("other-1", "n1", gpus=2)],
+)
+scenario(
+    "foreign-03-cpu-held",
+    "foreign-pods",
+    "A foreign pod holds 6 of 8 cores: a 4-core CPU job does not fit and is told why.",
+    [node("n1", gpus=0, cpu=8000)],
+    [job("j", [task("j-0", cpu=4000)])],
+    {
+        "tasks": {"j-0": PENDING},
+        "message_contains": {"j": "node n1: 6 CPU cores held by pods of other schedulers"},
+    },
+    foreign_pods=[foreign("other-0", "n1", cpu_millicores=6000)],
+)
+scenario(
+    "foreign-04-never-reclaimed",
+    "foreign-pods",
+    "n1 has 8 GPUs: 4 held by a foreign pod, 4 by queue a (above its share). Queue b needs 8: evicting a's "
+    "pod would free only 4, foreign pods are never victims, so reclaim evicts nothing and b waits.",
+    [node("n1")],
+    [
+        job("a1", [task("a1-0", gpus=4, status="running", node="n1")], queue="a"),
+        job("b1", [task("b1-0", gpus=8)], queue="b"),
+    ],
+    {"tasks": {"b1-0": PENDING, "a1-0": on("n1", "running")}},
+    phase="reclaim",
+    queues=[queue("a", quota=0), queue("b", quota=8)],
+    foreign_pods=[foreign("other-0", "n1", gpus=4)],
+)
+scenario(
+    "foreign-05-not-in-fair-share",
+    "foreign-pods",
+    "Foreign pods hold n1's 8 GPUs, so only 8 GPUs are divided. Queue a (quota 0) runs 8 on n2, queue b "
+    "(quota 0, same weight) asks 4: b's fair share is 4 of 8, so reclaim takes 4 from a. Were foreign GPUs "
+    "divided too, a would be at its share and nothing would move.",
+    [node("n1"), node("n2")],
+    [
+        job("a1", [task("a1-0", gpus=4, status="running", node="n2")], queue="a"),
+        job("a2", [task("a2-0", gpus=4, status="running", node="n2")], queue="a"),
+        job("b1", [task("b1-0", gpus=4)], queue="b"),
+    ],
+    {
+        "tasks": {"b1-0": on("n2", "pipelined")},
+        "task_sets": [{"tasks": ["a1-0", "a2-0"], "status_counts": {"running": 1, "releasing": 1}}],
+    },
+    phase="reclaim",
+    queues=[queue("a", quota=0), queue("b", quota=0)],
+    foreign_pods=[foreign("other-0", "n1", gpus=8)],
+)
+scenario(
+    "foreign-06-pod-slots",
+    "foreign-pods",
+    "Three foreign pods fill a node that allows 3 pods: a CPU job has no pod slot there.",
+    [node("n1", gpus=0, max_pods=3)],
+    [job("j", [task("j-0")])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["TooManyPods"]}},
+    foreign_pods=[foreign(f"ds-{i}", "n1", cpu_millicores=100) for i in range(3)],
+)
+scenario(
+    "foreign-07-releasing-capacity-pipelines",
+    "foreign-pods",
+    "A foreign pod that is terminating still holds n1's GPUs: the job is pipelined there, not bound.",
+    [node("n1")],
+    [job("j", [task("j-0", gpus=8)])],
+    {"tasks": {"j-0": on("n1", "pipelined")}},
+    foreign_pods=[foreign("other-0", "n1", gpus=8, releasing=True)],
+)
+
+# ---------------------------------------------------------------- extended resources
+scenario(
+    "extended-01-mig-profile",
+    "extended-resources",
+    "A pod asking for one nvidia.com/mig-3g.40gb lands on the node that advertises that profile, not on the "
+    "node with only 1g.10gb instances.",
+    [
+        node("n1", gpus=0, extended={"nvidia.com/mig-1g.10gb": 7}),
+        node("n2", gpus=0, extended={"nvidia.com/mig-3g.40gb": 2}),
+    ],
+    [job("j", [task("j-0", extended={"nvidia.com/mig-3g.40gb": 1})])],
+    {"tasks": {"j-0": on("n2")}},
+    tags=["extended-resources", "mig"],
+)
+scenario(
+    "extended-02-mig-not-enough",
+    "extended-resources",
+    "Eight 1g.10gb instances asked, seven advertised: pending, with the extended-resource reason.",
+    [node("n1", gpus=0, extended={"nvidia.com/mig-1g.10gb": 7})],
+    [job("j", [task("j-0", extended={"nvidia.com/mig-1g.10gb": 8})])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["InsufficientExtendedResource"]}},
+    tags=["extended-resources", "mig"],
+)
+scenario(
+    "extended-03-mig-charged-as-kai",
+    "extended-resources",
+    "KAI charges a MIG instance as its compute slices: 3g.40gb counts 3 GPUs against a queue limited to 2 "
+    "(pending), two 1g.10gb count 2 (bound).",
+    [node("n1", gpus=0, extended={"nvidia.com/mig-1g.10gb": 4, "nvidia.com/mig-3g.40gb": 1})],
+    [
+        job("big", [task("big-0", extended={"nvidia.com/mig-3g.40gb": 1})]),
+        job("small", [task("small-0", extended={"nvidia.com/mig-1g.10gb": 2})]),
+    ],
+    {"tasks": {"big-0": PENDING, "small-0": on("n1")}},
+    queues=[queue("q", quota=2, limit=2)],
+    tags=["extended-resources", "mig", "queue-limit"],
+)
+scenario(
+    "extended-04-amd-gpu-node",
+    "extended-resources",
+    "amd.com/gpu goes to the AMD node, never to the NVIDIA one.",
+    [node("n1"), node("n2", gpus=0, extended={"amd.com/gpu": 8})],
+    [job("j", [task("j-0", extended={"amd.com/gpu": 2})])],
+    {"tasks": {"j-0": on("n2")}},
+    tags=["extended-resources", "amd"],
+)
+scenario(
+    "extended-05-amd-gpu-quota",
+    "extended-resources",
+    "amd.com/gpu counts as whole GPUs for quota: 2 AMD GPUs exceed a queue limit of 1 GPU.",
+    [node("n1", gpus=0, extended={"amd.com/gpu": 8})],
+    [job("j", [task("j-0", extended={"amd.com/gpu": 2})])],
+    {"tasks": {"j-0": PENDING}},
+    queues=[queue("q", quota=1, limit=1)],
+    tags=["extended-resources", "amd", "queue-limit"],
+)
+scenario(
+    "extended-06-rdma-beats-binpack",
+    "extended-resources",
+    "A 4-GPU pod that needs rdma/ib goes to n2 (the only node with RDMA) although bin-packing prefers the "
+    "busier n1.",
+    [node("n1"), node("n2", extended={"rdma/ib": 1})],
+    [
+        job("busy", [task("busy-0", gpus=4, status="running", node="n1")]),
+        job("j", [task("j-0", gpus=4, extended={"rdma/ib": 1})]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "extended-07-hugepages",
+    "extended-resources",
+    "2 GiB of hugepages-2Mi asked on a node with 1 GiB: pending.",
+    [node("n1", gpus=0, extended={"hugepages-2Mi": 1 << 30})],
+    [job("j", [task("j-0", extended={"hugepages-2Mi": 2 << 30})])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["InsufficientExtendedResource"]}},
+)
+scenario(
+    "extended-08-held-by-running-pod",
+    "extended-resources",
+    "A running pod holds both rdma/ib devices of the node: the next pod asking one waits.",
+    [node("n1", extended={"rdma/ib": 2})],
+    [
+        job("r", [task("r-0", gpus=1, status="running", node="n1", extended={"rdma/ib": 2})]),
+        job("j", [task("j-0", gpus=1, extended={"rdma/ib": 1})]),
+    ],
+    {"tasks": {"j-0": PENDING}},
+)
+scenario(
+    "extended-09-held-by-foreign-pod",
+    "extended-resources",
+    "A foreign pod holds all 4 AMD GPUs: our AMD pod waits.",
+    [node("n1", gpus=0, extended={"amd.com/gpu": 4})],
+    [job("j", [task("j-0", extended={"amd.com/gpu": 1})])],
+    {"tasks": {"j-0": PENDING}},
+    foreign_pods=[foreign("other-0", "n1", extended={"amd.com/gpu": 4})],
+)
+scenario(
+    "extended-10-missing-resource",
+    "extended-resources",
+    "No node advertises the FPGA resource: pending with ExtendedResourceMissing, never bound.",
+    [node("n1"), node("n2")],
+    [job("j", [task("j-0", extended={"xilinx.com/fpga": 1})])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["ExtendedResourceMissing"]}},
+)
+
+# ---------------------------------------------------------------- host ports
+scenario(
+    "ports-01-conflict-moves-pod",
+    "host-ports",
+    "n1 already runs a pod on host port 8080: the new 8080 pod goes to n2 although bin-packing prefers n1.",
+    [node("n1", gpus=0), node("n2", gpus=0)],
+    [
+        job("r", [task("r-0", cpu=8000, status="running", node="n1", host_ports=[{"port": 8080}])]),
+        job("j", [task("j-0", host_ports=[{"port": 8080}])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "ports-02-foreign-holds-port",
+    "host-ports",
+    "A foreign exporter binds 9400 on the only node: a pod wanting 9400 waits with reason HostPorts.",
+    [node("n1", gpus=0)],
+    [job("j", [task("j-0", host_ports=[{"port": 9400}])])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["HostPorts"]}},
+    foreign_pods=[foreign("dcgm", "n1", host_ports=[{"port": 9400}])],
+)
+scenario(
+    "ports-03-other-protocol",
+    "host-ports",
+    "53/UDP held by a foreign DNS pod does not block 53/TCP.",
+    [node("n1", gpus=0)],
+    [job("j", [task("j-0", host_ports=[{"port": 53, "protocol": "TCP"}])])],
+    {"tasks": {"j-0": on("n1")}},
+    foreign_pods=[foreign("dns", "n1", host_ports=[{"port": 53, "protocol": "UDP"}])],
+)
+scenario(
+    "ports-04-distinct-host-ips",
+    "host-ports",
+    "8080 bound on 10.0.0.1 leaves 8080 on 10.0.0.2 free, but not 8080 on every address.",
+    [node("n1", gpus=0)],
+    [
+        job("ip2", [task("ip2-0", host_ports=[{"port": 8080, "host_ip": "10.0.0.2"}])]),
+        job("any", [task("any-0", host_ports=[{"port": 8080}])]),
+    ],
+    {"tasks": {"ip2-0": on("n1"), "any-0": PENDING}},
+    foreign_pods=[foreign("web", "n1", host_ports=[{"port": 8080, "host_ip": "10.0.0.1"}])],
+)
+scenario(
+    "ports-05-gang-one-per-node",
+    "host-ports",
+    "A gang of two pods both binding 8080 spreads one per node.",
+    [node("n1", gpus=0), node("n2", gpus=0)],
+    [job("g", [task("g-0", host_ports=[{"port": 8080}]), task("g-1", host_ports=[{"port": 8080}])])],
+    {
+        "task_sets": [
+            {"tasks": ["g-0", "g-1"], "status_counts": {"allocated": 2}, "node_counts": {"n1": 1, "n2": 1}}
+        ]
+    },
+    tags=["host-ports", "gang"],
+)
+scenario(
+    "ports-06-gang-too-big",
+    "host-ports",
+    "A gang of three 8080 pods on two nodes cannot start as a whole: nothing is bound.",
+    [node("n1", gpus=0), node("n2", gpus=0)],
+    [job("g", [task(f"g-{i}", host_ports=[{"port": 8080}]) for i in range(3)])],
+    {"jobs": {"g": PENDING}},
+    tags=["host-ports", "gang"],
+)
+scenario(
+    "ports-07-releasing-holder-pipelines",
+    "host-ports",
+    "The pod holding 8080 is being evicted: the new 8080 pod is pipelined behind it, not bound.",
+    [node("n1", gpus=0)],
+    [
+        job("r", [task("r-0", status="releasing", node="n1", host_ports=[{"port": 8080}])], deleting=True),
+        job("j", [task("j-0", host_ports=[{"port": 8080}])]),
+    ],
+    {"tasks": {"j-0": on("n1", "pipelined")}},
+)
+
+# ---------------------------------------------------------------- inter-pod affinity
+scenario(
+    "affinity-01-same-node",
+    "pod-affinity",
+    "Required affinity to app=db by hostname: the pod joins the db pod on n2.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n1")]),
+        job("db", [task("db-0", status="running", node="n2", labels={"app": "db"})]),
+        job("j", [task("j-0", pod_affinity=[term(app="db")])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "affinity-02-same-zone",
+    "pod-affinity",
+    "Affinity to app=db by zone: n1 (zone a, holds db) is full, so the pod goes to n2 in zone a, not n3 in b.",
+    [
+        node("n1", gpus=0, cpu=2000, labels=host("n1", zone="a")),
+        node("n2", gpus=0, labels=host("n2", zone="a")),
+        node("n3", gpus=0, labels=host("n3", zone="b")),
+    ],
+    [
+        job("db", [task("db-0", cpu=2000, status="running", node="n1", labels={"app": "db"})]),
+        job("busy", [task("busy-0", cpu=32000, status="running", node="n3")]),
+        job("j", [task("j-0", pod_affinity=[term("zone", app="db")])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "affinity-03-nothing-to-join",
+    "pod-affinity",
+    "Affinity to app=db with no db pod anywhere (and the pod is not a db itself): pending, InterPodAffinity.",
+    [node("n1", gpus=0, labels=host("n1"))],
+    [job("j", [task("j-0", pod_affinity=[term(app="db")])])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["InterPodAffinity"]}},
+)
+scenario(
+    "affinity-04-first-of-its-group",
+    "pod-affinity",
+    "Affinity to its own label with no such pod yet: the first pod of the group may go anywhere (Kubernetes "
+    "rule).",
+    [node("n1", gpus=0, labels=host("n1"))],
+    [job("j", [task("j-0", labels={"app": "web"}, pod_affinity=[term(app="web")])])],
+    {"tasks": {"j-0": on("n1")}},
+)
+scenario(
+    "affinity-05-gang-same-zone",
+    "pod-affinity",
+    "A gang with zone self-affinity: the first pod lands on n1 (zone a); the second follows to n2 in zone a "
+    "although bin-packing alone would pick n3 (zone b).",
+    [
+        node("n1", labels=host("n1", zone="a")),
+        node("n2", gpus=16, labels=host("n2", zone="a")),
+        node("n3", labels=host("n3", zone="b")),
+    ],
+    [
+        job(
+            "g",
+            [
+                task("g-0", gpus=8, labels={"app": "g"}, pod_affinity=[term("zone", app="g")]),
+                task("g-1", gpus=8, labels={"app": "g"}, pod_affinity=[term("zone", app="g")]),
+            ],
+        )
+    ],
+    {"tasks": {"g-0": on("n1"), "g-1": on("n2")}},
+    tags=["pod-affinity", "gang"],
+)
+scenario(
+    "affinity-06-anti-hostname",
+    "pod-anti-affinity",
+    "Anti-affinity to app=web by hostname: a web pod runs on the busier n1, so the new one goes to n2.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job("w", [task("w-0", cpu=8000, status="running", node="n1", labels={"app": "web"})]),
+        job("j", [task("j-0", labels={"app": "web"}, pod_anti_affinity=[term(app="web")])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "affinity-07-anti-gang-too-big",
+    "pod-anti-affinity",
+    "Three web pods with hostname anti-affinity among themselves, two nodes: the gang cannot start.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job(
+            "g",
+            [task(f"g-{i}", labels={"app": "web"}, pod_anti_affinity=[term(app="web")]) for i in range(3)],
+        )
+    ],
+    {"jobs": {"g": PENDING}, "filter_reasons": {"g": ["InterPodAntiAffinity"]}},
+    tags=["pod-anti-affinity", "gang"],
+)
+scenario(
+    "affinity-08-anti-gang-spreads",
+    "pod-anti-affinity",
+    "Two gang members with hostname anti-affinity land on different nodes.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job(
+            "g",
+            [task(f"g-{i}", labels={"app": "web"}, pod_anti_affinity=[term(app="web")]) for i in range(2)],
+        )
+    ],
+    {
+        "task_sets": [
+            {"tasks": ["g-0", "g-1"], "status_counts": {"allocated": 2}, "node_counts": {"n1": 1, "n2": 1}}
+        ]
+    },
+    tags=["pod-anti-affinity", "gang"],
+)
+scenario(
+    "affinity-09-existing-anti-affinity",
+    "pod-anti-affinity",
+    "A running pod on n1 refuses app=batch next to it: a plain batch pod goes to n2 (symmetry).",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job(
+            "lat",
+            [
+                task(
+                    "lat-0",
+                    cpu=8000,
+                    status="running",
+                    node="n1",
+                    labels={"app": "latency"},
+                    pod_anti_affinity=[term(app="batch")],
+                )
+            ],
+        ),
+        job("j", [task("j-0", labels={"app": "batch"})]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "affinity-10-existing-anti-affinity-blocks",
+    "pod-anti-affinity",
+    "The only node runs a pod that refuses app=batch: the batch pod waits with ExistingPodsAntiAffinity.",
+    [node("n1", gpus=0, labels=host("n1"))],
+    [
+        job(
+            "lat",
+            [
+                task(
+                    "lat-0",
+                    status="running",
+                    node="n1",
+                    labels={"app": "latency"},
+                    pod_anti_affinity=[term(app="batch")],
+                )
+            ],
+        ),
+        job("j", [task("j-0", labels={"app": "batch"})]),
+    ],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["ExistingPodsAntiAffinity"]}},
+)
+scenario(
+    "affinity-11-anti-foreign",
+    "pod-anti-affinity",
+    "Anti-affinity to a noisy foreign pod on n1: the pod goes to n2.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [job("j", [task("j-0", pod_anti_affinity=[term(app="noisy")])])],
+    {"tasks": {"j-0": on("n2")}},
+    foreign_pods=[foreign("noisy-0", "n1", cpu_millicores=8000, labels={"app": "noisy"})],
+)
+scenario(
+    "affinity-12-foreign-target",
+    "pod-affinity",
+    "Affinity to a cache pod of another scheduler on n2: the pod joins it.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n1")]),
+        job("j", [task("j-0", pod_affinity=[term(app="cache")])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+    foreign_pods=[foreign("cache-0", "n2", labels={"app": "cache"})],
+)
+scenario(
+    "affinity-13-anti-zone",
+    "pod-anti-affinity",
+    "Zone anti-affinity to app=web: zone a holds one, so the pod goes to zone b (n3), not n2.",
+    [
+        node("n1", gpus=0, labels=host("n1", zone="a")),
+        node("n2", gpus=0, labels=host("n2", zone="a")),
+        node("n3", gpus=0, labels=host("n3", zone="b")),
+    ],
+    [
+        job("w", [task("w-0", status="running", node="n1", labels={"app": "web"})]),
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n2")]),
+        job("j", [task("j-0", pod_anti_affinity=[term("zone", app="web")])]),
+    ],
+    {"tasks": {"j-0": on("n3")}},
+)
+scenario(
+    "affinity-14-other-namespace",
+    "pod-anti-affinity",
+    "Anti-affinity to app=web in namespace other does not see the web pod of namespace default: n1 is fine.",
+    [node("n1", gpus=0, labels=host("n1")), node("n2", gpus=0, labels=host("n2"))],
+    [
+        job("w", [task("w-0", cpu=8000, status="running", node="n1", labels={"app": "web"})]),
+        job("j", [task("j-0", pod_anti_affinity=[term(app="web") | {"namespaces": ["other"]}])]),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+scenario(
+    "affinity-15-releasing-holder",
+    "pod-anti-affinity",
+    "The conflicting web pod is being evicted: the new pod is pipelined behind it on the only node.",
+    [node("n1", gpus=0, labels=host("n1"))],
+    [
+        job("w", [task("w-0", status="releasing", node="n1", labels={"app": "web"})], deleting=True),
+        job("j", [task("j-0", pod_anti_affinity=[term(app="web")])]),
+    ],
+    {"tasks": {"j-0": on("n1", "pipelined")}},
+)
+
+# ---------------------------------------------------------------- topology spread
+ZONES = [node("n1", gpus=0, labels=host("n1", zone="a")), node("n2", gpus=0, labels=host("n2", zone="b"))]
+
+
+def spread(max_skew: int = 1, key: str = "zone", **kw: Any) -> dict[str, Any]:
+    return {"max_skew": max_skew, "topology_key": key, "label_selector": sel(app="web")} | kw
+
+
+def web(name: str, status: str = "running", node: str | None = None, **kw: Any) -> dict[str, Any]:
+    return task(name, status=status, node=node, labels={"app": "web"}, **kw)
+
+
+scenario(
+    "spread-01-skew",
+    "topology-spread",
+    "Zone a has 2 web pods, zone b 1: maxSkew 1 sends the next one to zone b.",
+    ZONES,
+    [
+        job("w", [web("w-0", node="n1"), web("w-1", node="n1"), web("w-2", node="n2")]),
+        job("j", [web("j-0", status="pending", topology_spread=[spread()])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "spread-02-min-domains",
+    "topology-spread",
+    "minDomains 3 with 2 zones counts the minimum as 0: with one web pod per zone no placement keeps skew 1.",
+    ZONES,
+    [
+        job("w", [web("w-0", node="n1"), web("w-1", node="n2")]),
+        job("j", [web("j-0", status="pending", topology_spread=[spread(min_domains=3)])]),
+    ],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["PodTopologySpread"]}},
+)
+scenario(
+    "spread-03-missing-label",
+    "topology-spread",
+    "The only node has no zone label: a DoNotSchedule zone constraint cannot be met there.",
+    [node("n1", gpus=0, labels=host("n1"))],
+    [job("j", [web("j-0", status="pending", topology_spread=[spread()])])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["PodTopologySpreadMissingLabel"]}},
+)
+scenario(
+    "spread-04-node-affinity-policy",
+    "topology-spread",
+    "Zone c (pool cpu, no web pods) is outside the pods' nodeSelector. Honor (default) leaves it out of the "
+    "count, so minimum 1 and the pod fits in zone a or b; Ignore counts it, minimum 0, and nothing fits.",
+    [*ZONES[0:1], node("n2", gpus=0, labels=host("n2", zone="b", pool="gpu")), node("n3", gpus=0, labels=host("n3", zone="c", pool="cpu"))],
+    [
+        job("w", [web("w-0", node="n1"), web("w-1", node="n2")]),
+        job(
+            "honor",
+            [web("honor-0", status="pending", node_selector={"pool": "gpu"}, topology_spread=[spread()])],
+        ),
+        job(
+            "ignore",
+            [
+                web(
+                    "ignore-0",
+                    status="pending",
+                    node_selector={"pool": "gpu"},
+                    topology_spread=[spread(node_affinity_policy="Ignore")],
+                )
+            ],
+        ),
+    ],
+    {"tasks": {"honor-0": on("n2"), "ignore-0": PENDING}},
+)
+scenario(
+    "spread-05-node-taints-policy",
+    "topology-spread",
+    "Zone c's node is tainted. Ignore (default) counts its empty zone, minimum 0: no fit. Honor leaves it "
+    "out: minimum 1 and the pod fits.",
+    [*ZONES, node("n3", gpus=0, labels=host("n3", zone="c"), taints=[{"key": "dedicated", "effect": "NoSchedule"}])],
+    [
+        job("w", [web("w-0", node="n1"), web("w-1", node="n2")]),
+        job(
+            "honor", [web("honor-0", status="pending", topology_spread=[spread(node_taints_policy="Honor")])]
+        ),
+        job("ignore", [web("ignore-0", status="pending", topology_spread=[spread()])]),
+    ],
+    {"tasks": {"honor-0": {"status": "allocated", "node_any_of": ["n1", "n2"]}, "ignore-0": PENDING}},
+)
+scenario(
+    "spread-06-gang-evenly",
+    "topology-spread",
+    "Four gang members with zone skew 1 split 2 and 2, although bin-packing would stack them on one node.",
+    [node("n1", gpus=16, labels=host("n1", zone="a")), node("n2", gpus=16, labels=host("n2", zone="b"))],
+    [job("g", [web(f"g-{i}", status="pending", gpus=2, topology_spread=[spread()]) for i in range(4)])],
+    {
+        "task_sets": [
+            {
+                "tasks": [f"g-{i}" for i in range(4)],
+                "status_counts": {"allocated": 4},
+                "node_counts": {"n1": 2, "n2": 2},
+            }
+        ]
+    },
+    tags=["topology-spread", "gang"],
+)
+scenario(
+    "spread-07-schedule-anyway-scores",
+    "topology-spread",
+    "ScheduleAnyway is a preference: bin-packing likes the busy n1, but zone a already has web pods, so the "
+    "pod goes to n2.",
+    ZONES,
+    [
+        job("w", [web("w-0", cpu=8000, node="n1")]),
+        job(
+            "j", [web("j-0", status="pending", topology_spread=[spread(when_unsatisfiable="ScheduleAnyway")])]
+        ),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+    tags=["topology-spread", "scores"],
+)
+scenario(
+    "spread-08-counts-foreign",
+    "topology-spread",
+    "Two foreign web pods in zone a count for the spread: the pod goes to zone b.",
+    ZONES,
+    [job("j", [web("j-0", status="pending", topology_spread=[spread()])])],
+    {"tasks": {"j-0": on("n2")}},
+    foreign_pods=[foreign("fw-0", "n1", labels={"app": "web"}), foreign("fw-1", "n1", labels={"app": "web"})],
+)
+scenario(
+    "spread-09-releasing-not-counted",
+    "topology-spread",
+    "Zone a's two web pods are being deleted and no longer count: the pod may join zone a (n1, busier).",
+    ZONES,
+    [
+        job(
+            "old",
+            [
+                web("old-0", status="releasing", node="n1", cpu=8000),
+                web("old-1", status="releasing", node="n1", cpu=8000),
+            ],
+            deleting=True,
+        ),
+        job("w", [web("w-0", node="n2")]),
+        job("j", [web("j-0", status="pending", topology_spread=[spread()])]),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+
+# ---------------------------------------------------------------- volumes
+ZONE_A = [{"match_expressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+scenario(
+    "volumes-01-zonal-disk",
+    "volumes",
+    "The pod's bound volume lives in zone a: it goes to n1 although bin-packing prefers n2.",
+    ZONES,
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n2")]),
+        job("j", [task("j-0", volumes=[{"claim": "data", "node_affinity": ZONE_A}])]),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+scenario(
+    "volumes-02-zone-missing",
+    "volumes",
+    "The volume's zone has no node: pending, VolumeNodeAffinity.",
+    [ZONES[1]],
+    [job("j", [task("j-0", volumes=[{"claim": "data", "node_affinity": ZONE_A}])])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["VolumeNodeAffinity"]}},
+)
+scenario(
+    "volumes-03-wait-for-first-consumer",
+    "volumes",
+    "An unbound WaitForFirstConsumer claim is not provisioned by Hourglass: pending, and the message names "
+    "the claim.",
+    ZONES,
+    [
+        job(
+            "j",
+            [
+                task(
+                    "j-0",
+                    volumes=[{"claim": "scratch", "bound": False, "binding_mode": "WaitForFirstConsumer"}],
+                )
+            ],
+        )
+    ],
+    {
+        "tasks": {"j-0": PENDING},
+        "filter_reasons": {"j": ["VolumeWaitForFirstConsumer"]},
+        "message_contains": {"j": "PersistentVolumeClaim scratch"},
+    },
+)
+scenario(
+    "volumes-04-unbound-immediate",
+    "volumes",
+    "An Immediate claim not bound yet: pending until it is.",
+    ZONES,
+    [job("j", [task("j-0", volumes=[{"claim": "data", "bound": False}])])],
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["VolumeUnboundImmediate"]}},
+)
+
+# ---------------------------------------------------------------- scheduling gates
+scenario(
+    "gates-01-gated-no-decision",
+    "scheduling-gates",
+    "A gated pod is not pending yet: no bind and no Unschedulable decision.",
+    [node("n1")],
+    [job("j", [task("j-0", gpus=1, scheduling_gates=["example.com/quota"])])],
+    {"tasks": {"j-0": PENDING}, "no_decision": ["j"]},
+)
+scenario(
+    "gates-02-gated-frees-capacity",
+    "scheduling-gates",
+    "The older job's pod is gated: the younger job takes the GPUs.",
+    [node("n1")],
+    [
+        job("a", [task("a-0", gpus=8, scheduling_gates=["example.com/quota"])], age_minutes=10),
+        job("b", [task("b-0", gpus=8)]),
+    ],
+    {"tasks": {"a-0": PENDING, "b-0": on("n1")}},
+)
+scenario(
+    "gates-03-gang-member-gated",
+    "scheduling-gates",
+    "One member of a 2-pod gang is gated: the gang waits as a whole (not ready), nothing is bound.",
+    [node("n1")],
+    [job("g", [task("g-0", gpus=1), task("g-1", gpus=1, scheduling_gates=["x.io/g"])])],
+    {"jobs": {"g": PENDING}},
+    tags=["scheduling-gates", "gang"],
+)
+
+# ---------------------------------------------------------------- node state
+scenario(
+    "nodes-01-not-ready",
+    "node-state",
+    "n1 is NotReady: the pod goes to n2.",
+    [node("n1", ready=False), node("n2")],
+    [job("j", [task("j-0", gpus=1)])],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "nodes-02-cordoned",
+    "node-state",
+    "n1 is cordoned (unschedulable): the pod goes to n2.",
+    [node("n1", unschedulable=True), node("n2")],
+    [job("j", [task("j-0", gpus=1)])],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "nodes-03-no-execute",
+    "node-state",
+    "A NoExecute taint keeps the plain pod off the busier n1; the pod tolerating it may use n1.",
+    [node("n1", taints=[{"key": "maint", "effect": "NoExecute"}]), node("n2")],
+    [
+        job(
+            "busy",
+            [
+                task(
+                    "busy-0",
+                    gpus=4,
+                    status="running",
+                    node="n1",
+                    tolerations=[{"key": "maint", "operator": "Exists"}],
+                )
+            ],
+        ),
+        job("plain", [task("plain-0", gpus=1)]),
+        job("tol", [task("tol-0", gpus=1, tolerations=[{"key": "maint", "operator": "Exists"}])]),
+    ],
+    {"tasks": {"plain-0": on("n2"), "tol-0": on("n1")}},
+)
+scenario(
+    "nodes-04-prefer-no-schedule",
+    "node-state",
+    "PreferNoSchedule is not a filter: bin-packing still picks the busier n1.",
+    [node("n1", taints=[{"key": "soft", "effect": "PreferNoSchedule"}]), node("n2")],
+    [
+        job(
+            "busy",
+            [
+                task(
+                    "busy-0",
+                    gpus=4,
+                    status="running",
+                    node="n1",
+                    tolerations=[{"key": "soft", "operator": "Exists"}],
+                )
+            ],
+        ),
+        job("j", [task("j-0", gpus=1)]),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+
+# ---------------------------------------------------------------- scores
+scenario(
+    "scores-01-preferred-node-affinity",
+    "scores",
+    "Preferred node affinity (pool fast) outweighs bin-packing, which prefers the busier n1.",
+    [node("n1", labels=host("n1", pool="slow")), node("n2", labels=host("n2", pool="fast"))],
+    [
+        job("busy", [task("busy-0", gpus=4, status="running", node="n1")]),
+        job(
+            "j",
+            [
+                task(
+                    "j-0",
+                    gpus=1,
+                    preferred_node_affinity=[
+                        {
+                            "weight": 50,
+                            "match_expressions": [{"key": "pool", "operator": "In", "values": ["fast"]}],
+                        }
+                    ],
+                )
+            ],
+        ),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "scores-02-preferred-pod-affinity",
+    "scores",
+    "Preferred affinity to the cache pod on n2 outweighs bin-packing.",
+    [node("n1", labels=host("n1")), node("n2", labels=host("n2"))],
+    [
+        job("busy", [task("busy-0", gpus=4, status="running", node="n1")]),
+        job("cache", [task("cache-0", status="running", node="n2", labels={"app": "cache"})]),
+        job("j", [task("j-0", gpus=1, pod_affinity=[term(app="cache") | {"weight": 100}])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "scores-03-preferred-anti-affinity",
+    "scores",
+    "Preferred anti-affinity to the web pod on the busier n1 sends the pod to n2.",
+    [node("n1", labels=host("n1")), node("n2", labels=host("n2"))],
+    [
+        job("w", [task("w-0", gpus=4, status="running", node="n1", labels={"app": "web"})]),
+        job("j", [task("j-0", gpus=1, pod_anti_affinity=[term(app="web") | {"weight": 100}])]),
+    ],
+    {"tasks": {"j-0": on("n2")}},
+)
+scenario(
+    "scores-04-idle-beats-preference",
+    "scores",
+    "A preference never trades idle capacity for capacity still held by a releasing pod: the pod is bound on "
+    "idle n1 rather than pipelined on preferred n2.",
+    [node("n1", gpus=1, labels=host("n1", pool="slow")), node("n2", gpus=1, labels=host("n2", pool="fast"))],
+    [
+        job("old", [task("old-0", gpus=1, status="releasing", node="n2")], deleting=True),
+        job(
+            "j",
+            [
+                task(
+                    "j-0",
+                    gpus=1,
+                    preferred_node_affinity=[
+                        {
+                            "weight": 100,
+                            "match_expressions": [{"key": "pool", "operator": "In", "values": ["fast"]}],
+                        }
+                    ],
+                )
+            ],
+        ),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+
+# ---------------------------------------------------------------- with reclaim, preempt, consolidation
+scenario(
+    "evict-01-reclaim-frees-anti-affinity",
+    "with-eviction",
+    "Queue b's pod refuses app=web next to it; the only node runs queue a's web pod above a's share. Reclaim "
+    "evicts it, and b's pod is pipelined there.",
+    [node("n1", labels=host("n1"))],
+    [
+        job("web", [task("web-0", gpus=4, status="running", node="n1", labels={"app": "web"})], queue="a"),
+        job("b1", [task("b1-0", gpus=4, pod_anti_affinity=[term(app="web")])], queue="b"),
+    ],
+    {"tasks": {"web-0": {"status": "releasing", "node": "n1"}, "b1-0": on("n1", "pipelined")}},
+    phase="reclaim",
+    queues=[queue("a", quota=0), queue("b", quota=4)],
+    tags=["with-eviction", "reclaim"],
+)
+scenario(
+    "evict-02-preempt-frees-port",
+    "with-eviction",
+    "A high-priority pod needs host port 8080, held on the only node by a low-priority pod of the same "
+    "queue: preempt evicts it and the pod is pipelined there.",
+    [node("n1", gpus=0)],
+    [
+        job("low", [task("low-0", status="running", node="n1", host_ports=[{"port": 8080}])], priority=50),
+        job("high", [task("high-0", host_ports=[{"port": 8080}])], priority=100, preemptible=False),
+    ],
+    {"tasks": {"low-0": {"status": "releasing", "node": "n1"}, "high-0": on("n1", "pipelined")}},
+    phase="preempt",
+    tags=["with-eviction", "preempt"],
+)
+scenario(
+    "evict-03-consolidation-control",
+    "with-eviction",
+    "Control for the next two: two 4-GPU pods on two 8-GPU nodes and an 8-GPU job; consolidation moves one "
+    "pod so the job fits.",
+    [node("n1", labels=host("n1")), node("n2", labels=host("n2"))],
+    [
+        job("r1", [task("r1-0", gpus=4, status="running", node="n1", labels={"app": "web"})]),
+        job("r2", [task("r2-0", gpus=4, status="running", node="n2", labels={"app": "web"})]),
+        job("p", [task("p-0", gpus=8)]),
+    ],
+    {"tasks": {"p-0": {"status": "pipelined", "node_any_of": ["n1", "n2"]}}},
+    phase="consolidation",
+    tags=["with-eviction", "consolidation"],
+)
+scenario(
+    "evict-04-consolidation-respects-anti-affinity",
+    "with-eviction",
+    "The same cluster, but the two pods refuse each other by hostname: no move is possible, nothing is "
+    "evicted and the job waits.",
+    [node("n1", labels=host("n1")), node("n2", labels=host("n2"))],
+    [
+        job(
+            "r1",
+            [
+                task(
+                    "r1-0",
+                    gpus=4,
+                    status="running",
+                    node="n1",
+                    labels={"app": "web"},
+                    pod_anti_affinity=[term(app="web")],
+                )
+            ],
+        ),
+        job(
+            "r2",
+            [
+                task(
+                    "r2-0",
+                    gpus=4,
+                    status="running",
+                    node="n2",
+                    labels={"app": "web"},
+                    pod_anti_affinity=[term(app="web")],
+                )
+            ],
+        ),
+        job("p", [task("p-0", gpus=8)]),
+    ],
+    {"tasks": {"p-0": PENDING, "r1-0": on("n1", "running"), "r2-0": on("n2", "running")}},
+    phase="consolidation",
+    tags=["with-eviction", "consolidation"],
+)
+scenario(
+    "evict-05-consolidation-respects-ports",
+    "with-eviction",
+    "The same cluster, but both pods bind host port 8080: neither can move onto the other's node.",
+    [node("n1"), node("n2")],
+    [
+        job("r1", [task("r1-0", gpus=4, status="running", node="n1", host_ports=[{"port": 8080}])]),
+        job("r2", [task("r2-0", gpus=4, status="running", node="n2", host_ports=[{"port": 8080}])]),
+        job("p", [task("p-0", gpus=8)]),
+    ],
+    {"tasks": {"p-0": PENDING, "r1-0": on("n1", "running"), "r2-0": on("n2", "running")}},
+    phase="consolidation",
+    tags=["with-eviction", "consolidation"],
+)
+
+
+def main() -> None:
+    """(Re)write every scenario file."""
+    for s in S:
+        path = OUT / s["category"] / f"{s['name']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(s, indent=2) + "\n")
+    print(f"wrote {len(S)} scenarios under {OUT}")
+
+
+if __name__ == "__main__":
+    main()
