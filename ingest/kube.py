@@ -23,21 +23,27 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from ingest.events import (
+    ForeignPodUpserted,
+    HostPort,
     NodeRemoved,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     NodeUpserted,
+    PodAffinityTerm,
     PodDeleted,
     PodGroupDeleted,
     PodGroupUpserted,
     PodRequests,
     PodSubmitted,
+    PreferredSchedulingTerm,
     QueueDeleted,
     QueueResource,
     QueueResources,
     QueueUpserted,
     Taint,
     Toleration,
+    TopologySpreadConstraint,
+    VolumeClaim,
     validation_message,
 )
 from ingest.units import parse_bytes, parse_cpu_millicores, parse_fraction_milli, parse_gpu_milli
@@ -58,7 +64,10 @@ __all__ = [
     "KubeError",
     "PodView",
     "check_queue_name",
+    "claim_names",
     "creation_ms",
+    "foreign_pod",
+    "host_ports",
     "node_removed",
     "node_upserted",
     "pod_deleted",
@@ -70,6 +79,7 @@ __all__ = [
     "podgroup_upserted",
     "queue_deleted",
     "queue_upserted",
+    "volume_claim",
 ]
 
 # KAI's keys (kai-spec §2.2, §2.3, §2.5).
@@ -226,6 +236,12 @@ def node_upserted(obj: dict[str, Any], at_ms: int) -> NodeUpserted:
             "not a whole number of GPUs",
         )
     max_pods = quantity("pods", lambda v: parse_cpu_millicores(v) // 1000, 110)
+    extended: dict[str, int] = {}
+    for res in sorted(alloc):
+        if is_extended_resource(str(res)):
+            amount = quantity(str(res), lambda v, r=str(res): extended_amount(r, v), 0)
+            if amount:
+                extended[str(res)] = amount
 
     gpu_memory: int | None = None
     if LABEL_GPU_MEMORY in labels:
@@ -272,6 +288,7 @@ def node_upserted(obj: dict[str, Any], at_ms: int) -> NodeUpserted:
             taints=taints,
             ready=ready,
             unschedulable=bool(spec.get("unschedulable", False)),
+            extended=extended,
         )
     except ValidationError as exc:
         raise _fail_model("Node", name, exc) from None
@@ -483,12 +500,46 @@ class _Totals:
     cpu: int = 0
     memory: int = 0
     gpus: int = 0
+    ext: tuple[tuple[str, int], ...] = ()  # extended resources, sorted by name
 
     def plus(self, o: _Totals) -> _Totals:
-        return _Totals(self.cpu + o.cpu, self.memory + o.memory, self.gpus + o.gpus)
+        ext = dict(self.ext)
+        for k, v in o.ext:
+            ext[k] = ext.get(k, 0) + v
+        return _Totals(
+            self.cpu + o.cpu, self.memory + o.memory, self.gpus + o.gpus, tuple(sorted(ext.items()))
+        )
 
     def max(self, o: _Totals) -> _Totals:
-        return _Totals(max(self.cpu, o.cpu), max(self.memory, o.memory), max(self.gpus, o.gpus))
+        ext = dict(self.ext)
+        for k, v in o.ext:
+            ext[k] = max(ext.get(k, 0), v)
+        return _Totals(
+            max(self.cpu, o.cpu),
+            max(self.memory, o.memory),
+            max(self.gpus, o.gpus),
+            tuple(sorted(ext.items())),
+        )
+
+
+# Resources a pod may ask for that the engine does not model, on purpose (docs/filters.md): the kubelet
+# admits them against node allocatable that is, in practice, never the bottleneck of a GPU cluster.
+UNCHECKED_RESOURCES: Final = frozenset({"ephemeral-storage"})
+
+
+def is_extended_resource(name: str) -> bool:
+    """An extended resource: a domain-qualified name (``vendor.com/thing``) or ``hugepages-<size>``."""
+    return ("/" in name and name != GPU_RESOURCE) or name.startswith("hugepages-")
+
+
+def extended_amount(name: str, value: Any) -> int:
+    """An extended resource quantity in engine units: bytes for hugepages, a whole count otherwise."""
+    if name.startswith("hugepages-"):
+        return parse_bytes(value)
+    milli = parse_cpu_millicores(value)
+    if milli % 1000:
+        raise ValueError("extended resources are whole numbers")
+    return milli // 1000
 
 
 def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
@@ -522,7 +573,27 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
                 "Pod", key, got[1], got[0], "must be a whole number of GPUs (use the gpu-fraction annotation)"
             )
         out["gpus"] = milli // 1000
-    return _Totals(out["cpu"], out["memory"], out["gpus"])
+    ext: dict[str, int] = {}
+    for name in sorted(set(requests) | set(limits)):
+        if name in ("cpu", "memory", GPU_RESOURCE) or name in UNCHECKED_RESOURCES:
+            continue
+        got = get(name)
+        assert got is not None
+        if not is_extended_resource(name):
+            raise KubeError(
+                "Pod",
+                key,
+                got[1],
+                got[0],
+                "is not a resource Hourglass knows (not an extended resource name)",
+            )
+        try:
+            amount = extended_amount(name, got[0])
+        except ValueError as exc:
+            raise KubeError("Pod", key, got[1], got[0], str(exc)) from None
+        if amount:
+            ext[name] = amount
+    return _Totals(out["cpu"], out["memory"], out["gpus"], tuple(sorted(ext.items())))
 
 
 def pod_requests(obj: dict[str, Any]) -> PodRequests:
@@ -583,6 +654,7 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
             gpu_fraction_milli=fraction,
             gpu_fraction_devices=devices,
             gpu_memory_mib=memory_mib,
+            extended=dict(total.ext),
         )
     except ValidationError as exc:
         raise _fail_model("Pod", key, exc) from None
@@ -649,8 +721,177 @@ def _tolerations(key: str, spec: dict[str, Any]) -> list[Toleration]:
     return out
 
 
-def pod_submitted(obj: dict[str, Any], pod_group: str, at_ms: int) -> PodSubmitted:
-    """Translate a pod that asks for placement; ``pod_group`` comes from the annotation or the pod grouper."""
+def host_ports(key: str, spec: dict[str, Any]) -> list[HostPort]:
+    """The ``hostPort`` of every container port that has one (what the NodePorts filter checks)."""
+    out: list[HostPort] = []
+    for i, c in enumerate(spec.get("containers") or []):
+        for j, port in enumerate(_dict(c).get("ports") or []):
+            port = _dict(port)
+            if not port.get("hostPort"):
+                continue
+            try:
+                out.append(
+                    HostPort(
+                        port=port["hostPort"],
+                        protocol=port.get("protocol") or "TCP",
+                        host_ip=str(port.get("hostIP") or ""),
+                    )
+                )
+            except ValidationError as exc:
+                where = f"spec.containers[{i}].ports[{j}]"
+                raise KubeError("Pod", key, where, port, validation_message(exc)) from None
+    return out
+
+
+def _selector(s: Any) -> dict[str, Any]:
+    s = _dict(s)
+    return {
+        "match_labels": _str_map(s.get("matchLabels")),
+        "match_expressions": [
+            {
+                "key": str(_dict(e).get("key", "")),
+                "operator": _dict(e).get("operator"),
+                "values": [str(v) for v in _dict(e).get("values") or []],
+            }
+            for e in s.get("matchExpressions") or []
+        ],
+    }
+
+
+def _pod_terms(key: str, spec: dict[str, Any], kind: str) -> list[PodAffinityTerm]:
+    """Required and preferred terms of ``podAffinity`` / ``podAntiAffinity`` (preferred ones carry a weight)."""
+    block = _dict(_dict(spec.get("affinity")).get(kind))
+    out: list[PodAffinityTerm] = []
+    where = f"spec.affinity.{kind}"
+    items = [
+        (t, 0, f"{where}.requiredDuringSchedulingIgnoredDuringExecution[{i}]")
+        for i, t in enumerate(block.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+    ]
+    for i, w in enumerate(block.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        w = _dict(w)
+        items.append(
+            (
+                w.get("podAffinityTerm"),
+                w.get("weight", 1),
+                f"{where}.preferredDuringSchedulingIgnoredDuringExecution[{i}]",
+            )
+        )
+    for t, weight, at in items:
+        t = _dict(t)
+        try:
+            out.append(
+                PodAffinityTerm.model_validate(
+                    {
+                        "label_selector": _selector(t.get("labelSelector")),
+                        "topology_key": str(t.get("topologyKey") or ""),
+                        "namespaces": [str(n) for n in t.get("namespaces") or []],
+                        "weight": weight,
+                    }
+                )
+            )
+        except ValidationError as exc:
+            raise KubeError("Pod", key, at, t, validation_message(exc)) from None
+    return out
+
+
+def _preferred_node_affinity(key: str, spec: dict[str, Any]) -> list[PreferredSchedulingTerm]:
+    block = _dict(_dict(spec.get("affinity")).get("nodeAffinity"))
+    out: list[PreferredSchedulingTerm] = []
+    for i, w in enumerate(block.get("preferredDuringSchedulingIgnoredDuringExecution") or []):
+        w = _dict(w)
+        pref = _dict(w.get("preference"))
+        try:
+            out.append(
+                PreferredSchedulingTerm.model_validate(
+                    {
+                        "weight": w.get("weight"),
+                        "match_expressions": [
+                            {
+                                "key": str(_dict(e).get("key", "")),
+                                "operator": _dict(e).get("operator"),
+                                "values": [str(v) for v in _dict(e).get("values") or []],
+                            }
+                            for e in pref.get("matchExpressions") or []
+                        ],
+                    }
+                )
+            )
+        except ValidationError as exc:
+            where = f"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
+            raise KubeError("Pod", key, where, w, validation_message(exc)) from None
+    return out
+
+
+def _spread(key: str, spec: dict[str, Any]) -> list[TopologySpreadConstraint]:
+    out: list[TopologySpreadConstraint] = []
+    for i, c in enumerate(spec.get("topologySpreadConstraints") or []):
+        c = _dict(c)
+        try:
+            out.append(
+                TopologySpreadConstraint.model_validate(
+                    {
+                        "max_skew": c.get("maxSkew"),
+                        "topology_key": str(c.get("topologyKey") or ""),
+                        "when_unsatisfiable": c.get("whenUnsatisfiable") or "DoNotSchedule",
+                        "label_selector": _selector(c.get("labelSelector")),
+                        "min_domains": c.get("minDomains"),
+                        "node_affinity_policy": c.get("nodeAffinityPolicy") or "Honor",
+                        "node_taints_policy": c.get("nodeTaintsPolicy") or "Ignore",
+                    }
+                )
+            )
+        except ValidationError as exc:
+            raise KubeError(
+                "Pod", key, f"spec.topologySpreadConstraints[{i}]", c, validation_message(exc)
+            ) from None
+    return out
+
+
+def claim_names(obj: dict[str, Any]) -> list[str]:
+    """The PersistentVolumeClaims a pod mounts (ingest resolves them into :class:`VolumeClaim`)."""
+    spec = _dict(obj.get("spec"))
+    out = []
+    for v in spec.get("volumes") or []:
+        claim = _dict(_dict(v).get("persistentVolumeClaim")).get("claimName")
+        if claim:
+            out.append(str(claim))
+    return out
+
+
+def volume_claim(
+    claim: str, pvc: dict[str, Any] | None, pv: dict[str, Any] | None, storage_class: dict[str, Any] | None
+) -> VolumeClaim:
+    """A claim as the engine needs it: bound to a volume with this node affinity, or unbound with this
+    binding mode (a missing claim counts as unbound Immediate: kube-scheduler waits for it too)."""
+    if pvc is not None and _dict(pvc.get("spec")).get("volumeName") and pv is not None:
+        required = _dict(_dict(_dict(pv.get("spec")).get("nodeAffinity")).get("required"))
+        terms = []
+        for t in required.get("nodeSelectorTerms") or []:
+            exprs = [
+                {
+                    "key": str(_dict(e).get("key", "")),
+                    "operator": _dict(e).get("operator"),
+                    "values": [str(v) for v in _dict(e).get("values") or []],
+                }
+                for e in _dict(t).get("matchExpressions") or []
+            ]
+            if exprs:
+                terms.append({"match_expressions": exprs})
+        return VolumeClaim.model_validate({"claim": claim, "bound": True, "node_affinity": terms})
+    mode = (storage_class or {}).get("volumeBindingMode") or "Immediate"
+    return VolumeClaim(
+        claim=claim,
+        bound=False,
+        binding_mode="WaitForFirstConsumer" if mode == "WaitForFirstConsumer" else "Immediate",
+    )
+
+
+def pod_submitted(
+    obj: dict[str, Any], pod_group: str, at_ms: int, volumes: list[VolumeClaim] | None = None
+) -> PodSubmitted:
+    """Translate a pod that asks for placement; ``pod_group`` comes from the annotation or the pod grouper.
+
+    ``volumes`` are its claims as ingest resolved them (:func:`volume_claim`)."""
     meta = _meta(obj)
     key = object_key(obj)
     labels = _str_map(meta.get("labels"))
@@ -680,6 +921,34 @@ def pod_submitted(obj: dict[str, Any], pod_group: str, at_ms: int) -> PodSubmitt
             task_priority=task_priority,
             created_at_ms=creation_ms(obj),
             scheduler_name=str(spec.get("schedulerName") or "default-scheduler"),
+            labels=labels,
+            host_ports=host_ports(key, spec),
+            pod_affinity=_pod_terms(key, spec, "podAffinity"),
+            pod_anti_affinity=_pod_terms(key, spec, "podAntiAffinity"),
+            preferred_node_affinity=_preferred_node_affinity(key, spec),
+            topology_spread=_spread(key, spec),
+            scheduling_gates=[str(_dict(g).get("name") or "") for g in spec.get("schedulingGates") or []],
+            volumes=volumes or [],
+        )
+    except ValidationError as exc:
+        raise _fail_model("Pod", key, exc) from None
+
+
+def foreign_pod(obj: dict[str, Any], at_ms: int) -> ForeignPodUpserted:
+    """A pod bound by another scheduler: only what the engine needs (requests, node, labels, ports)."""
+    meta = _meta(obj)
+    key = object_key(obj)
+    spec = _dict(obj.get("spec"))
+    try:
+        return ForeignPodUpserted(
+            name=str(meta.get("name") or ""),
+            namespace=str(meta.get("namespace") or ""),
+            at_ms=at_ms,
+            node=str(spec.get("nodeName") or ""),
+            requests=pod_requests(obj),
+            labels=_str_map(meta.get("labels")),
+            host_ports=host_ports(key, spec),
+            releasing=bool(meta.get("deletionTimestamp")),
         )
     except ValidationError as exc:
         raise _fail_model("Pod", key, exc) from None

@@ -1,6 +1,7 @@
 """Kubernetes ingest (``hourglass ingest``): list + watch the cluster, append contract events to the log.
 
-Watched: Nodes, Pods whose ``spec.schedulerName`` is ours (field selector), Queues
+Watched: Nodes, Pods whose ``spec.schedulerName`` is ours (field selector), bound non-terminal pods of every
+other scheduler (``ForeignPodUpserted``: they hold capacity the engine must see), Queues
 (``scheduling.run.ai/v2``) and PodGroups (``scheduling.run.ai/v2alpha2``). One thread per resource
 lists and watches (``allowWatchBookmarks``, server-side ``timeoutSeconds``) and hands raw objects to
 the single main loop, which translates them (:mod:`ingest.kube`), groups pods that name no PodGroup
@@ -53,6 +54,7 @@ from ingest import kube
 from ingest.events import (
     EventBase,
     EventError,
+    ForeignPodUpserted,
     NodeRemoved,
     NodeUpserted,
     PodBound,
@@ -62,8 +64,10 @@ from ingest.events import (
     PodGroupUpserted,
     PodReleasing,
     PodSubmitted,
+    PodUngated,
     QueueDeleted,
     QueueUpserted,
+    VolumeClaim,
     dump_event,
     event_key,
     parse_event,
@@ -142,7 +146,9 @@ PODGROUPS = Resource(
     "/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups",
 )
 PODS = Resource("Pod", "/api/v1/pods", "/api/v1/namespaces/{ns}/pods")
-RESOURCES: Final = (QUEUES, NODES, PODGROUPS, PODS)
+# Pods of other schedulers, cluster-wide whatever --namespace says: they share the nodes.
+FOREIGN_PODS = Resource("ForeignPod", "/api/v1/pods")
+RESOURCES: Final = (QUEUES, NODES, PODGROUPS, PODS, FOREIGN_PODS)
 """In initial-sync order: queues before pods, so a pod's queue is known when the pod is checked."""
 
 
@@ -476,6 +482,12 @@ class KubeIngest:
         return self.namespace if res.namespaced_path else None
 
     def _selector(self, res: Resource) -> str | None:
+        if res is FOREIGN_PODS:
+            # Bound, not finished, not ours. A pod leaving this set (finished) arrives as DELETED.
+            return (
+                f"spec.schedulerName!={self.scheduler_name},spec.nodeName!=,"
+                "status.phase!=Succeeded,status.phase!=Failed"
+            )
         return f"spec.schedulerName={self.scheduler_name}" if res is PODS else None
 
     def _watch_loop(self, res: Resource) -> None:
@@ -608,6 +620,12 @@ class KubeIngest:
             self.objects.pop(f"Queue/{ev.name}", None)
         elif isinstance(ev, PodGroupDeleted):
             self.objects.pop(f"PodGroup/{ev.namespace}/{ev.name}", None)
+        elif isinstance(ev, ForeignPodUpserted):
+            self.objects[f"ForeignPod/{ev.namespace}/{ev.name}"] = _event_digest(ev)
+        elif isinstance(ev, PodUngated):
+            st0 = self.pods.get(f"{ev.namespace}/{ev.name}")
+            if st0 is not None:
+                st0["gated"] = False
         elif isinstance(ev, PodSubmitted):
             self.pods[f"{ev.namespace}/{ev.name}"] = {
                 "uid": None,
@@ -615,9 +633,12 @@ class KubeIngest:
                 "node": None,
                 "releasing": False,
                 "finished": None,
+                "gated": bool(ev.scheduling_gates),
             }
         elif isinstance(ev, PodBound | PodReleasing | PodFinished | PodDeleted):
             key = f"{ev.namespace}/{ev.name}"
+            if isinstance(ev, PodFinished | PodDeleted):
+                self.objects.pop(f"ForeignPod/{key}", None)
             st = self.pods.get(key)
             if isinstance(ev, PodDeleted):
                 self.pods.pop(key, None)
@@ -709,7 +730,10 @@ class KubeIngest:
             return
         if f"{kind}/{key}" not in self.objects:
             return
-        if kind == "Node":
+        if kind == "ForeignPod":
+            ns, _, name = key.partition("/")
+            self._emit(batch, kube.pod_deleted(ns, name, self._at()))
+        elif kind == "Node":
             self._emit(batch, kube.node_removed(obj, self._at()))
         elif kind == "Queue":
             self._emit(batch, kube.queue_deleted(obj, self._at()))
@@ -760,6 +784,8 @@ class KubeIngest:
                 self._upsert(batch, self._podgroup_event(obj), f"PodGroup/{key}")
             elif kind == "Pod":
                 self._pod(item, batch)
+            elif kind == "ForeignPod":
+                self._upsert(batch, kube.foreign_pod(obj, self._at()), f"ForeignPod/{key}")
             self.rejected.pop(f"{kind}/{key}", None)
         except kube.KubeError as err:
             self._reject(batch, kind, obj, err)
@@ -807,7 +833,13 @@ class KubeIngest:
                 except (OSError, urllib3.exceptions.HTTPError) as exc:  # connection trouble: transient
                     self._retry_later(item, exc)
                     return
-            ev = kube.pod_submitted(obj, group, self._at())
+            claims = kube.claim_names(obj)
+            volumes = self._volumes(obj, claims) if claims else []
+            if any(not v.bound and v.binding_mode == "Immediate" for v in volumes):
+                # Its claim is about to be bound by the volume controller: look again shortly.
+                self._retry_later(item, RuntimeError("an Immediate PersistentVolumeClaim is not bound yet"))
+                return
+            ev = kube.pod_submitted(obj, group, self._at(), volumes)
             self._emit(batch, ev)
             st = self.pods[key]
             if ev.queue is not None and f"Queue/{ev.queue}" not in self.objects:
@@ -824,6 +856,8 @@ class KubeIngest:
         st["uid"] = uid or st.get("uid")
         view = kube.pod_view(obj)
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        if st.get("gated") and not (obj.get("spec") or {}).get("schedulingGates"):
+            self._emit(batch, PodUngated(name=name, namespace=ns, at_ms=self._at()))
         if view.node and not st.get("node"):
             devices = _devices((meta.get("annotations") or {}).get(kube.ANNOTATION_GPU_DEVICES))
             self._emit(
@@ -838,8 +872,29 @@ class KubeIngest:
             phase: Literal["Succeeded", "Failed"] = "Succeeded" if view.finished == "Succeeded" else "Failed"
             self._emit(batch, PodFinished(name=name, namespace=ns, phase=phase, at_ms=self._at()))
 
+    def _volumes(self, obj: dict[str, Any], claims: list[str]) -> list[VolumeClaim]:
+        """Resolve a pod's claims: bound volume's node affinity, or the StorageClass binding mode."""
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        out = []
+        for claim in claims:
+            pvc = self.api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
+            spec = (pvc or {}).get("spec") or {}
+            pv = (
+                self.api.get(f"/api/v1/persistentvolumes/{spec['volumeName']}")
+                if spec.get("volumeName")
+                else None
+            )
+            sc_name = spec.get("storageClassName")
+            sc = (
+                self.api.get(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+                if sc_name and pv is None
+                else None
+            )
+            out.append(kube.volume_claim(claim, pvc, pv, sc))
+        return out
+
     def _retry_later(self, item: _Changed, exc: BaseException) -> None:
-        log.warning("pod %s: grouping failed (%s), retrying in 2s", kube.object_key(item.obj), exc)
+        log.warning("pod %s: not submitted yet (%s), retrying in 2s", kube.object_key(item.obj), exc)
         self._retry[kube.object_key(item.obj)] = (time.monotonic() + 2.0, item)
 
     def _group(self, pod: dict[str, Any], batch: _Batch) -> str:

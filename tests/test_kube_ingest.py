@@ -640,6 +640,6 @@ def test_dedupe_state_is_rebuilt_from_the_log_without_a_state_file(tmp_path: Pat
         ingest._rebuild_from_log()
     assert set(ingest.objects) == {"Queue/q"}
     assert ingest.pods == {
-        "ns/a": {"uid": None, "group": "g", "node": "n1", "releasing": False, "finished": None}
+        "ns/a": {"uid": None, "group": "g", "node": "n1", "releasing": False, "finished": None, "gated": False}
     }
     assert ingest.last_at_ms == 5

@@ -430,3 +430,152 @@ def test_podgroup_patch_only_when_managed_fields_differ() -> None:
     assert podgroup_patch(existing, plan) is None
     existing["spec"]["minMember"] = 3
     assert podgroup_patch(existing, plan) == {"spec": {"minMember": 1}}
+
+
+# --------------------------------------------------------------------------- real nodes (contract v2)
+
+
+def test_node_extended_allocatable_keeps_qualified_names_and_hugepages_bytes() -> None:
+    obj = node(
+        allocatable={
+            "cpu": "8",
+            "memory": "32Gi",
+            "nvidia.com/mig-1g.10gb": "7",
+            "amd.com/gpu": "0",
+            "rdma/ib": "2",
+            "hugepages-2Mi": "1Gi",
+            "ephemeral-storage": "100Gi",
+            "attachable-volumes-aws-ebs": "25",
+        }
+    )
+    ev = kube.node_upserted(obj, 0)
+    assert ev.extended == {"hugepages-2Mi": 2**30, "nvidia.com/mig-1g.10gb": 7, "rdma/ib": 2}
+    assert ev.v == 2
+
+
+def test_pod_extended_requests_sum_containers_and_init_max() -> None:
+    obj = pod(
+        [req(cpu="1", **{"nvidia.com/mig-1g.10gb": "1", "rdma/ib": "1"}), req(**{"rdma/ib": "1"})],
+        initContainers=[req(**{"rdma/ib": "3"})],
+    )
+    assert kube.pod_requests(obj).extended == {"nvidia.com/mig-1g.10gb": 1, "rdma/ib": 3}
+    # ephemeral-storage is documented as unchecked; an unqualified unknown name is an error, never dropped.
+    assert kube.pod_requests(pod([req(**{"ephemeral-storage": "1Gi"})])).extended == {}
+    with pytest.raises(KubeError, match="not a resource Hourglass knows"):
+        kube.pod_requests(pod([req(fpga="1")]))
+    with pytest.raises(KubeError, match="whole numbers"):
+        kube.pod_requests(pod([req(**{"rdma/ib": "500m"})]))
+
+
+def test_pod_constraints_translate_to_contract_fields() -> None:
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    obj = pod(
+        [
+            {
+                "name": "c",
+                "ports": [
+                    {"containerPort": 80, "hostPort": 8080},
+                    {"containerPort": 53, "hostPort": 53, "protocol": "UDP", "hostIP": "10.0.0.1"},
+                    {"containerPort": 9000},
+                ],
+            }
+        ],
+        labels={"app": "web"},
+        affinity={
+            "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]},
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 30, "podAffinityTerm": term}]
+            },
+            "nodeAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 5,
+                        "preference": {
+                            "matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]
+                        },
+                    }
+                ]
+            },
+        },
+        topologySpreadConstraints=[
+            {
+                "maxSkew": 1,
+                "topologyKey": "zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}},
+                "minDomains": 2,
+                "nodeTaintsPolicy": "Honor",
+            }
+        ],
+        schedulingGates=[{"name": "example.com/quota"}],
+    )
+    ev = kube.pod_submitted(obj, "pg", 0, [kube.volume_claim("data", None, None, None)])
+    assert ev.v == 2 and ev.labels == {"app": "web"}
+    assert [(p.port, p.protocol, p.host_ip) for p in ev.host_ports] == [
+        (8080, "TCP", ""),
+        (53, "UDP", "10.0.0.1"),
+    ]
+    assert ev.pod_affinity[0].weight == 0 and ev.pod_affinity[0].label_selector.match_labels == {"app": "web"}
+    assert ev.pod_anti_affinity[0].weight == 30
+    assert ev.preferred_node_affinity[0].weight == 5
+    assert ev.topology_spread[0].min_domains == 2 and ev.topology_spread[0].node_taints_policy == "Honor"
+    assert ev.scheduling_gates == ["example.com/quota"]
+    assert ev.volumes[0].bound is False and ev.volumes[0].binding_mode == "Immediate"
+
+
+def test_volume_claim_resolution() -> None:
+    pvc = {"spec": {"volumeName": "pv-1", "storageClassName": "zonal"}}
+    pv = {
+        "spec": {
+            "nodeAffinity": {
+                "required": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                    ]
+                }
+            }
+        }
+    }
+    bound = kube.volume_claim("data", pvc, pv, None)
+    assert bound.bound and bound.node_affinity[0].match_expressions[0].values == ["a"]
+    wffc = kube.volume_claim(
+        "scratch",
+        {"spec": {"storageClassName": "local"}},
+        None,
+        {"volumeBindingMode": "WaitForFirstConsumer"},
+    )
+    assert not wffc.bound and wffc.binding_mode == "WaitForFirstConsumer"
+
+
+def test_foreign_pod_keeps_only_what_the_engine_needs() -> None:
+    obj = pod(
+        [
+            req(cpu="500m", memory="1Gi", **{"nvidia.com/gpu": "2"}),
+            {"name": "x", "ports": [{"containerPort": 9400, "hostPort": 9400}]},
+        ],
+        labels={"app": "dcgm"},
+        nodeName="n1",
+        schedulerName="default-scheduler",
+    )
+    obj["metadata"]["annotations"] = {"big": "x" * 1000}
+    ev = kube.foreign_pod(obj, 3)
+    assert (ev.node, ev.requests.gpus, ev.requests.cpu_millicores, ev.labels) == (
+        "n1",
+        2,
+        500,
+        {"app": "dcgm"},
+    )
+    assert [p.port for p in ev.host_ports] == [9400] and not ev.releasing
+    assert set(ev.model_dump()) == {
+        "v",
+        "uid",
+        "at_ms",
+        "type",
+        "name",
+        "namespace",
+        "node",
+        "requests",
+        "labels",
+        "host_ports",
+        "releasing",
+    }
