@@ -22,6 +22,10 @@ class SyntheticSpec:
     queues_per_department: int = 10
     running_fraction: float = 0.0  # share of pods bound up front (spread over nodes)
     seed: int = 0
+    # Real-node features (0 = none, the workload is then exactly the classic one):
+    foreign_fraction: float = 0.0  # share of GPU and CPU capacity held by pods of other schedulers
+    constrained_fraction: float = 0.0  # share of jobs whose pods carry hostname anti-affinity or zone spread
+    zones: int = 10
 
 
 def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
@@ -29,19 +33,42 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
     rng = random.Random(spec.seed)
     out: list[ev.Event] = []
     t = 0
+    real = spec.foreign_fraction > 0 or spec.constrained_fraction > 0
     for i in range(spec.nodes):
+        name = f"node-{i:05d}"
         out.append(
             ev.NodeUpserted(
-                uid=f"node-{i:05d}",
+                uid=name,
                 at_ms=t,
-                name=f"node-{i:05d}",
+                name=name,
                 cpu_millicores=128_000,
                 memory_bytes=1024 * 2**30,
                 gpus=spec.gpus_per_node,
                 gpu_memory_mib=81920,
                 gpu_model="A100",
+                labels={"kubernetes.io/hostname": name, "zone": f"zone-{i % spec.zones}"} if real else {},
             )
         )
+    if spec.foreign_fraction > 0:
+        # Foreign GPUs spread evenly: node i holds floor((i+1)·f·g) - floor(i·f·g) more, so the total is f of all.
+        g = spec.gpus_per_node
+        for i in range(spec.nodes):
+            gpus = int((i + 1) * spec.foreign_fraction * g) - int(i * spec.foreign_fraction * g)
+            out.append(
+                ev.ForeignPodUpserted(
+                    at_ms=t,
+                    name=f"other-{i:05d}",
+                    namespace="other",
+                    node=f"node-{i:05d}",
+                    requests=ev.PodRequests(
+                        cpu_millicores=int(128_000 * spec.foreign_fraction),
+                        memory_bytes=int(1024 * 2**30 * spec.foreign_fraction),
+                        gpus=gpus,
+                    ),
+                    labels={"app": "other"},
+                    host_ports=[ev.HostPort(port=9400)],
+                )
+            )
     leaf_names = []
     total_gpu_milli = spec.nodes * spec.gpus_per_node * 1000
     leaves = spec.departments * spec.queues_per_department
@@ -102,6 +129,15 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
             )
         n = min(n, spec.pending_pods - pods)
         prio = rng.choice((50, 50, 50, 75, 100))
+        extra: dict[str, object] = {}
+        if spec.constrained_fraction > 0 and rng.random() < spec.constrained_fraction:
+            sel = ev.LabelSelector(match_labels={"job": name})
+            if rng.random() < 0.5:
+                term = ev.PodAffinityTerm(label_selector=sel, topology_key="kubernetes.io/hostname")
+                extra = {"labels": {"job": name}, "pod_anti_affinity": [term]}
+            else:
+                c = ev.TopologySpreadConstraint(max_skew=1, topology_key="zone", label_selector=sel)
+                extra = {"labels": {"job": name}, "topology_spread": [c]}
         out.append(
             ev.PodGroupUpserted(
                 uid=f"default/{name}",
@@ -125,6 +161,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                     queue=queue,
                     requests=req,
                     created_at_ms=t,
+                    **extra,  # type: ignore[arg-type]
                 )
             )
         pods += n

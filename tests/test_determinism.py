@@ -43,6 +43,10 @@ specs = st.builds(
     departments=st.integers(1, 3),
     queues_per_department=st.integers(1, 3),
     seed=st.integers(0, 10_000),
+    # Real nodes: capacity held by other schedulers' pods, anti-affinity and spread constraints.
+    foreign_fraction=st.sampled_from([0.0, 0.0, 0.25, 0.5]),
+    constrained_fraction=st.sampled_from([0.0, 0.3, 0.7]),
+    zones=st.integers(1, 4),
 )
 
 
