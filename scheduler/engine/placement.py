@@ -274,7 +274,7 @@ def ordered_fits(
         fits = [choose(ssn, task, f) for f in fits]
     if len(fits) > 1:
         scores = NODE_SCORERS[ssn.config.node_scoring](ssn, task, fits)
-        pref = predicates.preference_scores(ssn, task, [f.node for f in fits]) if task.constrained else None
+        pref = predicates.preference_scores(ssn, task, [f.node for f in fits]) if task.preferences else None
         if pref is not None:
             scores = [a + b for a, b in zip(scores, pref, strict=True)]
         order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))
@@ -330,7 +330,7 @@ def _fast_path_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) 
     cfg = ssn.config
     if (
         not FAST_PATH
-        or task.constrained
+        or task.preferences  # the fast path knows KAI's score tiers, not preference scores
         or cfg.node_scoring != "kai"
         or cfg.gpu_placement != "binpack"
         or nodes is not ssn.nodes

@@ -33,24 +33,41 @@ class PodIndex:
         self.entries: dict[str, Entry] = {}
         self._counts: dict[SelectorKey, dict[str, list[int]]] = {}
         self.holders: dict[str, Entry] = {}  # pods with required anti-affinity terms
+        # Pods by one label (key, value), and cached selectors by their first matchLabels pair, so a
+        # selector is counted from the pods that carry its label and a move updates only the selectors
+        # that can match it (dicts as ordered sets: sums do not depend on order, iteration stays stable).
+        self._by_label: dict[tuple[str, str], dict[str, None]] = {}
+        self._sel_by_label: dict[tuple[str, str], list[SelectorKey]] = {}
+        self._sel_any: list[SelectorKey] = []  # selectors without matchLabels: checked on every move
+
+    def _touch(self, e: Entry, sign: int) -> None:
+        keys = list(self._sel_any)
+        for kv in e.labels.items():
+            keys.extend(self._sel_by_label.get(kv, ()))
+        for key in keys:
+            sel, nss = key
+            if e.namespace in nss and selector_matches(sel, e.labels):
+                c = self._counts[key].setdefault(e.node, [0, 0])
+                c[1 if e.releasing else 0] += sign
 
     def add(self, uid: str, e: Entry) -> None:
         self.entries[uid] = e
         if e.anti:
             self.holders[uid] = e
-        for (sel, nss), by_node in self._counts.items():
-            if e.namespace in nss and selector_matches(sel, e.labels):
-                c = by_node.setdefault(e.node, [0, 0])
-                c[1 if e.releasing else 0] += 1
+        for kv in e.labels.items():
+            self._by_label.setdefault(kv, {})[uid] = None
+        self._touch(e, 1)
 
     def remove(self, uid: str) -> None:
         e = self.entries.pop(uid, None)
         if e is None:
             return
         self.holders.pop(uid, None)
-        for (sel, nss), by_node in self._counts.items():
-            if e.namespace in nss and selector_matches(sel, e.labels):
-                by_node[e.node][1 if e.releasing else 0] -= 1
+        for kv in e.labels.items():
+            bucket = self._by_label.get(kv)
+            if bucket is not None:
+                bucket.pop(uid, None)
+        self._touch(e, -1)
 
     def counts(self, sel: LabelSelector, namespaces: tuple[str, ...]) -> dict[str, list[int]]:
         """Matching pods per node name, ``[active, releasing]``."""
@@ -58,7 +75,14 @@ class PodIndex:
         got = self._counts.get(key)
         if got is None:
             got = {}
-            for e in self.entries.values():
+            if sel.match_labels:
+                first = sel.match_labels[0]
+                candidates = [self.entries[u] for u in self._by_label.get(first, {})]
+                self._sel_by_label.setdefault(first, []).append(key)
+            else:
+                candidates = list(self.entries.values())
+                self._sel_any.append(key)
+            for e in candidates:
                 if e.namespace in namespaces and selector_matches(sel, e.labels):
                     c = got.setdefault(e.node, [0, 0])
                     c[1 if e.releasing else 0] += 1

@@ -255,6 +255,7 @@ class TaskInfo:
         "orig_status",
         "pod",
         "portion",
+        "preferences",
         "request",
         "shared",
         "status",
@@ -280,6 +281,7 @@ class TaskInfo:
         self.virtual = False  # evicted inside a what-if simulation
         # Filters beyond capacity apply (extended resources, ports, volumes, inter-pod terms, spread).
         self.constrained = pod.has_pod_constraints
+        self.preferences = self.constrained and pod.has_preferences
         self.ext_gpu = gpu_equivalent_milli(pod.request.extended) if pod.request.extended else 0
 
     def sort_key(self) -> tuple[int, int, int, str]:

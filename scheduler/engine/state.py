@@ -208,6 +208,17 @@ class Pod:
     gated: bool = False  # spec.schedulingGates not empty: not pending yet, the engine skips it
 
     @property
+    def has_preferences(self) -> bool:
+        """True when node scores depend on the pod's preferences (preferred node or pod affinity,
+        ScheduleAnyway spread): the bin-pack fast path does not know these scores."""
+        return bool(
+            self.preferred_affinity
+            or any(t.weight for t in self.pod_affinity)
+            or any(t.weight for t in self.pod_anti_affinity)
+            or any(c.when_unsatisfiable != "DoNotSchedule" for c in self.topology_spread)
+        )
+
+    @property
     def has_pod_constraints(self) -> bool:
         """True when placing this pod depends on other pods (ports, inter-pod terms, spread) or on
         preferences: such pods take the full scan instead of the bin-pack fast path."""
