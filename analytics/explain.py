@@ -338,6 +338,13 @@ def _pending(s: _Store, e: Explanation, d: dict[str, Any]) -> None:
                 f" GPU(s) for its next pods (short by {max(0.0, requested['gpu'] / 1000 - largest):g} on the best"
                 " node)"
             )
+    filters = details.get("filters") or {}
+    if filters:
+        # Per-node reasons by filter code (docs/filters.md): which constraint kept the nodes out.
+        parts = ", ".join(
+            f"{code} on {n} node(s)" for code, n in sorted(filters.items(), key=lambda kv: (-kv[1], kv[0]))
+        )
+        e.lines.append(f"  Nodes ruled out by: {parts} (docs/filters.md)")
     e.lines.append("Queue standing in that cycle:")
     e.lines.extend(_standing(s, d["cycle_id"], d["queue"]))
     holders, free_milli = _who_holds(s, e.pod, d["cycle_id"], int(d["logical_time_ms"]))
@@ -360,6 +367,14 @@ def _advice(s: _Store, d: dict[str, Any], details: dict[str, Any], free: int | N
         return "the queue is at its limit: wait for its own pods to finish, or raise the queue's limit."
     if reason == "NonPreemptibleOverQuota":
         return "use a preemptible priority class to go over quota, or raise the queue's quota."
+    filters = details.get("filters") or {}
+    placement = [c for c in filters if not c.startswith("Insufficient") and c != "TooManyPods"]
+    if placement:
+        return (
+            f"the pod's own constraints rule nodes out ({', '.join(sorted(placement))}): relax them (affinity,"
+            " spread, host ports, volumes, extended resources) or add nodes that satisfy them; evicting other"
+            " queues' pods cannot help unless they are what a constraint refuses."
+        )
     if q is None:
         return "wait for capacity."
     if q["gpu_allocated"] > q["gpu_fair_share"]:

@@ -199,3 +199,34 @@ def test_a_job_bigger_than_its_queues_fair_share_is_told_why_reclaim_cannot_help
     assert "PENDING" in text
     assert "reclaim only brings the queue up to its fair share of 8 GPUs" in text
     assert "queue a: 16 GPU" in text  # who holds them
+
+
+def _scenario_store(tmp_path: Path, name: str) -> Path:
+    """A real cycle on one of the real-node scenarios, loaded into an audit store."""
+    import json
+    from dataclasses import replace
+
+    from scheduler.conformance import NOW_MS, load_state
+    from scheduler.engine.cycle import run_cycle
+
+    [path] = (Path(__file__).parent / "conformance" / "hourglass").rglob(f"{name}.json")
+    state, config = load_state(json.loads(path.read_text()))
+    # Scenario pods have bare names; explain looks pods up as namespace/name.
+    state = replace(state, pods=tuple(replace(p, uid=f"default/{p.uid}") for p in state.pods))
+    rec, _ = run_cycle(state, config, now_ms=NOW_MS)
+    db = tmp_path / f"{name}.duckdb"
+    with AuditStore(db) as store:
+        load_cycles(store, [rec.dumps()])
+    return db
+
+
+def test_pending_on_filters_names_them_and_advises_on_the_constraints(tmp_path: Path) -> None:
+    # Three web pods refusing each other by hostname, two nodes: anti-affinity, not capacity, keeps them out.
+    text = explain(_scenario_store(tmp_path, "affinity-07-anti-gang-too-big"), "g-0").text()
+    assert "Nodes ruled out by: InterPodAntiAffinity on 2 node(s)" in text
+    assert "the pod's own constraints rule nodes out (InterPodAntiAffinity)" in text
+
+
+def test_pending_behind_foreign_pods_names_the_node_and_what_they_hold(tmp_path: Path) -> None:
+    text = explain(_scenario_store(tmp_path, "foreign-02-gpus-held-message"), "j-0").text()
+    assert "node n1: 6 GPUs held by pods of other schedulers" in text
