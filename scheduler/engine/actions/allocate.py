@@ -18,6 +18,31 @@ NAME = "allocate"
 _CAPACITY = frozenset({"InsufficientCPU", "Insufficientmemory", "InsufficientGPUs", "InsufficientGPUmemory"})
 
 
+# Per-node reasons that depend only on a task's capacity signature (requests, node selector / affinity,
+# tolerations) and on the node: a failure made only of these holds for every task with that signature,
+# whatever pod-level constraints it adds (they only remove nodes).
+_CAPACITY_ONLY = _CAPACITY | {
+    "TooManyPods",
+    "NodeAffinity",
+    "TaintToleration",
+    "NodeNotReady",
+    "NodeUnschedulable",
+}
+
+
+def capacity_signature(task: TaskInfo) -> tuple[object, ...]:
+    """What capacity and the node's own labels / taints decide for a task."""
+    p = task.pod
+    return (
+        "capacity",
+        task.request,
+        tuple(sorted(p.node_selector.items())),
+        p.allowed_nodes,
+        p.affinity,
+        p.tolerations,
+    )
+
+
 def task_signature(task: TaskInfo) -> tuple[object, ...]:
     """Everything placement depends on for a task, so identical tasks can share a failed attempt."""
     p = task.pod
@@ -65,12 +90,22 @@ def allocate_job(
         return False
     cp = stmt.checkpoint()
     for placed, task in enumerate(tasks):
-        sig = task_signature(task) if failed is not None and placed == 0 and _memoisable(task) else None
-        err = failed.get(sig) if failed is not None and sig is not None else None
+        first = failed is not None and placed == 0
+        sig = task_signature(task) if first and _memoisable(task) else None
+        cap = capacity_signature(task) if first else None
+        err = None
+        ssn.last_why = Counter()  # filled by allocate_task when the task fits nowhere
+        if failed is not None:
+            err = (failed.get(sig) if sig is not None else None) or (
+                failed.get(cap) if cap is not None else None
+            )
         if err is None:
             err = allocate_task(ssn, stmt, task, nodes, action, pipeline_only)
-            if err is not None and failed is not None and sig is not None:
-                failed[sig] = err
+            if err is not None and failed is not None:
+                if sig is not None:
+                    failed[sig] = err
+                if cap is not None and ssn.last_why and set(filter_counts(ssn.last_why)) <= _CAPACITY_ONLY:
+                    failed[cap] = err
         if err is not None:
             stmt.rollback(cp)
             filters = filter_counts(ssn.last_why) if ssn.last_why else {}
