@@ -39,6 +39,9 @@ class PodIndex:
         self._by_label: dict[tuple[str, str], dict[str, None]] = {}
         self._sel_by_label: dict[tuple[str, str], list[SelectorKey]] = {}
         self._sel_any: list[SelectorKey] = []  # selectors without matchLabels: checked on every move
+        # Holders' anti-affinity terms by their selector's first matchLabels pair (others: always checked).
+        self._anti_by_label: dict[tuple[str, str], dict[tuple[str, int], None]] = {}
+        self._anti_any: dict[tuple[str, int], None] = {}
 
     def _touch(self, e: Entry, sign: int) -> None:
         keys = list(self._sel_any)
@@ -50,10 +53,16 @@ class PodIndex:
                 c = self._counts[key].setdefault(e.node, [0, 0])
                 c[1 if e.releasing else 0] += sign
 
+    def _anti_bucket(self, uid: str, i: int, term: PodAffinityTerm) -> dict[tuple[str, int], None]:
+        ml = term.selector.match_labels
+        return self._anti_by_label.setdefault(ml[0], {}) if ml else self._anti_any
+
     def add(self, uid: str, e: Entry) -> None:
         self.entries[uid] = e
         if e.anti:
             self.holders[uid] = e
+            for i, t in enumerate(e.anti):
+                self._anti_bucket(uid, i, t)[(uid, i)] = None
         for kv in e.labels.items():
             self._by_label.setdefault(kv, {})[uid] = None
         self._touch(e, 1)
@@ -63,6 +72,8 @@ class PodIndex:
         if e is None:
             return
         self.holders.pop(uid, None)
+        for i, t in enumerate(e.anti):
+            self._anti_bucket(uid, i, t).pop((uid, i), None)
         for kv in e.labels.items():
             bucket = self._by_label.get(kv)
             if bucket is not None:
@@ -92,9 +103,14 @@ class PodIndex:
     def holders_against(self, namespace: str, labels: Mapping[str, str]) -> list[tuple[str, bool, str]]:
         """Existing pods whose required anti-affinity selects a pod (namespace, labels):
         ``(node, releasing, topology_key)`` per matching term."""
+        refs: list[tuple[str, int]] = list(self._anti_any)
+        for kv in labels.items():
+            refs.extend(self._anti_by_label.get(kv, ()))
+        refs.sort(key=lambda r: (r[0], r[1]))  # stable order whatever bucket a term came from
         out = []
-        for e in self.holders.values():
-            for t in e.anti:
-                if term_covers(t, e.namespace, namespace, labels):
-                    out.append((e.node, e.releasing, t.topology_key))
+        for uid, i in refs:
+            e = self.holders[uid]
+            t = e.anti[i]
+            if term_covers(t, e.namespace, namespace, labels):
+                out.append((e.node, e.releasing, t.topology_key))
         return out

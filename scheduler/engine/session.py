@@ -580,6 +580,7 @@ class Session:
         self.gated: list[Pod] = []  # pods with scheduling gates: not pending yet, no decision
         self.version = 0  # bumped on every move; per-task filter views are cached against it
         self.pred_cache: dict[str, tuple[int, object]] = {}
+        self.static_cache: dict[tuple[object, ...], object] = {}  # facts about nodes only (fixed per session)
         self._pod_index: PodIndex | None = None
         # Some pod on a node has required anti-affinity: every placement checks it (symmetry).
         self.anti_present = False

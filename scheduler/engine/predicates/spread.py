@@ -52,6 +52,33 @@ def _eligible(task: TaskInfo, node: NodeInfo, c: SpreadConstraint, keys: tuple[s
     return not (c.node_taints_policy == "Honor" and not _tolerates(task, node))
 
 
+def _eligible_domains(ssn: Session, task: TaskInfo, c: SpreadConstraint, keys: tuple[str, ...]) -> list[str]:
+    """The domains of the nodes eligible for counting, in node order. Nodes do not change within a session,
+    so this is cached per (constraint policies, the pod's node selection, tolerations when honoured)."""
+    pod = task.pod
+    key = (
+        "spread-domains",
+        c.topology_key,
+        keys,
+        c.node_affinity_policy,
+        c.node_taints_policy,
+        tuple(sorted(pod.node_selector.items())) if c.node_affinity_policy == "Honor" else None,
+        pod.affinity if c.node_affinity_policy == "Honor" else None,
+        pod.allowed_nodes if c.node_affinity_policy == "Honor" else None,
+        pod.tolerations if c.node_taints_policy == "Honor" else None,
+    )
+    got = ssn.static_cache.get(key)
+    if got is None:
+        seen: dict[str, None] = {}
+        for n in ssn.nodes:
+            if _eligible(task, n, c, keys):
+                seen[n.spec.labels[c.topology_key]] = None
+        got = list(seen)
+        ssn.static_cache[key] = got
+    assert isinstance(got, list)
+    return got
+
+
 def resolve(ssn: Session, task: TaskInfo, which: str) -> list[Resolved]:
     """The task's constraints of kind `which` (DoNotSchedule / ScheduleAnyway) against the pods now."""
     pod = task.pod
@@ -64,12 +91,9 @@ def resolve(ssn: Session, task: TaskInfo, which: str) -> list[Resolved]:
     for c in cons:
         by_dom = domain_counts(ssn, idx.counts(c.selector, (pod.namespace,)), c.topology_key)
         counts: dict[str, int] = {}
-        for n in ssn.nodes:
-            if _eligible(task, n, c, keys):
-                v = n.spec.labels[c.topology_key]
-                if v not in counts:
-                    got = by_dom.get(v)
-                    counts[v] = got[0] if got else 0
+        for v in _eligible_domains(ssn, task, c, keys):
+            got = by_dom.get(v)
+            counts[v] = got[0] if got else 0
         minimum = min(counts.values(), default=0)
         if c.min_domains is not None and len(counts) < c.min_domains:
             minimum = 0
