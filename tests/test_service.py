@@ -34,12 +34,12 @@ def _records(events: list[Event]) -> list[tuple[bytes | None, bytes]]:
 def _malformed(template: PodSubmitted) -> list[tuple[bytes, str, str]]:
     """(raw value, expected reason_code, a word the message must contain)."""
     base = json.loads(dump_event(template))
-    unknown_version = {**base, "v": 2}
+    unknown_version = {**base, "v": 3}
     negative = {**base, "name": "neg-0", "requests": {**base["requests"], "cpu_millicores": -1}}
     unknown_type = {**base, "type": "PodTeleported"}
     return [
         (b'{"type": "PodSubmitted", "name": ', "bad_json", "JSON"),
-        (json.dumps(unknown_version).encode(), "unknown_version", "version 2"),
+        (json.dumps(unknown_version).encode(), "unknown_version", "version 3"),
         (json.dumps(negative).encode(), "schema", "requests.cpu_millicores"),
         (json.dumps(unknown_type).encode(), "unknown_type", "PodTeleported"),
         (b"\xff\xfe not utf-8", "bad_json", "JSON"),
