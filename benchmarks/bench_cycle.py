@@ -80,7 +80,11 @@ def main() -> None:
     plain = run(base, "plain", actions)
     real = run(
         SyntheticSpec(
-            nodes=a.nodes, gpus_per_node=a.gpus, pending_pods=a.pods, foreign_fraction=0.2, constrained_fraction=0.3
+            nodes=a.nodes,
+            gpus_per_node=a.gpus,
+            pending_pods=a.pods,
+            foreign_fraction=0.2,
+            constrained_fraction=0.3,
         ),
         "filters",
         actions,

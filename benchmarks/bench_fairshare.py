@@ -307,30 +307,29 @@ def main() -> None:
         print(json.dumps(out, indent=2))
         return
     wl = out["workload"]
-    print(
-        f"workload: {wl['queues']} queues x {wl['resources']} resources x {wl['timestamps']} timestamps"
-        f" ({wl['step_s']} s over {wl['window_days']} d) = {wl['samples'] / 1e6:.1f} M samples,"
-        f" half-life {wl['half_life_days']} d, {wl['cpu_cores']} cores, grid {wl['grid_gb']} GB"
+    size = (
+        f"queues={wl['queues']} resources={wl['resources']} timestamps={wl['timestamps']} step_s={wl['step_s']}"
+        f" window_days={wl['window_days']} samples={wl['samples']}"
     )
-    print(f"full      grid/numpy  (product)  {out['full_grid_numpy_s']:.3f} s")
-    print(f"full      grid/polars            {out['full_grid_polars_s']:.3f} s")
+    print(f"bench: fairshare_full_grid_numpy {size} seconds={out['full_grid_numpy_s']:.3f}")
+    print(f"bench: fairshare_full_grid_polars {size} seconds={out['full_grid_polars_s']:.3f}")
     for name in ("full_long_polars_s", "full_long_duckdb_s"):
         r = out[name]
-        label = name.removeprefix("full_").removesuffix("_s").replace("_", "/")
+        label = name.removesuffix("_s")
         print(
-            f"full      {label:<12}  {r['rows'] / 1e6:.1f} M rows {r['s']:.3f} s -> {r['scaled_s']:.2f} s scaled"
+            f"bench: fairshare_{label} {size} rows={r['rows']} measured_seconds={r['s']:.3f} seconds={r['scaled_s']:.3f}"
         )
-    print(
-        f"increment advance (product, polars, {n_series} series)  {out['incremental_advance_polars_ms']:.2f} ms"
-    )
-    print(f"increment grid/numpy             {out['incremental_grid_numpy_ms']:.3f} ms")
+    ms = out["incremental_advance_polars_ms"]
+    print(f"bench: fairshare_incremental_polars {size} series={n_series} seconds={ms / 1000:.5f}")
+    print(f"bench: fairshare_incremental_numpy {size} seconds={out['incremental_grid_numpy_ms'] / 1000:.6f}")
     if "exact_eventlog" in out:
         x = out["exact_eventlog"]
         print(
-            f"exact     event log: {x['events']} events -> {x['step_rows']} step rows; fold {x['fold_us_per_event']} us"
-            f"/event (parse + fold), full {x['full_s']:.3f} s, one-minute advance {x['advance_ms']:.1f} ms"
+            f"bench: fairshare_exact_eventlog events={x['events']} step_rows={x['step_rows']}"
+            f" fold_us_per_event={x['fold_us_per_event']} advance_seconds={x['advance_ms'] / 1000:.4f}"
+            f" seconds={x['full_s']:.3f}"
         )
-    print(f"peak RSS {out['peak_rss_gb']:.2f} GB")
+    print(f"bench: fairshare_peak_rss {size} gigabytes={out['peak_rss_gb']:.2f} seconds=0")
 
 
 if __name__ == "__main__":

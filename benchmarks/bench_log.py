@@ -49,9 +49,14 @@ def bench(name: str, log: Log, records: int, size: int, batch: int) -> None:
         offset = chunk[-1].offset + 1
     t2 = time.perf_counter()
     assert seen == records, (seen, records)
+    backend = name.split()[0].lower() + "".join(f" {w}" for w in name.split()[1:])
     print(
-        f"{name:<22} {records:>9,} x {size} B (batch {batch}): "
-        f"append {records / (t1 - t0):>11,.0f}/s   read {records / (t2 - t1):>11,.0f}/s"
+        f"bench: log_append backend={backend} records={records} bytes={size} batch={batch} "
+        f"rate={records / (t1 - t0):.0f} seconds={t1 - t0:.3f}"
+    )
+    print(
+        f"bench: log_read backend={backend} records={records} bytes={size} batch={batch} "
+        f"rate={records / (t2 - t1):.0f} seconds={t2 - t1:.3f}"
     )
 
 
@@ -70,7 +75,10 @@ def bench_fold(name: str, log: Log, events: list[bytes], batch: int) -> None:
         offset = chunk[-1].offset + 1
     dt = time.perf_counter() - t0
     assert folder.folded == len(events)
-    print(f"{name:<22} {len(events):>9,} events (read + parse + fold): {len(events) / dt:>11,.0f} events/s")
+    backend = name.split()[0].lower()
+    print(
+        f"bench: fold backend={backend} events={len(events)} batch={batch} rate={len(events) / dt:.0f} seconds={dt:.3f}"
+    )
 
 
 def _fold_workload() -> list[bytes]:

@@ -36,7 +36,7 @@ def _record(out: Path, limit: int) -> None:
         load_tenants(DEFAULT_TENANTS),
         log=DirLog(out),
     )
-    print(f"recorded {limit:,} tasks in {time.perf_counter() - t0:.1f} s wall -> {out}")
+    print(f"bench: replay_record tasks={limit} seconds={time.perf_counter() - t0:.3f}")
 
 
 def main() -> None:
@@ -52,7 +52,6 @@ def main() -> None:
             run = Path(tmp) / "run"
             _record(run, a.limit_tasks)
         counts = read_manifest(run)["counts"]
-        print(f"run: {counts['events']:,} events, {counts['cycles']:,} cycles, {counts['tasks']:,} tasks")
         best = None
         for _ in range(max(a.repeat, 1)):
             c0 = time.process_time()
@@ -63,22 +62,17 @@ def main() -> None:
         assert best is not None
         s, cpu = best
         sim_s = s.simulated_ms / 1000
-        print(s.line)
-        print(f"wall {s.wall_s:.2f} s, CPU {cpu:.2f} s")
-        print(f"events folded: {s.events_folded:,} -> {s.events_folded / s.wall_s:,.0f} events/s (wall)")
-        print(f"cycles re-run: {s.cycles:,} -> {s.cycles / s.wall_s:,.1f} cycles/s")
+        size = f"events={counts['events']} cycles={counts['cycles']} tasks={counts['tasks']}"
+        print(
+            f"bench: replay_verify {size} cpu_seconds={cpu:.2f} events_per_s={s.events_folded / s.wall_s:.0f} "
+            f"cycles_per_s={s.cycles / s.wall_s:.1f} times_real_time={sim_s / s.wall_s:.0f} seconds={s.wall_s:.3f}"
+        )
         f0 = time.perf_counter()
         b = StateBuilder()
         for offset, e in read_events(run):
             b.apply(e, offset)
         fold_s = time.perf_counter() - f0
-        print(
-            f"parse + fold alone, no cycles (measured separately): {fold_s:.2f} s ({(b.offset + 1) / fold_s:,.0f} events/s)"
-        )
-        print(
-            f"simulated time replayed: {sim_s / 86400:.2f} days -> {sim_s / s.wall_s:,.0f}x real time"
-            f" (wall), {sim_s / cpu:,.0f}x per CPU second"
-        )
+        print(f"bench: replay_fold {size} rate={(b.offset + 1) / fold_s:.0f} seconds={fold_s:.3f}")
 
 
 if __name__ == "__main__":

@@ -171,8 +171,9 @@ def main() -> None:
         t0 = time.perf_counter()
         counts = build_store(db, args.cycles, args.parents, args.leaves, args.nodes, args.pods)
         print(
-            f"store built in {time.perf_counter() - t0:.1f} s: "
-            + ", ".join(f"{k} {v:,}" for k, v in counts.items())
+            "bench: report_store "
+            + " ".join(f"{k}={v}" for k, v in counts.items())
+            + f" seconds={time.perf_counter() - t0:.3f}"
         )
 
         def terminal(queue: str | None = None) -> None:
@@ -189,15 +190,14 @@ def main() -> None:
 
         rows = counts["queue_cycles"]
         for label, fn in (
-            ("report (terminal tables)", lambda: terminal()),
-            ("report --queue team-5", lambda: terminal("team-5")),
-            ("report --html", html),
+            ("report_terminal", lambda: terminal()),
+            ("report_queue", lambda: terminal("team-5")),
+            ("report_html", html),
         ):
             s, c = _median(fn, args.repeat)
-            verdict = "OK" if s < 5 else "OVER the 5 s target"
             print(
-                f"{label}: {s:.2f} s wall, {c:.2f} s CPU over {rows:,} queue_cycles rows"
-                f" (median of {args.repeat}) - {verdict}"
+                f"bench: {label} queue_cycles={rows} repeat={args.repeat} target_seconds=5"
+                f" cpu_seconds={c:.2f} seconds={s:.3f}"
             )
 
 

@@ -46,9 +46,7 @@ def main() -> None:
     tenants = load_tenants(a.tenants)
     span_days = max((t.deletion_s or 0) for t in tasks) / 86400 if tasks else 0.0
     gpus = sum(n.gpus for n in nodes)
-    print(
-        f"workload: {len(tasks):,} tasks, {len(nodes):,} nodes ({gpus:,} GPUs), ~{span_days:.0f} simulated days"
-    )
+    size = f"tasks={len(tasks)} nodes={len(nodes)} gpus={gpus} simulated_days={span_days:.0f}"
 
     prof = cProfile.Profile() if a.profile else None
     if prof is not None:
@@ -60,19 +58,13 @@ def main() -> None:
     sp = s["speed"]
     cycles = s["cycles"]
     in_engine = sp["engine_cycle_seconds"] / sp["wall_seconds"] if sp["wall_seconds"] else 0.0
-    print(
-        f"period: {s['period_s']:g} s; cycles run: {cycles['run']:,}; period slots skipped: {cycles['skipped']:,}"
-    )
-    print(
-        f"events: {s['events']:,}; binds: {s['cluster']['binds']:,}; evictions: {s['cluster']['evictions']:,}"
-    )
-    print(
-        f"wall: {sp['wall_seconds']:.1f} s; CPU: {sp['cpu_seconds']:.1f} s; in run_cycle: {in_engine:.0%} of wall; "
-        f"per cycle: {sp['engine_cycle_seconds'] / max(cycles['run'], 1) * 1000:.1f} ms"
-    )
     cpu = sp["cpu_seconds"] or sp["wall_seconds"]
     print(
-        f"simulated events/s: {s['events'] / cpu:,.0f} per CPU second ({sp['events_per_second']:,.0f} per wall second)"
+        f"bench: simulate {size} period_s={s['period_s']:g} cycles={cycles['run']} skipped={cycles['skipped']}"
+        f" events={s['events']} binds={s['cluster']['binds']} evictions={s['cluster']['evictions']}"
+        f" cpu_seconds={sp['cpu_seconds']:.1f} in_run_cycle={in_engine:.2f}"
+        f" ms_per_cycle={sp['engine_cycle_seconds'] / max(cycles['run'], 1) * 1000:.1f}"
+        f" events_per_cpu_s={s['events'] / cpu:.0f} seconds={sp['wall_seconds']:.1f}"
     )
     if prof is not None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(15)

@@ -120,8 +120,8 @@ def main() -> None:
     records = synthetic_records(a.cycles, a.per_cycle, a.queues, a.pods)
     mb = sum(map(len, records)) / 1e6
     print(
-        f"generated {a.cycles} cycle records, {a.cycles * a.per_cycle:,} decisions, {mb:.0f} MB JSON"
-        f" in {time.perf_counter() - t0:.1f} s"
+        f"bench: store_generate cycles={a.cycles} decisions={a.cycles * a.per_cycle} megabytes={mb:.0f}"
+        f" seconds={time.perf_counter() - t0:.3f}"
     )
     topics = Topics.with_prefix("bench")
     with tempfile.TemporaryDirectory() as tmp:
@@ -137,8 +137,8 @@ def main() -> None:
         log.close()
         rows = stats.decision_rows + stats.queue_rows + stats.cycles
         print(
-            f"sink:  {rows / dt:,.0f} rows/s ({stats.decision_rows:,} decision + {stats.queue_rows:,} queue"
-            f" + {stats.cycles:,} cycle rows in {dt:.2f} s; {stats.decision_rows / dt:,.0f} decision rows/s)"
+            f"bench: sink cycles={stats.cycles} decision_rows={stats.decision_rows} queue_rows={stats.queue_rows}"
+            f" batch={a.batch} rows_per_s={rows / dt:.0f} seconds={dt:.3f}"
         )
         p = 12_345
         pod = f"q{p % 20}/pod-{p:07d}"
@@ -157,10 +157,12 @@ def main() -> None:
             query(db, sql)
             full.append(time.perf_counter() - q0)
         print(
-            f"query 'why was pod X pending' over {stats.decision_rows:,} decisions: median"
-            f" {statistics.median(times) * 1000:.1f} ms (min {min(times) * 1000:.1f}, max"
-            f" {max(times) * 1000:.1f}); with parse + open (analytics.store.query):"
-            f" {statistics.median(full) * 1000:.1f} ms"
+            f"bench: why_pending decision_rows={stats.decision_rows} repeat={a.repeat}"
+            f" min_seconds={min(times):.4f} seconds={statistics.median(times):.4f}"
+        )
+        print(
+            f"bench: why_pending_with_open decision_rows={stats.decision_rows} repeat=3"
+            f" seconds={statistics.median(full):.4f}"
         )
 
 

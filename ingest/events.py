@@ -141,7 +141,7 @@ class EventBase(_Record):
     @classmethod
     def _version(cls, data: Any) -> Any:
         """Default ``v`` to 2 when the event uses v2; reject v2 content in an event that says v 1."""
-        if not isinstance(data, dict):
+        if not isinstance(data, dict) or not (cls.V2_FIELDS or cls.V2_ONLY or "requests" in data):
             return data
         used = sorted(k for k in cls.V2_FIELDS if data.get(k))
         requests = data.get("requests")

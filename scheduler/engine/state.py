@@ -326,7 +326,7 @@ def request_from_event(r: ev_mod.PodRequests) -> PodRequest:
         gpu_fraction_milli=r.gpu_fraction_milli,
         gpu_fraction_devices=r.gpu_fraction_devices,
         gpu_memory_mib=r.gpu_memory_mib,
-        extended=tuple(sorted(r.extended.items())),
+        extended=tuple(sorted(r.extended.items())) if r.extended else (),
     )
 
 
@@ -334,40 +334,51 @@ def ports_from_event(ports: Iterable[ev_mod.HostPort]) -> tuple[HostPort, ...]:
     return tuple(HostPort(p.port, p.protocol, p.host_ip) for p in ports)
 
 
+_NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+
+def _labels(m: dict[str, str]) -> Mapping[str, str]:
+    return MappingProxyType(dict(sorted(m.items()))) if m else _NO_LABELS
+
+
 def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
     """The :class:`Pod` fields placement reads, from a pod event (the fold and scenario files share it)."""
-    return dict(
-        node_selector=MappingProxyType(dict(sorted(e.node_selector.items()))),
-        allowed_nodes=tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
-        affinity=_exprs(e.node_affinity),
-        tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations),
-        namespace=e.namespace,
-        labels=MappingProxyType(dict(sorted(e.labels.items()))),
-        host_ports=ports_from_event(e.host_ports),
-        pod_affinity=tuple(_term(t) for t in e.pod_affinity),
-        pod_anti_affinity=tuple(_term(t) for t in e.pod_anti_affinity),
-        topology_spread=tuple(
-            SpreadConstraint(
-                c.max_skew,
-                c.topology_key,
-                c.when_unsatisfiable,
-                _selector(c.label_selector),
-                c.min_domains,
-                c.node_affinity_policy,
-                c.node_taints_policy,
-            )
-            for c in e.topology_spread
-        ),
-        preferred_affinity=tuple(
-            (
-                t.weight,
-                tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions),
-            )
-            for t in e.preferred_node_affinity
-        ),
-        volumes=tuple(Volume(v.claim, v.bound, _exprs(v.node_affinity), v.binding_mode) for v in e.volumes),
-        gated=bool(e.scheduling_gates),
+    out: dict[str, Any] = {
+        "node_selector": _labels(e.node_selector),
+        "allowed_nodes": tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
+        "affinity": _exprs(e.node_affinity) if e.node_affinity else (),
+        "tolerations": tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations)
+        if e.tolerations
+        else (),
+        "namespace": e.namespace,
+    }
+    if e.v == 1:  # no contract-v2 field can be set: the rest keep their defaults (the fold's hot path)
+        return out
+    out["labels"] = _labels(e.labels)
+    out["host_ports"] = ports_from_event(e.host_ports)
+    out["pod_affinity"] = tuple(_term(t) for t in e.pod_affinity)
+    out["pod_anti_affinity"] = tuple(_term(t) for t in e.pod_anti_affinity)
+    out["topology_spread"] = tuple(
+        SpreadConstraint(
+            c.max_skew,
+            c.topology_key,
+            c.when_unsatisfiable,
+            _selector(c.label_selector),
+            c.min_domains,
+            c.node_affinity_policy,
+            c.node_taints_policy,
+        )
+        for c in e.topology_spread
     )
+    out["preferred_affinity"] = tuple(
+        (t.weight, tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions))
+        for t in e.preferred_node_affinity
+    )
+    out["volumes"] = tuple(
+        Volume(v.claim, v.bound, _exprs(v.node_affinity), v.binding_mode) for v in e.volumes
+    )
+    out["gated"] = bool(e.scheduling_gates)
+    return out
 
 
 class StateBuilder:
