@@ -228,7 +228,7 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("conformance", help="run KAI conformance scenario files")
+    c = sub.add_parser("conformance", help="run the conformance scenario files (KAI's and Hourglass's real-node ones)")
     c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
     c.set_defaults(func=_cmd_conformance)
     from analytics.simulate_cli import add_arguments as simulate_arguments
