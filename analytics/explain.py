@@ -226,6 +226,7 @@ def _holders(s: _Store, events_offset: int, t_ms: int) -> list[dict[str, Any]]:
                          ELSE 1000 END, logical_time_ms) AS gpu_milli
           FROM decisions WHERE kind = 'Bind' AND logical_time_ms <= ? GROUP BY pod
         )
+        SELECT * FROM (
         SELECT l.uid AS pod, b.raw->>'node' AS node, l.last_type = 'PodReleasing' AS releasing,
                coalesce(d.queue, sub.raw->>'queue') AS queue, d.job AS job,
                coalesce(d.gpu_milli,
@@ -237,9 +238,21 @@ def _holders(s: _Store, events_offset: int, t_ms: int) -> list[dict[str, Any]]:
         LEFT JOIN sub ON sub.uid = l.uid
         LEFT JOIN binds d ON d.pod = l.uid
         WHERE l.last_type IN ('PodBound', 'PodReleasing')
-        ORDER BY node, pod
+        UNION ALL
+        -- Pods of other schedulers hold GPUs too: they are in no queue.
+        SELECT f.uid AS pod, f.raw->>'node' AS node, (f.raw->>'releasing') = 'true' AS releasing,
+               '(other schedulers)' AS queue, NULL AS job,
+               coalesce(TRY_CAST(f.raw->'requests'->>'gpus' AS BIGINT), 0) * 1000
+               + coalesce(TRY_CAST(f.raw->'requests'->>'gpu_fraction_milli' AS BIGINT)
+                          * TRY_CAST(f.raw->'requests'->>'gpu_fraction_devices' AS BIGINT), 0) AS gpu_milli
+        FROM (
+          SELECT uid, arg_max(type, "offset") AS last_type, arg_max(raw, "offset") AS raw FROM events
+          WHERE "offset" <= ? AND type IN ('ForeignPodUpserted', 'PodFinished', 'PodDeleted') GROUP BY uid
+        ) f
+        WHERE f.last_type = 'ForeignPodUpserted'
+        ) ORDER BY node, pod
         """,
-        [events_offset, events_offset, events_offset, t_ms],
+        [events_offset, events_offset, events_offset, t_ms, events_offset],
     )
 
 

@@ -10,7 +10,7 @@ from analytics.cli import main
 from analytics.explain import ExplainError, explain, parse_time
 from analytics.simlog import DirLog
 from analytics.simulate import simulate
-from analytics.store import AuditStore, load_cycles, query
+from analytics.store import AuditStore, load_cycles, load_events, query
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
@@ -230,3 +230,36 @@ def test_pending_on_filters_names_them_and_advises_on_the_constraints(tmp_path: 
 def test_pending_behind_foreign_pods_names_the_node_and_what_they_hold(tmp_path: Path) -> None:
     text = explain(_scenario_store(tmp_path, "foreign-02-gpus-held-message"), "j-0").text()
     assert "node n1: 6 GPUs held by pods of other schedulers" in text
+
+
+def test_who_holds_the_gpus_includes_pods_of_other_schedulers(tmp_path: Path) -> None:
+    """A node whose GPUs a default-scheduler pod holds: explain lists it as held by other schedulers."""
+    from ingest import events as ev
+    from ingest.events import dump_event
+    from scheduler.engine.cycle import run_cycle
+    from scheduler.engine.state import fold
+
+    events: list[ev.EventBase] = [
+        ev.NodeUpserted(at_ms=0, name="gpu-7", cpu_millicores=64_000, memory_bytes=2**38, gpus=8),
+        ev.QueueUpserted(at_ms=0, name="team", resources=ev.QueueResources(gpu=ev.QueueResource(quota=8000))),
+        ev.ForeignPodUpserted(
+            at_ms=1, name="other", namespace="ops", node="gpu-7", requests=ev.PodRequests(gpus=6)
+        ),
+        ev.PodGroupUpserted(at_ms=2, name="train", namespace="ml", queue="team", created_at_ms=2),
+        ev.PodSubmitted(
+            at_ms=2,
+            name="train-0",
+            namespace="ml",
+            pod_group="train",
+            requests=ev.PodRequests(gpus=4),
+            created_at_ms=2,
+        ),
+    ]
+    rec, _ = run_cycle(fold(events), now_ms=3)
+    db = tmp_path / "audit.duckdb"
+    with AuditStore(db) as store:
+        load_events(store, [(i, dump_event(e)) for i, e in enumerate(events)])
+        load_cycles(store, [rec.dumps()])
+    text = explain(db, "ml/train-0").text()
+    assert "node gpu-7: 6 GPUs held by pods of other schedulers" in text  # the Unschedulable message
+    assert "(other schedulers)" in text and "node gpu-7: 8 GPUs, free 2" in text  # who holds the GPUs
