@@ -45,7 +45,7 @@ def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
             return "node(s) didn't match Pod's node affinity/selector"
     if pod.affinity and not node_terms_match(labels, pod.affinity):
         return "node(s) didn't match Pod's node affinity/selector"
-    taint = untolerated_taint(task.pod, node.spec)
+    taint = untolerated_taint(task.pod, spec) if spec.taints else None
     if taint is not None:
         return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     req = task.request

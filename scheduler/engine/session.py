@@ -625,14 +625,21 @@ class Session:
 
     def _total(self) -> Vec:
         # What pods of other schedulers hold is not ours to divide (KAI subtracts non-KAI pods too).
-        tot = zero()
+        g = c = m = 0
         for n in self.nodes:
-            if n.spec.ready:
-                ext_gpu = gpu_equivalent_milli(n.spec.extended.items()) if n.spec.extended else 0
-                tot[G] += max(n.gpus * GPU_MILLI + ext_gpu - n.foreign_gpu_milli, 0)
-                tot[C] += max(n.spec.cpu - n.foreign_cpu, 0)
-                tot[M] += max(n.spec.memory - n.foreign_memory, 0)
-        return tot
+            spec = n.spec
+            if not spec.ready:
+                continue
+            if spec.extended or n.foreign_pods:
+                ext_gpu = gpu_equivalent_milli(spec.extended.items()) if spec.extended else 0
+                g += max(n.gpus * GPU_MILLI + ext_gpu - n.foreign_gpu_milli, 0)
+                c += max(spec.cpu - n.foreign_cpu, 0)
+                m += max(spec.memory - n.foreign_memory, 0)
+            else:
+                g += n.gpus * GPU_MILLI
+                c += spec.cpu
+                m += spec.memory
+        return [g, c, m]
 
     def pod_index(self) -> PodIndex:
         """Every pod on a node (ours and foreign) by labels, built on first use and kept current."""
