@@ -167,3 +167,120 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
         pods += n
         j += 1
     return out
+
+
+CONTENTION_SHAPES = ("reclaim", "preempt", "consolidation")
+
+
+def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev.Event]:
+    """KAI's action-benchmark shape: `nodes` x 8 GPUs, 4 leaf queues in 2 departments, 1-GPU jobs.
+
+    ``reclaim``: every GPU is held by a running job of department A's queues (deserved 1/4 of the cluster
+    each, so A is at twice its share); as many jobs pend in department B's queues, which reclaim up to
+    their share. ``preempt``: each queue holds its deserved quarter with priority-50 jobs and has as many
+    priority-100 jobs pending (preemption within the queue). ``consolidation``: each node holds 5 1-GPU
+    jobs, and 4-GPU jobs pend in B's queues; none fits until pods are moved together.
+    """
+    if shape not in CONTENTION_SHAPES:
+        raise ValueError(f"unknown shape {shape!r}: one of {', '.join(CONTENTION_SHAPES)}")
+    g = gpus_per_node
+    out: list[ev.Event] = []
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        out.append(
+            ev.NodeUpserted(
+                uid=name,
+                at_ms=0,
+                name=name,
+                cpu_millicores=128_000,
+                memory_bytes=1024 * 2**30,
+                gpus=g,
+                gpu_memory_mib=81920,
+                gpu_model="A100",
+            )
+        )
+    total = nodes * g * 1000
+    for d in ("a", "b"):
+        out.append(
+            ev.QueueUpserted(
+                uid=f"dept-{d}",
+                at_ms=0,
+                name=f"dept-{d}",
+                resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 2)),
+            )
+        )
+        for q in (1, 2):
+            out.append(
+                ev.QueueUpserted(
+                    uid=f"{d}{q}",
+                    at_ms=0,
+                    name=f"{d}{q}",
+                    parent=f"dept-{d}",
+                    resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 4)),
+                )
+            )
+    one = ev.PodRequests(cpu_millicores=1000, memory_bytes=4 * 2**30, gpus=1)
+    four = ev.PodRequests(cpu_millicores=4000, memory_bytes=16 * 2**30, gpus=4)
+    t = 1
+    j = 0
+
+    def job(
+        queue: str, req: ev.PodRequests, prio: int, node: str | None = None, devices: list[int] | None = None
+    ) -> None:
+        nonlocal t, j
+        name = f"job-{j:07d}"
+        j += 1
+        t += 1
+        out.append(
+            ev.PodGroupUpserted(
+                uid=f"default/{name}",
+                at_ms=t,
+                name=name,
+                namespace="default",
+                queue=queue,
+                priority=prio,
+                preemptible=True,
+                created_at_ms=t,
+            )
+        )
+        out.append(
+            ev.PodSubmitted(
+                uid=f"default/{name}-0",
+                at_ms=t,
+                name=f"{name}-0",
+                namespace="default",
+                pod_group=name,
+                queue=queue,
+                requests=req,
+                created_at_ms=t,
+            )
+        )
+        if node is not None:
+            out.append(
+                ev.PodBound(
+                    uid=f"default/{name}-0",
+                    at_ms=t,
+                    name=f"{name}-0",
+                    namespace="default",
+                    node=node,
+                    gpu_devices=devices or [],
+                )
+            )
+
+    per_node = {"reclaim": g, "preempt": g, "consolidation": 5}[shape]
+    queues = ("a1", "a2") if shape == "reclaim" else ("a1", "a2", "b1", "b2")
+    k = 0
+    for i in range(nodes):
+        for dev in range(per_node):
+            job(queues[k % len(queues)], one, 50, f"node-{i:05d}", [dev])
+            k += 1
+    if shape == "reclaim":
+        for n in range(nodes * g):
+            job(("b1", "b2")[n % 2], one, 50)
+    elif shape == "preempt":
+        for n in range(nodes * g):
+            job(("a1", "a2", "b1", "b2")[n % 4], one, 100)
+    else:
+        for n in range(nodes // 2):
+            job(("b1", "b2")[n % 2], four, 50)
+    return out

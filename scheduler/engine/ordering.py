@@ -10,7 +10,7 @@ most over its share.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from scheduler.engine.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
@@ -75,6 +75,13 @@ class JobCache:
     volatile: set[str]
     init: dict[str, Vec] = field(default_factory=dict)
     keys: dict[str, tuple[object, ...]] = field(default_factory=dict)
+
+    def mark(self, uid: str) -> None:
+        """From now on the job may change: forget what was cached for it."""
+        if uid not in self.volatile:
+            self.volatile.add(uid)
+            self.init.pop(uid, None)
+            self.keys.pop(uid, None)
 
 
 class QueueComparator:
@@ -234,13 +241,74 @@ def _dshare(total: Vec, shares: list[int | None], alloc: Vec) -> float:
     return best
 
 
+Run = tuple[list[tuple[tuple[object, ...], JobInfo]], Callable[[JobInfo], bool]]
+"""A leaf's jobs already sorted by ascending :meth:`JobInfo.sort_key` (key, job), and a filter: jobs for
+which it returns True are left out. Read lazily, so building an ordering over a long run costs nothing."""
+
+
+class _Leaf:
+    """One leaf queue's jobs in order: a heap of pushed jobs merged with an optional presorted run."""
+
+    __slots__ = ("heap", "pos", "run", "skip", "victim")
+
+    def __init__(self, victim: bool, run: Run | None = None) -> None:
+        self.heap: list[tuple[tuple[object, ...], int, JobInfo]] = []
+        self.victim = victim
+        self.run: list[tuple[tuple[object, ...], JobInfo]] = run[0] if run is not None else []
+        self.skip: Callable[[JobInfo], bool] | None = run[1] if run is not None else None
+        # Victim order is the reverse of job order: read the run from its end.
+        self.pos = len(self.run) - 1 if victim else 0
+
+    def _run_head(self) -> tuple[tuple[object, ...], JobInfo] | None:
+        run, skip = self.run, self.skip
+        if self.victim:
+            while self.pos >= 0:
+                entry = run[self.pos]
+                if skip is None or not skip(entry[1]):
+                    return entry
+                self.pos -= 1
+            return None
+        while self.pos < len(run):
+            entry = run[self.pos]
+            if skip is None or not skip(entry[1]):
+                return entry
+            self.pos += 1
+        return None
+
+    def _run_first(self) -> bool:
+        """True when the run's head goes before the heap's (there is a run head)."""
+        head = self._run_head()
+        if head is None:
+            return False
+        if not self.heap:
+            return True
+        key = tuple(_Neg(x) for x in head[0]) if self.victim else head[0]
+        return bool(key < self.heap[0][0])
+
+    def peek(self) -> JobInfo | None:
+        if self._run_first():
+            return self.run[self.pos][1]
+        return self.heap[0][2] if self.heap else None
+
+    def pop(self) -> JobInfo:
+        if self._run_first():
+            job = self.run[self.pos][1]
+            self.pos += -1 if self.victim else 1
+            return job
+        return heapq.heappop(self.heap)[2]
+
+    def __bool__(self) -> bool:
+        return bool(self.heap) or self._run_head() is not None
+
+
 class JobsByQueue:
     """A tree of ordered queues: at every level, the child whose best job wins the queue comparator.
 
     Each parent keeps its active children sorted best-first. Only the queues on the path of the leaf
     that was last popped or pushed change state, so only they are re-positioned (binary insertion),
     lazily at the next pop or push -- after the popped job's allocation has been accounted, as KAI's
-    lazily re-fixed heaps do.
+    lazily re-fixed heaps do. `runs` give leaves whose jobs are already sorted (see :data:`Run`): the
+    solvers keep them across attempts instead of heaping every job again.
     """
 
     def __init__(
@@ -251,23 +319,32 @@ class JobsByQueue:
         include_virtual: bool = False,
         shared_init: JobCache | None = None,
         memo: dict[tuple[object, ...], int] | None = None,
+        runs: Mapping[str, Run] | None = None,
     ) -> None:
         self.ssn = ssn
         self.victim = victim
         self.cmp = QueueComparator(ssn, include_virtual, shared_init, memo)
         self._shared = shared_init
-        self._heaps: dict[str, list[tuple[tuple[object, ...], int, JobInfo]]] = {}
+        self._leaves: dict[str, _Leaf] = {}
         self._children: dict[str | None, list[QueueInfo]] = {}
         self._dirty: list[QueueInfo] = []
         self._seq = 0
         self.popped: dict[str, list[JobInfo]] = {}
+        for name in sorted(runs or ()):
+            assert runs is not None
+            self._leaves[name] = _Leaf(victim, runs[name])
         for j in jobs:
             assert j.queue is not None
             self._seq += 1
-            heap = self._heaps.setdefault(j.queue.name, [])
-            heapq.heappush(heap, (self._key(j), self._seq, j))
-        for name in self._heaps:
+            heapq.heappush(self._leaf(j.queue.name).heap, (self._key(j), self._seq, j))
+        for name in self._leaves:
             self._reposition(self.ssn.queues[name])
+
+    def _leaf(self, name: str) -> _Leaf:
+        leaf = self._leaves.get(name)
+        if leaf is None:
+            leaf = self._leaves[name] = _Leaf(self.victim)
+        return leaf
 
     def _key(self, job: JobInfo) -> tuple[object, ...]:
         shared = self._shared
@@ -287,15 +364,15 @@ class JobsByQueue:
         self._flush()
         self.cmp.forget(job)
         self._seq += 1
-        heapq.heappush(self._heaps.setdefault(job.queue.name, []), (self._key(job), self._seq, job))
+        heapq.heappush(self._leaf(job.queue.name).heap, (self._key(job), self._seq, job))
         self._reposition(job.queue)
 
     def __bool__(self) -> bool:
-        return any(self._heaps.values())
+        return any(self._leaves.values())
 
     def _best_job(self, q: QueueInfo) -> JobInfo | None:
-        h = self._heaps.get(q.name)
-        return h[0][2] if h else None
+        leaf = self._leaves.get(q.name)
+        return leaf.peek() if leaf is not None else None
 
     def _leaf_of(self, q: QueueInfo) -> QueueInfo:
         while q.children:  # not a leaf
@@ -304,15 +381,15 @@ class JobsByQueue:
 
     def _has_jobs(self, q: QueueInfo) -> bool:
         if q.is_leaf:
-            return bool(self._heaps.get(q.name))
+            leaf = self._leaves.get(q.name)
+            return leaf is not None and bool(leaf)
         return bool(self._children.get(q.name))
 
     def _before(self, a: QueueInfo, b: QueueInfo) -> bool:
         """True when queue `a` goes before its sibling `b`."""
         la, lb = self._leaf_of(a), self._leaf_of(b)
         if not self.victim:
-            ha, hb = self._heaps.get(la.name), self._heaps.get(lb.name)
-            return self.cmp.compare(a, b, ha[0][2] if ha else None, hb[0][2] if hb else None) < 0
+            return self.cmp.compare(a, b, self._best_job(la), self._best_job(lb)) < 0
         va = [*self.popped.get(la.name, []), *filter(None, [self._best_job(la)])]
         vb = [*self.popped.get(lb.name, []), *filter(None, [self._best_job(lb)])]
         return self.cmp.compare(a, b, None, None, va, vb) > 0
@@ -343,6 +420,11 @@ class JobsByQueue:
         while self._dirty:
             self._reposition(self._dirty.pop())
 
+    def leaf_order(self, leaf: str, uids: set[str]) -> list[JobInfo]:
+        """The pushed jobs of `leaf` whose uid is in `uids`, in the order the leaf would give them."""
+        entries = self._leaves[leaf].heap
+        return [j for _, _, j in sorted(entries, key=lambda e: (e[0], e[1])) if j.uid in uids]
+
     def pop(self) -> JobInfo | None:
         """The next job: best root queue, then best child, down to a leaf; then that leaf's best job."""
         self._flush()
@@ -350,7 +432,7 @@ class JobsByQueue:
         if not roots:
             return None
         leaf = self._leaf_of(roots[0])
-        _, _, job = heapq.heappop(self._heaps[leaf.name])
+        job = self._leaves[leaf.name].pop()
         if self.victim:
             self.popped.setdefault(leaf.name, []).append(job)
         self._dirty.append(leaf)

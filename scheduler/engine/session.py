@@ -616,6 +616,8 @@ class Session:
         self.decisions: list[Op] = []
         self.total = self._total()
         self.free_index = FreeIndex(self.nodes)
+        self._claimed: int | None = None  # see unclaimed_gpu_milli; computed on first use, then kept current
+        self._ready_gpu_milli = 0
         self._account_queues()
         self.shares = self._divide(usage or {})
 
@@ -715,6 +717,16 @@ class Session:
                 if np:
                     a.allocated_np[r] += sign * v[r]
 
+    def unclaimed_gpu_milli(self) -> int:
+        """Idle + releasing milli-GPUs over Ready nodes (not held by allocated or pipelined pods).
+
+        The solvers' cheap bound before any scenario; kept current by :meth:`_set` so it costs O(1).
+        """
+        if self._claimed is None:
+            self._claimed = sum(_claimed(n) for n in self.nodes)
+            self._ready_gpu_milli = sum(GPU_MILLI * n.gpus for n in self.nodes if n.spec.ready)
+        return self._ready_gpu_milli - self._claimed
+
     # -- low-level moves (used by Statement only) -----------------------------------------------------
     def _set(
         self, t: TaskInfo, status: PodStatus, node: NodeInfo | None, devices: tuple[int, ...], portion: int
@@ -722,6 +734,12 @@ class Session:
         old_counted = t.node is not None and t.status in ACTIVE_ALLOCATED
         old_node = t.node
         self.version += 1
+        claimed = self._claimed
+        if claimed is not None:
+            if old_node is not None:
+                claimed -= _claimed(old_node)
+            if node is not None and node is not old_node:
+                claimed -= _claimed(node)
         idx = self._pod_index
         if idx is not None and t.node is not None and t.status in ACTIVE_USED:
             idx.remove(t.uid)
@@ -742,12 +760,23 @@ class Session:
             self.free_index.update(old_node)
         if node is not None and node is not old_node:
             self.free_index.update(node)
+        if claimed is not None:
+            if old_node is not None:
+                claimed += _claimed(old_node)
+            if node is not None and node is not old_node:
+                claimed += _claimed(node)
+            self._claimed = claimed
 
     def statement(self) -> Statement:
         return Statement(self)
 
     def leaf_queues_with_jobs(self) -> list[QueueInfo]:
         return [q for q in self.queues.values() if q.is_leaf and q.jobs]
+
+
+def _claimed(n: NodeInfo) -> int:
+    """Milli-GPUs allocated or pipelined on a Ready node (0 for a node that is not Ready)."""
+    return sum(n.dev_alloc) + sum(n.dev_pipe) if n.spec.ready else 0
 
 
 class Statement:

@@ -100,7 +100,7 @@ def allocate_job(
                 failed.get(cap) if cap is not None else None
             )
         if err is None:
-            err = allocate_task(ssn, stmt, task, nodes, action, pipeline_only)
+            err = allocate_task(ssn, stmt, task, nodes, action, pipeline_only, explain=record_errors)
             if err is not None and failed is not None:
                 if sig is not None:
                     failed[sig] = err

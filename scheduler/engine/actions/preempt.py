@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from scheduler.engine import minruntime
 from scheduler.engine.actions.common import non_preemptible_over_quota, tasks_vec
+from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.signatures import run_per_job
-from scheduler.engine.actions.solver import Scenario, Solver, finish
+from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
 from scheduler.engine.session import JobInfo, Session, TaskInfo
 
 NAME = "preempt"
@@ -31,12 +32,21 @@ def victims_for(ssn: Session, job: JobInfo) -> list[JobInfo]:
     ]
 
 
-def attempt(ssn: Session, job: JobInfo) -> bool:
+def victims(index: JobIndex, ssn: Session, job: JobInfo) -> Victims:
+    """:func:`victims_for` as a lazy filter over the action's job index."""
+
+    def skip(v: JobInfo) -> bool:
+        return v is job or v.priority >= job.priority or not minruntime.preempt_victim_filter(ssn, v)
+
+    return Victims((job.queue.name,) if job.queue is not None else (), skip)
+
+
+def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     """Try to preempt for one job; commits and returns True on success, leaves no trace otherwise."""
-    return within_quota(ssn, job) and _solve(ssn, job)
+    return within_quota(ssn, job) and _solve(ssn, job, index or JobIndex(ssn))
 
 
-def _solve(ssn: Session, job: JobInfo) -> bool:
+def _solve(ssn: Session, job: JobInfo, index: JobIndex) -> bool:
     def validate(s: Session, scenario: Scenario) -> bool:
         return minruntime.elastic_scenario_ok(
             scenario.victims(), scenario.victim_jobs(), lambda v: minruntime.preempt_protected(s, v)
@@ -45,10 +55,10 @@ def _solve(ssn: Session, job: JobInfo) -> bool:
     def reason(t: TaskInfo) -> str:
         return f"Pod {t.name} was preempted by higher priority workload {job.name}"
 
-    stmt = Solver(ssn, validate, NAME, reason).solve(job, victims_for(ssn, job))
+    stmt = Solver(ssn, validate, NAME, reason, index).solve(job, victims(index, ssn, job))
     if stmt is None:
         return False
-    finish(stmt)
+    finish(stmt, index)
     return True
 
 
@@ -62,4 +72,5 @@ def within_quota(ssn: Session, job: JobInfo) -> bool:
 
 def run(ssn: Session) -> None:
     """The preempt action."""
-    run_per_job(ssn, within_quota, _solve)
+    index = JobIndex(ssn)
+    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, index))

@@ -10,8 +10,9 @@ success the victims are evicted and the reclaimer's tasks are pipelined onto the
 from __future__ import annotations
 
 from scheduler.engine import minruntime
+from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.signatures import run_per_job
-from scheduler.engine.actions.solver import Scenario, Solver, finish
+from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
 from scheduler.engine.ordering import job_init_resources
 from scheduler.engine.reclaimable import can_reclaim, reclaimable, snapshot
 from scheduler.engine.session import JobInfo, Session, TaskInfo
@@ -32,8 +33,22 @@ def victims_for(ssn: Session, job: JobInfo) -> list[JobInfo]:
     ]
 
 
-def attempt(ssn: Session, job: JobInfo) -> bool:
-    """Try to reclaim for one job; commits and returns True on success, leaves no trace otherwise."""
+def victims(index: JobIndex, ssn: Session, job: JobInfo) -> Victims:
+    """:func:`victims_for` as a lazy filter over the action's job index."""
+    own = job.queue
+
+    def skip(v: JobInfo) -> bool:
+        return v.queue is own or not minruntime.reclaim_victim_filter(ssn, job, v)
+
+    return Victims(tuple(n for n in sorted(index.victims) if own is None or n != own.name), skip)
+
+
+def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
+    """Try to reclaim for one job; commits and returns True on success, leaves no trace otherwise.
+
+    `index` is the action's :class:`JobIndex` (built here when the caller tries a single job).
+    """
+    index = index or JobIndex(ssn)
     snap = snapshot(ssn)
 
     def validate(s: Session, scenario: Scenario) -> bool:
@@ -48,13 +63,18 @@ def attempt(ssn: Session, job: JobInfo) -> bool:
     def reason(t: TaskInfo) -> str:
         return f"Pod {t.name} was preempted by workload {job.name}."
 
-    stmt = Solver(ssn, validate, NAME, reason).solve(job, victims_for(ssn, job))
+    stmt = Solver(ssn, validate, NAME, reason, index).solve(job, victims(index, ssn, job))
     if stmt is None:
         return False
-    finish(stmt)
+    finish(stmt, index)
     return True
 
 
 def run(ssn: Session) -> None:
     """The reclaim action."""
-    run_per_job(ssn, lambda s, job: can_reclaim(s, job, job_init_resources(s, job)), attempt)
+    index = JobIndex(ssn)
+    run_per_job(
+        ssn,
+        lambda s, job: can_reclaim(s, job, job_init_resources(s, job)),
+        lambda s, job: attempt(s, job, index),
+    )

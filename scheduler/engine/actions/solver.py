@@ -23,12 +23,13 @@ before; on success the caller commits the returned statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine.actions.allocate import allocate_job, task_signature
-from scheduler.engine.actions.common import candidate_jobs, over_capacity, tasks_vec
-from scheduler.engine.ordering import JobCache, JobsByQueue, task_order
+from scheduler.engine.actions.common import over_capacity, tasks_vec
+from scheduler.engine.actions.jobindex import JobIndex
+from scheduler.engine.ordering import JobCache, JobsByQueue, Run, task_order
 from scheduler.engine.placement import allocate_task, best_fit, static_reason
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -37,6 +38,7 @@ from scheduler.engine.session import (
     JobInfo,
     NodeInfo,
     Op,
+    QueueInfo,
     Session,
     Statement,
     TaskInfo,
@@ -71,6 +73,17 @@ class Scenario:
 Validator = Callable[[Session, Scenario], bool]
 
 
+@dataclass(frozen=True)
+class Victims:
+    """Who a preemptor may take from: the index's victim jobs of `leaves`, less those `skip` rejects.
+
+    The filter runs only on the victims the search reaches, in victim order.
+    """
+
+    leaves: tuple[str, ...]
+    skip: Callable[[JobInfo], bool]
+
+
 def tasks_to_evict(job: JobInfo) -> tuple[list[TaskInfo], bool]:
     """KAI's GetTasksToEvict on a (possibly partial) job view.
 
@@ -96,8 +109,9 @@ def job_view(job: JobInfo, tasks: Sequence[TaskInfo]) -> JobInfo:
 class _VictimStream:
     """Feeds victim task groups in victim order, splitting elastic victims one task at a time."""
 
-    def __init__(self, ssn: Session, victims: Sequence[JobInfo], recorded: set[str]) -> None:
-        self.order = JobsByQueue(ssn, [job_view(j, j.tasks) for j in victims], victim=True)
+    def __init__(self, ssn: Session, index: JobIndex, victims: Victims, recorded: set[str]) -> None:
+        runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
+        self.order = JobsByQueue(ssn, (), victim=True, runs=runs)
         self.recorded = recorded
 
     def next_group(self) -> list[TaskInfo] | None:
@@ -154,48 +168,38 @@ class Solver:
     """Finds victims for one preemptor at a time (see the module docstring)."""
 
     def __init__(
-        self, ssn: Session, validator: Validator, action: str, reason: Callable[[TaskInfo], str]
+        self,
+        ssn: Session,
+        validator: Validator,
+        action: str,
+        reason: Callable[[TaskInfo], str],
+        index: JobIndex,
     ) -> None:
         self.ssn = ssn
         self.validator = validator
         self.action = action
         self.reason = reason
-        self._pending: list[JobInfo] = []
+        self.index = index
         self._shared_nodes: dict[tuple[object, ...], list[NodeInfo]] = {}  # per partial job, see above
-        # Per solve(): init resources of jobs the solve never touches, and the ordering peers per leaf set.
+        # Per solve(): init resources and sort keys of jobs the solve has not touched (see JobCache).
         self._shared_init = JobCache(set())
-        self._by_leaf: dict[str, list[JobInfo]] = {}  # pending jobs by leaf queue
-        self._by_parent: dict[str, list[JobInfo]] = {}  # pending jobs by each ancestor above the leaf
         self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
+        self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
 
-    def solve(self, job: JobInfo, victims: Sequence[JobInfo]) -> Statement | None:
+    def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
-        # Cheap pre-check: idle + releasing GPUs plus everything the victims hold must cover the whole job,
-        # or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
+        # Cheap pre-check: idle + releasing GPUs plus everything the victims could hold must cover the whole
+        # job, or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
         need = sum(_gpu_need(t) for t in tasks)
-        if (
-            need
-            and self._idle_gpus()
-            + sum(self.ssn.task_vec(t)[0] for v in victims for t in v.tasks if t.status in ACTIVE_ALLOCATED)
-            < need
-        ):
+        held = sum(self.index.gpu_held.get(n, 0) for n in victims.leaves)
+        if need and self._idle_gpus() + held < need:
             return None
         before = job.count(ACTIVE_USED)
-        self._pending = candidate_jobs(self.ssn)
-        # Only the victims and the preemptor change while solving; every other job's init resources hold.
-        self._shared_init = JobCache({v.uid for v in victims} | {job.uid})
-        self._by_leaf, self._by_parent = {}, {}
-        for j in self._pending:
-            q = j.queue
-            if q is None:
-                continue
-            self._by_leaf.setdefault(q.name, []).append(j)
-            for a in q.ancestors():
-                if a is not q:
-                    self._by_parent.setdefault(a.name, []).append(j)
+        # Only the victims the search reaches and the preemptor change while solving (see _VictimStream).
+        self._shared_init = JobCache({job.uid})
         self._memo = {}
         stmt = self.ssn.statement()
         recorded: list[TaskInfo] = []
@@ -220,7 +224,7 @@ class Solver:
         job: JobInfo,
         pending: list[TaskInfo],
         recorded: list[TaskInfo],
-        victims: Sequence[JobInfo],
+        victims: Victims,
     ) -> Scenario | None:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
         # Nothing is evicted yet: the nodes where each shared-GPU task could go now (see _shared_may_fit).
@@ -230,13 +234,14 @@ class Solver:
                 sig = task_signature(t)
                 if sig not in self._shared_nodes:
                     self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
-        stream = _VictimStream(self.ssn, victims, {t.uid for t in recorded})
+        stream = _VictimStream(self.ssn, self.index, victims, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
         have += sum(self.ssn.task_vec(t)[0] for t in recorded)
         if recorded and have >= need and self._simulate_scenario(stmt, scenario):
             return scenario
         while (group := stream.next_group()) is not None:
+            self._shared_init.mark(group[0].job.uid)
             scenario.potential.extend(group)
             have += sum(self.ssn.task_vec(t)[0] for t in group)
             # Cheap bound (KAI's idle-GPU scenario filter): skip scenarios that cannot free enough GPUs.
@@ -246,9 +251,7 @@ class Solver:
 
     def _idle_gpus(self) -> int:
         """Idle + releasing milli-GPUs over Ready nodes."""
-        return sum(
-            GPU_MILLI * n.gpus - sum(n.dev_alloc) - sum(n.dev_pipe) for n in self.ssn.nodes if n.spec.ready
-        )
+        return self.ssn.unclaimed_gpu_milli()
 
     def _simulate_scenario(self, stmt: Statement, scenario: Scenario) -> bool:
         cp = stmt.checkpoint()
@@ -287,28 +290,24 @@ class Solver:
         victim_uids = {t.job.uid for t in evicted}
         victim_jobs = [ssn.job_by_uid[uid] for uid in sorted(victim_uids)]
         preemptor = scenario.preemptor
-        pool = {j.uid: j for j in self._ordering_peers([*victim_jobs, preemptor])}
-        for j in (*victim_jobs, preemptor):
-            pool[j.uid] = j
+        involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
             ssn,
-            sorted(pool.values(), key=lambda p: p.index),
+            involved,
             include_virtual=True,
             shared_init=self._shared_init,
             memo=self._memo,
+            runs=self._ordering_peers(involved),
         )
         placed = False
-        left = len(victim_uids) + 1
         freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
-        while left and (nxt := order.pop()) is not None:
-            if nxt is preemptor or nxt.uid in victim_uids:
-                left -= 1  # once every relevant job had its turn the rest of the queue changes nothing
+        for nxt in _turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
                     stmt.rollback(cp)
                     return False
                 placed = True
-            elif nxt.uid in victim_uids and allocate_job(
+            elif allocate_job(
                 ssn, stmt, nxt, ssn.nodes, self.action, pipeline_only=True, record_errors=False
             ):
                 self._restore_unmoved(stmt, nxt, cp)
@@ -323,25 +322,43 @@ class Solver:
             return False
         return True
 
-    def _ordering_peers(self, involved: Sequence[JobInfo]) -> list[JobInfo]:
+    def _ordering_peers(self, involved: Sequence[JobInfo]) -> dict[str, Run]:
         """Pending jobs that can influence the order in which the preemptor and the victims are re-placed.
 
         KAI orders every pending job but places only the preemptor and the victims. Another job matters
         only through the queue comparator: as the head of a leaf involved in the simulation, or as the best
-        job of a queue that shares a parent queue with one. Jobs elsewhere are left out to save time.
+        job of a queue that shares a parent queue with one. Jobs elsewhere are left out to save time. The
+        involved jobs themselves are pushed with their live state, so their index entries are skipped.
         """
-        leaves = {j.queue.name for j in involved if j.queue is not None}
-        parents = {
-            a.name for j in involved if j.queue is not None for a in j.queue.ancestors() if a is not j.queue
-        }
-        out: dict[str, JobInfo] = {}
-        for name in sorted(leaves):
-            for j in self._by_leaf.get(name, ()):
-                out[j.uid] = j
-        for name in sorted(parents):
-            for j in self._by_parent.get(name, ()):
-                out[j.uid] = j
-        return sorted(out.values(), key=lambda j: j.index)
+        uids = {j.uid for j in involved}
+        leaves: set[str] = set()
+        for j in involved:
+            q = j.queue
+            if q is None:
+                continue
+            leaves.add(q.name)
+            for a in q.ancestors():
+                if a is not q:
+                    leaves.update(self._leaves_under(a))
+        pending = self.index.pending
+
+        def skip(j: JobInfo) -> bool:
+            return j.uid in uids
+
+        return {name: (pending[name], skip) for name in sorted(leaves) if pending.get(name)}
+
+    def _leaves_under(self, q: QueueInfo) -> tuple[str, ...]:
+        out = self._under.get(q.name)
+        if out is None:
+            found: list[str] = []
+            stack = [q]
+            while stack:
+                x = stack.pop()
+                if x.is_leaf:
+                    found.append(x.name)
+                stack.extend(x.children)
+            out = self._under[q.name] = tuple(sorted(found))
+        return out
 
     def _restore_unmoved(self, stmt: Statement, job: JobInfo, since: int) -> None:
         """A victim re-placed on the node it was evicted from is un-evicted rather than moved (as KAI does).
@@ -412,11 +429,34 @@ class Solver:
         return True
 
 
-def finish(stmt: Statement) -> None:
+def _turns(order: JobsByQueue, involved: Sequence[JobInfo]) -> Iterator[JobInfo]:
+    """The involved jobs (victims and preemptor), each once, in the order the queue gives them their turn.
+
+    Other pending jobs take their turns too but are never placed, so they change no allocation: once every
+    involved job still to come sits in one leaf queue, they come in that leaf's job order whatever else
+    the queue pops in between, and the rest of the queue is skipped. Once all had their turn the rest of
+    the queue changes nothing either.
+    """
+    remaining = {j.uid: j for j in involved}
+    while remaining:
+        leaves = {j.queue.name for j in remaining.values() if j.queue is not None}
+        if len(leaves) == 1:
+            yield from order.leaf_order(leaves.pop(), set(remaining))
+            return
+        nxt = order.pop()
+        if nxt is None:
+            return
+        if remaining.pop(nxt.uid, None) is not None:
+            yield nxt
+
+
+def finish(stmt: Statement, index: JobIndex) -> None:
     """Commit a solved statement; the evicted victims are now really leaving, no longer virtual.
 
-    Tasks that ended exactly where they started (evicted, then un-evicted) leave no operation behind.
+    Tasks that ended exactly where they started (evicted, then un-evicted) leave no operation behind. The
+    jobs the statement touched are re-filed in `index`.
     """
+    touched: Iterable[JobInfo] = {op.task.job.uid: op.task.job for op in stmt.ops}.values()
     tasks = [op.task for op in stmt.ops if op.kind == "evict"]
     first: dict[str, Op] = {}
     for op in stmt.ops:
@@ -432,3 +472,4 @@ def finish(stmt: Statement) -> None:
     stmt.commit()
     for t in tasks:
         t.virtual = False
+    index.refresh(touched)
