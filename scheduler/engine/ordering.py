@@ -249,7 +249,7 @@ which it returns True are left out. Read lazily, so building an ordering over a 
 class _Leaf:
     """One leaf queue's jobs in order: a heap of pushed jobs merged with an optional presorted run."""
 
-    __slots__ = ("heap", "pos", "run", "skip", "victim")
+    __slots__ = ("_best", "heap", "pos", "run", "skip", "victim")
 
     def __init__(self, victim: bool, run: Run | None = None) -> None:
         self.heap: list[tuple[tuple[object, ...], int, JobInfo]] = []
@@ -258,6 +258,7 @@ class _Leaf:
         self.skip: Callable[[JobInfo], bool] | None = run[1] if run is not None else None
         # Victim order is the reverse of job order: read the run from its end.
         self.pos = len(self.run) - 1 if victim else 0
+        self._best: tuple[bool, JobInfo | None] | None = None  # (from the run?, job), until the next change
 
     def _run_head(self) -> tuple[tuple[object, ...], JobInfo] | None:
         run, skip = self.run, self.skip
@@ -285,20 +286,34 @@ class _Leaf:
         key = tuple(_Neg(x) for x in head[0]) if self.victim else head[0]
         return bool(key < self.heap[0][0])
 
+    def _head(self) -> tuple[bool, JobInfo | None]:
+        best = self._best
+        if best is None:
+            if self._run_first():
+                best = (True, self.run[self.pos][1])
+            else:
+                best = (False, self.heap[0][2] if self.heap else None)
+            self._best = best
+        return best
+
     def peek(self) -> JobInfo | None:
-        if self._run_first():
-            return self.run[self.pos][1]
-        return self.heap[0][2] if self.heap else None
+        return self._head()[1]
 
     def pop(self) -> JobInfo:
-        if self._run_first():
-            job = self.run[self.pos][1]
+        from_run, job = self._head()
+        assert job is not None
+        self._best = None
+        if from_run:
             self.pos += -1 if self.victim else 1
             return job
         return heapq.heappop(self.heap)[2]
 
+    def push(self, entry: tuple[tuple[object, ...], int, JobInfo]) -> None:
+        self._best = None
+        heapq.heappush(self.heap, entry)
+
     def __bool__(self) -> bool:
-        return bool(self.heap) or self._run_head() is not None
+        return self._head()[1] is not None
 
 
 class JobsByQueue:
@@ -336,7 +351,7 @@ class JobsByQueue:
         for j in jobs:
             assert j.queue is not None
             self._seq += 1
-            heapq.heappush(self._leaf(j.queue.name).heap, (self._key(j), self._seq, j))
+            self._leaf(j.queue.name).push((self._key(j), self._seq, j))
         for name in self._leaves:
             self._reposition(self.ssn.queues[name])
 
@@ -364,7 +379,7 @@ class JobsByQueue:
         self._flush()
         self.cmp.forget(job)
         self._seq += 1
-        heapq.heappush(self._leaf(job.queue.name).heap, (self._key(job), self._seq, job))
+        self._leaf(job.queue.name).push((self._key(job), self._seq, job))
         self._reposition(job.queue)
 
     def __bool__(self) -> bool:

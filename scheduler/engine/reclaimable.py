@@ -98,6 +98,21 @@ def guarantee_deserved_quota(
     return not _le(remaining, _deserved(reclaimee))
 
 
+def loss_always_refused(snap: QueueSnapshot, reclaimer: QueueInfo, req: Vec, victim: QueueInfo) -> bool:
+    """True when :func:`reclaimable` refuses every scenario that loses a task of a job in `victim`.
+
+    Each lost chunk is judged against the victim side's remaining allocation, which starts at the
+    snapshot and only shrinks; both strategies ask for that side to be above a fixed line (allocatable
+    share, or deserved with the reclaimer within its deserved). If neither holds at the snapshot, neither
+    holds for any scenario. The solver uses it as a bound: such a victim frees nothing for good.
+    """
+    lr, lv = leveled_queues(reclaimer, victim)
+    alloc = snap.allocated[lv.name]
+    return not maintain_fair_share(lv, alloc) and not guarantee_deserved_quota(
+        lr, snap.allocated[lr.name], req, lv, alloc
+    )
+
+
 def victim_chunks(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> list[Vec]:
     """Resources a victim job loses, as chunks: each task beyond minAvailable alone, the rest together.
 

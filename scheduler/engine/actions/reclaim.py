@@ -14,7 +14,7 @@ from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.signatures import run_per_job
 from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
 from scheduler.engine.ordering import job_init_resources
-from scheduler.engine.reclaimable import can_reclaim, reclaimable, snapshot
+from scheduler.engine.reclaimable import can_reclaim, loss_always_refused, reclaimable, snapshot
 from scheduler.engine.session import JobInfo, Session, TaskInfo
 
 NAME = "reclaim"
@@ -63,7 +63,19 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     def reason(t: TaskInfo) -> str:
         return f"Pod {t.name} was preempted by workload {job.name}."
 
-    stmt = Solver(ssn, validate, NAME, reason, index).solve(job, victims(index, ssn, job))
+    refused: dict[tuple[object, ...], bool] = {}
+
+    def must_keep(v: JobInfo, req: list[int]) -> bool:
+        if job.queue is None or v.queue is None:
+            return False
+        key = (v.queue.name, *req)
+        out = refused.get(key)
+        if out is None:
+            out = refused[key] = loss_always_refused(snap, job.queue, req, v.queue)
+        return out
+
+    solver = Solver(ssn, validate, NAME, reason, index, must_keep)
+    stmt = solver.solve(job, victims(index, ssn, job))
     if stmt is None:
         return False
     finish(stmt, index)

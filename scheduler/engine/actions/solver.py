@@ -164,6 +164,60 @@ def _shared_may_fit(t: TaskInfo, node: NodeInfo) -> bool:
     return sum(1 for d in range(node.gpus) if node.dev_future(d) >= portion) >= req.gpu_fraction_devices
 
 
+class _Slots:
+    """Necessary conditions for a scenario, kept as victims are added: room for the whole-GPU tasks.
+
+    A whole-GPU task goes on one node, onto devices free of allocated and pipelined pods.
+
+    * Per node: for each GPU count g among the preemptor's tasks, the tasks asking for g or more need as
+      many disjoint g-device slots; a node whose free devices (now, plus those the victims so far hold
+      there) number f offers at most f // g. Victims re-placed elsewhere and every other filter only take
+      room away, so a scenario that fails this fails its simulation too.
+    * In total: free whole devices plus those victims free for good must cover the whole-GPU tasks. A
+      victim that must be re-placed (``kept``) with whole-GPU tasks takes as many whole devices as it
+      frees; a kept shared-GPU victim may free a device and squeeze into others, so its devices count.
+
+    Shared-GPU tasks of the preemptor are not counted (no bound for them).
+    """
+
+    def __init__(self, ssn: Session, tasks: Sequence[TaskInfo]) -> None:
+        sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
+        self.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
+        self.whole_need = sum(sizes)
+        self.idx = ssn.free_index
+        buckets = self.idx.buckets
+        self.slots = {g: sum(len(b) * (k // g) for k, b in enumerate(buckets)) for g in self.demand}
+        self.whole = sum(len(b) * k for k, b in enumerate(buckets))
+        self.extra: dict[str, set[int]] = {}  # node -> its devices the victims would free
+        self.freed: set[tuple[str, int]] = set()  # devices counted in `whole`
+
+    def add(self, tasks: Sequence[TaskInfo], kept: bool = False) -> None:
+        """Count the devices of these victim tasks (called while the session is in its base state)."""
+        if not self.demand:
+            return
+        for t in tasks:
+            if t.node is not None and t.devices and t.status in ACTIVE_ALLOCATED and (t.shared or not kept):
+                for d in t.devices:
+                    if (t.node.dev_alloc[d] or t.node.dev_pipe[d]) and (t.node.name, d) not in self.freed:
+                        self.freed.add((t.node.name, d))
+                        self.whole += 1
+            n = t.node
+            if n is None or not t.devices or t.status not in ACTIVE_ALLOCATED:
+                continue
+            got = self.extra.setdefault(n.name, set())
+            old = self.idx.level[n.name] + len(got)
+            for d in t.devices:
+                if n.dev_alloc[d] or n.dev_pipe[d]:
+                    got.add(d)
+            new = self.idx.level[n.name] + len(got)
+            if new != old:
+                for g in self.slots:
+                    self.slots[g] += new // g - old // g
+
+    def ok(self) -> bool:
+        return self.whole >= self.whole_need and all(self.slots[g] >= k for g, k in self.demand.items())
+
+
 class Solver:
     """Finds victims for one preemptor at a time (see the module docstring)."""
 
@@ -174,8 +228,13 @@ class Solver:
         action: str,
         reason: Callable[[TaskInfo], str],
         index: JobIndex,
+        must_keep: Callable[[JobInfo, Vec], bool] | None = None,
     ) -> None:
+        """`must_keep(victim, requested)` may say that the validator refuses any scenario in which the
+        victim loses a task (it must then be re-placed): such victims free no capacity for good, which
+        tightens the bounds checked before simulating."""
         self.ssn = ssn
+        self.must_keep = must_keep
         self.validator = validator
         self.action = action
         self.reason = reason
@@ -237,17 +296,32 @@ class Solver:
         stream = _VictimStream(self.ssn, self.index, victims, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
-        have += sum(self.ssn.task_vec(t)[0] for t in recorded)
-        if recorded and have >= need and self._simulate_scenario(stmt, scenario):
+        slots = _Slots(self.ssn, pending)
+        for t in recorded:
+            kept = self._kept(t, scenario.requested)
+            have += 0 if kept else self.ssn.task_vec(t)[0]
+            slots.add((t,), kept)
+        if recorded and have >= need and slots.ok() and self._simulate_scenario(stmt, scenario):
             return scenario
         while (group := stream.next_group()) is not None:
             self._shared_init.mark(group[0].job.uid)
             scenario.potential.extend(group)
-            have += sum(self.ssn.task_vec(t)[0] for t in group)
-            # Cheap bound (KAI's idle-GPU scenario filter): skip scenarios that cannot free enough GPUs.
-            if have >= need and self._simulate_scenario(stmt, scenario):
+            kept = all(self._kept(t, scenario.requested) for t in group)
+            have += 0 if kept else sum(self.ssn.task_vec(t)[0] for t in group)
+            slots.add(group, kept)
+            # Cheap bounds, checked before any re-placement: enough GPUs in total (KAI's idle-GPU scenario
+            # filter), and enough whole free devices per node for the whole-GPU tasks.
+            if have >= need and slots.ok() and self._simulate_scenario(stmt, scenario):
                 return scenario
         return None
+
+    def _kept(self, t: TaskInfo, requested: Vec) -> bool:
+        """The victim task must be re-placed for the scenario to pass, with the same milli-GPU wherever it
+        goes (a GPU-memory request's share depends on the node, so it never counts as kept)."""
+        r = t.request
+        if self.must_keep is None or (r.gpu_fraction_milli is None and r.gpu_memory_mib is not None):
+            return False
+        return self.must_keep(t.job, requested)
 
     def _idle_gpus(self) -> int:
         """Idle + releasing milli-GPUs over Ready nodes."""
