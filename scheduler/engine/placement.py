@@ -115,7 +115,9 @@ def _fit_shared(ssn: Session, task: TaskInfo, node: NodeInfo, idle_ok: bool) -> 
             used = GPU_MILLI - node.dev_future(d)
         else:
             continue
-        not_idle = 1 if node.dev_idle(d) < portion else 0
+        # A shared GPU whose reservation is still pipelined is not there yet: joining it is pipelining too
+        # (KAI's gpuSharingOrder case with a pending reservation pod).
+        not_idle = 1 if node.dev_idle(d) < portion or node.dev_pipe[d] > 0 else 0
         score = -(GPU_MILLI - used) if spread else -used
         if ssn.config.gpu_sharing_placement == "none":
             score = 0
@@ -129,7 +131,7 @@ def _fit_shared(ssn: Session, task: TaskInfo, node: NodeInfo, idle_ok: bool) -> 
     new_groups = sum(1 for d in chosen if node.dev_shared[d] == 0)
     if node.pods_used() + 1 + new_groups > node.spec.max_pods:
         return "node(s) had too many pods"
-    idle = idle_ok and all(node.dev_idle(d) >= portion for d in chosen)
+    idle = idle_ok and all(node.dev_idle(d) >= portion and node.dev_pipe[d] == 0 for d in chosen)
     return Fit(node, idle, tuple(chosen), portion, new_group)
 
 
@@ -165,7 +167,10 @@ def _placement_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list
         return n.spec.cpu if cpu_only else n.gpus * GPU_MILLI
 
     if strategy == "spread":
-        return [free(f.node) / total(f.node) if total(f.node) else 0.0 for f in fits]
+        # KAI's spread counts what is left of shared GPUs too (GetSumOfIdleGPUs + releasing): a node whose
+        # shared GPU still has room is freer than one whose GPU is full.
+        spread_free = (lambda n: n.future(0)) if cpu_only else _gpus_left_milli
+        return [spread_free(f.node) / total(f.node) if total(f.node) else 0.0 for f in fits]
     frees = [free(f.node) for f in fits if total(f.node)]
     lo, hi = (min(frees), max(frees)) if frees else (0, 0)
     out = []
@@ -179,10 +184,24 @@ def _placement_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list
     return out
 
 
+def _gpus_left_milli(n: NodeInfo) -> int:
+    """Idle + releasing GPU capacity in milli-GPU, whole devices and the room left on shared ones."""
+    whole = n.whole_future_devices()
+    left = GPU_MILLI * len(whole)
+    for d in range(n.gpus):
+        if n.dev_shared[d] > 0 and d not in whole:
+            left += max(n.dev_future(d), 0)
+    return left
+
+
 def kai_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
     """KAI's summed node scores (see module docstring)."""
     base = _placement_scores(ssn, task, fits)
-    sharing_bonus = task.shared and ssn.config.gpu_sharing_placement == "binpack"
+    # gpusharingorder runs only with binpack at both levels (KAI enables it iff placementStrategy.gpu is
+    # binpack): with node-level spread, fractional pods spread over nodes and pack only within one.
+    sharing_bonus = (
+        task.shared and ssn.config.gpu_sharing_placement == "binpack" and ssn.config.gpu_placement == "binpack"
+    )
     cpu_only = task.is_cpu_only()
     out = []
     for f, s in zip(fits, base, strict=True):

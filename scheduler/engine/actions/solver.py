@@ -494,12 +494,12 @@ class Solver:
             return False
         cp = stmt.checkpoint()
         for t in scenario.pending:
-            if (
-                allocate_task(ssn, stmt, t, ssn.nodes, self.action, pipeline_only=True, explain=False)
-                is not None
-            ):
+            # Scored like any placement (a node where the task fits on idle capacity gets the idle bonus, as
+            # in KAI's what-if allocation), then the whole job waits for the victims: pipelined.
+            if allocate_task(ssn, stmt, t, ssn.nodes, self.action, explain=False) is not None:
                 stmt.rollback(cp)
                 return False
+        stmt.convert_to_pipelined(scenario.preemptor, self.action)
         return True
 
 
