@@ -409,15 +409,25 @@ class FastPath:
 
     def to_model(self, value: Any) -> Any:
         """The pydantic model equal to a decoded struct (lists and dicts of them too), built without
-        validating again. Every field counts as set (``model_fields_set``), present in the JSON or not."""
+        validating again (what ``model_construct`` does, minus its per-field default handling: a struct
+        has every field). Every field counts as set (``model_fields_set``), present in the JSON or not."""
         if isinstance(value, list):
             return [self.to_model(v) for v in value]
         if isinstance(value, dict):
             return dict(value)
         if not isinstance(value, Struct):
             return value
-        model = self.models[type(value).__name__]
-        values = {f: self.to_model(getattr(value, f)) for f in value.__struct_fields__}
-        if isinstance(value, _Ev):
-            values["type"] = value.type
-        return model.model_construct(set(model.model_fields), **values)
+        model: Any = self.models[type(value).__name__]
+        values: dict[str, Any] = {}
+        for name in model.model_fields:
+            v = getattr(value, name)  # "type": the event struct's class attribute
+            values[name] = self.to_model(v) if isinstance(v, list | dict | Struct) else v
+        m = model.__new__(model)
+        _setattr(m, "__dict__", values)
+        _setattr(m, "__pydantic_fields_set__", set(values))
+        _setattr(m, "__pydantic_extra__", None)
+        _setattr(m, "__pydantic_private__", None)
+        return m
+
+
+_setattr = object.__setattr__

@@ -166,6 +166,14 @@ _PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "infere
 DEFAULT_JOB_PRIORITY = 50
 
 
+_EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
+
+
+def _sorted_map(items: Mapping[str, str]) -> Mapping[str, str]:
+    """A read-only copy of ``items`` in key order (empty ones share one instance)."""
+    return MappingProxyType(dict(sorted(items.items()))) if items else _EMPTY_MAP
+
+
 def node_from_event(e: NodeUpserted, name: str | None = None) -> Node:
     """The snapshot's view of a node event (`name` renames it, e.g. for a tie-break order)."""
     return Node(
@@ -176,7 +184,7 @@ def node_from_event(e: NodeUpserted, name: str | None = None) -> Node:
         gpu_memory_mib=e.gpu_memory_mib,
         gpu_model=e.gpu_model,
         max_pods=e.max_pods,
-        labels=MappingProxyType(dict(sorted(e.labels.items()))),
+        labels=_sorted_map(e.labels),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in e.taints),
         ready=e.ready,
         unschedulable=e.unschedulable,
@@ -220,6 +228,7 @@ class StateBuilder:
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
         self._job_pods: dict[str, dict[str, None]] = {}  # job uid -> its pod uids (ordered)
+        self._requests: dict[tuple[int | None, ...], PodRequest] = {}  # see _request
 
     def apply(self, event: object, offset: int | None = None) -> None:
         """Fold one event: an ``ingest.events`` model, or the struct ``ingest.events.FAST_PATH`` decodes
@@ -293,24 +302,21 @@ class StateBuilder:
                 uid=uid,
                 name=e.name,
                 job=job_uid,
-                request=PodRequest(
-                    cpu=r.cpu_millicores,
-                    memory=r.memory_bytes,
-                    gpus=r.gpus,
-                    gpu_fraction_milli=r.gpu_fraction_milli,
-                    gpu_fraction_devices=r.gpu_fraction_devices,
-                    gpu_memory_mib=r.gpu_memory_mib,
-                ),
+                request=self._request(r),
                 task_priority=e.task_priority,
                 index=seq,
                 created_ms=e.created_at_ms,
-                node_selector=MappingProxyType(dict(sorted(e.node_selector.items()))),
+                node_selector=_sorted_map(e.node_selector),
                 allowed_nodes=tuple(e.allowed_nodes) if e.allowed_nodes is not None else None,
                 affinity=tuple(
                     tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in term.match_expressions)
                     for term in e.node_affinity
-                ),
-                tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations),
+                )
+                if e.node_affinity
+                else (),
+                tolerations=tuple(Toleration(t.key, t.operator, t.value, t.effect) for t in e.tolerations)
+                if e.tolerations
+                else (),
             )
         elif kind == "PodBound":
             uid = f"{e.namespace}/{e.name}"
@@ -361,6 +367,24 @@ class StateBuilder:
             pass  # only time moves (the offset above, and the folder's logical time)
         else:
             raise TypeError(f"cannot fold {type(event).__name__}")
+
+    def _request(self, r: Any) -> PodRequest:
+        """The request of a ``PodRequests`` event field; equal requests share one (immutable) instance,
+        since most pods of a cluster ask for one of a few shapes."""
+        key = (
+            r.cpu_millicores,
+            r.memory_bytes,
+            r.gpus,
+            r.gpu_fraction_milli,
+            r.gpu_fraction_devices,
+            r.gpu_memory_mib,
+        )
+        request = self._requests.get(key)
+        if request is None:
+            if len(self._requests) >= 10_000:
+                self._requests.clear()
+            request = self._requests[key] = PodRequest(*key)
+        return request
 
     def _forget_if_done(self, job_uid: str) -> None:
         """Drop a deleted pod group once its last pod is gone: it can no longer affect a cycle, and
