@@ -168,6 +168,8 @@ class KafkaLog(Log):
                     "fetch.wait.max.ms": 10,
                     "max.partition.fetch.bytes": 8 << 20,  # fewer, larger fetches (default 1 MiB)
                     "queued.max.messages.kbytes": 32 << 10,  # prefetch per topic
+                    # When the prefetch queue is full, fetch again as soon as it drains (default: 1 s).
+                    "fetch.queue.backoff.ms": 5,
                 }
             )
             reader = self._fast_readers[topic] = (consumer, [-1])
