@@ -7,6 +7,7 @@ struct equal to what pydantic gives: same model once converted, same ``dump_even
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -287,3 +288,18 @@ def test_fast_structs_mirror_the_models() -> None:
     until it is, that event type silently loses the fast path."""
     assert FAST_PATH.drift == {}
     assert sorted(t.__name__ for t in FAST_PATH.types) == sorted(EVENT_TYPES)
+
+
+# The JSON schema of every model the fast path mirrors, as of the last time ingest/fastdecode.py was
+# checked against it. A changed type, constraint or literal in events.py (which the import-time drift
+# check does not see: it compares names, defaults and validators) changes this fingerprint.
+MIRRORED_SCHEMAS = "e7a4854d1e5a0e02"
+
+
+def test_mirrored_models_have_not_changed_since_the_structs_were_checked() -> None:
+    schemas = {name: model.model_json_schema() for name, model in sorted(FAST_PATH.models.items())}
+    fingerprint = hashlib.sha256(json.dumps(schemas, sort_keys=True).encode()).hexdigest()[:16]
+    assert fingerprint == MIRRORED_SCHEMAS, (
+        "a model in ingest/events.py changed: mirror the change in ingest/fastdecode.py (and in this "
+        "file's generators), then set MIRRORED_SCHEMAS to the new fingerprint"
+    )
