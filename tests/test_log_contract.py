@@ -71,6 +71,24 @@ class LogContract:
             pos = batch[-1].offset + 1
         assert seen == list(range(30))
 
+    def test_reads_follow_appends_jumps_and_other_topics(self, log: Log, topic: str) -> None:
+        """Readers keep a position between reads (Kafka: a prefetching consumer per topic); a read from
+        anywhere else, on another topic in between, or past records appended since, is still exact."""
+        other = f"{topic}.other"
+        log.append_many(topic, [(None, f"a{i}".encode()) for i in range(3000)])
+        log.append_many(other, [(None, f"b{i}".encode()) for i in range(10)])
+        assert [r.offset for r in log.read(topic, 0, 1000)] == list(range(1000))
+        assert [r.value for r in log.read(other, 0, 5)] == [f"b{i}".encode() for i in range(5)]
+        assert [r.offset for r in log.read(topic, 1000, 1000)] == list(range(1000, 2000))
+        assert [r.value for r in log.read(topic, 2500, 2)] == [b"a2500", b"a2501"]  # forward jump
+        assert log.read(topic, 5, 2) == [Record(5, None, b"a5"), Record(6, None, b"a6")]  # backward jump
+        assert [r.offset for r in log.read(topic, 7, 5000)] == list(range(7, 3000))
+        assert [r.value for r in log.read(other, 5, 100)] == [f"b{i}".encode() for i in range(5, 10)]
+        assert log.read(topic, 3000) == []
+        log.append_many(topic, [(None, b"late")])
+        assert log.read(topic, 3000, 10) == [Record(3000, None, b"late")]
+        assert log.read(topic, 3001) == []
+
     def test_bad_read_arguments(self, log: Log, topic: str) -> None:
         with pytest.raises(ValueError):
             log.read(topic, -1)

@@ -7,11 +7,12 @@ inputs always give an equal snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
+from operator import attrgetter
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from scheduler.engine.proportion import RESOURCES, ResourceQuota
 
@@ -280,6 +281,14 @@ _PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "infere
 DEFAULT_JOB_PRIORITY = 50
 
 
+_EMPTY_MAP: Mapping[str, str] = MappingProxyType({})
+
+
+def _sorted_map(items: Mapping[str, str]) -> Mapping[str, str]:
+    """A read-only copy of ``items`` in key order (empty ones share one instance)."""
+    return MappingProxyType(dict(sorted(items.items()))) if items else _EMPTY_MAP
+
+
 def node_from_event(e: NodeUpserted, name: str | None = None) -> Node:
     """The snapshot's view of a node event (`name` renames it, e.g. for a tie-break order)."""
     return Node(
@@ -290,7 +299,7 @@ def node_from_event(e: NodeUpserted, name: str | None = None) -> Node:
         gpu_memory_mib=e.gpu_memory_mib,
         gpu_model=e.gpu_model,
         max_pods=e.max_pods,
-        labels=MappingProxyType(dict(sorted(e.labels.items()))),
+        labels=_sorted_map(e.labels),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in e.taints),
         ready=e.ready,
         unschedulable=e.unschedulable,
@@ -381,6 +390,26 @@ def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
     return out
 
 
+_T = TypeVar("_T")
+_SHAPES: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
+
+
+def _evolve(obj: _T, **changes: Any) -> _T:
+    """``dataclasses.replace`` for the fold's frozen dataclasses, several times faster: the fields are
+    read at once by an ``attrgetter`` and passed positionally (every field of these classes is an
+    ``__init__`` field)."""
+    cls = type(obj)
+    shape = _SHAPES.get(cls)
+    if shape is None:
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        shape = _SHAPES[cls] = (attrgetter(*names), {n: i for i, n in enumerate(names)})
+    getter, index = shape
+    values = list(getter(obj))
+    for name, value in changes.items():
+        values[index[name]] = value
+    return cls(*values)
+
+
 class StateBuilder:
     """Folds events, one at a time, into a state; :meth:`snapshot` freezes it.
 
@@ -399,24 +428,25 @@ class StateBuilder:
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
         self._job_pods: dict[str, dict[str, None]] = {}  # job uid -> its pod uids (ordered)
+        self._requests: dict[tuple[Any, ...], PodRequest] = {}  # see _request
 
     def apply(self, event: object, offset: int | None = None) -> None:
-        """Fold one event (an ``ingest.events`` model)."""
-        from ingest import events as ev
-
+        """Fold one event: an ``ingest.events`` model, or the struct ``ingest.events.FAST_PATH`` decodes
+        (same attributes); the event's ``type`` picks the branch."""
         self.offset = self.offset + 1 if offset is None else offset
-        e = event
-        if isinstance(e, ev.NodeUpserted):
+        e: Any = event
+        kind = getattr(e, "type", None)
+        if kind == "NodeUpserted":
             self.nodes[e.name] = node_from_event(e)
-        elif isinstance(e, ev.NodeRemoved):
+        elif kind == "NodeRemoved":
             self.nodes.pop(e.name, None)
             for uid, p in list(self.pods.items()):
                 if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
-                    self.pods[uid] = replace(p, status=PodStatus.FAILED)
+                    self.pods[uid] = _evolve(p, status=PodStatus.FAILED)
                     self._touch_job(p.job, e.at_ms)
             for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
                 del self.foreign[uid]
-        elif isinstance(e, ev.QueueUpserted):
+        elif kind == "QueueUpserted":
             old = self.queues.get(e.name)
             order = old.order if old is not None else self._queue_seq
             if old is None:
@@ -438,9 +468,9 @@ class StateBuilder:
                 preempt_min_runtime_ms=e.preempt_min_runtime_ms,
                 reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
             )
-        elif isinstance(e, ev.QueueDeleted):
+        elif kind == "QueueDeleted":
             self.queues.pop(e.name, None)
-        elif isinstance(e, ev.PodGroupUpserted):
+        elif kind == "PodGroupUpserted":
             uid = f"{e.namespace}/{e.name}"
             prio = e.priority
             if prio is None:
@@ -458,12 +488,12 @@ class StateBuilder:
                 last_start_ms=old_job.last_start_ms if old_job else None,
                 stale_since_ms=old_job.stale_since_ms if old_job else None,
             )
-        elif isinstance(e, ev.PodGroupDeleted):
+        elif kind == "PodGroupDeleted":
             uid = f"{e.namespace}/{e.name}"
             if uid in self.jobs:
-                self.jobs[uid] = replace(self.jobs[uid], deleting=True)
+                self.jobs[uid] = _evolve(self.jobs[uid], deleting=True)
                 self._forget_if_done(uid)
-        elif isinstance(e, ev.PodSubmitted):
+        elif kind == "PodSubmitted":
             uid = f"{e.namespace}/{e.name}"
             job_uid = f"{e.namespace}/{e.pod_group}"
             seq = self._pod_seq.get(job_uid, 0)
@@ -473,13 +503,13 @@ class StateBuilder:
                 uid=uid,
                 name=e.name,
                 job=job_uid,
-                request=request_from_event(e.requests),
+                request=self._request(e.requests),
                 task_priority=e.task_priority,
                 index=seq,
                 created_ms=e.created_at_ms,
                 **placement_fields(e),
             )
-        elif isinstance(e, ev.PodBound):
+        elif kind == "PodBound":
             uid = f"{e.namespace}/{e.name}"
             bound = self.pods.get(uid)
             if bound is None:
@@ -493,7 +523,7 @@ class StateBuilder:
                 mem = (node.gpu_memory_mib or 100) // 100 * 100 if node else 100
                 portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
             was_running = self._active(p.job)
-            self.pods[uid] = replace(
+            self.pods[uid] = _evolve(
                 p,
                 status=PodStatus.RUNNING,
                 node=e.node,
@@ -502,9 +532,9 @@ class StateBuilder:
             )
             owner = self.jobs.get(p.job)
             if owner is not None and was_running == 0:
-                self.jobs[p.job] = replace(owner, last_start_ms=e.at_ms)
+                self.jobs[p.job] = _evolve(owner, last_start_ms=e.at_ms)
             self._touch_job(p.job, e.at_ms)
-        elif isinstance(e, ev.ForeignPodUpserted):
+        elif kind == "ForeignPodUpserted":
             uid = f"{e.namespace}/{e.name}"
             self.foreign[uid] = ForeignPod(
                 uid=uid,
@@ -516,28 +546,28 @@ class StateBuilder:
                 host_ports=ports_from_event(e.host_ports),
                 releasing=e.releasing,
             )
-        elif isinstance(e, ev.PodUngated):
+        elif kind == "PodUngated":
             uid = f"{e.namespace}/{e.name}"
             gated = self.pods.get(uid)
             if gated is not None and gated.gated:
-                self.pods[uid] = replace(gated, gated=False)
-        elif isinstance(e, ev.PodReleasing):
+                self.pods[uid] = _evolve(gated, gated=False)
+        elif kind == "PodReleasing":
             uid = f"{e.namespace}/{e.name}"
             if uid in self.foreign:
                 self.foreign[uid] = replace(self.foreign[uid], releasing=True)
             rel = self.pods.get(uid)
             if rel is not None and rel.node is not None:
-                self.pods[uid] = replace(rel, status=PodStatus.RELEASING)
+                self.pods[uid] = _evolve(rel, status=PodStatus.RELEASING)
                 self._touch_job(rel.job, e.at_ms)
-        elif isinstance(e, ev.PodFinished):
+        elif kind == "PodFinished":
             uid = f"{e.namespace}/{e.name}"
             self.foreign.pop(uid, None)
             fin = self.pods.get(uid)
             if fin is not None:
                 st = PodStatus.SUCCEEDED if e.phase == "Succeeded" else PodStatus.FAILED
-                self.pods[uid] = replace(fin, status=st)
+                self.pods[uid] = _evolve(fin, status=st)
                 self._touch_job(fin.job, e.at_ms)
-        elif isinstance(e, ev.PodDeleted):
+        elif kind == "PodDeleted":
             uid = f"{e.namespace}/{e.name}"
             self.foreign.pop(uid, None)
             gone = self.pods.pop(uid, None)
@@ -545,10 +575,30 @@ class StateBuilder:
                 self._job_pods.get(gone.job, {}).pop(uid, None)
                 self._touch_job(gone.job, e.at_ms)
                 self._forget_if_done(gone.job)
-        elif isinstance(e, ev.ClockTick):
+        elif kind == "ClockTick":
             pass  # only time moves (the offset above, and the folder's logical time)
         else:
             raise TypeError(f"cannot fold {type(event).__name__}")
+
+    def _request(self, r: Any) -> PodRequest:
+        """The request of a ``PodRequests`` event field; equal requests share one (immutable) instance,
+        since most pods of a cluster ask for one of a few shapes."""
+        ext = r.extended
+        key = (
+            r.cpu_millicores,
+            r.memory_bytes,
+            r.gpus,
+            r.gpu_fraction_milli,
+            r.gpu_fraction_devices,
+            r.gpu_memory_mib,
+            tuple(sorted(ext.items())) if ext else (),
+        )
+        request = self._requests.get(key)
+        if request is None:
+            if len(self._requests) >= 10_000:
+                self._requests.clear()
+            request = self._requests[key] = PodRequest(*key)
+        return request
 
     def _forget_if_done(self, job_uid: str) -> None:
         """Drop a deleted pod group once its last pod is gone: it can no longer affect a cycle, and
@@ -579,11 +629,11 @@ class StateBuilder:
         succeeded = any(p.status is PodStatus.SUCCEEDED for p in pods)
         stale = not succeeded and 0 < active < max(job.min_available, 1)
         if stale and job.stale_since_ms is None:
-            self.jobs[job_uid] = replace(job, stale_since_ms=at_ms)
+            self.jobs[job_uid] = _evolve(job, stale_since_ms=at_ms)
         elif not stale and job.stale_since_ms is not None:
-            self.jobs[job_uid] = replace(job, stale_since_ms=None)
+            self.jobs[job_uid] = _evolve(job, stale_since_ms=None)
         if active == 0 and job.last_start_ms is not None and not stale:
-            self.jobs[job_uid] = replace(self.jobs[job_uid], last_start_ms=None)
+            self.jobs[job_uid] = _evolve(self.jobs[job_uid], last_start_ms=None)
 
     def snapshot(self) -> ClusterState:
         """Freeze the current state. Pods whose pod group is unknown are left out until it arrives."""

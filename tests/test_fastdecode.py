@@ -1,0 +1,343 @@
+"""The compiled fast path (``ingest/fastdecode.py``) decides exactly like the pydantic models.
+
+For valid and invalid inputs alike, ``FAST_PATH.decode`` either returns ``None`` (pydantic decides) or a
+struct equal to what pydantic gives: same model once converted, same ``dump_event`` bytes, same fold.
+``parse_event`` therefore returns the same event, or raises the same ``EventError``, with and without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingest.events import EVENT_TYPES, FAST_PATH, EventError, dump_event, parse_event
+from scheduler.engine.state import fold
+from scheduler.synthetic import SyntheticSpec, synthetic_events
+
+NAMES = st.sampled_from(["a", "q1", "team-a", "node-1", "x.y", "default", "A", "-bad", "a_b", "é", ""])
+INTS = st.one_of(
+    st.integers(min_value=-3, max_value=3000),
+    st.sampled_from([2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1, 10**30]),
+)
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    INTS,
+    st.floats(allow_nan=False, allow_infinity=False, width=64),
+    st.sampled_from([0.0, 1.0, -0.0, 0.5]),
+    NAMES,
+    st.text(max_size=4),
+    st.sampled_from(["In", "NotIn", "Exists", "Gt", "Lt", "Equal", "NoSchedule", "NoExecute", "Failed", "1"]),
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(NAMES, inner, max_size=3)),
+    max_leaves=6,
+)
+OPT_INT = st.one_of(st.none(), INTS)
+
+
+def _base(kind: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries(
+        {"type": st.just(kind), "at_ms": INTS},
+        optional={"v": st.sampled_from([1, 1, 2, True, 1.0]), "uid": st.one_of(NAMES, st.none())},
+    )
+
+
+def _event(kind: str, required: dict[str, Any], optional: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+    fields = st.fixed_dictionaries(required, optional=optional)
+    return st.tuples(_base(kind), fields).map(lambda t: {**t[0], **t[1]})
+
+
+TAINT = st.fixed_dictionaries(
+    {"key": NAMES, "effect": st.sampled_from(["NoSchedule", "PreferNoSchedule", "NoExecute", "Bad"])},
+    optional={"value": NAMES},
+)
+QUEUE_RESOURCE = st.fixed_dictionaries(
+    {"quota": OPT_INT},
+    optional={"limit": OPT_INT, "over_quota_weight": st.one_of(INTS, st.floats(allow_nan=False, width=64))},
+)
+REQUESTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "cpu_millicores": INTS,
+        "memory_bytes": INTS,
+        "gpus": st.integers(0, 3),
+        "gpu_fraction_milli": st.one_of(st.none(), st.integers(0, 1001)),
+        "gpu_fraction_devices": st.integers(0, 3),
+        "gpu_memory_mib": st.one_of(st.none(), st.integers(-1, 2)),
+    },
+)
+REQUIREMENT = st.fixed_dictionaries(
+    {"key": NAMES, "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Eq"])},
+    optional={"values": st.lists(st.sampled_from(["1", "+2", "x", "-3", "1.5"]), max_size=2)},
+)
+TOLERATION = st.fixed_dictionaries(
+    {},
+    optional={
+        "key": NAMES,
+        "operator": st.sampled_from(["Equal", "Exists", "Other"]),
+        "value": NAMES,
+        "effect": st.sampled_from([None, "NoSchedule", "NoExecute", "Bad"]),
+    },
+)
+LABELS = st.dictionaries(NAMES, NAMES, max_size=3)
+
+EVENTS = st.one_of(
+    _event(
+        "NodeUpserted",
+        {"name": NAMES, "cpu_millicores": INTS, "memory_bytes": INTS},
+        {
+            "gpus": INTS,
+            "gpu_memory_mib": OPT_INT,
+            "gpu_model": st.one_of(st.none(), NAMES),
+            "max_pods": INTS,
+            "labels": LABELS,
+            "taints": st.lists(TAINT, max_size=2),
+            "ready": st.booleans(),
+            "unschedulable": st.booleans(),
+        },
+    ),
+    _event("NodeRemoved", {"name": NAMES}, {}),
+    _event(
+        "QueueUpserted",
+        {"name": NAMES},
+        {
+            "parent": st.one_of(st.none(), NAMES),
+            "priority": INTS,
+            "display_name": st.one_of(st.none(), NAMES),
+            "resources": st.fixed_dictionaries(
+                {}, optional={"gpu": QUEUE_RESOURCE, "cpu": QUEUE_RESOURCE, "memory": QUEUE_RESOURCE}
+            ),
+            "preempt_min_runtime_ms": OPT_INT,
+            "reclaim_min_runtime_ms": OPT_INT,
+        },
+    ),
+    _event("QueueDeleted", {"name": NAMES}, {}),
+    _event(
+        "PodGroupUpserted",
+        {"name": NAMES, "namespace": NAMES, "queue": NAMES, "created_at_ms": INTS},
+        {
+            "min_member": INTS,
+            "priority_class": st.one_of(st.none(), NAMES),
+            "priority": OPT_INT,
+            "preemptible": st.one_of(st.none(), st.booleans()),
+        },
+    ),
+    _event("PodGroupDeleted", {"name": NAMES, "namespace": NAMES}, {}),
+    _event(
+        "PodSubmitted",
+        {"name": NAMES, "namespace": NAMES, "pod_group": NAMES, "created_at_ms": INTS},
+        {
+            "queue": st.one_of(st.none(), NAMES),
+            "requests": REQUESTS,
+            "node_selector": LABELS,
+            "allowed_nodes": st.one_of(st.none(), st.lists(NAMES, max_size=2)),
+            "node_affinity": st.lists(
+                st.fixed_dictionaries({"match_expressions": st.lists(REQUIREMENT, max_size=2)}), max_size=2
+            ),
+            "tolerations": st.lists(TOLERATION, max_size=2),
+            "task_priority": INTS,
+            "scheduler_name": NAMES,
+        },
+    ),
+    _event(
+        "PodBound",
+        {"name": NAMES, "namespace": NAMES, "node": NAMES},
+        {"gpu_devices": st.lists(st.integers(-1, 3), max_size=3)},
+    ),
+    _event("PodReleasing", {"name": NAMES, "namespace": NAMES, "reason": NAMES}, {}),
+    _event("PodFinished", {"name": NAMES, "namespace": NAMES, "phase": st.sampled_from(["Succeeded", "Failed", "x"])}, {}),
+    _event("PodDeleted", {"name": NAMES, "namespace": NAMES}, {}),
+    _event("ClockTick", {}, {}),
+)
+
+
+@st.composite
+def mutated(draw: st.DrawFn) -> Any:
+    """A near-valid event, then up to two edits anywhere in it: a field dropped, added or replaced."""
+    event: Any = draw(EVENTS)
+    for _ in range(draw(st.integers(0, 2))):
+        node = event
+        while isinstance(node, dict | list) and node and draw(st.booleans()):
+            child = draw(st.sampled_from(list(node)) if isinstance(node, dict) else st.sampled_from(node))
+            if not isinstance(child, dict | list) or not child:
+                break
+            node = child if isinstance(child, dict | list) else node
+        if isinstance(node, dict):
+            action = draw(st.sampled_from(["drop", "add", "set"]))
+            if action == "drop" and node:
+                node.pop(draw(st.sampled_from(sorted(node))))
+            elif action == "add":
+                node[draw(NAMES)] = draw(JSON_VALUES)
+            elif node:
+                node[draw(st.sampled_from(sorted(node)))] = draw(JSON_VALUES)
+        elif isinstance(node, list) and node:
+            node[draw(st.integers(0, len(node) - 1))] = draw(JSON_VALUES)
+        elif draw(st.booleans()):
+            event = draw(JSON_VALUES)
+    return event
+
+
+def _reference(data: Any) -> Any:
+    """pydantic's verdict: parse_event on an already-decoded dict never takes the fast path."""
+    try:
+        return parse_event(data) if isinstance(data, dict) else parse_event(json.dumps(data))
+    except EventError as exc:
+        return (exc.reason_code, exc.message)
+
+
+def assert_fast_matches(raw: bytes | str) -> bool:
+    """The fast path on ``raw`` defers or agrees with pydantic; True when it decided."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        data = None
+    fast = FAST_PATH.decode(raw)
+    if fast is None:
+        return False
+    ref = _reference(data)
+    assert not isinstance(ref, tuple), f"fast path accepted what pydantic rejects: {ref} for {raw!r}"
+    model = FAST_PATH.to_model(fast)
+    assert model == ref
+    assert dump_event(model) == dump_event(ref)
+    assert fold([fast]) == fold([ref])
+    return True
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated(), st.booleans())
+def test_fast_path_defers_or_agrees_with_pydantic(data: Any, sort_keys: bool) -> None:
+    raw = json.dumps(data, sort_keys=sort_keys)
+    assert_fast_matches(raw)
+    assert_fast_matches(raw.encode())
+    # parse_event (fast path in front) gives the same event or the same error as pydantic alone.
+    try:
+        got: Any = parse_event(raw.encode())
+    except EventError as exc:
+        got = (exc.reason_code, exc.message)
+    assert got == _reference(json.loads(raw))
+
+
+@settings(max_examples=300, deadline=None)
+@given(EVENTS)
+def test_valid_events_take_the_fast_path(data: dict[str, Any]) -> None:
+    """Every event pydantic accepts (from the generator above) is decided by the fast path."""
+    ref = _reference(data)
+    if isinstance(ref, tuple):
+        return
+    assert assert_fast_matches(json.dumps(data)), data
+    assert assert_fast_matches(dump_event(ref))
+
+
+def test_synthetic_cluster_takes_the_fast_path() -> None:
+    events = synthetic_events(SyntheticSpec(nodes=20, pending_pods=200, seed=3))
+    raws = [dump_event(e) for e in events]
+    assert all(assert_fast_matches(r) for r in raws)
+    assert [FAST_PATH.to_model(FAST_PATH.decode(r)) for r in raws] == events
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type":"NodeRemoved","at_ms":1,"name":"a","name":"b"}',  # duplicate key: the last wins
+        b'{"type":"NodeRemoved","at_ms":1,"name":"\\ud800"}',  # lone surrogate
+        b'\xef\xbb\xbf{"type":"NodeRemoved","at_ms":1,"name":"a"}',  # UTF-8 BOM
+        '{"type":"NodeRemoved","at_ms":1,"name":"a"}'.encode("utf-16"),
+        b'{"type":"NodeRemoved","at_ms":1.0,"name":"a"}',
+        b'{"type":"NodeRemoved","at_ms":1e3,"name":"a"}',
+        b'{"type":"NodeRemoved","at_ms":NaN,"name":"a"}',
+        b'{"type":"NodeRemoved","at_ms":true,"name":"a"}',
+        b'{"type":"NodeRemoved","at_ms":9223372036854775808,"name":"a"}',
+        b'{"type":"QueueUpserted","at_ms":1,"name":"q","resources":{"gpu":{"quota":1,"over_quota_weight":1e999}}}',
+        b'{"type":"QueueUpserted","at_ms":1,"name":"q","resources":{"gpu":{"quota":1,"over_quota_weight":Infinity}}}',
+        b'{"type":"QueueUpserted","at_ms":1,"name":"q","resources":{"gpu":{"quota":1,"over_quota_weight":2}}}',
+        b'{"type":"ClockTick","at_ms":5,"uid":""}',
+        b'{"type":"ClockTick","at_ms":5}',
+        b'{"type":"PodBound","at_ms":5,"name":"p","namespace":"n","node":"x","uid":""}',
+        b'{"type":"PodBound","at_ms":5,"name":"p","namespace":"n","node":"x","gpu_devices":[1,1]}',
+        b'{"type":"NodeRemoved","at_ms":1,"name":"a"} trailing',
+        b"[]",
+        b"",
+        b'{"type":"NodeRemoved","at_ms":1,"name":"a","v":2}',
+        b'{"type":"Nope","at_ms":1}',
+    ],
+)
+def test_edge_inputs(raw: bytes) -> None:
+    assert_fast_matches(raw)
+    try:
+        got: Any = parse_event(raw)
+    except EventError as exc:
+        got = (exc.reason_code, exc.message)
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        with pytest.raises(EventError):
+            parse_event(raw.decode("utf-8", errors="replace") if raw else raw)
+        return
+    assert got == _reference(data)
+
+
+def test_fast_structs_mirror_the_models() -> None:
+    """A field, default or validator added to ingest/events.py must be mirrored in ingest/fastdecode.py;
+    until it is, that event type silently loses the fast path."""
+    assert FAST_PATH.drift == {}
+    v1_types = sorted(name for name, model in EVENT_TYPES.items() if not model.V2_ONLY)
+    assert sorted(t.__name__ for t in FAST_PATH.types) == v1_types
+
+
+V2_EVENTS = [
+    b'{"type":"PodSubmitted","at_ms":3,"name":"p","namespace":"n","pod_group":"g","created_at_ms":3,'
+    b'"labels":{"app":"x"}}',
+    b'{"type":"PodSubmitted","at_ms":3,"name":"p2","namespace":"n","pod_group":"g","created_at_ms":3,'
+    b'"requests":{"gpus":1,"extended":{"rdma/ib":1}}}',
+    b'{"type":"PodSubmitted","at_ms":3,"name":"p3","namespace":"n","pod_group":"g","created_at_ms":3,'
+    b'"scheduling_gates":["wait"]}',
+    b'{"type":"PodUngated","at_ms":4,"name":"p3","namespace":"n"}',
+    b'{"type":"NodeUpserted","at_ms":1,"name":"n1","cpu_millicores":1000,"memory_bytes":1,'
+    b'"extended":{"amd.com/gpu":2}}',
+    b'{"type":"ForeignPodUpserted","at_ms":2,"name":"ds","namespace":"kube-system","node":"n1",'
+    b'"requests":{"cpu_millicores":100}}',
+]
+
+
+@pytest.mark.parametrize("raw", V2_EVENTS)
+def test_contract_v2_events_take_the_pydantic_path(raw: bytes) -> None:
+    """Events with contract-v2 content are not decoded by the v1 structs; pydantic reads them whole."""
+    assert FAST_PATH.decode(raw) is None
+    event = parse_event(raw)
+    assert event.v == 2
+    assert FAST_PATH.decode(dump_event(event)) is None
+
+
+def test_folder_folds_mixed_v1_and_v2_events_like_the_reference() -> None:
+    """The service's fold (fast path where it applies) equals the fold of pydantic-parsed events."""
+    from ingest.log import Record
+    from scheduler.service import Folder
+
+    v1 = [dump_event(e) for e in synthetic_events(SyntheticSpec(nodes=3, pending_pods=12, seed=5))]
+    raws = [*V2_EVENTS[4:5], *v1, *V2_EVENTS[:4], V2_EVENTS[5]]
+    folder = Folder("t")
+    for i, raw in enumerate(raws):
+        assert folder.feed(Record(i, None, raw)) is None
+    assert folder.snapshot() == fold([parse_event(r) for r in raws])
+
+
+# The JSON schema of every model the fast path mirrors, as of the last time ingest/fastdecode.py was
+# checked against it. A changed type, constraint or literal in events.py (which the import-time drift
+# check does not see: it compares names, defaults and validators) changes this fingerprint.
+MIRRORED_SCHEMAS = "ea79e52e612e555e"  # contract v2: v1 fields unchanged, v2 fields not mirrored
+
+
+def test_mirrored_models_have_not_changed_since_the_structs_were_checked() -> None:
+    schemas = {name: model.model_json_schema() for name, model in sorted(FAST_PATH.models.items())}
+    fingerprint = hashlib.sha256(json.dumps(schemas, sort_keys=True).encode()).hexdigest()[:16]
+    assert fingerprint == MIRRORED_SCHEMAS, (
+        "a model in ingest/events.py changed: mirror the change in ingest/fastdecode.py (and in this "
+        "file's generators), then set MIRRORED_SCHEMAS to the new fingerprint"
+    )
