@@ -9,6 +9,7 @@ policy is a new function, not an edit across the engine.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -342,6 +343,36 @@ def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
     return fallback
 
 
+def _fast_binpack_cpu(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
+    """The kai scorer's best node for a CPU-only task under CPU binpack, without scoring every node.
+
+    Tiers: +100 (fits on idle capacity) > +10 (a node without GPUs) > binpack 0..9 (less free CPU is
+    better: the score falls strictly as free CPU grows) > node name. Each class of nodes (without, with
+    GPUs) is kept sorted by (future CPU, name); scanning a class upward from the request finds its first
+    idle fit, which beats every later node of the class, and its first fit of any kind.
+    """
+    idx = ssn.free_index
+    need = task.request.cpu
+    idle: list[Fit | None] = [None, None]
+    first: list[Fit | None] = [None, None]
+    for cls in (0, 1):
+        table = idx.cpu[cls]
+        for _, r in table[bisect.bisect_left(table, (need, -1)) :]:
+            f = fit(ssn, task, idx.by_rank[r], allow_idle)
+            if not isinstance(f, Fit):
+                continue
+            if first[cls] is None:
+                first[cls] = f
+            if f.idle:
+                idle[cls] = f
+                break
+            if not allow_idle:
+                break  # no fit can be idle: the first is the best of its class
+        if idle[0] is not None:
+            return idle[0]  # idle, on a node without GPUs: nothing scores higher
+    return idle[1] or first[0] or first[1]
+
+
 FAST_PATH = True  # tests switch it off to check the fast path against the full scoring scan
 
 
@@ -351,14 +382,23 @@ def _fast_path_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) 
         not FAST_PATH
         or task.preferences  # the fast path knows KAI's score tiers, not preference scores
         or cfg.node_scoring != "kai"
-        or cfg.gpu_placement != "binpack"
         or nodes is not ssn.nodes
     ):
+        return False
+    if task.is_cpu_only():
+        return cfg.cpu_placement == "binpack" and task.request.cpu > 0
+    if cfg.gpu_placement != "binpack":
         return False
     req = task.request
     if task.shared:
         return cfg.gpu_sharing_placement == "binpack" and req.gpu_fraction_devices == 1
     return req.gpus > 0
+
+
+def _fast_best(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
+    if task.is_cpu_only():
+        return _fast_binpack_cpu(ssn, task, allow_idle)
+    return _fast_binpack(ssn, task, allow_idle)
 
 
 def fit_summary(why: Counter[str]) -> str:
@@ -389,7 +429,7 @@ def allocate_task(
     if err is not None:
         return f"Scheduling conditions were not met for pod {task.name}:\nMaxNodePoolResources: {err}."
     fast = _fast_path_applies(ssn, task, nodes)
-    best = _fast_binpack(ssn, task, not pipeline_only) if fast else None
+    best = _fast_best(ssn, task, not pipeline_only) if fast else None
     if best is None:
         if fast and not explain:
             return "no nodes with enough resources were found"
@@ -426,6 +466,6 @@ def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle
     The same choice as :func:`ordered_fits` ``[0]``, through the binpack fast path when it applies.
     """
     if _fast_path_applies(ssn, task, nodes):
-        return _fast_binpack(ssn, task, allow_idle)
+        return _fast_best(ssn, task, allow_idle)
     fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
     return fits[0] if fits else None

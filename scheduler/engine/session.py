@@ -482,12 +482,19 @@ class FreeIndex:
         self.buckets: list[list[int]] = [[] for _ in range(top + 1)]
         self.level: dict[str, int] = {}
         self.shared: list[int] = []  # ranks of nodes holding at least one shared device
+        # CPU-only placement: nodes without GPUs [0] and with GPUs [1], each by (future CPU, rank).
+        self.cpu: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
+        self.cpu_at: dict[str, int] = {}
         for n in self.by_rank:
             k = len(n.whole_future_devices())
             self.level[n.name] = k
             self.buckets[k].append(self.rank[n.name])
             if n.shared_devices():
                 self.shared.append(self.rank[n.name])
+            self.cpu_at[n.name] = n.future(0)
+            self.cpu[1 if n.gpus else 0].append((n.future(0), self.rank[n.name]))
+        for table in self.cpu:
+            table.sort()
 
     def update(self, n: NodeInfo) -> None:
         r = self.rank[n.name]
@@ -497,6 +504,13 @@ class FreeIndex:
             self.buckets[old].remove(r)
             bisect.insort(self.buckets[k], r)
             self.level[n.name] = k
+        cpu = n.future(0)
+        old_cpu = self.cpu_at[n.name]
+        if cpu != old_cpu:
+            table = self.cpu[1 if n.gpus else 0]
+            del table[bisect.bisect_left(table, (old_cpu, r))]
+            bisect.insort(table, (cpu, r))
+            self.cpu_at[n.name] = cpu
         has = n.shared_devices() > 0
         i = bisect.bisect_left(self.shared, r)
         present = i < len(self.shared) and self.shared[i] == r
@@ -579,6 +593,8 @@ class Session:
         self.tasks: list[TaskInfo] = []
         self.gated: list[Pod] = []  # pods with scheduling gates: not pending yet, no decision
         self.version = 0  # bumped on every move; per-task filter views are cached against it
+        self.commits = 0  # committed statements: structures built from committed state are checked against it
+        self.action_cache: dict[str, object] = {}  # per-action structures kept current by their owners
         self.pred_cache: dict[str, tuple[int, object]] = {}
         self.static_cache: dict[tuple[object, ...], object] = {}  # facts about nodes only (fixed per session)
         self._pod_index: PodIndex | None = None
@@ -590,7 +606,8 @@ class Session:
                 self.gated.append(p)
                 continue
             if (
-                p.node is not None
+                p.pod_anti_affinity
+                and p.node is not None
                 and p.status in ACTIVE_USED
                 and any(not t.weight for t in p.pod_anti_affinity)
             ):
@@ -609,7 +626,8 @@ class Session:
             if fnode is not None:
                 fnode.add_foreign(fp)
         for job in self.jobs:
-            job.tasks.sort(key=TaskInfo.sort_key)
+            if len(job.tasks) > 1:
+                job.tasks.sort(key=TaskInfo.sort_key)
         gpu_mems = [n.gpu_memory_mib for n in self.nodes if n.gpu_memory_mib and n.gpu_memory_mib > 100]
         # KAI falls back to its default per-GPU memory (100 MiB) when no node advertises more.
         self.min_gpu_memory = min(gpu_mems) if gpu_mems else 100
@@ -663,23 +681,38 @@ class Session:
         return Entry(p.namespace, p.labels, node.name, status is PodStatus.RELEASING, anti)
 
     def _account_queues(self) -> None:
+        # Sum per leaf queue first, then add each sum to the queue's ancestors once.
+        sums: dict[str, tuple[QueueInfo, list[int], list[int], list[int]]] = {}
         for job in self.jobs:
             q = job.queue
             if q is None:
                 continue
+            entry = sums.get(q.name)
+            if entry is None:
+                entry = sums[q.name] = (q, [0, 0, 0], [0, 0, 0], [0, 0, 0])
+            _, alloc, req, alloc_np = entry
+            np = not job.preemptible
             for t in job.tasks:
-                v = self.task_vec(t)
                 if t.status in QUEUE_ALLOCATED:
-                    for a in q.ancestors():
-                        for r in range(3):
-                            a.allocated[r] += v[r]
-                            a.requested[r] += v[r]
-                            if not job.preemptible:
-                                a.allocated_np[r] += v[r]
+                    v = self.task_vec(t)
+                    alloc[0] += v[0]
+                    alloc[1] += v[1]
+                    alloc[2] += v[2]
+                    if np:
+                        alloc_np[0] += v[0]
+                        alloc_np[1] += v[1]
+                        alloc_np[2] += v[2]
                 elif t.status is PodStatus.PENDING:
-                    for a in q.ancestors():
-                        for r in range(3):
-                            a.requested[r] += v[r]
+                    v = self.task_vec(t)
+                    req[0] += v[0]
+                    req[1] += v[1]
+                    req[2] += v[2]
+        for q, alloc, req, alloc_np in sums.values():
+            for a in q.ancestors():
+                for r in range(3):
+                    a.allocated[r] += alloc[r]
+                    a.requested[r] += alloc[r] + req[r]
+                    a.allocated_np[r] += alloc_np[r]
 
     def _divide(self, usage: dict[str, dict[str, float]]) -> dict[str, QueueShare]:
         demands = [
@@ -844,6 +877,8 @@ class Statement:
     def commit(self) -> None:
         # Collapse to the final state of each task so decisions show one outcome per task.
         self.ssn.decisions.extend(self.ops)
+        if self.ops:
+            self.ssn.commits += 1
         self.ops = []
 
     def discard(self) -> None:

@@ -37,8 +37,20 @@ def _pending_eligible(job: JobInfo) -> bool:
 class JobIndex:
     """Victim and pending jobs per leaf queue, sorted, kept current through :meth:`refresh`."""
 
+    @classmethod
+    def of(cls, ssn: Session) -> JobIndex:
+        """The session's index, built on first use and shared by the actions while it is current: any
+        change it was not told about (another action placed or evicted something) makes a new one."""
+        cached = ssn.action_cache.get("job-index")
+        if isinstance(cached, JobIndex) and cached.commits == ssn.commits:
+            return cached
+        index = cls(ssn)
+        ssn.action_cache["job-index"] = index
+        return index
+
     def __init__(self, ssn: Session) -> None:
         self.ssn = ssn
+        self.commits = ssn.commits  # the committed state this index reflects
         self.victims: dict[str, list[Entry]] = {}
         self.pending: dict[str, list[Entry]] = {}
         self.gpu_held: dict[str, int] = {}
@@ -70,7 +82,10 @@ class JobIndex:
         return sum(self.ssn.task_vec(t)[0] for t in job.tasks if t.status in ACTIVE_ALLOCATED)
 
     def refresh(self, jobs: Iterable[JobInfo]) -> None:
-        """Re-file `jobs` after a committed change to their tasks (in a fixed order: by job index)."""
+        """Re-file `jobs` after a committed change to their tasks (in a fixed order: by job index).
+
+        The caller vouches that no other job changed since the index was current."""
+        self.commits = self.ssn.commits
         for job in sorted({j.uid: j for j in jobs}.values(), key=lambda j: j.index):
             if job.queue is None:
                 continue

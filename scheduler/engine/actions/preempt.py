@@ -43,7 +43,7 @@ def victims(index: JobIndex, ssn: Session, job: JobInfo) -> Victims:
 
 def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     """Try to preempt for one job; commits and returns True on success, leaves no trace otherwise."""
-    return within_quota(ssn, job) and _solve(ssn, job, index or JobIndex(ssn))
+    return within_quota(ssn, job) and _solve(ssn, job, index or JobIndex.of(ssn))
 
 
 def _solve(ssn: Session, job: JobInfo, index: JobIndex) -> bool:
@@ -72,5 +72,4 @@ def within_quota(ssn: Session, job: JobInfo) -> bool:
 
 def run(ssn: Session) -> None:
     """The preempt action."""
-    index = JobIndex(ssn)
-    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, index))
+    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, JobIndex.of(s)))

@@ -48,7 +48,7 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
 
     `index` is the action's :class:`JobIndex` (built here when the caller tries a single job).
     """
-    index = index or JobIndex(ssn)
+    index = index or JobIndex.of(ssn)
     snap = snapshot(ssn)
 
     def validate(s: Session, scenario: Scenario) -> bool:
@@ -84,9 +84,8 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
 
 def run(ssn: Session) -> None:
     """The reclaim action."""
-    index = JobIndex(ssn)
     run_per_job(
         ssn,
         lambda s, job: can_reclaim(s, job, job_init_resources(s, job)),
-        lambda s, job: attempt(s, job, index),
+        lambda s, job: attempt(s, job, JobIndex.of(s)),
     )

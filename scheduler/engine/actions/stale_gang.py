@@ -16,6 +16,8 @@ NAME = "stale_gang_eviction"
 
 def is_stale(job: JobInfo) -> bool:
     """No succeeded pod, some pod active, fewer active pods than minAvailable."""
+    if job.min_available <= 1:
+        return False  # 0 < active < 1 cannot hold: skip the task scans (most jobs)
     if any(t.status is PodStatus.SUCCEEDED for t in job.tasks):
         return False
     used = job.count(ACTIVE_USED)
