@@ -10,7 +10,7 @@ most over its share.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
@@ -470,6 +470,27 @@ class _Neg:
 
     def __hash__(self) -> int:
         return hash(self.v)
+
+
+def turns(order: JobsByQueue, involved: Sequence[JobInfo]) -> Iterator[JobInfo]:
+    """The involved jobs (the ones a simulation places), each once, in the order the queue gives them their turn.
+
+    Other pending jobs take their turns too but are never placed, so they change no allocation: once every
+    involved job still to come sits in one leaf queue, they come in that leaf's job order whatever else
+    the queue pops in between, and the rest of the queue is skipped. Once all had their turn the rest of
+    the queue changes nothing either.
+    """
+    remaining = {j.uid: j for j in involved}
+    while remaining:
+        leaves = {j.queue.name for j in remaining.values() if j.queue is not None}
+        if len(leaves) == 1:
+            yield from order.leaf_order(leaves.pop(), set(remaining))
+            return
+        nxt = order.pop()
+        if nxt is None:
+            return
+        if remaining.pop(nxt.uid, None) is not None:
+            yield nxt
 
 
 def task_order(tasks: Iterable[TaskInfo]) -> list[TaskInfo]:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine.actions.common import over_capacity
-from scheduler.engine.ordering import JobsByQueue
+from scheduler.engine.ordering import JobsByQueue, turns
 from scheduler.engine.placement import best_fit, max_node_resources_error
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -209,6 +209,18 @@ class _Solver:
             if t.status in ACTIVE_ALLOCATED:
                 stmt.evict(t, ACTION, eviction_message(t), virtual=True)
 
+    def _jobs_by_queue(self) -> dict[str, list[JobInfo]]:
+        """Every job by its queue's name (membership is fixed within a session), built on first use."""
+        found = self.ssn.action_cache.get("jobs-by-queue")
+        if isinstance(found, dict):
+            return found
+        cache: dict[str, list[JobInfo]] = {}
+        for j in self.ssn.jobs:
+            if j.queue is not None:
+                cache.setdefault(j.queue.name, []).append(j)
+        self.ssn.action_cache["jobs-by-queue"] = cache
+        return cache
+
     def _simulate(
         self, stmt: Statement, pending: Sequence[TaskInfo], victims: Sequence[TaskInfo], nodes: list[NodeInfo]
     ) -> bool:
@@ -224,26 +236,26 @@ class _Solver:
         queues = {t.job.queue.name for t in victims if t.job.queue is not None}
         assert self.preemptor.queue is not None
         queues.add(self.preemptor.queue.name)
-        jobs = [
-            j
-            for j in ssn.jobs
-            if j.queue is not None
-            and j.queue.name in queues
-            and (j.uid in victim_uids or j is self.preemptor or j.has_tasks_to_allocate())
-        ]
+        by_leaf = self._jobs_by_queue()
+        jobs = sorted(
+            (
+                j
+                for name in queues
+                for j in by_leaf.get(name, ())
+                if j.uid in victim_uids or j is self.preemptor or j.has_tasks_to_allocate()
+            ),
+            key=lambda j: j.index,
+        )
         order = JobsByQueue(ssn, jobs, include_virtual=True)
+        involved = [j for j in jobs if j.uid in victim_uids or j is self.preemptor]
         placed = False
-        left = len(victim_uids) + 1  # jobs still to place: stop popping once none is left
-        while left and (job := order.pop()) is not None:
+        for job in turns(order, involved):
             if job is self.preemptor:
                 if not pipeline_job(ssn, stmt, job, pending, nodes):
                     return False
                 placed = True
-                left -= 1
-            elif job.uid in victim_uids:
-                if not pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes):
-                    return False  # its evicted tasks stay releasing: the validator would refuse anyway
-                left -= 1
+            elif not pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes):
+                return False  # its evicted tasks stay releasing: the validator would refuse anyway
         return placed
 
     def _run(

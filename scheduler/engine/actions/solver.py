@@ -23,13 +23,13 @@ before; on success the caller commits the returned statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine.actions.allocate import allocate_job, task_signature
 from scheduler.engine.actions.common import over_capacity, tasks_vec
 from scheduler.engine.actions.jobindex import JobIndex
-from scheduler.engine.ordering import JobCache, JobsByQueue, Run, task_order
+from scheduler.engine.ordering import JobCache, JobsByQueue, Run, task_order, turns
 from scheduler.engine.placement import allocate_task, best_fit, static_reason
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -239,7 +239,7 @@ class Solver:
         self.action = action
         self.reason = reason
         self.index = index
-        self._shared_nodes: dict[tuple[object, ...], list[NodeInfo]] = {}  # per partial job, see above
+        self._shared_nodes: dict[tuple[object, ...], list[NodeInfo]] | None = None  # per partial job
         # Per solve(): init resources and sort keys of jobs the solve has not touched (see JobCache).
         self._shared_init = JobCache(set())
         self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
@@ -286,13 +286,7 @@ class Solver:
         victims: Victims,
     ) -> Scenario | None:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
-        # Nothing is evicted yet: the nodes where each shared-GPU task could go now (see _shared_may_fit).
-        self._shared_nodes = {}
-        for t in pending:
-            if t.shared:
-                sig = task_signature(t)
-                if sig not in self._shared_nodes:
-                    self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
+        self._shared_nodes = None  # computed before the first simulation (see _simulate_scenario)
         stream = _VictimStream(self.ssn, self.index, victims, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
@@ -328,6 +322,15 @@ class Solver:
         return self.ssn.unclaimed_gpu_milli()
 
     def _simulate_scenario(self, stmt: Statement, scenario: Scenario) -> bool:
+        if self._shared_nodes is None:
+            # Nothing is evicted yet: the nodes where each shared-GPU task could go now (_shared_may_fit).
+            # Computed here, not per partial job, since most partial jobs never reach a simulation.
+            self._shared_nodes = {}
+            for t in scenario.pending:
+                if t.shared:
+                    sig = task_signature(t)
+                    if sig not in self._shared_nodes:
+                        self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
         cp = stmt.checkpoint()
         self._evict(stmt, scenario.recorded)
         if not scenario.potential:
@@ -375,7 +378,7 @@ class Solver:
         )
         placed = False
         freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
-        for nxt in _turns(order, involved):
+        for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
                     stmt.rollback(cp)
@@ -480,7 +483,7 @@ class Solver:
             seen.add(sig)
             if t.shared:
                 # Candidates: where it could go before the evictions, or a node an evicted victim ran on.
-                nodes = {n.name: n for n in self._shared_nodes.get(sig, ())}
+                nodes = {n.name: n for n in (self._shared_nodes or {}).get(sig, ())}
                 nodes.update(freed)
                 if not any(_shared_may_fit(t, n) for n in nodes.values()):
                     return True
@@ -501,27 +504,6 @@ class Solver:
                 return False
         stmt.convert_to_pipelined(scenario.preemptor, self.action)
         return True
-
-
-def _turns(order: JobsByQueue, involved: Sequence[JobInfo]) -> Iterator[JobInfo]:
-    """The involved jobs (victims and preemptor), each once, in the order the queue gives them their turn.
-
-    Other pending jobs take their turns too but are never placed, so they change no allocation: once every
-    involved job still to come sits in one leaf queue, they come in that leaf's job order whatever else
-    the queue pops in between, and the rest of the queue is skipped. Once all had their turn the rest of
-    the queue changes nothing either.
-    """
-    remaining = {j.uid: j for j in involved}
-    while remaining:
-        leaves = {j.queue.name for j in remaining.values() if j.queue is not None}
-        if len(leaves) == 1:
-            yield from order.leaf_order(leaves.pop(), set(remaining))
-            return
-        nxt = order.pop()
-        if nxt is None:
-            return
-        if remaining.pop(nxt.uid, None) is not None:
-            yield nxt
 
 
 def finish(stmt: Statement, index: JobIndex) -> None:
