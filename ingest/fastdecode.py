@@ -1,9 +1,13 @@
 """A compiled fast path for decoding events: msgspec structs in front of the pydantic models.
 
-Every event type of :mod:`ingest.events` has a frozen msgspec struct here with the same name, fields,
-defaults and constraints. :meth:`FastPath.decode` turns the JSON of a *valid* event into such a struct,
-or returns ``None`` when it cannot decide: invalid JSON, an unknown type, version or field, a value of the
-wrong type or out of range, a model validator that would fail. The caller then runs the full pydantic
+Every contract-v1 event type of :mod:`ingest.events` has a frozen msgspec struct here with the same name
+and the same v1 fields, defaults and constraints. :meth:`FastPath.decode` turns the JSON of a *valid* v1
+event into such a struct, or returns ``None`` when it cannot decide: invalid JSON, an unknown type, version
+or field, a value of the wrong type or out of range, a model validator that would fail. Contract v2 is
+never decoded here: ``v`` is ``Literal[1]``, the v2 fields (a model's ``V2_FIELDS``, ``PodRequests.extended``)
+are not struct fields and the v2-only types have no struct, so ``"v": 2``, any v2 field present in the JSON
+and ``ForeignPodUpserted`` / ``PodUngated`` all go to pydantic. A struct still has every v2 field the fold
+reads, as a class attribute equal to the model's empty default. The caller then runs the full pydantic
 validation (:func:`ingest.events.parse_event`), which raises the error, so error reason codes and messages
 come from one place. The fast path never accepts what pydantic rejects and never gives a different value:
 ``tests/test_fastdecode.py`` checks that with hypothesis.
@@ -49,7 +53,9 @@ class _Ev(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=Fals
     """Fields every event carries; ``type`` is the msgspec tag, exposed as a class attribute."""
 
     type: ClassVar[str]
-    v: Literal[1, 2] = 1  # "v": 2 with no v2 content is valid; v2 content is an unknown field here
+    # Contract v1 only: an event that says "v": 2, carries a v2 field or is a v2-only type does not decode
+    # here (wrong literal, unknown field, unknown tag) and goes through pydantic.
+    v: Literal[1] = 1
     uid: str | None = ""  # a missing, empty or null uid defaults to the object's natural key (see decode)
     at_ms: NonNegInt
 
@@ -384,6 +390,17 @@ def _drift(struct: type[Struct], model: type[Any]) -> list[str]:
         expected = expected | {"_version"}
     if validators != expected:
         problems.append(f"{name}: validators {sorted(validators)}, fast path reproduces {sorted(expected)}")
+    # A struct answers the fold's reads of a v2 field with the model's empty default (a class attribute).
+    for key in sorted(v2):
+        mf = model.model_fields.get(key)
+        if mf is None:
+            problems.append(f"{name}.{key}: contract-v2 field missing from the model")
+            continue
+        default = mf.get_default(call_default_factory=True)
+        if not hasattr(struct, key):
+            problems.append(f"{name}.{key}: no class attribute for the contract-v2 field")
+        elif type(getattr(struct, key)) is not type(default) or getattr(struct, key) != default:
+            problems.append(f"{name}.{key}: class attribute {getattr(struct, key)!r} != default {default!r}")
     return problems
 
 

@@ -49,7 +49,9 @@ def _base(kind: str) -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
-def _event(kind: str, required: dict[str, Any], optional: dict[str, Any]) -> st.SearchStrategy[dict[str, Any]]:
+def _event(
+    kind: str, required: dict[str, Any], optional: dict[str, Any]
+) -> st.SearchStrategy[dict[str, Any]]:
     fields = st.fixed_dictionaries(required, optional=optional)
     return st.tuples(_base(kind), fields).map(lambda t: {**t[0], **t[1]})
 
@@ -152,7 +154,11 @@ EVENTS = st.one_of(
         {"gpu_devices": st.lists(st.integers(-1, 3), max_size=3)},
     ),
     _event("PodReleasing", {"name": NAMES, "namespace": NAMES, "reason": NAMES}, {}),
-    _event("PodFinished", {"name": NAMES, "namespace": NAMES, "phase": st.sampled_from(["Succeeded", "Failed", "x"])}, {}),
+    _event(
+        "PodFinished",
+        {"name": NAMES, "namespace": NAMES, "phase": st.sampled_from(["Succeeded", "Failed", "x"])},
+        {},
+    ),
     _event("PodDeleted", {"name": NAMES, "namespace": NAMES}, {}),
     _event("ClockTick", {}, {}),
 )
@@ -230,6 +236,10 @@ def test_valid_events_take_the_fast_path(data: dict[str, Any]) -> None:
     """Every event pydantic accepts (from the generator above) is decided by the fast path."""
     ref = _reference(data)
     if isinstance(ref, tuple):
+        return
+    if data.get("v") == 2:  # a v1 event that says v 2: contract v2, pydantic's
+        assert FAST_PATH.decode(json.dumps(data)) is None
+        assert FAST_PATH.decode(dump_event(ref)) is None
         return
     assert assert_fast_matches(json.dumps(data)), data
     assert assert_fast_matches(dump_event(ref))
