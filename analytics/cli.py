@@ -7,6 +7,30 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _days(text: str) -> int:
+    t = text.strip().lower().removesuffix("d")
+    try:
+        value = int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of days: {text!r} (e.g. 90d)") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1 day, got {text!r}")
+    return value
+
+
 DEFAULT_CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "conformance"
 
 
@@ -99,6 +123,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_sink(args: argparse.Namespace) -> int:
     import time
 
+    from analytics.archive import archive, retain
     from analytics.store import AuditStore, StoreError, sink_from_log
     from ingest.backends import open_log
     from ingest.log import LogError, Topics
@@ -110,6 +135,7 @@ def _cmd_sink(args: argparse.Namespace) -> int:
         print(f"sink: {e}", file=sys.stderr)
         return 2
     total = None
+    days_archived = dropped = 0
     try:
         with log, AuditStore(args.store) as store:
             while True:
@@ -118,6 +144,11 @@ def _cmd_sink(args: argparse.Namespace) -> int:
                     total = st
                 else:
                     total.add(st)
+                # Whole days before the newest one move to Parquet; with --retain, old days are dropped.
+                moved = archive(store)
+                days_archived += moved.days_archived
+                if args.retain is not None:
+                    dropped += retain(store, args.retain).partitions_dropped
                 if not args.follow:
                     break
                 time.sleep(args.interval)
@@ -129,9 +160,11 @@ def _cmd_sink(args: argparse.Namespace) -> int:
     if total is not None:
         print(
             f"sink: {total.events} events, {total.usage_snapshots} usage snapshots, {total.cycles} cycles"
-            f" ({total.decision_rows} decisions, {total.queue_rows} queue rows) loaded into {args.store};"
-            f" {total.cycles_duplicate} duplicate cycles and {total.events_skipped_malformed} malformed"
-            " events skipped"
+            f" ({total.decision_rows} decisions, {total.pending_rows} pending intervals, {total.queue_rows}"
+            f" queue spans) loaded into {args.store}; {total.cycles_duplicate} duplicate cycles,"
+            f" {total.cycles_orphaned} deltas without their checkpoint and {total.events_skipped_malformed}"
+            f" malformed events skipped; {days_archived} day(s) moved to Parquet, {dropped} partition(s)"
+            " past retention dropped"
         )
     return 0
 
@@ -191,6 +224,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             poll_interval_s=args.poll_interval,
             metrics=metrics,
             period_s=args.period if args.period > 0 else None,
+            checkpoint_every=args.checkpoint_every,
         )
         signal.signal(signal.SIGTERM, lambda *_: service.stop())
         try:
@@ -315,6 +349,14 @@ def build_parser() -> argparse.ArgumentParser:
         " decisions (min-runtime, stale gangs) are taken and recorded; 0 = only on change (default 10)",
     )
     u.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=DEFAULT_CHECKPOINT_EVERY,
+        metavar="K",
+        help="write a full cycle record every K records (and on start); the others carry only what changed"
+        f" (default {DEFAULT_CHECKPOINT_EVERY}; 1 = every record full)",
+    )
+    u.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -334,6 +376,14 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
     k.add_argument("--follow", action="store_true", help="keep loading new records every --interval seconds")
     k.add_argument("--interval", type=float, default=2.0, help="seconds between loads with --follow")
+    k.add_argument(
+        "--retain",
+        type=_days,
+        default=None,
+        metavar="DAYS",
+        help="keep this many days of history (e.g. 90d); older Parquet partitions are deleted, the daily"
+        " per-queue aggregates (queue_days) are kept forever. Default: keep everything",
+    )
     k.set_defaults(func=_cmd_sink)
     from fairshare.service import add_arguments as fairshare_arguments
 

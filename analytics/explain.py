@@ -483,6 +483,19 @@ def _explain(s: _Store, pod_arg: str, at_ms: int | None) -> Explanation:
         "SELECT * FROM decisions WHERE cycle_id = ? AND (pod = ? OR list_contains(pods, ?)) ORDER BY seq",
         [cycle_id, pod, pod],
     )
+    if ds and all(d["kind"] == "Unschedulable" for d in ds):
+        # The store keeps a pending decision once, at the cycle it began; it held until its interval
+        # ended. Explain it as of the last cycle at or before the asked time within that interval.
+        asof = s.rows(
+            "SELECT c.cycle_id, c.logical_time_ms FROM pending_intervals p JOIN cycles c"
+            " ON c.seq >= p.start_seq AND (p.end_seq IS NULL OR c.seq < p.end_seq)"
+            " WHERE p.cycle_id = ? AND p.job = ? AND c.logical_time_ms <= ?"
+            " ORDER BY c.seq DESC LIMIT 1",
+            [cycle_id, ds[0]["job"], limit],
+        )
+        if asof:
+            cycle_id, t = str(asof[0]["cycle_id"]), int(asof[0]["logical_time_ms"])
+            ds = [{**d, "cycle_id": cycle_id, "logical_time_ms": t} for d in ds]
     by_kind = {str(d["kind"]): d for d in ds}
     queue = next((d["queue"] for d in ds if d["queue"]), None)
     # What happened to the pod after that cycle, per the events (bound, finished, deleted).

@@ -30,13 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from analytics.simlog import read_cycles, read_events, read_manifest, read_usage
+from analytics.simlog import read_events, read_manifest, read_records, read_usage
 from analytics.simulate import gc_tuned
 from ingest.backends import open_log
 from ingest.events import Event, EventError, parse_event
 from ingest.log import DEFAULT_TOPICS, LogError, Topics
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision, config_hash
+from scheduler.engine.delta import DeltaReader, RecordChainError
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import StateBuilder
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
@@ -141,7 +142,9 @@ def replay_cycles(
 ) -> Iterator[tuple[CycleRecord, CycleRecord | None]]:
     """(recorded, re-run) for each record, folding *events* up to each record's ``events_offset``.
 
-    *records* must come in cycle order (``events_offset`` never decreasing). A record that consumed a
+    *records* are full records (deltas expanded, :mod:`scheduler.engine.delta`); each is re-run as a
+    record of its own version (a v1 record is compared with what a v1 writer made). They must come in
+    cycle order (``events_offset`` never decreasing). A record that consumed a
     usage snapshot is re-run with the snapshot of that id from *usage*; if it is not there the record is
     yielded with ``None``. An event the fold rejects is skipped, as the service skips (dead-letters) it.
     *on_fold* is called with the last folded offset after each stretch of folding (progress, counting).
@@ -175,14 +178,19 @@ def replay_cycles(
             if rec.usage_available:
                 yield rec, None
                 continue
-            again, _ = run_cycle(builder.snapshot(), config, rec.logical_time_ms)
+            again, _ = run_cycle(builder.snapshot(), config, rec.logical_time_ms, record_version=rec.v)
         else:
             snap = snapshots.get(rec.usage_snapshot_id)
             if snap is None:
                 yield rec, None
                 continue
             again, _ = run_cycle(
-                builder.snapshot(), config, rec.logical_time_ms, snap.usage, rec.usage_snapshot_id
+                builder.snapshot(),
+                config,
+                rec.logical_time_ms,
+                snap.usage,
+                rec.usage_snapshot_id,
+                record_version=rec.v,
             )
         yield rec, again
 
@@ -325,7 +333,7 @@ def load_source(
         run_dir = Path(spec)
         try:
             manifest = read_manifest(run_dir)
-            records = list(read_cycles(run_dir))
+            records = list(read_records(run_dir))
             snapshots = {u.id: u for u in read_usage(run_dir)}
         except (OSError, ValueError) as exc:
             raise ReplayError(str(exc)) from exc
@@ -383,6 +391,7 @@ def replay(
     until_offset: int | None = None,
     until_ms: int | None = None,
     cycle: str | None = None,
+    from_cycle: str | None = None,
     pod: str | None = None,
     on_cycle: Callable[[CycleOutcome], None] | None = None,
     on_fold: Callable[[int], None] | None = None,
@@ -392,16 +401,73 @@ def replay(
 
     *source* is a :class:`ReplaySource` or anything :func:`load_source` opens. ``until_offset`` /
     ``until_ms`` keep the cycles whose ``events_offset`` / ``logical_time_ms`` is at or before the bound;
-    ``cycle`` keeps the one cycle with that id (a unique prefix is enough); ``pod`` narrows the comparison
-    to that pod's decisions. Without ``verify`` nothing is compared (0 mismatches), except that a cycle
-    which cannot be re-run (its usage snapshot is not in the log) is still reported.
+    ``cycle`` keeps the one cycle with that id (a unique prefix is enough); ``from_cycle`` keeps that cycle
+    and every later one. Delta records are expanded from the last checkpoint at or before the first cycle
+    kept, and only the cycles kept are re-run (the events are folded from the start, which is cheap next
+    to re-running cycles). ``pod`` narrows the comparison to that pod's decisions. Without ``verify``
+    nothing is compared (0 mismatches), except that a cycle which cannot be re-run (its usage snapshot is
+    not in the log) is still reported.
     """
     src = source if isinstance(source, ReplaySource) else load_source(source)
     try:
-        return _replay(src, verify, until_offset, until_ms, cycle, pod, on_cycle, on_fold, on_total)
+        return _replay(
+            src, verify, until_offset, until_ms, cycle, from_cycle, pod, on_cycle, on_fold, on_total
+        )
     finally:
         if not isinstance(source, ReplaySource):
             src.close()
+
+
+def _find(records: list[CycleRecord], indices: list[int], prefix: str, flag: str) -> int:
+    hits = [i for i in indices if records[i].cycle_id.startswith(prefix)]
+    if not hits:
+        raise ReplayError(f"no recorded cycle with id {prefix!r} ({flag}, within the --until bound)")
+    if len({records[i].cycle_id for i in hits}) > 1:
+        raise ReplayError(f"cycle id prefix {prefix!r} is ambiguous ({len(hits)} cycles)")
+    return hits[0]
+
+
+def _selected(
+    records: list[CycleRecord],
+    until_offset: int | None,
+    until_ms: int | None,
+    cycle: str | None,
+    from_cycle: str | None,
+) -> list[int]:
+    keep = list(range(len(records)))
+    if until_offset is not None:
+        keep = [i for i in keep if records[i].events_offset <= until_offset]
+    if until_ms is not None:
+        keep = [i for i in keep if records[i].logical_time_ms <= until_ms]
+    if cycle is not None:
+        keep = [_find(records, keep, cycle, "--cycle")]
+    if from_cycle is not None:
+        first = _find(records, keep, from_cycle, "--from-cycle")
+        keep = [i for i in keep if i >= first]
+    return keep
+
+
+def _expanded(records: list[CycleRecord], keep: list[int]) -> Iterator[tuple[int, CycleRecord]]:
+    """(index, full record) for the kept indices, expanding deltas from the checkpoint before the first."""
+    if not keep:
+        return
+    start = keep[0]
+    while start >= 0 and not records[start].is_full:
+        start -= 1
+    if start < 0:
+        raise ReplayError(
+            f"cycle {records[keep[0]].cycle_id} is a delta record with no checkpoint (full record) before it"
+            " in the log: it cannot be rebuilt"
+        )
+    wanted = set(keep)
+    reader = DeltaReader()
+    for i in range(start, keep[-1] + 1):
+        try:
+            full = reader.feed(records[i])
+        except RecordChainError as exc:
+            raise ReplayError(f"record #{i}: {exc}") from exc
+        if full is not None and i in wanted:
+            yield i, full
 
 
 def _replay(
@@ -410,25 +476,15 @@ def _replay(
     until_offset: int | None,
     until_ms: int | None,
     cycle: str | None,
+    from_cycle: str | None,
     pod: str | None,
     on_cycle: Callable[[CycleOutcome], None] | None,
     on_fold: Callable[[int], None] | None,
     on_total: Callable[[int], None] | None,
 ) -> ReplaySummary:
-    indexed = list(enumerate(src.records))
-    if until_offset is not None:
-        indexed = [(i, r) for i, r in indexed if r.events_offset <= until_offset]
-    if until_ms is not None:
-        indexed = [(i, r) for i, r in indexed if r.logical_time_ms <= until_ms]
-    if cycle is not None:
-        hits = [(i, r) for i, r in indexed if r.cycle_id.startswith(cycle)]
-        if not hits:
-            raise ReplayError(f"no recorded cycle with id {cycle!r} (within the --until bound)")
-        if len({r.cycle_id for _, r in hits}) > 1:
-            raise ReplayError(f"cycle id prefix {cycle!r} is ambiguous ({len(hits)} cycles)")
-        indexed = hits[:1]
+    keep = _selected(src.records, until_offset, until_ms, cycle, from_cycle)
     if on_total is not None:
-        on_total(len(indexed))
+        on_total(len(keep))
 
     summary = ReplaySummary()
 
@@ -441,24 +497,30 @@ def _replay(
     # generation collections re-traversing the fold's state would otherwise cost ~2/3 of the replay.
     t0 = time.perf_counter()
     with gc_tuned():
-        _run(src, indexed, verify, pod, summary, folded, on_cycle)
+        _run(src, _expanded(src.records, keep), verify, pod, summary, folded, on_cycle)
     summary.wall_s = time.perf_counter() - t0
     return summary
 
 
 def _run(
     src: ReplaySource,
-    indexed: list[tuple[int, CycleRecord]],
+    indexed: Iterator[tuple[int, CycleRecord]],
     verify: bool,
     pod: str | None,
     summary: ReplaySummary,
     folded: Callable[[int], None],
     on_cycle: Callable[[CycleOutcome], None] | None,
 ) -> None:
-    position = {id(r): i for i, r in indexed}
-    pairs = replay_cycles(src.events(), (r for _, r in indexed), src.config, folded, src.usage)
+    position: dict[int, int] = {}
+
+    def records() -> Iterator[CycleRecord]:
+        for i, r in indexed:
+            position[id(r)] = i  # popped when its outcome is made: the record is alive until then
+            yield r
+
+    pairs = replay_cycles(src.events(), records(), src.config, folded, src.usage)
     for rec, again in pairs:
-        out = CycleOutcome(index=position[id(rec)], recorded=rec, rerun=again)
+        out = CycleOutcome(index=position.pop(id(rec)), recorded=rec, rerun=again)
         if again is None:
             out.reason = f"{NO_USAGE}: {rec.usage_snapshot_id or '(no id)'}"
         elif verify:
@@ -496,8 +558,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--until", type=int, metavar="OFFSET", help="only cycles whose events_offset is <= OFFSET"
     )
     until.add_argument("--until-ms", type=int, metavar="T", help="only cycles whose logical time is <= T ms")
-    p.add_argument(
+    which = p.add_mutually_exclusive_group()
+    which.add_argument(
         "--cycle", metavar="CYCLE_ID", help="replay just this cycle (a unique id prefix is enough)"
+    )
+    which.add_argument(
+        "--from-cycle",
+        metavar="CYCLE_ID",
+        help="replay this cycle and every later one, expanding delta records from the checkpoint before it",
     )
     p.add_argument("--pod", metavar="UID", help="compare and print only the decisions about this pod")
 
@@ -581,6 +649,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 until_offset=args.until,
                 until_ms=args.until_ms,
                 cycle=args.cycle,
+                from_cycle=args.from_cycle,
                 pod=args.pod,
                 on_cycle=on_cycle,
                 on_total=lambda n: bar.update(job, total=n),

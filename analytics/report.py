@@ -34,7 +34,7 @@ from typing import IO, Any, Final
 import duckdb
 
 from analytics.store import AuditStore, StoreError, resolve_store
-from analytics.views import create_views, views_current
+from analytics.views import create_table_views, create_views, history_dir, views_current
 
 __all__ = [
     "EVICTION_KINDS",
@@ -270,6 +270,7 @@ def connect(store: Path | str) -> tuple[duckdb.DuckDBPyConnection, Path]:
                 temporary = True
             con = duckdb.connect(str(db), read_only=True)
             if temporary:
+                create_table_views(con, history_dir(db), temporary=True)
                 create_views(con, temporary=True)
         if not temporary:
             # The report reads these views many times: compute them once. A temporary table shadows the

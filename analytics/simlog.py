@@ -6,7 +6,9 @@ engine. Format of a run directory (``hourglass simulate --out DIR``; see ``docs/
 
 * ``events.jsonl``: one event per line, :func:`ingest.events.dump_event` bytes, in offset order (line ``i``
   is offset ``i``);
-* ``cycles.jsonl``: one :meth:`scheduler.engine.decisions.CycleRecord.dumps` per line, in cycle order;
+* ``cycles.jsonl``: one :meth:`scheduler.engine.decisions.CycleRecord.dumps` per line, in cycle order: a
+  full checkpoint first and every ``checkpoint_every`` records, deltas in between
+  (:mod:`scheduler.engine.delta`; runs written before delta records hold only full v1 records);
 * ``usage.jsonl``: the usage snapshots the cycles consumed (runs with ``k_value`` > 0), one JSON object per
   line in the usage topic's format (``id``, ``as_of_ms``, ``available``, ``queues``; see
   :mod:`scheduler.usage`), so a replay re-runs those cycles with the same usage;
@@ -23,6 +25,7 @@ from typing import IO, Any, Final, Protocol
 
 from ingest.events import Event, EventBase, dump_event, parse_event
 from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder, expand_records
 from scheduler.usage import UsageInput, parse_usage_record
 
 __all__ = [
@@ -37,6 +40,7 @@ __all__ = [
     "read_cycles",
     "read_events",
     "read_manifest",
+    "read_records",
     "read_usage",
     "usage_record",
 ]
@@ -63,7 +67,7 @@ class SimLog(Protocol):
         """Record one event; offsets arrive in order, starting at 0, without gaps."""
 
     def append_cycle(self, record: CycleRecord) -> None:
-        """Record one cycle's record, in cycle order."""
+        """Record one cycle's (full) record, in cycle order."""
 
     def append_usage(self, raw: bytes) -> None:
         """Record one usage snapshot (:func:`usage_record` bytes) before the first cycle that uses it."""
@@ -91,8 +95,9 @@ class NullLog:
 class DirLog:
     """Writes the directory format of the module doc. The directory is created if missing."""
 
-    def __init__(self, directory: Path | str) -> None:
+    def __init__(self, directory: Path | str, checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY) -> None:
         self.dir = Path(directory)
+        self.encoder = DeltaEncoder(checkpoint_every)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._events: IO[bytes] = (self.dir / EVENTS_FILE).open("wb")
         self._cycles: IO[bytes] = (self.dir / CYCLES_FILE).open("wb")
@@ -107,8 +112,8 @@ class DirLog:
         self._next_offset += 1
 
     def append_cycle(self, record: CycleRecord) -> None:
-        """Append one line to ``cycles.jsonl``."""
-        self._cycles.write(record.dumps() + b"\n")
+        """Append one line to ``cycles.jsonl``: *record* (a full record) as a checkpoint or a delta."""
+        self._cycles.write(self.encoder.encode(record).dumps() + b"\n")
 
     def append_usage(self, raw: bytes) -> None:
         """Append one line to ``usage.jsonl``."""
@@ -119,7 +124,8 @@ class DirLog:
         self._events.close()
         self._cycles.close()
         self._usage.close()
-        text = json.dumps({"format": RUN_FORMAT, **manifest}, sort_keys=True, indent=2) + "\n"
+        body = {"format": RUN_FORMAT, "checkpoint_every": self.encoder.checkpoint_every, **manifest}
+        text = json.dumps(body, sort_keys=True, indent=2) + "\n"
         (self.dir / MANIFEST_FILE).write_text(text, encoding="utf-8")
 
 
@@ -130,11 +136,17 @@ def read_events(directory: Path | str) -> Iterator[tuple[int, Event]]:
             yield offset, parse_event(line)
 
 
-def read_cycles(directory: Path | str) -> Iterator[CycleRecord]:
-    """Every cycle record of a run's ``cycles.jsonl``, in order."""
+def read_records(directory: Path | str) -> Iterator[CycleRecord]:
+    """The records of a run's ``cycles.jsonl`` as written (checkpoints and deltas), in order."""
     with (Path(directory) / CYCLES_FILE).open("rb") as fh:
         for line in fh:
-            yield CycleRecord.loads(line)
+            if line.strip():
+                yield CycleRecord.loads(line)
+
+
+def read_cycles(directory: Path | str) -> Iterator[CycleRecord]:
+    """The full record of every cycle of a run (deltas expanded), in order."""
+    return expand_records(read_records(directory))
 
 
 def read_usage(directory: Path | str) -> Iterator[UsageInput]:

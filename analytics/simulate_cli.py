@@ -49,6 +49,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --config: override a scenario field by dotted path, e.g. fairshare.k_value=0 (repeatable)",
     )
     p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="K",
+        help="with --out: a full cycle record every K records, deltas in between (default 3600; 1 = all full)",
+    )
+    p.add_argument(
         "--trace-pods",
         type=Path,
         default=None,
@@ -341,7 +348,12 @@ def run_cli(args: argparse.Namespace) -> int:
     else:
         horizon_ms = max((t.deletion_s or 0 for t in run.tasks), default=0) * 1000
 
-    log = DirLog(args.out) if args.out is not None else None
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        err.print(f"simulate: --checkpoint-every must be >= 1, got {args.checkpoint_every}")
+        return 2
+    log = None
+    if args.out is not None:
+        log = DirLog(args.out) if args.checkpoint_every is None else DirLog(args.out, args.checkpoint_every)
     with Progress(
         TextColumn("simulating"),
         BarColumn(),

@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -35,9 +36,11 @@ from typing import IO, Any, Final
 import duckdb
 import polars as pl
 
+from analytics.history import Intervals
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
-from analytics.views import create_views
+from analytics.views import create_table_views, create_views, history_dir
 from ingest.log import DEFAULT_TOPICS, Log, Topics
+from scheduler.engine.decisions import CycleRecord
 from scheduler.usage import UsageRecordError, parse_usage_record
 
 __all__ = [
@@ -62,54 +65,48 @@ RUN_DIR_STORE: Final = "audit.duckdb"
 RESOURCES: Final = ("gpu", "cpu", "memory")
 _QUEUE_FIELDS: Final = ("deserved", "fair_share", "fair_share_classic", "allocated", "requested", "limit")
 
-SCHEMA: Final = """
-CREATE TABLE IF NOT EXISTS events (
+STORE_VERSION: Final = "2"  # interval tables and Parquet history; a store of another version is rebuilt
+
+_QUEUE_COLS: Final = (
+    "queue VARCHAR, parent VARCHAR, priority INTEGER, "
+    + ", ".join(f"{r}_{f} BIGINT" for f in _QUEUE_FIELDS for r in RESOURCES)
+    + ", "
+    + ", ".join(f"{r}_usage DOUBLE" for r in RESOURCES)
+)
+_PENDING_COLS: Final = (
+    "job VARCHAR, queue VARCHAR, pods VARCHAR[], reason VARCHAR, message VARCHAR, details JSON,"
+    " start_cycle VARCHAR, start_ms BIGINT, start_seq BIGINT, end_ms BIGINT, end_seq BIGINT"
+)
+_SPAN_COLS: Final = "start_cycle VARCHAR, start_ms BIGINT, start_seq BIGINT, end_ms BIGINT, end_seq BIGINT"
+
+# recent_* tables hold the days not yet moved to Parquet (analytics/archive.py); the public names
+# (events, cycles, decisions, ...) are views over recent rows and the Parquet history together.
+SCHEMA: Final = f"""
+CREATE TABLE IF NOT EXISTS store_meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+CREATE TABLE IF NOT EXISTS recent_events (
     "offset" BIGINT NOT NULL,
     type VARCHAR,
     uid VARCHAR,
     at_ms BIGINT,
     raw JSON
 );
-CREATE TABLE IF NOT EXISTS cycles (
+CREATE TABLE IF NOT EXISTS recent_cycles (
     cycle_id VARCHAR NOT NULL,
+    seq BIGINT,
+    kind VARCHAR,
+    base VARCHAR,
     events_offset BIGINT,
     usage_snapshot_id VARCHAR,
     config_hash VARCHAR,
     logical_time_ms BIGINT,
     usage_available BOOLEAN,
     n_queues INTEGER,
-    n_decisions INTEGER
+    n_decisions INTEGER,
+    top_gpu_fair_share BIGINT,
+    top_gpu_allocated BIGINT,
+    top_gpu_requested BIGINT
 );
-CREATE TABLE IF NOT EXISTS queue_cycles (
-    cycle_id VARCHAR NOT NULL,
-    logical_time_ms BIGINT,
-    queue VARCHAR,
-    parent VARCHAR,
-    priority INTEGER,
-    gpu_deserved BIGINT, cpu_deserved BIGINT, memory_deserved BIGINT,
-    gpu_fair_share BIGINT, cpu_fair_share BIGINT, memory_fair_share BIGINT,
-    gpu_fair_share_classic BIGINT, cpu_fair_share_classic BIGINT, memory_fair_share_classic BIGINT,
-    gpu_allocated BIGINT, cpu_allocated BIGINT, memory_allocated BIGINT,
-    gpu_requested BIGINT, cpu_requested BIGINT, memory_requested BIGINT,
-    gpu_limit BIGINT, cpu_limit BIGINT, memory_limit BIGINT,
-    gpu_usage DOUBLE, cpu_usage DOUBLE, memory_usage DOUBLE
-);
-CREATE TABLE IF NOT EXISTS usage_snapshots (
-    snapshot_id VARCHAR NOT NULL,
-    "offset" BIGINT,
-    as_of_ms BIGINT,
-    available BOOLEAN,
-    reason VARCHAR,
-    raw JSON
-);
-CREATE TABLE IF NOT EXISTS usage (
-    snapshot_id VARCHAR NOT NULL,
-    as_of_ms BIGINT,
-    queue VARCHAR,
-    resource VARCHAR,
-    usage DOUBLE
-);
-CREATE TABLE IF NOT EXISTS decisions (
+CREATE TABLE IF NOT EXISTS recent_decisions (
     cycle_id VARCHAR NOT NULL,
     logical_time_ms BIGINT,
     seq INTEGER,
@@ -124,67 +121,64 @@ CREATE TABLE IF NOT EXISTS decisions (
     action VARCHAR,
     reason VARCHAR,
     message VARCHAR,
-    details JSON
+    details JSON,
+    record_seq BIGINT
+);
+CREATE TABLE IF NOT EXISTS recent_pending ({_PENDING_COLS});
+CREATE TABLE IF NOT EXISTS pending_open ({_PENDING_COLS}, decision VARCHAR);
+CREATE TABLE IF NOT EXISTS recent_queue_spans ({_QUEUE_COLS}, {_SPAN_COLS});
+CREATE TABLE IF NOT EXISTS queue_open ({_QUEUE_COLS}, {_SPAN_COLS}, raw VARCHAR);
+CREATE TABLE IF NOT EXISTS recent_usage_snapshots (
+    snapshot_id VARCHAR NOT NULL,
+    "offset" BIGINT,
+    as_of_ms BIGINT,
+    available BOOLEAN,
+    reason VARCHAR,
+    raw JSON
+);
+CREATE TABLE IF NOT EXISTS recent_usage (
+    snapshot_id VARCHAR NOT NULL,
+    as_of_ms BIGINT,
+    queue VARCHAR,
+    resource VARCHAR,
+    usage DOUBLE
+);
+CREATE TABLE IF NOT EXISTS daily_queue (
+    day DATE NOT NULL,
+    queue VARCHAR NOT NULL,
+    gpu_held_ms HUGEINT,
+    gpu_allocated_ms HUGEINT,
+    gpu_fair_share_ms DOUBLE,
+    pending_job_ms HUGEINT,
+    binds BIGINT,
+    evictions BIGINT
 );
 """
 
-
-def _struct(fields: dict[str, Any]) -> str:
-    return json.dumps(fields, separators=(",", ":"))
-
-
-_RES_BIGINT: Final = {r: "BIGINT" for r in RESOURCES}
-_RECORD_STRUCTURE: Final = _struct(
-    {
-        "v": "INTEGER",
-        "cycle_id": "VARCHAR",
-        "events_offset": "BIGINT",
-        "usage_snapshot_id": "VARCHAR",
-        "config_hash": "VARCHAR",
-        "logical_time_ms": "BIGINT",
-        "usage_available": "BOOLEAN",
-        "queues": [
-            {
-                "name": "VARCHAR",
-                "parent": "VARCHAR",
-                "priority": "INTEGER",
-                **{f: _RES_BIGINT for f in _QUEUE_FIELDS},
-                "usage": {r: "DOUBLE" for r in RESOURCES},
-            }
-        ],
-        "decisions": [
-            {
-                "kind": "VARCHAR",
-                "job": "VARCHAR",
-                "queue": "VARCHAR",
-                "pod": "VARCHAR",
-                "pods": ["VARCHAR"],
-                "node": "VARCHAR",
-                "gpu_devices": ["INTEGER"],
-                "gpu_milli_per_device": "INTEGER",
-                "action": "VARCHAR",
-                "reason": "VARCHAR",
-                "message": "VARCHAR",
-                "details": "JSON",
-            }
-        ],
-    }
+# (table, its time column): the tables whose old days move to Parquet; the view of the same name
+# without ``recent_`` reads both.
+ARCHIVED: Final = (
+    ("events", "at_ms"),
+    ("cycles", "logical_time_ms"),
+    ("decisions", "logical_time_ms"),
+    ("pending", "start_ms"),
+    ("queue_spans", "start_ms"),
+    ("usage_snapshots", "as_of_ms"),
+    ("usage", "as_of_ms"),
 )
 
-_QUEUE_SELECT: Final = ", ".join(
-    [
-        "cycle_id",
-        "t AS logical_time_ms",
-        "q.name AS queue",
-        "q.parent AS parent",
-        "q.priority AS priority",
-        *[f"q.{f}.{r} AS {r}_{f}" for f in _QUEUE_FIELDS for r in RESOURCES],
-        *[f"q.usage.{r} AS {r}_usage" for r in RESOURCES],
-    ]
-)
 
+_POLARS: Final[dict[str, Any]] = {
+    "VARCHAR": pl.Utf8,
+    "BIGINT": pl.Int64,
+    "INTEGER": pl.Int32,
+    "DOUBLE": pl.Float64,
+    "BOOLEAN": pl.Boolean,
+    "JSON": pl.Utf8,
+    "VARCHAR[]": pl.List(pl.Utf8),
+    "INTEGER[]": pl.List(pl.Int32),
+}
 _CYCLE_ID = re.compile(rb'"cycle_id":"([^"]*)"')
-_SEP: Final = "\x1f"
 
 
 class StoreError(RuntimeError):
@@ -210,7 +204,9 @@ class LoadStats:
     events_duplicate: int = 0
     cycles: int = 0
     cycles_duplicate: int = 0
-    queue_rows: int = 0
+    cycles_orphaned: int = 0  # delta records whose base was never loaded (skipped to the next checkpoint)
+    queue_rows: int = 0  # closed queue spans written
+    pending_rows: int = 0  # closed pending intervals written
     decision_rows: int = 0
     usage_snapshots: int = 0
     usage_skipped: int = 0  # malformed or already stored
@@ -222,12 +218,42 @@ class LoadStats:
 
 
 class AuditStore:
-    """A read-write DuckDB audit store (created with its schema if missing). Use as a context manager."""
+    """A read-write DuckDB audit store (created with its schema if missing). Use as a context manager.
+
+    Its Parquet history (days moved out of DuckDB, :mod:`analytics.archive`) lives in :attr:`history`,
+    the directory next to the DuckDB file named after it (``audit.duckdb`` → ``audit.history/``).
+    """
 
     def __init__(self, path: Path | str = ":memory:") -> None:
         self.path = str(path)
+        self.history: Path | None = None if self.path == ":memory:" else history_dir(self.path)
         self.con = duckdb.connect(self.path)
+        self._check_version()
         self.con.execute(SCHEMA)
+        self.con.execute(
+            "INSERT OR REPLACE INTO store_meta VALUES ('version', ?)", [STORE_VERSION]
+        )
+        self.refresh_views()
+        self.intervals = self._resume()
+
+    def _check_version(self) -> None:
+        have = {r[0] for r in self.con.execute("SELECT table_name FROM duckdb_tables()").fetchall()}
+        if not have:
+            return
+        version = None
+        if "store_meta" in have:
+            rows = self.con.execute("SELECT value FROM store_meta WHERE key = 'version'").fetchall()
+            version = rows[0][0] if rows else None
+        if version != STORE_VERSION:
+            raise StoreError(
+                f"{self.path}: an audit store of version {version or 1}, this is version {STORE_VERSION};"
+                " rebuild it from the log (`hourglass sink` into a new file) — a run directory's store is"
+                " rebuilt automatically"
+            )
+
+    def refresh_views(self) -> None:
+        """(Re)create the public views over recent rows and the Parquet history (after an archive)."""
+        create_table_views(self.con, self.history)
         create_views(self.con)  # the report's views (analytics/views.py, docs/report.md)
 
     def close(self) -> None:
@@ -244,7 +270,10 @@ class AuditStore:
         return int(rows[0][0] or 0)
 
     def count(self, table: str) -> int:
-        if table not in ("events", "cycles", "queue_cycles", "decisions", "usage_snapshots", "usage"):
+        if table not in (
+            "events", "cycles", "decisions", "usage_snapshots", "usage", "pending_intervals", "queue_spans",
+            "queue_cycles",
+        ):  # fmt: skip
             raise StoreError(f"unknown table {table!r}")
         return self._scalar(f"SELECT count(*) FROM {table}")
 
@@ -254,60 +283,68 @@ class AuditStore:
     def max_event_offset(self) -> int:
         return self._scalar('SELECT coalesce(max("offset"), -1) FROM events')
 
-    def _write_cycles(self, ids: list[str], raws: list[str], stats: LoadStats) -> None:
-        """Parse and insert a batch of cycle records (DuckDB's JSON reader), one transaction."""
-        if not ids:
+    # -- the interval state between loads -------------------------------------------------------------
+
+    def _meta(self, key: str) -> str | None:
+        rows = self.con.execute("SELECT value FROM store_meta WHERE key = ?", [key]).fetchall()
+        return rows[0][0] if rows else None
+
+    def _resume(self) -> Intervals:
+        def rows(table: str) -> list[dict[str, Any]]:
+            cur = self.con.execute(f"SELECT * FROM {table}")
+            cols = [d[0] for d in cur.description or []]
+            return [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+
+        last_ms = self._meta("last_ms")
+        return Intervals.resume(
+            self._meta("last_cycle"),
+            int(last_ms) if last_ms is not None else None,
+            int(self._meta("seq") or -1),
+            rows("pending_open"),
+            rows("queue_open"),
+        )
+
+    def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
+        if not rows:
             return
-        df = pl.DataFrame({"cycle_id": ids, "raw": raws}, schema={"cycle_id": pl.Utf8, "raw": pl.Utf8})
+        cols = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
+        df = pl.DataFrame([{c: r.get(c) for c in cols} for r in rows], schema=self._schema(table, cols))
+        self.con.register("_rows", _ArrowStream(df))
+        try:
+            self.con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
+        finally:
+            self.con.unregister("_rows")
+
+    def _schema(self, table: str, cols: list[str]) -> dict[str, Any]:
+        types = dict(self.con.execute(f"SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = '{table}'").fetchall())
+        return {c: _POLARS.get(types[c], pl.Utf8) for c in cols}
+
+    def write_intervals(self, stats: LoadStats) -> None:
+        """Write what the interval state produced, and the state itself, in one transaction."""
+        cycles, decisions, pending, queues = self.intervals.drain()
         con = self.con
-        con.register("_batch_cycles", _ArrowStream(df))
         con.execute("BEGIN TRANSACTION")
         try:
-            try:
-                con.execute(
-                    "CREATE OR REPLACE TEMP TABLE _parsed AS"
-                    " SELECT b.cycle_id AS id, from_json(b.raw, ?) AS j FROM _batch_cycles b"
-                    " WHERE b.cycle_id NOT IN (SELECT cycle_id FROM cycles)",
-                    [_RECORD_STRUCTURE],
-                )
-            except duckdb.Error as e:
-                raise StoreError(f"malformed cycle record: {e}") from e
-            bad = con.execute(
-                "SELECT id, j.v FROM _parsed WHERE j.v IS DISTINCT FROM 1 OR j.cycle_id IS DISTINCT FROM id"
-                " OR j.logical_time_ms IS NULL OR j.decisions IS NULL OR j.queues IS NULL LIMIT 1"
-            ).fetchall()
-            if bad:
-                raise StoreError(f"malformed cycle record {bad[0][0]!r} (version {bad[0][1]!r})")
-            added = self._scalar("SELECT count(*) FROM _parsed")
-            con.execute(
-                "INSERT INTO cycles SELECT id, j.events_offset, j.usage_snapshot_id, j.config_hash,"
-                " j.logical_time_ms, coalesce(j.usage_available, true), len(j.queues), len(j.decisions)"
-                " FROM _parsed"
-            )
-            con.execute(
-                f"INSERT INTO queue_cycles SELECT {_QUEUE_SELECT} FROM ("
-                " SELECT id AS cycle_id, j.logical_time_ms AS t, unnest(j.queues) AS q FROM _parsed)"
-            )
-            con.execute(
-                "INSERT INTO decisions SELECT cycle_id, t, seq - 1, d.kind, d.job, d.queue, d.pod,"
-                " coalesce(d.pods, []), d.node, coalesce(d.gpu_devices, []),"
-                " coalesce(d.gpu_milli_per_device, 0), d.action, d.reason, d.message,"
-                " CASE WHEN d.details IS NULL OR CAST(d.details AS VARCHAR) = '{}' THEN NULL"
-                " ELSE d.details END"
-                " FROM (SELECT id AS cycle_id, j.logical_time_ms AS t,"
-                " generate_subscripts(j.decisions, 1) AS seq, unnest(j.decisions) AS d FROM _parsed)"
-            )
-            stats.queue_rows += self._scalar("SELECT coalesce(sum(len(j.queues)), 0) FROM _parsed")
-            stats.decision_rows += self._scalar("SELECT coalesce(sum(len(j.decisions)), 0) FROM _parsed")
-            con.execute("DROP TABLE _parsed")
+            self._insert("recent_cycles", cycles)
+            self._insert("recent_decisions", decisions)
+            self._insert("recent_pending", pending)
+            self._insert("recent_queue_spans", queues)
+            con.execute("DELETE FROM pending_open")
+            self._insert("pending_open", list(self.intervals.open_pending_rows()))
+            con.execute("DELETE FROM queue_open")
+            self._insert("queue_open", list(self.intervals.open_queue_rows()))
+            st = self.intervals
+            for key, value in (("last_cycle", st.last_cycle), ("last_ms", st.last_ms), ("seq", st.seq)):
+                if value is not None:
+                    con.execute("INSERT OR REPLACE INTO store_meta VALUES (?, ?)", [key, str(value)])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
             raise
-        finally:
-            con.unregister("_batch_cycles")
-        stats.cycles += added
-        stats.cycles_duplicate += len(ids) - added
+        stats.cycles += len(cycles)
+        stats.decision_rows += len(decisions)
+        stats.queue_rows += len(queues)
+        stats.pending_rows += len(pending)
 
     def _write_events(self, offsets: list[int], raws: list[str], stats: LoadStats) -> None:
         if not offsets:
@@ -327,7 +364,7 @@ class AuditStore:
             bad = self._scalar("SELECT count(*) FROM _ev WHERE type IS NULL OR at_ms IS NULL")
             before = self.count("events")
             con.execute(
-                'INSERT INTO events SELECT "offset", type, uid, at_ms, CAST(raw AS JSON) FROM _ev'
+                'INSERT INTO recent_events SELECT "offset", type, uid, at_ms, CAST(raw AS JSON) FROM _ev'
                 ' WHERE type IS NOT NULL AND at_ms IS NOT NULL AND "offset" NOT IN'
                 f' (SELECT "offset" FROM events WHERE "offset" BETWEEN {lo} AND {hi})'
             )
@@ -344,7 +381,7 @@ class AuditStore:
 
 
 def _record_id(raw: bytes) -> str:
-    m = _CYCLE_ID.search(raw, 0, 512)  # canonical JSON: only config_hash comes before cycle_id
+    m = _CYCLE_ID.search(raw)  # canonical JSON: the record's own key comes before any nested one
     if m is not None:
         return m.group(1).decode()
     try:
@@ -357,34 +394,38 @@ def _record_id(raw: bytes) -> str:
 
 
 def load_cycles(store: AuditStore, raws: Iterable[bytes], batch_size: int = 500) -> LoadStats:
-    """Load canonical cycle-record JSON lines (``CycleRecord.dumps()``), ``batch_size`` records a batch.
+    """Load canonical cycle-record JSON lines (``CycleRecord.dumps()``: v1, checkpoints and deltas).
 
-    Records whose ``cycle_id`` is already stored (or earlier in the input) are dropped.
+    Records become interval rows (:mod:`analytics.history`), written every ``batch_size`` records with
+    the interval state, so a later load continues where this one stopped. A delta whose base was never
+    loaded is skipped (``cycles_orphaned``) until the next checkpoint. Records whose ``cycle_id`` is
+    already stored (or earlier in the input) are dropped.
     """
     stats = LoadStats()
     known = store.cycle_ids()
-    ids: list[str] = []
-    texts: list[str] = []
-
-    def flush() -> None:
-        store._write_cycles(ids, texts, stats)
-        stats.batches += 1
-        known.update(ids)
-        ids.clear()
-        texts.clear()
-
+    st = store.intervals
+    pending = 0
     for raw in raws:
         cid = _record_id(raw)
         if cid in known:
             stats.cycles_duplicate += 1
             continue
+        try:
+            record = CycleRecord.loads(raw)
+        except ValueError as e:
+            raise StoreError(f"malformed cycle record {cid!r}: {str(e)[:300]}") from e
+        if not st.feed(record):
+            stats.cycles_orphaned += 1
+            continue
         known.add(cid)
-        ids.append(cid)
-        texts.append(raw.decode())
-        if len(ids) >= batch_size:
-            flush()
-    if ids:
-        flush()
+        pending += 1
+        if pending >= batch_size:
+            store.write_intervals(stats)
+            stats.batches += 1
+            pending = 0
+    if pending:
+        store.write_intervals(stats)
+        stats.batches += 1
     return stats
 
 
@@ -414,7 +455,7 @@ def load_usage(store: AuditStore, items: Iterable[tuple[int, bytes]]) -> LoadSta
     con = store.con
     con.execute("BEGIN TRANSACTION")
     try:
-        con.executemany("INSERT INTO usage_snapshots VALUES (?, ?, ?, ?, ?, ?)", snaps)
+        con.executemany("INSERT INTO recent_usage_snapshots VALUES (?, ?, ?, ?, ?, ?)", snaps)
         if rows:
             df = pl.DataFrame(
                 rows,
@@ -429,7 +470,7 @@ def load_usage(store: AuditStore, items: Iterable[tuple[int, bytes]]) -> LoadSta
             )
             con.register("_batch_usage", _ArrowStream(df))
             try:
-                con.execute("INSERT INTO usage SELECT * FROM _batch_usage")
+                con.execute("INSERT INTO recent_usage SELECT * FROM _batch_usage")
             finally:
                 con.unregister("_batch_usage")
         con.execute("COMMIT")
@@ -539,10 +580,29 @@ def check_select(sql: str) -> str:
 
 
 def open_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
-    """Open a store read-only, with file and network access from SQL disabled and the settings locked."""
-    con = duckdb.connect(str(path), read_only=True, config={"enable_external_access": False})
+    """Open a store read-only, with file and network access from SQL disabled (but for reading its own
+    Parquet history) and the settings locked."""
+    con = duckdb.connect(str(path), read_only=True)
+    history = history_dir(path)
+    if history.is_dir():
+        con.execute("SET allowed_directories = ?", [[str(history.resolve()) + "/"]])
+    con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con
+
+
+def _current(db: Path) -> bool:
+    try:
+        con = duckdb.connect(str(db), read_only=True)
+    except duckdb.Error:
+        return False
+    try:
+        rows = con.execute("SELECT value FROM store_meta WHERE key = 'version'").fetchall()
+    except duckdb.Error:
+        return False
+    finally:
+        con.close()
+    return bool(rows) and rows[0][0] == STORE_VERSION
 
 
 def resolve_store(path: Path | str) -> Path:
@@ -555,9 +615,15 @@ def resolve_store(path: Path | str) -> Path:
         db = p / RUN_DIR_STORE
         sources = [p / CYCLES_FILE, p / EVENTS_FILE, p / USAGE_FILE]
         newest = max((s.stat().st_mtime for s in sources if s.exists()), default=0.0)
+        if db.exists() and db.stat().st_mtime >= newest and not _current(db):
+            db.unlink()  # built by an older version: rebuilt from the run's files below
+            shutil.rmtree(history_dir(db), ignore_errors=True)
         if not db.exists() or db.stat().st_mtime < newest:
+            from analytics.archive import archive
+
             with AuditStore(db) as store:
                 load_run_dir(store, p)
+                archive(store)  # a run of days is kept as a months-long store would be
             db.touch()
         return db
     if not p.is_file():

@@ -15,7 +15,10 @@ pre-aggregated totals, because a window cuts intervals: the report takes
   pod's queue (from ``PodSubmitted``) and what it held;
 * ``job_waits``: each job (pod group), its submission and first bind;
 * ``evictions``: each ``Evict`` decision with its kind and the queue that caused it;
-* ``pending_intervals``: each ``Unschedulable`` decision with the span its job stayed pending for it;
+* ``pending_intervals``: each job's pending spans: reason and message from the cycle that decided them to
+  the cycle that changed or cleared them;
+* ``queue_days_live`` / ``queue_days``: per queue and day, GPU-ms held, allocated, fair share, job-ms
+  pending, binds and evictions (archived days come from the ``daily_queue`` table);
 * ``gpu_request_mode``, ``node_gpu_changes``, ``fragmentation_changes``: idle GPUs stranded on nodes where
   the workload's most common GPU request does not fit (fragmented GPUs), from the event log.
 """
@@ -23,11 +26,66 @@ pre-aggregated totals, because a window cuts intervals: the report takes
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Final
 
 import duckdb
 
-__all__ = ["VIEWS", "VIEWS_VERSION", "VIEW_NAMES", "create_views", "views_current", "views_missing"]
+__all__ = [
+    "TABLE_VIEWS",
+    "VIEWS",
+    "VIEWS_VERSION",
+    "VIEW_NAMES",
+    "create_table_views",
+    "create_views",
+    "history_dir",
+    "history_glob",
+    "views_current",
+    "views_missing",
+]
+
+# The store's public tables: (view, the DuckDB table of recent rows, the Parquet history folder, the
+# open-interval table and its state-only column). analytics/store.py writes the tables, analytics/archive.py
+# moves whole days to Parquet.
+TABLE_VIEWS: Final[tuple[tuple[str, str, str, str | None, str | None], ...]] = (
+    ("events", "recent_events", "events", None, None),
+    ("cycles", "recent_cycles", "cycles", None, None),
+    ("decisions", "recent_decisions", "decisions", None, None),
+    ("usage_snapshots", "recent_usage_snapshots", "usage_snapshots", None, None),
+    ("usage", "recent_usage", "usage", None, None),
+    ("pending_spans", "recent_pending", "pending", "pending_open", "decision"),
+    ("queue_spans", "recent_queue_spans", "queue_spans", "queue_open", "raw"),
+)
+
+
+def history_dir(db_path: str | Path) -> Path:
+    """The Parquet history folder of the store at *db_path* (``audit.duckdb`` → ``audit.history``)."""
+    p = Path(db_path)
+    return p.with_name(p.stem + ".history")
+
+
+def history_glob(history: Path, folder: str) -> str | None:
+    """The read_parquet glob of one history folder, or None while it holds no file."""
+    d = history / folder
+    if not d.is_dir() or not any(d.glob("day=*/*.parquet")):
+        return None
+    return str(d / "day=*" / "*.parquet")
+
+
+def create_table_views(con: duckdb.DuckDBPyConnection, history: Path | None, *, temporary: bool = False) -> None:
+    """The public tables as views: recent rows, the Parquet history (if any) and open intervals."""
+    kind = "TEMP VIEW" if temporary else "VIEW"
+    for view, table, folder, open_table, state_col in TABLE_VIEWS:
+        parts = [f"SELECT * FROM {table}"]
+        glob = history_glob(history, folder) if history is not None else None
+        if glob is not None:
+            parts.append(
+                f"SELECT * EXCLUDE (day) FROM read_parquet('{glob}', hive_partitioning = true, union_by_name = true)"
+            )
+        if open_table is not None:
+            parts.append(f"SELECT * EXCLUDE ({state_col}) FROM {open_table}")
+        con.execute(f"CREATE OR REPLACE {kind} {view} AS " + " UNION ALL BY NAME ".join(parts))
+
 
 # Each entry: (name, SELECT). Order matters: later views read earlier ones.
 VIEWS: Final[tuple[tuple[str, str], ...]] = (
@@ -71,12 +129,14 @@ FROM deltas WINDOW o AS (ORDER BY "offset" ROWS UNBOUNDED PRECEDING)
         "cycle_spans",
         """
 WITH c AS (
-  SELECT cycle_id, events_offset, logical_time_ms AS start_ms,
-         coalesce(lead(logical_time_ms) OVER (ORDER BY logical_time_ms, events_offset, cycle_id),
-                  greatest((SELECT last_ms FROM run_span), logical_time_ms)) AS end_ms
+  SELECT cycle_id, seq, events_offset, logical_time_ms AS start_ms,
+         coalesce(lead(logical_time_ms) OVER (ORDER BY seq),
+                  greatest((SELECT last_ms FROM run_span), logical_time_ms)) AS end_ms,
+         top_gpu_fair_share, top_gpu_allocated, top_gpu_requested
   FROM cycles
 )
-SELECT c.cycle_id, c.events_offset, c.start_ms, c.end_ms, c.end_ms - c.start_ms AS held_ms,
+SELECT c.cycle_id, c.seq, c.events_offset, c.start_ms, c.end_ms, c.end_ms - c.start_ms AS held_ms,
+       c.top_gpu_fair_share, c.top_gpu_allocated, c.top_gpu_requested,
        coalesce(k.gpu_milli, 0) AS capacity_gpu_milli,
        coalesce(k.cpu_millicores, 0) AS capacity_cpu_millicores,
        coalesce(k.memory_bytes, 0) AS capacity_memory_bytes
@@ -88,35 +148,66 @@ FROM c ASOF LEFT JOIN capacity_changes k ON k."offset" < c.events_offset
         # request, not by the cluster; when the top queues' fair shares add up to more than the capacity
         # (quotas written for a bigger cluster), every queue's share is scaled down by the same factor so
         # that "received / fair share" is measured against something the cluster could have given. A store
-        # without node events (capacity unknown) is left as recorded.
+        # without node events (capacity unknown) is left as recorded. The scale is per cycle; runs of
+        # cycles with the same scale are merged (scale_segments), and each queue span is cut where the
+        # scale changes, so rows grow with changes of the division, not with cycles.
+        "scale_segments",
+        """
+WITH c AS (
+  SELECT seq, start_ms, end_ms,
+         CASE WHEN capacity_gpu_milli > 0 AND coalesce(top_gpu_fair_share, 0) > capacity_gpu_milli
+              THEN capacity_gpu_milli / top_gpu_fair_share ELSE 1.0 END AS scale
+  FROM cycle_spans
+), marked AS (
+  SELECT *, CASE WHEN scale IS DISTINCT FROM lag(scale) OVER (ORDER BY seq) THEN 1 ELSE 0 END AS new_run FROM c
+), runs AS (
+  SELECT *, sum(new_run) OVER (ORDER BY seq ROWS UNBOUNDED PRECEDING) AS run FROM marked
+)
+SELECT run, min(seq) AS start_seq, max(seq) + 1 AS end_seq, min(start_ms) AS start_ms, max(end_ms) AS end_ms,
+       any_value(scale) AS scale
+FROM runs GROUP BY run
+""",
+    ),
+    (
+        # Each queue's division from the cycle it took effect (start) to the cycle it changed (end; an
+        # open span: the end of the run), cut where the scale changes; held_ms its length. Joined by time
+        # (spans are also cut at midnight, between two cycles); a zero-length span holds nothing.
         "queue_intervals",
         """
-WITH top AS (
-  SELECT cycle_id, sum(gpu_fair_share) AS top_fair_gpu
-  FROM queue_cycles WHERE parent IS NULL GROUP BY cycle_id
+WITH q AS (
+  SELECT * EXCLUDE (end_ms, end_seq),
+         coalesce(end_ms, greatest((SELECT last_ms FROM run_span), start_ms)) AS end_ms,
+         coalesce(end_seq, 9223372036854775807) AS end_seq
+  FROM queue_spans
 )
-SELECT q.*, s.start_ms, s.end_ms, s.held_ms, s.capacity_gpu_milli,
-       CASE WHEN s.capacity_gpu_milli > 0 AND coalesce(t.top_fair_gpu, 0) > s.capacity_gpu_milli
-            THEN s.capacity_gpu_milli / t.top_fair_gpu ELSE 1.0 END AS fair_share_scale,
-       q.gpu_fair_share * (CASE WHEN s.capacity_gpu_milli > 0 AND coalesce(t.top_fair_gpu, 0) > s.capacity_gpu_milli
-            THEN s.capacity_gpu_milli / t.top_fair_gpu ELSE 1.0 END) AS gpu_fair_share_capped,
-       q.gpu_fair_share_classic * (CASE WHEN s.capacity_gpu_milli > 0 AND coalesce(t.top_fair_gpu, 0) > s.capacity_gpu_milli
-            THEN s.capacity_gpu_milli / t.top_fair_gpu ELSE 1.0 END) AS gpu_fair_share_classic_capped
-FROM queue_cycles q JOIN cycle_spans s USING (cycle_id) LEFT JOIN top t USING (cycle_id)
+SELECT q.* EXCLUDE (start_ms, end_ms, start_seq, end_seq),
+       greatest(q.start_seq, g.start_seq) AS start_seq, least(q.end_seq, g.end_seq) AS end_seq,
+       greatest(q.start_ms, g.start_ms) AS start_ms, least(q.end_ms, g.end_ms) AS end_ms,
+       least(q.end_ms, g.end_ms) - greatest(q.start_ms, g.start_ms) AS held_ms,
+       g.scale AS fair_share_scale,
+       q.gpu_fair_share * g.scale AS gpu_fair_share_capped,
+       q.gpu_fair_share_classic * g.scale AS gpu_fair_share_classic_capped
+FROM q JOIN scale_segments g ON g.start_ms < q.end_ms AND g.end_ms > q.start_ms
+""",
+    ),
+    (
+        # Every cycle with the division in effect for each queue (the per-cycle view older stores held as a
+        # table): a join of cycles and queue spans; filter it by cycle_id.
+        "queue_cycles",
+        """
+SELECT c.cycle_id, c.logical_time_ms, q.* EXCLUDE (start_cycle, start_ms, start_seq, end_ms, end_seq)
+FROM cycles c JOIN queue_spans q
+  ON q.start_seq <= c.seq AND (q.end_seq IS NULL OR c.seq < q.end_seq)
 """,
     ),
     (
         "cluster_intervals",
         """
 SELECT s.cycle_id, s.start_ms, s.end_ms, s.held_ms, s.capacity_gpu_milli,
-       coalesce(a.allocated, 0) AS gpu_allocated, coalesce(a.requested, 0) AS gpu_requested,
-       s.capacity_gpu_milli - coalesce(a.allocated, 0) AS gpu_idle,
-       coalesce(a.top_fair, 0) AS gpu_fair_share_total
-FROM cycle_spans s LEFT JOIN (
-  SELECT cycle_id, sum(gpu_allocated) AS allocated, sum(gpu_requested) AS requested,
-         sum(gpu_fair_share) AS top_fair
-  FROM queue_cycles WHERE parent IS NULL GROUP BY cycle_id
-) a USING (cycle_id)
+       coalesce(s.top_gpu_allocated, 0) AS gpu_allocated, coalesce(s.top_gpu_requested, 0) AS gpu_requested,
+       s.capacity_gpu_milli - coalesce(s.top_gpu_allocated, 0) AS gpu_idle,
+       coalesce(s.top_gpu_fair_share, 0) AS gpu_fair_share_total
+FROM cycle_spans s
 """,
     ),
     (
@@ -220,13 +311,70 @@ LEFT JOIN consolidated c ON c.cycle_id = e.cycle_id AND c.pod = e.pod
 """,
     ),
     (
-        # A job reported Unschedulable by a cycle stays pending for that reason until the next cycle.
+        # A job stays pending for one reason (and message) from the cycle that decided it until the cycle
+        # that changed or cleared it (open: the end of the run); cut at UTC midnight (analytics/history.py).
         "pending_intervals",
         """
-SELECT d.cycle_id, s.start_ms, s.end_ms, s.held_ms, d.job, d.queue, d.reason, d.message,
-       len(d.pods) AS pending_pods
-FROM decisions d JOIN cycle_spans s USING (cycle_id)
-WHERE d.kind = 'Unschedulable'
+SELECT start_cycle AS cycle_id, start_ms,
+       coalesce(end_ms, greatest((SELECT last_ms FROM run_span), start_ms)) AS end_ms,
+       coalesce(end_ms, greatest((SELECT last_ms FROM run_span), start_ms)) - start_ms AS held_ms,
+       job, queue, reason, message, len(pods) AS pending_pods, pods, details, start_seq, end_seq
+FROM pending_spans
+""",
+    ),
+    (
+        # Per queue and UTC day (logical time) not yet in daily_queue: GPU-ms held (pod_runs: the one
+        # definition of held GPUs), allocated and capped fair-share GPU-ms (queue_intervals), job-ms pending
+        # (pending_intervals), binds and evictions. analytics/archive.py stores these rows in daily_queue
+        # when it moves a day to Parquet; queue_days reads both.
+        "queue_days_live",
+        """
+WITH span AS (
+  SELECT coalesce((SELECT max(day) + 1 - DATE '1970-01-01' FROM daily_queue), CAST(first_ms // 86400000 AS BIGINT)) AS d0,
+         CAST(last_ms // 86400000 AS BIGINT) AS d1, last_ms
+  FROM run_span
+), bk AS (
+  SELECT d, d * 86400000 AS lo, (d + 1) * 86400000 AS hi FROM span, range(span.d0, span.d1 + 1) t(d)
+), held AS (
+  SELECT bk.d, r.queue,
+         sum(r.gpu_milli * greatest(0, least(coalesce(r.end_ms, (SELECT last_ms FROM span)), bk.hi) - greatest(r.start_ms, bk.lo))) AS v
+  FROM pod_runs r JOIN bk ON r.start_ms < bk.hi AND coalesce(r.end_ms, (SELECT last_ms FROM span)) > bk.lo
+  GROUP BY ALL
+), div AS (
+  SELECT bk.d, q.queue,
+         sum(q.gpu_allocated * (least(q.end_ms, bk.hi) - greatest(q.start_ms, bk.lo))) AS alloc,
+         sum(q.gpu_fair_share_capped * (least(q.end_ms, bk.hi) - greatest(q.start_ms, bk.lo))) AS fair
+  FROM queue_intervals q JOIN bk ON q.start_ms < bk.hi AND q.end_ms > bk.lo
+  GROUP BY ALL
+), pend AS (
+  SELECT bk.d, p.queue, sum(least(p.end_ms, bk.hi) - greatest(p.start_ms, bk.lo)) AS v
+  FROM pending_intervals p JOIN bk ON p.start_ms < bk.hi AND p.end_ms > bk.lo
+  GROUP BY ALL
+), dec AS (
+  SELECT logical_time_ms // 86400000 AS d, queue,
+         count(*) FILTER (WHERE kind = 'Bind') AS binds, count(*) FILTER (WHERE kind = 'Evict') AS evictions
+  FROM decisions WHERE kind IN ('Bind', 'Evict') AND logical_time_ms >= (SELECT d0 FROM span) * 86400000
+  GROUP BY ALL
+), keys AS (
+  SELECT d, queue FROM held UNION SELECT d, queue FROM div UNION SELECT d, queue FROM pend
+  UNION SELECT d, queue FROM dec
+)
+SELECT CAST(DATE '1970-01-01' + CAST(k.d AS INTEGER) AS DATE) AS day, k.queue,
+       CAST(coalesce(h.v, 0) AS HUGEINT) AS gpu_held_ms, CAST(coalesce(v.alloc, 0) AS HUGEINT) AS gpu_allocated_ms,
+       coalesce(v.fair, 0) AS gpu_fair_share_ms, CAST(coalesce(p.v, 0) AS HUGEINT) AS pending_job_ms,
+       coalesce(c.binds, 0) AS binds, coalesce(c.evictions, 0) AS evictions
+FROM keys k
+LEFT JOIN held h USING (d, queue) LEFT JOIN div v USING (d, queue) LEFT JOIN pend p USING (d, queue)
+LEFT JOIN dec c USING (d, queue)
+WHERE k.queue IS NOT NULL
+""",
+    ),
+    (
+        # Every day's per-queue figures: archived days from daily_queue (kept forever, whatever the
+        # retention), the others computed live. gpu_held_ms / 3.6e9 = GPU-hours.
+        "queue_days",
+        """
+SELECT * FROM daily_queue UNION ALL BY NAME SELECT * FROM queue_days_live
 """,
     ),
     (

@@ -147,6 +147,7 @@ class PendingMark:
     reason: str
     message: str
     event_at: float  # clock time of the last Warning Event
+    job: str = ""  # the pending job the pod belongs to (a delta record clears pending jobs, not pods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +234,12 @@ def plan(
 ) -> Plan:
     """The Kubernetes calls that apply ``record``, given what was already told (``memory``) at ``now``.
 
-    Order: evictions, then binds, then pending pods, then queue status. Pending-pod memory keeps only the
-    pods this record lists as pending (every pending job is in every record), so a pod that was bound and
-    becomes pending again is told at once, and the memory stays as large as the pending set.
+    Order: evictions, then binds, then pending pods, then queue status. After a full record, pending-pod
+    memory keeps only the pods it lists as pending (every pending job is in a full record), so a pod that
+    was bound and becomes pending again is told at once, and the memory stays as large as the pending set.
+    A delta record (:mod:`scheduler.engine.delta`) lists only the pending jobs that changed: the other
+    remembered pods stay pending, less the jobs it clears and the pods it binds, evicts or pipelines, and
+    each of them still gets its periodic Warning Event.
     """
     evicts: list[Action] = []
     binds: list[Action] = []
@@ -280,10 +284,25 @@ def plan(
                 condition = prev is None or (prev.reason, prev.message) != (reason, message)
                 event = prev is None or prev.reason != reason or now - prev.event_at >= event_interval_s
                 event_at = now if event or prev is None else prev.event_at
-                pending_next[uid] = PendingMark(reason, message, event_at)
+                pending_next[uid] = PendingMark(reason, message, event_at, d.job)
                 if condition or event:
                     pendings.append(MarkPending(ref[0], ref[1], reason, message, condition, event))
         # Pipeline: nothing to call; a later cycle binds the pod once its node is free.
+
+    if not record.is_full:
+        cleared = set(record.cleared)
+        placed = {d.pod for d in record.decisions if d.kind != "Unschedulable"}
+        changed = {d.job for d in record.decisions if d.kind == "Unschedulable"}
+        for uid, mark in memory.pending.items():
+            if uid in pending_next or uid in placed or mark.job in cleared or mark.job in changed:
+                continue
+            ref = _split_pod(uid)
+            if ref is None:
+                continue
+            if now - mark.event_at >= event_interval_s:
+                mark = PendingMark(mark.reason, mark.message, now, mark.job)
+                pendings.append(MarkPending(ref[0], ref[1], mark.reason, mark.message, False, True))
+            pending_next[uid] = mark
 
     statuses: list[Action] = []
     queues_next: dict[str, str] = {}

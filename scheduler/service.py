@@ -13,6 +13,11 @@ Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``do
   appended since): a cycle that is re-run after a crash produces the same id and is not appended twice.
 * Dead letters are made idempotent the same way: on start the dead-letter topic is read and the
   ``(source_topic, source_offset)`` pairs already present are never dead-lettered again.
+* Records are written as deltas (:mod:`scheduler.engine.delta`): the first record a service writes after
+  it starts is a full checkpoint, then one every ``checkpoint_every`` records; every other record carries
+  what changed since the record the service wrote just before it. A re-run cycle whose id is already
+  recorded is not written, and the chain is unaffected: after a start nothing is written before the first
+  checkpoint.
 * Order of writes in a step: dead letters, then the cycle record, then the consumer commit of the events
   position. The commit is informational (monitoring, other tools); resumption does not depend on it.
 
@@ -34,6 +39,7 @@ from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, du
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
@@ -179,6 +185,7 @@ class Service:
         period_s: float | None = None,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         monotonic: Callable[[], float] = time.monotonic,
+        checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
@@ -205,6 +212,7 @@ class Service:
         self.recorded_ids: set[str] = set()
         self.dead_seen: set[tuple[str, int]] = set()
         self.stats = RunStats()
+        self.encoder = DeltaEncoder(checkpoint_every)  # a fresh encoder: the first record is a checkpoint
         self._recovered = False
         self._stop = False
 
@@ -241,9 +249,10 @@ class Service:
             self.position = max(self.position, target + 1)
             self._recover_usage(last.get("usage_snapshot_id"))
             decisions = last.get("decisions")
-            self._waiting = isinstance(decisions, list) and any(
+            # A delta lists only changed pending jobs: assume something waits (a tick re-decides it).
+            self._waiting = last.get("kind") == "delta" or (isinstance(decisions, list) and any(
                 isinstance(d, dict) and d.get("kind") in _WAITING for d in decisions
-            )
+            ))
         self._recovered = True
         log.info(
             "recovered: %d recorded cycle ids, resuming at events offset %d",
@@ -394,7 +403,8 @@ class Service:
         if record.cycle_id in self.recorded_ids:
             st.cycles_skipped += 1
         else:
-            self.log.append(self.topics.decisions, record.cycle_id.encode(), record.dumps())
+            written = self.encoder.encode(record)
+            self.log.append(self.topics.decisions, record.cycle_id.encode(), written.dumps())
             self.recorded_ids.add(record.cycle_id)
             st.cycles_appended += 1
         self.cycled_offset = self.folder.offset

@@ -20,6 +20,7 @@ from ingest.backends import open_log
 from ingest.filelog import FileLog
 from ingest.log import Log, Topics
 from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.delta import expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
@@ -70,6 +71,11 @@ def _append(log: Log, topics: Topics, events: list[ev.Event]) -> None:
     log.append_many(topics.events, [(e.uid.encode(), ev.dump_event(e)) for e in events])
 
 
+def _cycles(log: Log, topic: str) -> list[CycleRecord]:
+    """The full record of every cycle on the decisions topic (deltas expanded)."""
+    return list(expand_records(CycleRecord.loads(v) for v in _records(log, topic)))
+
+
 def _records(log: Log, topic: str) -> list[bytes]:
     out: list[bytes] = []
     at = 0
@@ -104,7 +110,7 @@ def test_usage_snapshots_drive_the_division_and_replay(tmp_path: Path) -> None:
         assert _sample(metrics, "hourglass_usage_available") == 1.0
         assert _sample(metrics, "hourglass_queue_usage", queue="a", resource="gpu") == pytest.approx(0.9)
         assert _sample(metrics, "hourglass_dead_letters_total", reason="bad_usage_record") == 1.0
-        first = [CycleRecord.loads(v) for v in _records(log, topics.decisions)]
+        first = _cycles(log, topics.decisions)
         assert first[-1].usage_snapshot_id == "snap-1" and first[-1].usage_available
         a, b = _queue(first[-1], "a"), _queue(first[-1], "b")
         assert a["usage"]["gpu"] == pytest.approx(0.9)  # type: ignore[index]
@@ -121,7 +127,7 @@ def test_usage_snapshots_drive_the_division_and_replay(tmp_path: Path) -> None:
         # Usage becomes unavailable: a new cycle falls back to classic fair share and says so.
         log.append(topics.usage, b"cluster", usage_record("snap-2", 200, None))
         svc.run(stop_when_idle=True)
-        last = CycleRecord.loads(_records(log, topics.decisions)[-1])
+        last = _cycles(log, topics.decisions)[-1]
         assert last.usage_snapshot_id == "snap-2" and not last.usage_available
         for q in ("a", "b"):
             assert _queue(last, q)["fair_share"] == _queue(last, q)["fair_share_classic"]
@@ -183,7 +189,7 @@ def test_kafka_ingest_scheduler_decisions_store(kafka_bootstrap: str, tmp_path: 
     sink = _cli("sink", "--log", url, "--topic-prefix", prefix, "--store", str(store))
     assert sink.returncode == 0, sink.stderr
     with open_log(url) as log:
-        decisions = [CycleRecord.loads(v) for v in _records(log, topics.decisions)]
+        decisions = _cycles(log, topics.decisions)
         dead = [json.loads(v) for v in _records(log, topics.deadletter)]
     assert len(decisions) >= 3
     assert [d["reason_code"] for d in dead] == ["bad_json"]
@@ -249,7 +255,7 @@ def test_a_quiet_cluster_still_reclaims_when_min_runtime_runs_out(tmp_path: Path
             log, topics, config, period_s=0.0, clock_ms=lambda: clock[0], sleep=lambda _: svc.stop()
         )
         svc.run()  # folds, cycles once; idle: tick at 30 s (a's job is still protected), cycles; stops
-        recs = [CycleRecord.loads(v) for v in _records(log, topics.decisions)]
+        recs = _cycles(log, topics.decisions)
         assert [r.logical_time_ms for r in recs] == [2, 30_000]
         assert all(d.kind != "Evict" for r in recs for d in r.decisions)
         assert any(d.kind == "Unschedulable" and d.job == "b/b-job" for d in recs[-1].decisions)
@@ -257,7 +263,7 @@ def test_a_quiet_cluster_still_reclaims_when_min_runtime_runs_out(tmp_path: Path
         clock[0] = 61_000  # a's job has now run past its reclaim min-runtime
         svc._stop = False
         svc.run()
-        last = CycleRecord.loads(_records(log, topics.decisions)[-1])
+        last = _cycles(log, topics.decisions)[-1]
         assert last.logical_time_ms == 61_000
         kinds = {(d.kind, d.pod) for d in last.decisions}
         assert ("Evict", "a/a-job") in kinds and ("Pipeline", "b/b-job") in kinds, [(d.reason, d.message) for d in last.decisions]

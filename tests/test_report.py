@@ -19,6 +19,7 @@ import itertools
 import json
 import math
 import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -29,9 +30,10 @@ import yaml
 
 from analytics.cli import main
 from analytics.report import Report, ReportError, build_report, jain_index, nearest_rank, parse_time, render
-from analytics.simlog import DirLog
+from analytics.simlog import DirLog, read_cycles
 from analytics.simulate import simulate
 from analytics.store import SCHEMA, query, resolve_store
+from analytics.views import history_dir
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
 from tests.test_simulate import _first_tasks, _small_nodes_csv
@@ -94,7 +96,8 @@ class Raw:
 
     def __init__(self, run: Path) -> None:
         self.events = [json.loads(line) for line in (run / "events.jsonl").open()]
-        self.cycles = [json.loads(line) for line in (run / "cycles.jsonl").open()]
+        # Full decision sets (cycles.jsonl holds checkpoints and deltas).
+        self.cycles = [r.model_dump(mode="json") for r in read_cycles(run)]
         self.end = max(max(e["at_ms"] for e in self.events), max(c["logical_time_ms"] for c in self.cycles))
         self.capacity = sum(e["gpus"] * 1000 for e in self.events if e["type"] == "NodeUpserted")
         self.parent: dict[str, str | None] = {}
@@ -417,10 +420,16 @@ def test_a_store_written_before_the_views_gets_them(
     default: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     old = tmp_path / "old.duckdb"
+    src = resolve_store(default[0])
+    if history_dir(src).is_dir():  # the days already moved to Parquet come along
+        shutil.copytree(history_dir(src), history_dir(old))
     con = duckdb.connect(str(old))
     con.execute(SCHEMA)  # the tables only, as the store was before analytics/views.py
     con.execute(f"ATTACH '{resolve_store(default[0])}' AS src (READ_ONLY)")
-    for t in ("events", "cycles", "queue_cycles", "decisions"):
+    for t in (
+        "store_meta", "recent_events", "recent_cycles", "recent_decisions", "recent_pending", "pending_open",
+        "recent_queue_spans", "queue_open", "daily_queue",
+    ):  # fmt: skip
         con.execute(f"INSERT INTO {t} SELECT * FROM src.{t}")
     con.close()
     assert query(old, "SELECT count(*) FROM duckdb_views() WHERE view_name = 'pod_runs'")[1][0][0] == 0

@@ -11,7 +11,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
-from scheduler.engine.decisions import CycleRecord, make_record
+from scheduler.engine.decisions import RECORD_VERSION, CycleRecord, make_record
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, Pod, PodStatus
 
@@ -93,12 +93,15 @@ def run_cycle(
     usage: Mapping[str, Mapping[str, float]] | None = None,
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
+    record_version: int = RECORD_VERSION,
 ) -> tuple[CycleRecord, Session]:
     """One full cycle: a pure function of (snapshot, usage, config, logical time) -> cycle record.
 
     `usage` None means no usage snapshot is available: the division falls back to classic fair share and
-    the record says so.
+    the record says so. ``record_version`` 1 makes the record a v1 writer made (replaying old logs).
     """
     ssn = run_actions(open_session(state, config, now_ms, usage), actions)
-    record = make_record(ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None)
+    record = make_record(
+        ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None, version=record_version
+    )
     return record, ssn

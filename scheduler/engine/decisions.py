@@ -5,6 +5,13 @@ the fair-share division of every queue, and the decisions: ``Bind``, ``Evict``, 
 ``Unschedulable`` (a machine-readable reason code plus a message a person can act on). The record's id is
 derived from its inputs, so a re-run of the same cycle produces the same id and consumers can drop
 duplicates. Serialisation is canonical JSON (sorted keys, no whitespace), byte-identical across runs.
+
+Record versions: ``v: 1`` records (written before delta records existed) are always full and keep their
+exact bytes when re-serialised. ``v: 2`` records say which ``kind`` they are: a ``full`` record (a
+checkpoint) holds every queue and every pending job; a ``delta`` record holds what changed since the record
+named by ``base`` (:mod:`scheduler.engine.delta`). :func:`make_record` makes full v2 records in canonical
+order (other decisions as the session committed them, then ``Unschedulable`` sorted by job; queues sorted
+by name), which is what lets a delta chain be expanded back to the identical full record.
 """
 
 from __future__ import annotations
@@ -13,9 +20,9 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import (
@@ -29,7 +36,8 @@ from scheduler.engine.session import (
 )
 from scheduler.engine.state import PodStatus
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
+_V2_FIELDS = frozenset({"kind", "base", "cleared", "queues_removed"})
 
 ResVec = dict[str, int]
 
@@ -74,9 +82,11 @@ class Decision(_Model):
 
 
 class CycleRecord(_Model):
-    """Everything one cycle saw and decided."""
+    """Everything one cycle saw and decided (full), or what changed since the record ``base`` (delta)."""
 
-    v: Literal[1] = 1
+    v: Literal[1, 2] = 2  # RECORD_VERSION
+    kind: Literal["full", "delta"] = "full"
+    base: str | None = None  # delta: the cycle_id of the record this one builds on
     cycle_id: str
     events_offset: int
     usage_snapshot_id: str | None
@@ -85,10 +95,27 @@ class CycleRecord(_Model):
     usage_available: bool = True
     queues: list[QueueRecord]
     decisions: list[Decision]
+    cleared: list[str] = []  # delta: jobs no longer pending (their Unschedulable decision ended)
+    queues_removed: list[str] = []  # delta: queues gone since the base record
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.v == 1 and (self.kind != "full" or self.base or self.cleared or self.queues_removed):
+            raise ValueError("a v1 cycle record is always full (no kind, base, cleared or queues_removed)")
+        if (self.kind == "delta") != (self.base is not None):
+            raise ValueError(f"a {self.kind} record {'needs' if self.kind == 'delta' else 'has no'} base")
+        if self.kind == "full" and (self.cleared or self.queues_removed):
+            raise ValueError("a full record lists no cleared jobs or removed queues")
+        return self
+
+    @property
+    def is_full(self) -> bool:
+        return self.kind == "full"
 
     def dumps(self) -> bytes:
-        """Canonical JSON bytes."""
-        return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":")).encode()
+        """Canonical JSON bytes (a v1 record: exactly the bytes v1 wrote)."""
+        data = self.model_dump(mode="json", exclude=set(_V2_FIELDS) if self.v == 1 else None)
+        return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod
     def loads(cls, raw: bytes | str) -> CycleRecord:
@@ -136,7 +163,7 @@ def _max_free_gpus(ssn: Session) -> int:
 
 
 def _unschedulable(
-    ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free: Callable[[], int]
+    ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free: Callable[[], int], version: int = 2
 ) -> Decision:
     qname = job.queue.name if job.queue is not None else None
     pods = [t.uid for t in pending]
@@ -167,7 +194,9 @@ def _unschedulable(
     else:
         reason = "NotAttempted"
         message = "The job was not reached in this cycle"
-    if job.queue is not None:
+    # v2 does not repeat the queue's division here: it is the record's QueueRecord of the same queue, and
+    # a copy would change every pending job's decision whenever its queue's allocation moved (deltas).
+    if job.queue is not None and version == 1:
         q = job.queue
         details["queue"] = {
             "name": q.name,
@@ -194,7 +223,7 @@ def _unschedulable(
     )
 
 
-def decisions_of(ssn: Session) -> list[Decision]:
+def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
     """Collapse the session's committed operations into one outcome per pod, plus Unschedulable per job."""
     out: list[Decision] = []
     ops_by_task: dict[str, list[Op]] = {}
@@ -247,7 +276,7 @@ def decisions_of(ssn: Session) -> list[Decision]:
     for job in ssn.jobs:
         pending = [t for t in job.tasks if t.status is PodStatus.PENDING]
         if pending:
-            out.append(_unschedulable(ssn, job, pending, max_free))
+            out.append(_unschedulable(ssn, job, pending, max_free, version))
     return out
 
 
@@ -256,9 +285,24 @@ def make_record(
     events_offset: int,
     usage_snapshot_id: str | None = None,
     usage_available: bool = True,
+    version: int = RECORD_VERSION,
 ) -> CycleRecord:
-    """The cycle record of a finished session."""
+    """The full cycle record of a finished session (``version`` 1: as a v1 writer made it, for replays)."""
     h = config_hash(ssn.config)
+    if version == 1:
+        return CycleRecord(
+            v=1,
+            cycle_id=cycle_id(events_offset, usage_snapshot_id, h, ssn.now_ms),
+            events_offset=events_offset,
+            usage_snapshot_id=usage_snapshot_id,
+            config_hash=h,
+            logical_time_ms=ssn.now_ms,
+            usage_available=usage_available,
+            queues=_queue_records(ssn),
+            decisions=decisions_of(ssn, 1),
+        )
+    if version != RECORD_VERSION:
+        raise ValueError(f"unknown cycle record version {version}")
     return CycleRecord(
         cycle_id=cycle_id(events_offset, usage_snapshot_id, h, ssn.now_ms),
         events_offset=events_offset,
@@ -266,6 +310,13 @@ def make_record(
         config_hash=h,
         logical_time_ms=ssn.now_ms,
         usage_available=usage_available,
-        queues=_queue_records(ssn),
-        decisions=decisions_of(ssn),
+        queues=sorted(_queue_records(ssn), key=lambda q: q.name),
+        decisions=canonical_order(decisions_of(ssn)),
     )
+
+
+def canonical_order(decisions: list[Decision]) -> list[Decision]:
+    """A full record's decision order: Bind / Evict / Pipeline as committed, then Unschedulable by job."""
+    rest = [d for d in decisions if d.kind != "Unschedulable"]
+    pending = sorted((d for d in decisions if d.kind == "Unschedulable"), key=lambda d: d.job)
+    return rest + pending

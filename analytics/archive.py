@@ -1,0 +1,134 @@
+"""Months of history: whole days move from the audit store's DuckDB file to Hive-partitioned Parquet.
+
+Layout (documented in ``docs/sql.md``): next to the DuckDB file ``audit.duckdb`` (the catalog, the views,
+the open intervals and the current day's rows) sits ``audit.history/``, one folder per table and one
+partition per UTC day of logical time::
+
+    audit.history/events/day=2026-11-24/part-<uuid>.parquet
+    audit.history/pending/day=2026-11-24/part-<uuid>.parquet
+    audit.history/queue_spans/…  cycles/…  decisions/…  usage_snapshots/…  usage/…
+
+The store's views (``events``, ``decisions``, ``pending_intervals``, …) read the DuckDB rows and the
+Parquet files together, so queries do not change when a day moves. Intervals are cut at midnight
+(:mod:`analytics.history`), so every partition stands alone.
+
+:func:`archive` moves every day before the newest record's day, after adding its per-queue aggregates to
+``daily_queue`` (GPU-ms held by the ``pod_runs`` definition, allocated and fair-share GPU-ms, job-ms
+pending, binds, evictions). :func:`retain` deletes partitions older than a number of days; ``daily_queue``
+is kept forever.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from datetime import date, timedelta
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from analytics.store import AuditStore
+
+__all__ = ["ArchiveStats", "archive", "retain"]
+
+DAY_MS: Final = 86_400_000
+_EPOCH: Final = date(1970, 1, 1)
+# (table, time column, history folder): what moves to Parquet.
+_MOVED: Final = (
+    ("recent_events", "at_ms", "events"),
+    ("recent_cycles", "logical_time_ms", "cycles"),
+    ("recent_decisions", "logical_time_ms", "decisions"),
+    ("recent_pending", "start_ms", "pending"),
+    ("recent_queue_spans", "start_ms", "queue_spans"),
+    ("recent_usage_snapshots", "as_of_ms", "usage_snapshots"),
+    ("recent_usage", "as_of_ms", "usage"),
+)
+
+
+@dataclass
+class ArchiveStats:
+    """What one archive / retain did."""
+
+    days_archived: int = 0
+    rows_moved: int = 0
+    daily_rows: int = 0
+    partitions_dropped: int = 0
+
+
+def _newest_day(store: AuditStore) -> int | None:
+    rows = store.con.execute(
+        "SELECT greatest((SELECT max(logical_time_ms) FROM recent_cycles), (SELECT max(at_ms) FROM recent_events))"
+    ).fetchall()
+    last = rows[0][0]
+    meta = store.intervals.last_ms
+    if last is None and meta is None:
+        return None
+    return max(v for v in (last, meta) if v is not None) // DAY_MS
+
+
+def archive(store: AuditStore) -> ArchiveStats:
+    """Move every day before the newest record's day to Parquet (see the module doc); idempotent."""
+    stats = ArchiveStats()
+    newest = _newest_day(store)
+    if newest is None or store.history is None:
+        return stats
+    cutoff = newest * DAY_MS
+    con = store.con
+    con.execute("BEGIN TRANSACTION")
+    try:
+        # Aggregates first: they read the views, which still see every row of those days.
+        before = int(con.execute("SELECT count(*) FROM daily_queue").fetchall()[0][0])
+        con.execute(
+            "INSERT INTO daily_queue SELECT * FROM queue_days_live WHERE day < ?",
+            [_EPOCH + timedelta(days=newest)],
+        )
+        stats.daily_rows = int(con.execute("SELECT count(*) FROM daily_queue").fetchall()[0][0]) - before
+        days: set[int] = set()
+        for table, col, folder in _MOVED:
+            n = int(con.execute(f"SELECT count(*) FROM {table} WHERE {col} < ?", [cutoff]).fetchall()[0][0])
+            if not n:
+                continue
+            days.update(
+                int(r[0])
+                for r in con.execute(
+                    f"SELECT DISTINCT {col} // {DAY_MS} FROM {table} WHERE {col} < ?", [cutoff]
+                ).fetchall()
+            )
+            target = store.history / folder
+            target.mkdir(parents=True, exist_ok=True)
+            con.execute(
+                f"COPY (SELECT *, CAST(DATE '1970-01-01' + CAST({col} // {DAY_MS} AS INTEGER) AS VARCHAR) AS day"
+                f" FROM {table} WHERE {col} < {cutoff}) TO '{target}'"
+                " (FORMAT PARQUET, PARTITION_BY (day), APPEND, FILENAME_PATTERN 'part-{uuid}')"
+            )
+            con.execute(f"DELETE FROM {table} WHERE {col} < ?", [cutoff])
+            stats.rows_moved += n
+        stats.days_archived = len(days)
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    if stats.rows_moved:
+        store.refresh_views()
+    return stats
+
+
+def retain(store: AuditStore, days: int) -> ArchiveStats:
+    """Delete the Parquet partitions more than *days* days older than the newest day (``daily_queue`` stays)."""
+    stats = ArchiveStats()
+    if days < 1:
+        raise ValueError(f"retention must be at least one day, got {days}")
+    newest = _newest_day(store)
+    if newest is None or store.history is None or not store.history.is_dir():
+        return stats
+    oldest_kept = _EPOCH + timedelta(days=newest - days + 1)
+    for part in sorted(store.history.glob("*/day=*")):
+        try:
+            day = date.fromisoformat(part.name.removeprefix("day="))
+        except ValueError:
+            continue
+        if day < oldest_kept:
+            shutil.rmtree(part)
+            stats.partitions_dropped += 1
+    if stats.partitions_dropped:
+        store.refresh_views()
+    return stats
