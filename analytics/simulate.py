@@ -836,7 +836,8 @@ class Simulator:
                     "leaf": q.name in self.leaf_index,
                     "tasks": len(tasks),
                     "started": len(waits),
-                    "gpu_hours": round(sum(self.leaf_held_ms[li] for li in leaf_ids) / hours, 3),
+                    # Not rounded: the exact integral, so it matches analytics.gpuhours to the GPU-ms.
+                    "gpu_hours": sum(self.leaf_held_ms[li] for li in leaf_ids) / hours,
                     "fair_share_gpu_hours": round(self.fair_ms[q.name] / hours, 3),
                     "mean_wait_s": round(sum(waits) / len(waits), 3) if waits else 0.0,
                     "p95_wait_s": round(_p95(waits), 3),
@@ -851,7 +852,7 @@ class Simulator:
         cluster = {
             "nodes": len(self.nodes),
             "gpus": cap // GPU_MILLI,
-            "gpu_hours_allocated": round(self.held_ms / hours, 3),
+            "gpu_hours_allocated": self.held_ms / hours,
             "gpu_hours_capacity": round(cap * end / hours, 3),
             "mean_allocation_ratio": round(self.held_ms / (cap * span), 6) if cap else 0.0,
             "peak_allocation_ratio": round(self.peak_held / cap, 6) if cap else 0.0,
