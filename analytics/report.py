@@ -369,6 +369,9 @@ def _build(
         ]
     parent_of: dict[str, str | None] = {r[0]: r[1] for r in div}
     # -- received, from the event log ------------------------------------------------------------------------
+    # A run still open at the end of the store holds until the window's end, or without --to until the end
+    # of the store (not last + 1, the default window's exclusive end): the rule of analytics.gpuhours.
+    open_end = max(last, hi) if to is not None else last
     received = {
         r[0]: (float(r[1] or 0), float(r[2] or 0))
         for r in _rows(
@@ -378,7 +381,7 @@ def _build(
                    sum(cpu_millicores * {_overlap("start_ms", "coalesce(end_ms, $3)")})
             FROM pod_runs WHERE start_ms < $2 AND coalesce(end_ms, $3) > $1 GROUP BY queue
             """,
-            [lo, hi, max(last, hi)],
+            [lo, hi, open_end],
         )
     }
 
@@ -555,7 +558,7 @@ def _build(
     if -(-length // bucket_ms) > _MAX_BUCKETS:
         bucket_ms = -(-length // _MAX_BUCKETS)
         bucket_name = fmt_duration(bucket_ms / 1000)
-    trend = _jain_trend(con, leaves, lo, hi, max(last, hi), bucket_ms)
+    trend = _jain_trend(con, leaves, lo, hi, open_end, bucket_ms)
 
     if capped_fraction > 0:
         notes.append(

@@ -19,6 +19,8 @@ the same event log and cycle records a real deployment would:
 * ``Evict``: ``PodReleasing`` at the cycle's time; the pod keeps its node for the eviction grace, then
   ``PodFinished(Failed)`` + ``PodDeleted`` and the pod is re-submitted pending (same name and creation
   time). A restarted task runs its full runtime again: the trace has no checkpoints.
+* the end of the run, if no event or cycle is already there (a fixed-length run's last cycle comes before
+  its end): a ``ClockTick``, so the log says where the run ends.
 
 Cycle skipping. A cycle runs at a period boundary only if something that can change its outcome happened
 since the previous cycle: (a) an event from outside the engine (arrival, finish, end of an eviction),
@@ -28,8 +30,10 @@ a new usage snapshot is due. Otherwise the cycle would see the same snapshot and
 it is skipped and not recorded. The run ends when no task is left to arrive or finish and the last cycle
 changed nothing; whatever is pending then can never be placed (pending at end).
 
-Accounting. A pod *holds* GPUs from its ``PodBound`` until its ``PodFinished`` (evicted pods hold them
-through the grace period). GPU-hours received are the integral of held GPUs; fair-share GPU-hours are the
+Accounting. A pod *holds* the GPUs it was bound with from its ``PodBound`` until its ``PodFinished``
+(evicted pods hold them through the grace period), one still running until the end of the run: the rule
+of :mod:`analytics.gpuhours` and the ``pod_runs`` view, applied to the same events. GPU-hours received are
+the integral of held GPUs, in exact milli-GPU x ms (hours only in the summary); fair-share GPU-hours are the
 integral of the fair share each cycle record states (held until the next recorded cycle). Fragmented GPUs:
 idle GPU capacity on nodes where the workload's most common GPU request (by task count; one whole GPU on
 the default trace) does not fit on the free devices (a whole-GPU request needs that many fully idle
@@ -364,6 +368,7 @@ class Simulator:
 
         self.builder = StateBuilder()
         self.offset = -1
+        self.logged_ms = 0  # the latest time the log records (an event's or a cycle's)
         self.heap: list[tuple[int, int, int, int, int]] = []
         self.seq = 0
         self.real_in_heap = 0  # heap entries other than wake-ups
@@ -455,6 +460,7 @@ class Simulator:
         self.offset += 1
         self.builder.apply(event, self.offset)
         self.log.append_event(self.offset, event)
+        self.logged_ms = max(self.logged_ms, event.at_ms)
 
     def _push(self, at_ms: int, kind: int, task: int = -1, incarnation: int = 0) -> None:
         heapq.heappush(self.heap, (at_ms, self.seq, kind, task, incarnation))
@@ -663,6 +669,7 @@ class Simulator:
         record, _ = run_cycle(state, self.config, now_ms, self.usage, self.usage_id)
         self.cycle_wall_s += time.perf_counter() - w0
         self.log.append_cycle(record)
+        self.logged_ms = max(self.logged_ms, now_ms)
         self.cycles += 1
         if self.cycles > MAX_CYCLES:
             raise RuntimeError(f"simulation did not settle after {MAX_CYCLES} cycles")
@@ -795,6 +802,11 @@ class Simulator:
             self._advance(self.end_ms)
         while self.heap:  # leftover wake-ups only (and, in a fixed-length run, what lies past the end)
             heapq.heappop(self.heap)
+        if self.now > self.logged_ms:
+            # The log must say where the run ends: a pod still running holds its GPUs until the end of the
+            # log (the rule of analytics.gpuhours and the pod_runs view), and the summary integrates to
+            # self.now. Without this, a fixed-length run's log stops at its last event or cycle.
+            self._emit(ev.ClockTick(at_ms=self.now))
         self.wall_s = time.perf_counter() - w0
         self.cpu_s = time.process_time() - c0
         return self._result()
@@ -824,7 +836,8 @@ class Simulator:
                     "leaf": q.name in self.leaf_index,
                     "tasks": len(tasks),
                     "started": len(waits),
-                    "gpu_hours": round(sum(self.leaf_held_ms[li] for li in leaf_ids) / hours, 3),
+                    # Not rounded: the exact integral, so it matches analytics.gpuhours to the GPU-ms.
+                    "gpu_hours": sum(self.leaf_held_ms[li] for li in leaf_ids) / hours,
                     "fair_share_gpu_hours": round(self.fair_ms[q.name] / hours, 3),
                     "mean_wait_s": round(sum(waits) / len(waits), 3) if waits else 0.0,
                     "p95_wait_s": round(_p95(waits), 3),
@@ -839,7 +852,7 @@ class Simulator:
         cluster = {
             "nodes": len(self.nodes),
             "gpus": cap // GPU_MILLI,
-            "gpu_hours_allocated": round(self.held_ms / hours, 3),
+            "gpu_hours_allocated": self.held_ms / hours,
             "gpu_hours_capacity": round(cap * end / hours, 3),
             "mean_allocation_ratio": round(self.held_ms / (cap * span), 6) if cap else 0.0,
             "peak_allocation_ratio": round(self.peak_held / cap, 6) if cap else 0.0,
