@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from analytics.cli import main
 from analytics.archive import archive
+from analytics.cli import main
 from analytics.gpuhours import held_gpu_ms
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, read_cycles
 from analytics.simulate import simulate
