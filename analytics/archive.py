@@ -23,10 +23,23 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import TYPE_CHECKING, Final
+from pathlib import Path
+from typing import Final, Protocol
 
-if TYPE_CHECKING:
-    from analytics.store import AuditStore
+import duckdb
+
+from analytics.history import Intervals
+
+
+class AuditStore(Protocol):
+    """What archiving needs of :class:`analytics.store.AuditStore` (which imports this module)."""
+
+    con: duckdb.DuckDBPyConnection
+    history: Path | None
+    intervals: Intervals
+
+    def refresh_views(self) -> None: ...
+
 
 __all__ = ["ArchiveStats", "archive", "retain"]
 
