@@ -434,7 +434,8 @@ def test_a_store_written_before_the_views_gets_them(
     con.close()
     assert query(old, "SELECT count(*) FROM duckdb_views() WHERE view_name = 'pod_runs'")[1][0][0] == 0
     rep = _report(old)
-    assert rep.queues and rep.cluster.jain_index == _report(default[0]).cluster.jain_index
+    # (the same rows summed in another order: equal up to float rounding)
+    assert rep.queues and rep.cluster.jain_index == pytest.approx(_report(default[0]).cluster.jain_index, rel=1e-12)
     assert query(old, "SELECT count(*) FROM pod_runs")[1][0][0] > 0
 
 
