@@ -1,9 +1,9 @@
-"""Report benchmark: ``hourglass report`` over an audit store with >= 1 M cycle-record rows (queue_cycles).
+"""Report benchmark: ``hourglass report`` over an audit store with >= 1 M queue spans (one per queue per cycle).
 
 A synthetic store is written straight into DuckDB with set-based ``INSERT … SELECT`` over ``range()``
 (generating it through the log would time the sink, which ``bench_store.py`` measures): ``--cycles``
 cycles, one every 5 minutes, of ``--parents`` × ``--leaves`` leaf queues plus their parents (default
-50,000 × (4 + 16) = 1,000,000 queue_cycles rows), ``--nodes`` 8-GPU nodes, ``--pods`` pods (submit, bind,
+50,000 × (4 + 16) = 1,000,000 queue spans), ``--nodes`` 8-GPU nodes, ``--pods`` pods (submit, bind,
 finish events; 1 in 50 evicted by a preempt), and one Unschedulable decision per pending pod every 10th
 cycle. Then it times, on that store:
 
@@ -43,7 +43,7 @@ def build_store(path: Path, cycles: int, parents: int, leaves: int, nodes: int, 
         # events: nodes, queues, then per pod a submit, a bind and a finish (offsets in time order)
         con.execute(
             """
-            INSERT INTO events
+            INSERT INTO recent_events
             SELECT i, 'NodeUpserted', 'node-' || i, 0,
                    json_object('type', 'NodeUpserted', 'name', 'node-' || i, 'uid', 'node-' || i, 'at_ms', 0,
                                'gpus', 8, 'cpu_millicores', 128000, 'memory_bytes', 1099511627776)
@@ -64,7 +64,7 @@ def build_store(path: Path, cycles: int, parents: int, leaves: int, nodes: int, 
         )
         con.execute(
             """
-            INSERT INTO events
+            INSERT INTO recent_events
             SELECT row_number() OVER (ORDER BY at_ms, k, i) + $base - 1, type, uid, at_ms, raw FROM (
               SELECT i, 0 AS k, 'PodSubmitted' AS type, uid, created AS at_ms,
                      json_object('type', 'PodSubmitted', 'uid', uid, 'name', name, 'namespace', queue,
@@ -93,8 +93,9 @@ def build_store(path: Path, cycles: int, parents: int, leaves: int, nodes: int, 
         )
         con.execute(
             """
-            INSERT INTO cycles
-            SELECT 'c' || c, c * 10, NULL, 'bench', c * $period, true, $nq, 0 FROM range(0, $cycles) t(c)
+            INSERT INTO recent_cycles
+            SELECT 'c' || c, c, 'delta', NULL, c * 10, NULL, 'bench', c * $period, true, $nq, 0, NULL, NULL, NULL
+            FROM range(0, $cycles) t(c)
             """,
             {"period": PERIOD_MS, "cycles": cycles, "nq": n_leaves + parents},
         )
@@ -102,7 +103,7 @@ def build_store(path: Path, cycles: int, parents: int, leaves: int, nodes: int, 
         con.execute(
             """
             CREATE TEMP TABLE leaf_rows AS
-            SELECT 'c' || c AS cycle_id, c * $period AS t, q.name AS queue, q.parent,
+            SELECT 'c' || c AS cycle_id, c, c * $period AS t, q.name AS queue, q.parent,
                    (1000 * (8 + ((c // 100 + q.i * 7) % 24)))::BIGINT AS alloc,
                    (1000 * (10 + ((c // 150 + q.i * 5) % 30)))::BIGINT AS req,
                    ((c // 50 + q.i) % 100) / 400.0 AS usage
@@ -112,37 +113,57 @@ def build_store(path: Path, cycles: int, parents: int, leaves: int, nodes: int, 
         )
         con.execute(
             """
-            INSERT INTO queue_cycles
-            SELECT cycle_id, t, queue, parent, 100, 20000, NULL, NULL, least(req, 24000), NULL, NULL,
+            INSERT INTO recent_queue_spans
+            SELECT queue, parent, 100, 20000, NULL, NULL, least(req, 24000), NULL, NULL,
                    least(req, 22000), NULL, NULL, alloc, 4000 * alloc // 1000, 0, req, 0, 0, NULL, NULL, NULL,
-                   usage, 0, 0
+                   usage, 0, 0, cycle_id, t, c, t + $period, c + 1
             FROM leaf_rows
             UNION ALL
-            SELECT cycle_id, any_value(t), parent, NULL, 100, 20000 * $leaves, NULL, NULL, sum(least(req, 24000)),
+            SELECT parent, NULL, 100, 20000 * $leaves, NULL, NULL, sum(least(req, 24000)),
                    NULL, NULL, sum(least(req, 22000)), NULL, NULL, sum(alloc), sum(4000 * alloc // 1000), 0,
-                   sum(req), 0, 0, NULL, NULL, NULL, sum(usage), 0, 0
+                   sum(req), 0, 0, NULL, NULL, NULL, sum(usage), 0, 0,
+                   cycle_id, any_value(t), any_value(c), any_value(t) + $period, any_value(c) + 1
             FROM leaf_rows GROUP BY cycle_id, parent
             """,
-            {"leaves": leaves},
+            {"leaves": leaves, "period": PERIOD_MS},
+        )
+        # One span per queue per cycle (the division changing every cycle: the store's worst case); the
+        # top queues' totals per cycle, as the sink records them.
+        con.execute(
+            """
+            UPDATE recent_cycles SET top_gpu_fair_share = s.fair, top_gpu_allocated = s.alloc,
+                   top_gpu_requested = s.req
+            FROM (SELECT start_cycle, sum(gpu_fair_share) AS fair, sum(gpu_allocated) AS alloc,
+                         sum(gpu_requested) AS req
+                  FROM recent_queue_spans WHERE parent IS NULL GROUP BY start_cycle) s
+            WHERE recent_cycles.cycle_id = s.start_cycle
+            """
         )
         con.execute(
             """
-            INSERT INTO decisions
+            INSERT INTO recent_decisions
             SELECT 'c' || (bound // $period), (bound // $period) * $period, 0, 'Bind', queue || '/' || name, queue,
-                   uid, [], node, [], 1000, 'allocate', NULL, NULL, NULL FROM p
+                   uid, [], node, [], 1000, 'allocate', NULL, NULL, NULL, bound // $period FROM p
             UNION ALL
             SELECT 'c' || ((finished - 30000) // $period), ((finished - 30000) // $period) * $period, 1, 'Evict',
                    queue || '/' || name, queue, uid, [], node, [], 0, 'preempt', 'preempt',
-                   'Pod ' || name || ' was preempted by higher priority workload pod-' || (i + 1), NULL
+                   'Pod ' || name || ' was preempted by higher priority workload pod-' || (i + 1), NULL,
+                   (finished - 30000) // $period
             FROM p WHERE i % 50 = 7
-            UNION ALL
-            SELECT 'c' || c, c * $period, 2, 'Unschedulable', p.queue || '/' || p.name, p.queue, NULL, [p.uid], NULL,
-                   [], 0, NULL, 'PodSchedulingErrors', 'no nodes with enough resources', NULL
-            FROM p, range(0, $cycles, 10) t(c) WHERE p.created <= c * $period AND p.bound > c * $period
             """,
-            {"period": PERIOD_MS, "cycles": cycles},
+            {"period": PERIOD_MS},
         )
-        return {t: store.count(t) for t in ("events", "cycles", "queue_cycles", "decisions")}
+        # Each pod pending from its creation to its bind: one interval.
+        con.execute(
+            """
+            INSERT INTO recent_pending
+            SELECT queue || '/' || name, queue, [uid], 'PodSchedulingErrors', 'no nodes with enough resources',
+                   NULL, 'c' || (created // $period), created, created // $period, bound, bound // $period
+            FROM p
+            """,
+            {"period": PERIOD_MS},
+        )
+        return {t: store.count(t) for t in ("events", "cycles", "queue_spans", "decisions", "pending_intervals")}
 
 
 def _median(fn: Callable[[], object], repeat: int) -> tuple[float, float]:
@@ -188,7 +209,7 @@ def main() -> None:
             finally:
                 con.close()
 
-        rows = counts["queue_cycles"]
+        rows = counts["queue_spans"]
         for label, fn in (
             ("report_terminal", lambda: terminal()),
             ("report_queue", lambda: terminal("team-5")),
@@ -196,7 +217,7 @@ def main() -> None:
         ):
             s, c = _median(fn, args.repeat)
             print(
-                f"bench: {label} queue_cycles={rows} repeat={args.repeat} target_seconds=5"
+                f"bench: {label} queue_spans={rows} repeat={args.repeat} target_seconds=5"
                 f" cpu_seconds={c:.2f} seconds={s:.3f}"
             )
 

@@ -26,10 +26,10 @@ from ingest.filelog import FileLog
 from ingest.log import Topics
 
 WHY_PENDING = """
-SELECT logical_time_ms, cycle_id, job, queue, reason, message, details
-FROM decisions
-WHERE kind = 'Unschedulable' AND list_contains(pods, '{pod}')
-ORDER BY logical_time_ms DESC
+SELECT start_ms, end_ms, cycle_id, job, queue, reason, message, details
+FROM pending_intervals
+WHERE list_contains(pods, '{pod}')
+ORDER BY start_ms DESC
 LIMIT 1
 """
 
