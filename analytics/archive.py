@@ -28,7 +28,7 @@ from typing import Final, Protocol
 
 import duckdb
 
-from analytics.history import Intervals
+from analytics.history import DAY_MS, Intervals
 
 
 class AuditStore(Protocol):
@@ -43,7 +43,6 @@ class AuditStore(Protocol):
 
 __all__ = ["ArchiveStats", "archive", "retain"]
 
-DAY_MS: Final = 86_400_000
 _EPOCH: Final = date(1970, 1, 1)
 # (table, time column, history folder): what moves to Parquet.
 _MOVED: Final = (

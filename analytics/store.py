@@ -155,18 +155,6 @@ CREATE TABLE IF NOT EXISTS daily_queue (
 );
 """
 
-# (table, its time column): the tables whose old days move to Parquet; the view of the same name
-# without ``recent_`` reads both.
-ARCHIVED: Final = (
-    ("events", "at_ms"),
-    ("cycles", "logical_time_ms"),
-    ("decisions", "logical_time_ms"),
-    ("pending", "start_ms"),
-    ("queue_spans", "start_ms"),
-    ("usage_snapshots", "as_of_ms"),
-    ("usage", "as_of_ms"),
-)
-
 
 _POLARS: Final[dict[str, Any]] = {
     "VARCHAR": pl.Utf8,
@@ -228,6 +216,7 @@ class AuditStore:
         self.path = str(path)
         self.history: Path | None = None if self.path == ":memory:" else history_dir(self.path)
         self.con = duckdb.connect(self.path)
+        self._schemas: dict[str, dict[str, Any]] = {}
         self._check_version()
         self.con.execute(SCHEMA)
         self.con.execute(
@@ -307,17 +296,23 @@ class AuditStore:
     def _insert(self, table: str, rows: list[dict[str, Any]]) -> None:
         if not rows:
             return
-        cols = [r[0] for r in self.con.execute(f"DESCRIBE {table}").fetchall()]
-        df = pl.DataFrame([{c: r.get(c) for c in cols} for r in rows], schema=self._schema(table, cols))
+        schema = self._schema(table)
+        df = pl.DataFrame([{c: r.get(c) for c in schema} for r in rows], schema=schema)
         self.con.register("_rows", _ArrowStream(df))
         try:
             self.con.execute(f"INSERT INTO {table} SELECT * FROM _rows")
         finally:
             self.con.unregister("_rows")
 
-    def _schema(self, table: str, cols: list[str]) -> dict[str, Any]:
-        types = dict(self.con.execute(f"SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = '{table}'").fetchall())
-        return {c: _POLARS.get(types[c], pl.Utf8) for c in cols}
+    def _schema(self, table: str) -> dict[str, Any]:
+        """The table's columns in order, as polars types (read once per table: the schema is fixed)."""
+        if table not in self._schemas:
+            cols = self.con.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+                [table],
+            ).fetchall()
+            self._schemas[table] = {c: _POLARS.get(t, pl.Utf8) for c, t in cols}
+        return self._schemas[table]
 
     def write_intervals(self, stats: LoadStats) -> None:
         """Write what the interval state produced, and the state itself, in one transaction."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from types import ModuleType
+from typing import Literal
 
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
 from scheduler.engine.decisions import RECORD_VERSION, CycleRecord, make_record
@@ -93,7 +94,7 @@ def run_cycle(
     usage: Mapping[str, Mapping[str, float]] | None = None,
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
-    record_version: int = RECORD_VERSION,
+    record_version: Literal[1, 2] = RECORD_VERSION,
 ) -> tuple[CycleRecord, Session]:
     """One full cycle: a pure function of (snapshot, usage, config, logical time) -> cycle record.
 

@@ -36,7 +36,7 @@ from scheduler.engine.session import (
 )
 from scheduler.engine.state import PodStatus
 
-RECORD_VERSION = 2
+RECORD_VERSION: Literal[2] = 2
 _V2_FIELDS = frozenset({"kind", "base", "cleared", "queues_removed"})
 
 ResVec = dict[str, int]
@@ -84,7 +84,7 @@ class Decision(_Model):
 class CycleRecord(_Model):
     """Everything one cycle saw and decided (full), or what changed since the record ``base`` (delta)."""
 
-    v: Literal[1, 2] = 2  # RECORD_VERSION
+    v: Literal[1, 2] = RECORD_VERSION
     kind: Literal["full", "delta"] = "full"
     base: str | None = None  # delta: the cycle_id of the record this one builds on
     cycle_id: str
@@ -285,33 +285,25 @@ def make_record(
     events_offset: int,
     usage_snapshot_id: str | None = None,
     usage_available: bool = True,
-    version: int = RECORD_VERSION,
+    version: Literal[1, 2] = RECORD_VERSION,
 ) -> CycleRecord:
     """The full cycle record of a finished session (``version`` 1: as a v1 writer made it, for replays)."""
     h = config_hash(ssn.config)
-    if version == 1:
-        return CycleRecord(
-            v=1,
-            cycle_id=cycle_id(events_offset, usage_snapshot_id, h, ssn.now_ms),
-            events_offset=events_offset,
-            usage_snapshot_id=usage_snapshot_id,
-            config_hash=h,
-            logical_time_ms=ssn.now_ms,
-            usage_available=usage_available,
-            queues=_queue_records(ssn),
-            decisions=decisions_of(ssn, 1),
-        )
-    if version != RECORD_VERSION:
+    if version not in (1, RECORD_VERSION):
         raise ValueError(f"unknown cycle record version {version}")
+    queues, decisions = _queue_records(ssn), decisions_of(ssn, version)
+    if version != 1:  # v1 kept the session's order; v2 is canonical so deltas expand to the same bytes
+        queues, decisions = sorted(queues, key=lambda q: q.name), canonical_order(decisions)
     return CycleRecord(
+        v=version,
         cycle_id=cycle_id(events_offset, usage_snapshot_id, h, ssn.now_ms),
         events_offset=events_offset,
         usage_snapshot_id=usage_snapshot_id,
         config_hash=h,
         logical_time_ms=ssn.now_ms,
         usage_available=usage_available,
-        queues=sorted(_queue_records(ssn), key=lambda q: q.name),
-        decisions=canonical_order(decisions_of(ssn)),
+        queues=queues,
+        decisions=decisions,
     )
 
 
