@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.delta import RecordChainError, patch_queue
 
 __all__ = ["DAY_MS", "RESOURCES", "Intervals", "OpenPending", "OpenQueue", "queue_columns"]
 
@@ -212,6 +213,13 @@ class Intervals:
             self._close_queue(name, t, seq)
         for q in rec.queues:
             self._open_queue(q, rec, seq)
+        for change in rec.queue_changes:
+            open_q = self.queues.get(change.get("name", ""))
+            if open_q is None:
+                raise RecordChainError(
+                    f"cycle {rec.cycle_id} changes queue {change.get('name')!r}, which is not open in the store"
+                )
+            self._open_queue(patch_queue(open_q.record, change), rec, seq)
 
     def _cut_at_midnights(self, t: int, seq: int) -> None:
         if self.last_ms is None or t // DAY_MS <= self.last_ms // DAY_MS:
@@ -237,7 +245,7 @@ class Intervals:
             "config_hash": rec.config_hash,
             "logical_time_ms": rec.logical_time_ms,
             "usage_available": rec.usage_available,
-            "n_queues": len(rec.queues),
+            "n_queues": len(rec.queues) + len(rec.queue_changes),
             "n_decisions": len(rec.decisions),
             "top_gpu_fair_share": sum(q.fair_share.get("gpu", 0) for q in top),
             "top_gpu_allocated": sum(q.allocated.get("gpu", 0) for q in top),

@@ -191,9 +191,14 @@ def synthetic(days: int, step_ms: int, seed: int = 13) -> tuple[list[tuple[int, 
             "v": 2, "kind": "full" if full else "delta", "base": None if full else prev, "cycle_id": cid,
             "events_offset": len(events) - 1, "usage_snapshot_id": None, "config_hash": "bench",
             "logical_time_ms": t, "usage_available": True,
-            "queues": [_queue(q, alloc[q]) for q in (queues if full else sorted(changed_q))],
+            "queues": [_queue(q, alloc[q]) for q in queues] if full else [],
             "decisions": decisions, "cleared": [] if full else cleared, "queues_removed": [],
         }  # fmt: skip
+        if not full and changed_q:  # a delta carries only the changed fields of a queue (as DeltaEncoder)
+            moved = ("requested", "allocated", "fair_share", "fair_share_classic")
+            rec["queue_changes"] = [
+                {"name": q, **{f: v for f, v in _queue(q, alloc[q]).items() if f in moved}} for q in sorted(changed_q)
+            ]
         records.append(_dumps(rec))
         prev = cid
     return events, records

@@ -68,6 +68,7 @@ __all__ = [
     "event_name",
     "plan",
     "queue_status",
+    "queue_status_part",
 ]
 
 log = logging.getLogger(__name__)
@@ -195,14 +196,23 @@ def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
     return out
 
 
+# QueueRecord field -> the Queue status field it is written to
+_STATUS_FIELDS: Final = {
+    "allocated": "allocated",
+    "allocated_non_preemptible": "allocatedNonPreemptible",
+    "requested": "requested",
+    "fair_share": "fairShare",
+}
+
+
 def queue_status(q: QueueRecord) -> dict[str, Any]:
     """The Queue object's status fields from one queue's division (``deploy/crds`` units and names)."""
-    return {
-        "allocated": _resources(q.allocated),
-        "allocatedNonPreemptible": _resources(q.allocated_non_preemptible),
-        "requested": _resources(q.requested),
-        "fairShare": _resources(q.fair_share),
-    }
+    return {status: _resources(getattr(q, f)) for f, status in _STATUS_FIELDS.items()}
+
+
+def queue_status_part(change: Mapping[str, Any]) -> dict[str, Any]:
+    """The status fields one ``queue_changes`` entry of a delta record changes (may be empty)."""
+    return {status: _resources(change[f]) for f, status in _STATUS_FIELDS.items() if f in change}
 
 
 def _split_pod(uid: str) -> tuple[str, str] | None:
@@ -312,6 +322,19 @@ def plan(
         queues_next[q.name] = canon
         if memory.queues.get(q.name) != canon:
             statuses.append(WriteQueueStatus(q.name, status))
+    for change in record.queue_changes:
+        # A delta names only the changed fields; the status write is a merge patch, so writing just the
+        # changed status fields is right even when this binder (restarted mid-chain) never saw the rest.
+        name = str(change.get("name", ""))
+        part = queue_status_part(change)
+        if not part:
+            continue
+        known = json.loads(memory.queues.get(name, "{}"))
+        status = {**known, **part}
+        canon = json.dumps(status, sort_keys=True, separators=(",", ":"))
+        queues_next[name] = canon
+        if memory.queues.get(name) != canon:
+            statuses.append(WriteQueueStatus(name, part))
     # Queues absent from this record keep their last status in memory (they may come back unchanged).
     merged_queues = {**memory.queues, **queues_next}
     return Plan(

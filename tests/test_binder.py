@@ -36,6 +36,7 @@ from scheduler.binder import (
     queue_status,
 )
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.delta import delta_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "deploy" / "crds"
@@ -200,6 +201,25 @@ def test_queue_status_in_crd_units_written_only_when_changed() -> None:
     assert [a.name for a in p1.actions if isinstance(a, WriteQueueStatus)] == ["team-a", "team-b"]
     p2 = plan(record([], [q, queue("team-b", gpu_alloc=1000)]), p1.memory, 1)
     assert [a.name for a in p2.actions if isinstance(a, WriteQueueStatus)] == ["team-b"]
+
+
+def test_a_delta_writes_only_the_changed_status_fields_of_a_queue() -> None:
+    base = record([], [queue("team-a", gpu_alloc=1000), queue("team-b")], t=1)
+    full = record([], [queue("team-a", gpu_alloc=2000), queue("team-b")], t=2)
+    delta = delta_of(base, full)
+    assert [c["name"] for c in delta.queue_changes] == ["team-a"] and delta.queues == []
+    # a binder that applied the base writes team-a's changed fields and remembers its whole status
+    p1 = plan(base, Memory(), 0)
+    p2 = plan(delta, p1.memory, 1)
+    writes = [a for a in p2.actions if isinstance(a, WriteQueueStatus)]
+    assert [(w.name, sorted(w.status)) for w in writes] == [("team-a", ["allocated", "requested"])]
+    assert writes[0].status["allocated"]["gpu"] == 2
+    assert json.loads(p2.memory.queues["team-a"]) == queue_status(full.queues[0])
+    # one restarted mid-chain (no memory) still merge-patches exactly the changed fields
+    fresh = [a for a in plan(delta, Memory(), 1).actions if isinstance(a, WriteQueueStatus)]
+    assert [(w.name, dict(w.status)) for w in fresh] == [(w.name, dict(w.status)) for w in writes]
+    # the same delta again changes nothing
+    assert not [a for a in plan(delta, p2.memory, 2).actions if isinstance(a, WriteQueueStatus)]
 
 
 def test_bad_pod_references_become_invalid_not_calls() -> None:

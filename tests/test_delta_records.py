@@ -61,13 +61,16 @@ def _full(cid: str, t: int, queues: list[QueueRecord], decisions: list[Decision]
 
 # --------------------------------------------------------------------------- what a delta holds
 
+MOVED = ["allocated", "fair_share", "fair_share_classic", "requested"]  # the fields _queue() derives from the allocation
+
 CASES = [
-    # (name, before, after, queues in the delta, decisions in the delta, cleared)
+    # (name, before, after, (new queues, changed queues with their changed fields) in the delta,
+    #  decisions in the delta, cleared)
     (
         "an unchanged pending job and an unchanged queue are not repeated",
         ([_queue("a", 1000), _queue("b", 0)], [_pending("a/j1"), _pending("b/j2")]),
         ([_queue("a", 1000), _queue("b", 0)], [_pending("a/j1"), _pending("b/j2")]),
-        [],
+        ([], []),
         [],
         [],
     ),
@@ -75,7 +78,7 @@ CASES = [
         "a new reason is repeated, a bound job is cleared, binds are always there",
         ([_queue("a", 1000), _queue("b", 0)], [_pending("a/j1"), _pending("b/j2")]),
         ([_queue("a", 1000), _queue("b", 1000)], [_bind("b/j2-0"), _pending("a/j1", "NotAttempted")]),
-        ["b"],
+        ([], [("b", MOVED)]),
         [("Bind", "b/j2-0"), ("Unschedulable", "a/j1")],
         ["b/j2"],
     ),
@@ -83,8 +86,16 @@ CASES = [
         "a job whose pending pods changed is repeated with its new pods",
         ([_queue("a", 0)], [_pending("a/j1", pods=2)]),
         ([_queue("a", 1000)], [_bind("a/j1-0"), _pending("a/j1", pods=1)]),
-        ["a"],
+        ([], [("a", MOVED)]),
         [("Bind", "a/j1-0"), ("Unschedulable", "a/j1")],
+        [],
+    ),
+    (
+        "a new queue is carried whole, a queue whose priority alone changed carries only its priority",
+        ([_queue("a", 0)], []),
+        ([_queue("a", 0).model_copy(update={"priority": 5}), _queue("new", 0)], []),
+        (["new"], [("a", ["priority"])]),
+        [],
         [],
     ),
 ]
@@ -96,7 +107,9 @@ def test_a_delta_holds_what_changed(case: tuple) -> None:  # type: ignore[type-a
     base, full = _full("c0", 0, q0, d0), _full("c1", 1, q1, d1)
     delta = delta_of(base, full)
     assert (delta.kind, delta.base) == ("delta", "c0")
-    assert [q.name for q in delta.queues] == want_queues
+    assert ([q.name for q in delta.queues], [(c["name"], sorted(set(c) - {"name"})) for c in delta.queue_changes]) == (
+        want_queues
+    )
     assert [(d.kind, d.pod or d.job) for d in delta.decisions] == want_decisions
     assert delta.cleared == want_cleared
     assert expand(base, delta).dumps() == full.dumps()

@@ -37,7 +37,7 @@ from scheduler.engine.session import (
 from scheduler.engine.state import PodStatus
 
 RECORD_VERSION: Literal[2] = 2
-_V2_FIELDS = frozenset({"kind", "base", "cleared", "queues_removed"})
+_V2_FIELDS = frozenset({"kind", "base", "cleared", "queues_removed", "queue_changes"})
 
 ResVec = dict[str, int]
 
@@ -97,15 +97,20 @@ class CycleRecord(_Model):
     decisions: list[Decision]
     cleared: list[str] = []  # delta: jobs no longer pending (their Unschedulable decision ended)
     queues_removed: list[str] = []  # delta: queues gone since the base record
+    # delta: for a queue the base has, ``{"name": …}`` plus only the fields whose value changed
+    queue_changes: list[dict[str, Any]] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
-        if self.v == 1 and (self.kind != "full" or self.base or self.cleared or self.queues_removed):
-            raise ValueError("a v1 cycle record is always full (no kind, base, cleared or queues_removed)")
+        delta_only = self.cleared or self.queues_removed or self.queue_changes
+        if self.v == 1 and (self.kind != "full" or self.base or delta_only):
+            raise ValueError(
+                "a v1 cycle record is always full (no kind, base, cleared, queues_removed or queue_changes)"
+            )
         if (self.kind == "delta") != (self.base is not None):
             raise ValueError(f"a {self.kind} record {'needs' if self.kind == 'delta' else 'has no'} base")
-        if self.kind == "full" and (self.cleared or self.queues_removed):
-            raise ValueError("a full record lists no cleared jobs or removed queues")
+        if self.kind == "full" and delta_only:
+            raise ValueError("a full record lists no cleared jobs, removed queues or queue changes")
         return self
 
     @property
@@ -113,8 +118,13 @@ class CycleRecord(_Model):
         return self.kind == "full"
 
     def dumps(self) -> bytes:
-        """Canonical JSON bytes (a v1 record: exactly the bytes v1 wrote)."""
-        data = self.model_dump(mode="json", exclude=set(_V2_FIELDS) if self.v == 1 else None)
+        """Canonical JSON bytes (a v1 record: exactly the bytes v1 wrote).
+
+        ``queue_changes`` appears only when it has entries, so full records and the deltas written before
+        it existed keep their bytes.
+        """
+        exclude = set(_V2_FIELDS) if self.v == 1 else (None if self.queue_changes else {"queue_changes"})
+        data = self.model_dump(mode="json", exclude=exclude)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod

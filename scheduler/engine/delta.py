@@ -8,7 +8,9 @@ at a cycle a second with thousands of jobs pending it would repeat megabytes a s
 * the ``Unschedulable`` decisions that are new or differ in any field from the base's (a job pending for
   the same reason with the same message and details is not repeated), and ``cleared``: the jobs the base
   listed as pending that are pending no more;
-* the queues whose record differs from the base's, and ``queues_removed``.
+* for each queue the base has whose record changed, only the changed fields (``queue_changes``: the
+  queue's ``name`` plus each field whose value differs, typically ``requested`` and ``allocated``); whole
+  records (``queues``) only for queues the base lacks; and ``queues_removed``.
 
 A writer (:class:`DeltaEncoder`) emits a full record (a checkpoint) first, whenever it is reset (the
 service starts) and every ``checkpoint_every`` records; everything else is a delta on the record it wrote
@@ -20,9 +22,9 @@ compares). Cycle ids are those of the cycles; only the record bytes differ.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 
@@ -34,6 +36,8 @@ __all__ = [
     "delta_of",
     "expand",
     "expand_records",
+    "patch_queue",
+    "queue_change",
 ]
 
 # One full record per this many records. A checkpoint costs one record per pending job; with thousands
@@ -50,13 +54,38 @@ def _pending(record: CycleRecord) -> dict[str, Decision]:
     return {d.job: d for d in record.decisions if d.kind == "Unschedulable"}
 
 
+_QUEUE_FIELDS: Final = tuple(f for f in QueueRecord.model_fields if f != "name")
+
+
+def queue_change(before: QueueRecord, after: QueueRecord) -> dict[str, Any] | None:
+    """``{"name": …, field: new value, …}`` for the fields of *after* that differ from *before*; None if none."""
+    changed = {f: getattr(after, f) for f in _QUEUE_FIELDS if getattr(before, f) != getattr(after, f)}
+    return {"name": after.name, **changed} if changed else None
+
+
+def patch_queue(q: QueueRecord, change: Mapping[str, Any]) -> QueueRecord:
+    """*q* with the fields of one ``queue_changes`` entry applied (validated like any queue record)."""
+    if change.get("name") != q.name:
+        raise RecordChainError(f"a change for queue {change.get('name')!r} applied to queue {q.name!r}")
+    return QueueRecord.model_validate({**q.model_dump(), **change})
+
+
 def delta_of(base: CycleRecord, full: CycleRecord) -> CycleRecord:
     """*full* (a full record) as a delta on *base* (the full decision set of the previous record)."""
     if not full.is_full or not base.is_full:
         raise ValueError("delta_of takes two full records")
     before_q = {q.name: q for q in base.queues}
     names = {q.name for q in full.queues}
-    queues = [q for q in full.queues if before_q.get(q.name) != q]
+    queues: list[QueueRecord] = []
+    changes: list[dict[str, Any]] = []
+    for q in full.queues:
+        old = before_q.get(q.name)
+        if old is None:
+            queues.append(q)
+        elif old != q:
+            change = queue_change(old, q)
+            if change is not None:
+                changes.append(change)
     before = _pending(base)
     decisions: list[Decision] = []
     now_pending: set[str] = set()
@@ -73,6 +102,7 @@ def delta_of(base: CycleRecord, full: CycleRecord) -> CycleRecord:
             "kind": "delta",
             "base": base.cycle_id,
             "queues": queues,
+            "queue_changes": changes,
             "decisions": decisions,
             "cleared": sorted(j for j in before if j not in now_pending),
             "queues_removed": sorted(n for n in before_q if n not in names),
@@ -93,6 +123,13 @@ def expand(base: CycleRecord, delta: CycleRecord) -> CycleRecord:
         queues.pop(name, None)
     for q in delta.queues:
         queues[q.name] = q
+    for change in delta.queue_changes:
+        old = queues.get(change.get("name", ""))
+        if old is None:
+            raise RecordChainError(
+                f"cycle {delta.cycle_id} changes queue {change.get('name')!r}, which its base does not have"
+            )
+        queues[old.name] = patch_queue(old, change)
     pending = _pending(base)
     for job in delta.cleared:
         pending.pop(job, None)
@@ -110,6 +147,7 @@ def expand(base: CycleRecord, delta: CycleRecord) -> CycleRecord:
             "decisions": rest + [pending[j] for j in sorted(pending)],
             "cleared": [],
             "queues_removed": [],
+            "queue_changes": [],
         }
     )
 
