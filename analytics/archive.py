@@ -77,6 +77,58 @@ def _newest_day(store: AuditStore) -> int | None:
     return max(v for v in (last, meta) if v is not None) // DAY_MS
 
 
+# What the days left in DuckDB still need of the days moving out (the live_* views, analytics/views.py),
+# from the moving rows and the previous carry: the last cycle; per pod alive at the cutoff its latest
+# PodSubmitted (after its last end), its open PodBound with the submission before it and the PodReleasing
+# after it; each pod group's latest PodGroupUpserted; per node its latest event before the carried cycle and
+# every later one (capacity_changes' running sums are then exact from that cycle on).
+_CARRY_CYCLE: Final = """
+CREATE OR REPLACE TEMP TABLE _carry_cycle AS
+SELECT * FROM (SELECT * FROM cycles_carry UNION ALL BY NAME SELECT * FROM recent_cycles WHERE logical_time_ms < $cutoff)
+ORDER BY seq DESC LIMIT 1
+"""
+_CARRY_EVENTS: Final = """
+CREATE OR REPLACE TEMP TABLE _carry_events AS
+WITH m AS (
+  SELECT * FROM events_carry UNION ALL BY NAME SELECT * FROM recent_events WHERE at_ms < $cutoff
+), pod AS (
+  SELECT "offset", uid, type FROM m
+  WHERE type IN ('PodSubmitted', 'PodBound', 'PodFinished', 'PodDeleted', 'PodReleasing')
+), last_end AS (
+  SELECT uid, max("offset") AS end_o FROM pod WHERE type IN ('PodFinished', 'PodDeleted') GROUP BY uid
+), open_bind AS (
+  SELECT b.uid, b.bind_o FROM (SELECT uid, max("offset") AS bind_o FROM pod WHERE type = 'PodBound' GROUP BY uid) b
+  LEFT JOIN last_end e USING (uid) WHERE e.end_o IS NULL OR e.end_o < b.bind_o
+), node AS (
+  SELECT "offset", json_extract_string(raw, '$.name') AS node FROM m WHERE type IN ('NodeUpserted', 'NodeRemoved')
+), node_from AS (
+  SELECT node, coalesce(max("offset") FILTER (WHERE "offset" < (SELECT coalesce(max(events_offset), -1) FROM _carry_cycle)),
+                        min("offset")) AS from_o
+  FROM node GROUP BY node
+), keep AS (
+  SELECT max(p."offset") AS o FROM pod p LEFT JOIN last_end e USING (uid)
+  WHERE p.type = 'PodSubmitted' AND p."offset" > coalesce(e.end_o, -1) GROUP BY p.uid
+  UNION ALL SELECT bind_o FROM open_bind
+  UNION ALL SELECT max(p."offset") FROM pod p JOIN open_bind b USING (uid)
+  WHERE p.type = 'PodSubmitted' AND p."offset" < b.bind_o GROUP BY p.uid
+  UNION ALL SELECT p."offset" FROM pod p JOIN open_bind b USING (uid) WHERE p.type = 'PodReleasing' AND p."offset" > b.bind_o
+  UNION ALL SELECT max("offset") FROM m WHERE type = 'PodGroupUpserted' GROUP BY uid
+  UNION ALL SELECT n."offset" FROM node n JOIN node_from f USING (node) WHERE n."offset" >= f.from_o
+)
+SELECT * FROM m WHERE "offset" IN (SELECT o FROM keep)
+"""
+
+
+def _carry(con: duckdb.DuckDBPyConnection, cutoff: int) -> None:
+    """Replace events_carry / cycles_carry with what the days from *cutoff* on need (see above)."""
+    con.execute(_CARRY_CYCLE, {"cutoff": cutoff})
+    con.execute(_CARRY_EVENTS, {"cutoff": cutoff})
+    for table, temp in (("cycles_carry", "_carry_cycle"), ("events_carry", "_carry_events")):
+        con.execute(f"DELETE FROM {table}")
+        con.execute(f"INSERT INTO {table} SELECT * FROM {temp}")
+        con.execute(f"DROP TABLE {temp}")
+
+
 def archive(store: AuditStore) -> ArchiveStats:
     """Move every day before the newest record's day to Parquet (see the module doc); idempotent."""
     stats = ArchiveStats()
@@ -94,6 +146,7 @@ def archive(store: AuditStore) -> ArchiveStats:
             [_EPOCH + timedelta(days=newest)],
         )
         stats.daily_rows = int(con.execute("SELECT count(*) FROM daily_queue").fetchall()[0][0]) - before
+        _carry(con, cutoff)
         days: set[int] = set()
         for table, col, folder in _MOVED:
             n = int(con.execute(f"SELECT count(*) FROM {table} WHERE {col} < ?", [cutoff]).fetchall()[0][0])

@@ -65,7 +65,8 @@ RUN_DIR_STORE: Final = "audit.duckdb"
 RESOURCES: Final = ("gpu", "cpu", "memory")
 _QUEUE_FIELDS: Final = ("deserved", "fair_share", "fair_share_classic", "allocated", "requested", "limit")
 
-STORE_VERSION: Final = "2"  # interval tables and Parquet history; a store of another version is rebuilt
+# 2: interval tables and Parquet history; 3: events_carry / cycles_carry. Another version is rebuilt.
+STORE_VERSION: Final = "3"
 
 _QUEUE_COLS: Final = (
     "queue VARCHAR, parent VARCHAR, priority INTEGER, "
@@ -90,6 +91,15 @@ CREATE TABLE IF NOT EXISTS recent_events (
     at_ms BIGINT,
     raw JSON
 );
+-- The archived events the not-yet-archived days still need (pods alive at the last archived midnight,
+-- pod groups, nodes: analytics/archive.py), so the live views never read the Parquet history.
+CREATE TABLE IF NOT EXISTS events_carry (
+    "offset" BIGINT NOT NULL,
+    type VARCHAR,
+    uid VARCHAR,
+    at_ms BIGINT,
+    raw JSON
+);
 CREATE TABLE IF NOT EXISTS recent_cycles (
     cycle_id VARCHAR NOT NULL,
     seq BIGINT,
@@ -106,6 +116,8 @@ CREATE TABLE IF NOT EXISTS recent_cycles (
     top_gpu_allocated BIGINT,
     top_gpu_requested BIGINT
 );
+-- The last archived cycle: its division holds from its time into the first day not archived.
+CREATE TABLE IF NOT EXISTS cycles_carry AS SELECT * FROM recent_cycles WITH NO DATA;
 CREATE TABLE IF NOT EXISTS recent_decisions (
     cycle_id VARCHAR NOT NULL,
     logical_time_ms BIGINT,

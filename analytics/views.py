@@ -26,12 +26,14 @@ pre-aggregated totals, because a window cuts intervals: the report takes
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Final
 
 import duckdb
 
 __all__ = [
+    "LIVE_SOURCES",
     "TABLE_VIEWS",
     "VIEWS",
     "VIEWS_VERSION",
@@ -88,7 +90,7 @@ def create_table_views(con: duckdb.DuckDBPyConnection, history: Path | None, *, 
 
 
 # Each entry: (name, SELECT). Order matters: later views read earlier ones.
-VIEWS: Final[tuple[tuple[str, str], ...]] = (
+_BASE_VIEWS: Final[tuple[tuple[str, str], ...]] = (
     (
         "run_span",
         """
@@ -322,38 +324,69 @@ SELECT start_cycle AS cycle_id, start_ms,
 FROM pending_spans
 """,
     ),
+)
+
+# The live chain: the days not yet archived, without reading the Parquet history. Its sources are the
+# recent_* tables, the open intervals, events_carry (the archived events those days still need: pods
+# alive at the last archived midnight, pod groups, nodes) and cycles_carry (the last archived cycle, whose
+# division holds into the first live day); analytics/archive.py keeps both. The views over
+# them are the definitions above with every source renamed, so there is one definition of each figure.
+LIVE_SOURCES: Final[tuple[tuple[str, str], ...]] = (
+    ("live_events", 'SELECT * FROM events_carry UNION ALL BY NAME SELECT * FROM recent_events'),
+    ("live_cycles", "SELECT * FROM cycles_carry UNION ALL BY NAME SELECT * FROM recent_cycles"),
+    ("live_decisions", "SELECT * FROM recent_decisions"),
+    ("live_pending_spans", "SELECT * FROM recent_pending UNION ALL BY NAME SELECT * EXCLUDE (decision) FROM pending_open"),
+    ("live_queue_spans", "SELECT * FROM recent_queue_spans UNION ALL BY NAME SELECT * EXCLUDE (raw) FROM queue_open"),
+)
+_LIVE_OF: Final = (
+    "run_span", "capacity_changes", "cycle_spans", "scale_segments", "queue_intervals", "pod_runs",
+    "pending_intervals",
+)  # fmt: skip
+_RENAMED: Final = {n: f"live_{n}" for n in (*_LIVE_OF, "events", "cycles", "decisions", "pending_spans", "queue_spans")}
+_NAME_RE: Final = re.compile(r"\b(" + "|".join(sorted(_RENAMED, key=len, reverse=True)) + r")\b")
+
+
+def _live(select: str) -> str:
+    """*select* reading the live sources and live views instead of the whole history."""
+    return _NAME_RE.sub(lambda m: _RENAMED[m.group(1)], select)
+
+
+_LIVE_VIEWS: Final = LIVE_SOURCES + tuple((f"live_{n}", _live(q)) for n, q in _BASE_VIEWS if n in _LIVE_OF)
+
+_DAY_VIEWS: Final[tuple[tuple[str, str], ...]] = (
     (
         # Per queue and UTC day (logical time) not yet in daily_queue: GPU-ms held (pod_runs: the one
         # definition of held GPUs), allocated and capped fair-share GPU-ms (queue_intervals), job-ms pending
         # (pending_intervals), binds and evictions. analytics/archive.py stores these rows in daily_queue
-        # when it moves a day to Parquet; queue_days reads both.
+        # when it moves a day to Parquet; queue_days reads both. It reads the live_* views (the same
+        # definitions over the days not yet archived, see LIVE_SOURCES), so it costs one day, not months.
         "queue_days_live",
         """
 WITH span AS (
   SELECT coalesce((SELECT max(day) + 1 - DATE '1970-01-01' FROM daily_queue), CAST(first_ms // 86400000 AS BIGINT)) AS d0,
          CAST(last_ms // 86400000 AS BIGINT) AS d1, last_ms
-  FROM run_span
+  FROM live_run_span
 ), bk AS (
   SELECT d, d * 86400000 AS lo, (d + 1) * 86400000 AS hi FROM span, range(span.d0, span.d1 + 1) t(d)
 ), held AS (
   SELECT bk.d, r.queue,
          sum(r.gpu_milli * greatest(0, least(coalesce(r.end_ms, (SELECT last_ms FROM span)), bk.hi) - greatest(r.start_ms, bk.lo))) AS v
-  FROM pod_runs r JOIN bk ON r.start_ms < bk.hi AND coalesce(r.end_ms, (SELECT last_ms FROM span)) > bk.lo
+  FROM live_pod_runs r JOIN bk ON r.start_ms < bk.hi AND coalesce(r.end_ms, (SELECT last_ms FROM span)) > bk.lo
   GROUP BY ALL
 ), div AS (
   SELECT bk.d, q.queue,
          sum(q.gpu_allocated * (least(q.end_ms, bk.hi) - greatest(q.start_ms, bk.lo))) AS alloc,
          sum(q.gpu_fair_share_capped * (least(q.end_ms, bk.hi) - greatest(q.start_ms, bk.lo))) AS fair
-  FROM queue_intervals q JOIN bk ON q.start_ms < bk.hi AND q.end_ms > bk.lo
+  FROM live_queue_intervals q JOIN bk ON q.start_ms < bk.hi AND q.end_ms > bk.lo
   GROUP BY ALL
 ), pend AS (
   SELECT bk.d, p.queue, sum(least(p.end_ms, bk.hi) - greatest(p.start_ms, bk.lo)) AS v
-  FROM pending_intervals p JOIN bk ON p.start_ms < bk.hi AND p.end_ms > bk.lo
+  FROM live_pending_intervals p JOIN bk ON p.start_ms < bk.hi AND p.end_ms > bk.lo
   GROUP BY ALL
 ), dec AS (
   SELECT logical_time_ms // 86400000 AS d, queue,
          count(*) FILTER (WHERE kind = 'Bind') AS binds, count(*) FILTER (WHERE kind = 'Evict') AS evictions
-  FROM decisions WHERE kind IN ('Bind', 'Evict') AND logical_time_ms >= (SELECT d0 FROM span) * 86400000
+  FROM live_decisions WHERE kind IN ('Bind', 'Evict') AND logical_time_ms >= (SELECT d0 FROM span) * 86400000
   GROUP BY ALL
 ), keys AS (
   SELECT d, queue FROM held UNION SELECT d, queue FROM div UNION SELECT d, queue FROM pend
@@ -461,6 +494,7 @@ SELECT node, at_ms, fragmented_milli, d_fragmented FROM deltas WHERE d_fragmente
     ),
 )
 
+VIEWS: Final = _BASE_VIEWS + _LIVE_VIEWS + _DAY_VIEWS
 VIEW_NAMES: Final = tuple(name for name, _ in VIEWS)
 # A fingerprint of the definitions above, stored as the view ``report_views_version``: a reader can tell
 # whether a store's views are the current ones without comparing SQL text.

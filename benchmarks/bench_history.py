@@ -29,9 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from analytics.archive import archive
-from analytics.simlog import CYCLES_FILE, read_records
+from analytics.simlog import CYCLES_FILE, read_cycles, read_records
 from analytics.store import AuditStore, load_cycles, load_events, load_run_dir, open_readonly
 from analytics.views import history_dir
+from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.delta import delta_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "production-cadence.yaml"
@@ -44,28 +46,43 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _simulate(out: Path, period: str, duration: str) -> float:
+def _simulate(out: Path, period: str, duration: str) -> tuple[float, int]:
+    """(wall seconds, cycles the simulator skipped because nothing had changed)."""
     cmd = [sys.executable, "-m", "analytics.cli", "simulate", "--config", str(EXAMPLE), "--out", str(out)]
     cmd += ["--set", f"cycle_period={period}", "--set", f"duration={duration}", "--json"]
     t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
-    return time.perf_counter() - t0
+    done = subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
+    return time.perf_counter() - t0, int(json.loads(done.stdout)["cycles"]["skipped"])
+
+
+def _empty_delta_bytes(last: CycleRecord) -> int:
+    """Bytes of the record a service writes for a cycle that changed nothing: a delta on *last* with no
+    entries (the simulator skips such cycles; a service ticking every period writes them)."""
+    t = last.logical_time_ms + 1000
+    same = last.model_copy(update={"cycle_id": "0" * len(last.cycle_id), "logical_time_ms": t})
+    return len(delta_of(last, same).dumps()) + 1
 
 
 def bench_records(tmp: Path, duration: str) -> Path:
     totals = {}
     for period in ("1s", "10s"):
         out = tmp / f"run-{period}"
-        wall = _simulate(out, period, duration)
+        wall, skipped = _simulate(out, period, duration)
         recs = list(read_records(out))
         size = (out / CYCLES_FILE).stat().st_size
         first = len(recs[0].dumps()) + 1
+        deltas = [len(r.dumps()) + 1 for r in recs if not r.is_full]
+        empty = _empty_delta_bytes(list(read_cycles(out))[-1])
         totals[period] = size
+        # per_period_cycle: what a service with a cycle every period writes on average, counting an empty
+        # delta for each cycle the simulator skipped (nothing changed)
         print(
             f"bench: history records scenario=production-cadence period={period} duration={duration}"
-            f" cycles={len(recs)} checkpoints={sum(r.is_full for r in recs)} bytes={size}"
-            f" bytes_per_record={size // max(1, len(recs))} full_bytes_per_record={first}"
-            f" simulate_seconds={wall:.1f} seconds={wall:.1f}"
+            f" cycles={len(recs)} skipped_cycles={skipped} checkpoints={sum(r.is_full for r in recs)}"
+            f" bytes={size} bytes_per_record={size // max(1, len(recs))}"
+            f" delta_median_bytes={int(statistics.median(deltas)) if deltas else 0} empty_delta_bytes={empty}"
+            f" bytes_per_period_cycle={(size + skipped * empty) // max(1, len(recs) + skipped)}"
+            f" full_bytes_per_record={first} simulate_seconds={wall:.1f} seconds={wall:.1f}"
         )
     print(
         f"bench: history cadence_ratio bytes_1s={totals['1s']} bytes_10s={totals['10s']}"
@@ -268,13 +285,15 @@ def main() -> None:
     p.add_argument("--days", type=int, default=30, help="days of synthetic history for the queries")
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--skip-records", action="store_true", help="only the 30-day store and its queries")
+    p.add_argument("--skip-queries", action="store_true", help="only the records and sink benchmarks")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         if not args.skip_records:
             run = bench_records(tmp, args.duration)
             bench_sink(run, _ms(args.duration))
-        bench_queries(tmp, args.days, args.repeat)
+        if not args.skip_queries:
+            bench_queries(tmp, args.days, args.repeat)
 
 
 if __name__ == "__main__":
