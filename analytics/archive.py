@@ -129,6 +129,21 @@ def _carry(con: duckdb.DuckDBPyConnection, cutoff: int) -> None:
         con.execute(f"DROP TABLE {temp}")
 
 
+_SPAN: Final = """
+CREATE OR REPLACE TEMP TABLE _span AS SELECT min(lo) AS lo, max(hi) AS hi FROM (
+  SELECT first_ms AS lo, last_ms AS hi FROM archived_span
+  UNION ALL SELECT min(at_ms), max(at_ms) FROM recent_events WHERE at_ms < $cutoff
+  UNION ALL SELECT min(logical_time_ms), max(logical_time_ms) FROM recent_cycles WHERE logical_time_ms < $cutoff
+)
+"""
+
+
+def _set_span(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("DELETE FROM archived_span")
+    con.execute("INSERT INTO archived_span SELECT lo, hi FROM _span WHERE lo IS NOT NULL")
+    con.execute("DROP TABLE _span")
+
+
 def archive(store: AuditStore) -> ArchiveStats:
     """Move every day before the newest record's day to Parquet (see the module doc); idempotent."""
     stats = ArchiveStats()
@@ -147,6 +162,8 @@ def archive(store: AuditStore) -> ArchiveStats:
         )
         stats.daily_rows = int(con.execute("SELECT count(*) FROM daily_queue").fetchall()[0][0]) - before
         _carry(con, cutoff)
+        con.execute(_SPAN, {"cutoff": cutoff})
+        _set_span(con)
         days: set[int] = set()
         for table, col, folder in _MOVED:
             n = int(con.execute(f"SELECT count(*) FROM {table} WHERE {col} < ?", [cutoff]).fetchall()[0][0])
@@ -196,4 +213,10 @@ def retain(store: AuditStore, days: int) -> ArchiveStats:
             stats.partitions_dropped += 1
     if stats.partitions_dropped:
         store.refresh_views()
+        # The history's first time moved on: recompute its span from what is left.
+        store.con.execute(
+            "CREATE OR REPLACE TEMP TABLE _span AS SELECT min(lo) AS lo, (SELECT max(last_ms) FROM archived_span) AS hi"
+            " FROM (SELECT min(at_ms) AS lo FROM events UNION ALL SELECT min(logical_time_ms) FROM cycles)"
+        )
+        _set_span(store.con)
     return stats

@@ -65,7 +65,8 @@ RUN_DIR_STORE: Final = "audit.duckdb"
 RESOURCES: Final = ("gpu", "cpu", "memory")
 _QUEUE_FIELDS: Final = ("deserved", "fair_share", "fair_share_classic", "allocated", "requested", "limit")
 
-# 2: interval tables and Parquet history; 3: events_carry / cycles_carry. Another version is rebuilt.
+# 2: interval tables and Parquet history; 3: events_carry / cycles_carry / archived_span. Another version
+# is rebuilt.
 STORE_VERSION: Final = "3"
 
 _QUEUE_COLS: Final = (
@@ -155,6 +156,9 @@ CREATE TABLE IF NOT EXISTS recent_usage (
     resource VARCHAR,
     usage DOUBLE
 );
+-- The time span of the rows archived to Parquet (first / last event or cycle time), kept by
+-- analytics/archive.py so run_span never scans the history.
+CREATE TABLE IF NOT EXISTS archived_span (first_ms BIGINT, last_ms BIGINT);
 CREATE TABLE IF NOT EXISTS daily_queue (
     day DATE NOT NULL,
     queue VARCHAR NOT NULL,

@@ -94,10 +94,11 @@ _BASE_VIEWS: Final[tuple[tuple[str, str], ...]] = (
     (
         "run_span",
         """
-SELECT least(coalesce((SELECT min(at_ms) FROM events), (SELECT min(logical_time_ms) FROM cycles)),
-             coalesce((SELECT min(logical_time_ms) FROM cycles), (SELECT min(at_ms) FROM events))) AS first_ms,
-       greatest(coalesce((SELECT max(at_ms) FROM events), (SELECT max(logical_time_ms) FROM cycles)),
-                coalesce((SELECT max(logical_time_ms) FROM cycles), (SELECT max(at_ms) FROM events))) AS last_ms
+SELECT min(lo) AS first_ms, max(hi) AS last_ms FROM (
+  SELECT first_ms AS lo, last_ms AS hi FROM archived_span
+  UNION ALL SELECT min(at_ms), max(at_ms) FROM recent_events
+  UNION ALL SELECT min(logical_time_ms), max(logical_time_ms) FROM recent_cycles
+)
 """,
     ),
     (
@@ -219,13 +220,16 @@ FROM cycle_spans s
         "pod_runs",
         """
 WITH sub AS (
-  SELECT "offset", uid, json_extract_string(raw, '$.namespace') || '/' || (json_extract_string(raw, '$.pod_group')) AS job, json_extract_string(raw, '$.queue') AS queue,
-         CAST(json_extract_string(raw, '$.requests.gpus') AS BIGINT) AS gpus,
-         CAST(json_extract_string(raw, '$.requests.gpu_fraction_milli') AS BIGINT) AS frac,
-         CAST(json_extract_string(raw, '$.requests.gpu_fraction_devices') AS BIGINT) AS frac_devices,
-         CAST(json_extract_string(raw, '$.requests.cpu_millicores') AS BIGINT) AS cpu,
-         CAST(json_extract_string(raw, '$.requests.memory_bytes') AS BIGINT) AS mem
-  FROM events WHERE type = 'PodSubmitted'
+  -- One JSON parse per event for all eight fields (the list form of json_extract_string).
+  SELECT "offset", uid, j[1] || '/' || j[2] AS job, j[3] AS queue, CAST(j[4] AS BIGINT) AS gpus,
+         CAST(j[5] AS BIGINT) AS frac, CAST(j[6] AS BIGINT) AS frac_devices, CAST(j[7] AS BIGINT) AS cpu,
+         CAST(j[8] AS BIGINT) AS mem
+  FROM (
+    SELECT "offset", uid, json_extract_string(raw, ['$.namespace', '$.pod_group', '$.queue', '$.requests.gpus',
+             '$.requests.gpu_fraction_milli', '$.requests.gpu_fraction_devices', '$.requests.cpu_millicores',
+             '$.requests.memory_bytes']) AS j
+    FROM events WHERE type = 'PodSubmitted'
+  )
 ), pg AS (
   SELECT uid, arg_max(json_extract_string(raw, '$.queue'), "offset") AS queue FROM events WHERE type = 'PodGroupUpserted' GROUP BY uid
 ), bound AS (

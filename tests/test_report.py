@@ -428,7 +428,7 @@ def test_a_store_written_before_the_views_gets_them(
     con.execute(f"ATTACH '{resolve_store(default[0])}' AS src (READ_ONLY)")
     for t in (
         "store_meta", "recent_events", "recent_cycles", "recent_decisions", "recent_pending", "pending_open",
-        "recent_queue_spans", "queue_open", "daily_queue",
+        "recent_queue_spans", "queue_open", "daily_queue", "events_carry", "cycles_carry", "archived_span",
     ):  # fmt: skip
         con.execute(f"INSERT INTO {t} SELECT * FROM src.{t}")
     con.close()

@@ -12,12 +12,13 @@ import datetime as dt
 import io
 import json
 import re
+from datetime import date
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from analytics.archive import archive
+from analytics.archive import archive, retain
 from analytics.cli import main
 from analytics.gpuhours import held_gpu_ms
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, read_cycles
@@ -32,6 +33,7 @@ from analytics.store import (
     query,
     sink_from_log,
 )
+from analytics.views import history_dir
 from ingest.backends import open_log
 from ingest.log import Topics
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
@@ -285,6 +287,30 @@ def test_archiving_day_by_day_keeps_every_daily_figure(run: Path, tmp_path: Path
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):  # float sums may differ in the last bit (summation order)
         assert g[:2] == w[:2] and g[2:] == pytest.approx(w[2:], rel=1e-12), (g, w)
+
+
+def test_retention_drops_old_days_and_keeps_their_daily_figures(run: Path, tmp_path: Path) -> None:
+    # `hourglass sink --retain 2d`: partitions more than 2 days older than the newest day go, daily_queue
+    # (and so queue_days) keeps every day, and the store's span starts at the oldest day kept.
+    path = tmp_path / "kept.duckdb"
+    _load_in_steps(path, run, 6, archive_each=True)
+    sql = "SELECT * FROM queue_days ORDER BY day, queue"
+    before, events_before = query(path, sql)[1], query(path, "SELECT count(*) FROM events")[1][0][0]
+    newest = max(r[0] for r in before)
+    with AuditStore(path) as store:
+        assert retain(store, 2).partitions_dropped > 0
+        with pytest.raises(ValueError, match="at least one day"):
+            retain(store, 0)
+    oldest_kept = newest - dt.timedelta(days=1)
+    days = {date.fromisoformat(p.name.removeprefix("day=")) for p in history_dir(path).glob("*/day=*")}
+    assert days and min(days) == oldest_kept
+    assert query(path, "SELECT count(*) FROM events")[1][0][0] < events_before
+    first_ms = query(path, "SELECT first_ms FROM run_span")[1][0][0]
+    assert first_ms >= (oldest_kept - dt.date(1970, 1, 1)).days * 86_400_000
+    after = query(path, sql)[1]
+    assert [r[:2] for r in after] == [r[:2] for r in before]
+    for g, w in zip(after, before, strict=True):
+        assert g[2:] == pytest.approx(w[2:], rel=1e-12), (g, w)
 
 
 # --------------------------------------------------------------------------- read-only guard
