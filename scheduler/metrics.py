@@ -10,7 +10,9 @@ applied) and makes a queue that vanished from the record vanish from the metrics
 Values are in Prometheus base units: GPUs as a float (500 milli-GPU -> 0.5), CPU in cores, memory in bytes.
 The engine keeps exact integers; the conversion happens only here, at the edge. Every metric is documented
 in ``docs/metrics.md``; :mod:`fairshare.prometheus` reads ``hourglass_queue_allocated`` and
-``hourglass_cluster_capacity`` back by default.
+``hourglass_cluster_capacity`` back by default. KAI's own metric names (``kai_queue_fair_share_gpu``,
+``kai_e2e_scheduling_latency_milliseconds``, ...) are exported alongside, from the same records
+(:mod:`scheduler.kai_metrics`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from scheduler.engine.decisions import CycleRecord, make_record
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState
+from scheduler.kai_metrics import KaiCycleMetrics, kai_queue_families
 
 __all__ = [
     "CYCLE_KEY",
@@ -200,6 +203,9 @@ class _RecordCollector:
                 pending.add_metric([reason], float(tally[reason]))
             yield pending
 
+        # KAI's names for the same per-queue values (scheduler/kai_metrics.py).
+        yield from kai_queue_families(record)
+
 
 @dataclass(eq=False)
 class SchedulerMetrics:
@@ -214,6 +220,8 @@ class SchedulerMetrics:
     cycle_seconds: Histogram
     action_seconds: Histogram
     _records: _RecordCollector = field(repr=False)
+    #: KAI's per-cycle latency gauges and counters, under KAI's names (scheduler/kai_metrics.py).
+    kai: KaiCycleMetrics = field(default_factory=KaiCycleMetrics, repr=False)
 
     @classmethod
     def create(cls) -> SchedulerMetrics:
@@ -221,6 +229,8 @@ class SchedulerMetrics:
         reg = CollectorRegistry(auto_describe=True)
         records = _RecordCollector()
         reg.register(records)
+        kai = KaiCycleMetrics()
+        reg.register(kai)
         return cls(
             registry=reg,
             cycles=Counter("hourglass_cycles", "Scheduling cycles completed", registry=reg),
@@ -256,6 +266,7 @@ class SchedulerMetrics:
                 registry=reg,
             ),
             _records=records,
+            kai=kai,
         )
 
 
@@ -285,6 +296,7 @@ def observe_cycle(
     for name in sorted(durations):
         if name != CYCLE_KEY:
             metrics.action_seconds.labels(action=name).observe(durations[name])
+    metrics.kai.observe(record, durations, total, "open_session", CYCLE_KEY)
     for d in record.decisions:
         action = d.action or ""
         if d.kind == "Bind":
