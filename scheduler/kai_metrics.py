@@ -6,7 +6,8 @@ from the same cycle records and timings as the ``hourglass_*`` metrics, so both 
 
 * per queue, from the latest cycle record (what KAI's scheduler sets each cycle, and what KAI's
   queue-controller exports from Queue status): fair share, normalised usage, quota, allocation;
-* per cycle: KAI's latency gauges in whole milliseconds and its cumulative per-action counters.
+* per cycle: KAI's latency gauges in whole milliseconds, its cumulative per-action counters, and the
+  task scheduling latency histogram (pod creation to the binding cycle, KAI's 5..2560 ms buckets).
 
 Names carry KAI's default ``--metrics-namespace`` prefix, ``kai_``. KAI's Go client exposes a counter under
 exactly its declared name; the Python client would append ``_total``, so
@@ -18,14 +19,26 @@ and is a counter.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
 
 from scheduler.engine.decisions import CycleRecord
 
-__all__ = ["KAI_NAMESPACE", "KAI_QUEUE_LABELS", "KaiCycleMetrics", "kai_queue_families"]
+__all__ = [
+    "KAI_LATENCY_BUCKETS_MS",
+    "KAI_NAMESPACE",
+    "KAI_QUEUE_LABELS",
+    "KaiCycleMetrics",
+    "kai_queue_families",
+]
 
 #: KAI's default ``--metrics-namespace``.
 KAI_NAMESPACE = "kai"
@@ -34,6 +47,9 @@ KAI_NAMESPACE = "kai"
 #: metadata.name (KAI puts spec.displayName in ``queue_name`` when one is set; Hourglass does not ingest
 #: display names, so ``queue_display_name`` is empty).
 KAI_QUEUE_LABELS = ("queue_name", "queue_metadata_name", "queue_display_name")
+
+#: KAI's latency histogram buckets: ``prometheus.ExponentialBuckets(5, 2, 10)``, 5 ms to 2560 ms.
+KAI_LATENCY_BUCKETS_MS: tuple[float, ...] = tuple(5.0 * 2**i for i in range(10))
 
 _MILLI = 1000  # engine milli-GPU / millicores per GPU / core
 _BYTES_PER_GB = 1_000_000_000  # KAI's resource_info.MemoryToGB (decimal GB)
@@ -107,6 +123,9 @@ class KaiCycleMetrics:
     _action_ms: dict[str, float] = field(default_factory=dict)
     _scheduled: dict[str, int] = field(default_factory=dict)
     _evicted: dict[tuple[str, str, str, str, str], int] = field(default_factory=dict)
+    _task_buckets: list[int] = field(default_factory=lambda: [0] * len(KAI_LATENCY_BUCKETS_MS))
+    _task_count: int = 0
+    _task_sum: float = 0.0
 
     def observe(
         self,
@@ -115,9 +134,11 @@ class KaiCycleMetrics:
         total_s: float,
         open_session_key: str,
         cycle_key: str,
+        task_latencies_ms: Sequence[float] = (),
     ) -> None:
         """Account one cycle: its timings (``durations`` as in :func:`scheduler.metrics.observe_cycle`,
-        ``total_s`` the whole cycle) and its decisions."""
+        ``total_s`` the whole cycle), its decisions, and ``task_latencies_ms``, pod creation to bind per
+        bound pod (KAI's task scheduling latency)."""
         actions = {k: v for k, v in durations.items() if k not in (open_session_key, cycle_key)}
         # The phases partition the cycle, so what is left after opening the session and running the
         # actions is closing it (building the cycle record), KAI's close-session step.
@@ -143,6 +164,12 @@ class KaiCycleMetrics:
                 self._scheduled[action] = self._scheduled.get(action, 0) + len(jobs)
             for key, n in evicted.items():
                 self._evicted[key] = self._evicted.get(key, 0) + n
+            for ms in task_latencies_ms:
+                self._task_count += 1
+                self._task_sum += ms
+                for i, bound in enumerate(KAI_LATENCY_BUCKETS_MS):
+                    if ms <= bound:
+                        self._task_buckets[i] += 1
 
     def collect(self) -> Iterator[Metric]:
         """The families, in KAI's names and units."""
@@ -151,6 +178,7 @@ class KaiCycleMetrics:
             action_ms = dict(self._action_ms)
             scheduled = dict(self._scheduled)
             evicted = dict(self._evicted)
+            task = (list(self._task_buckets), self._task_count, self._task_sum)
         for name, value, doc in (
             (
                 "e2e_scheduling_latency_milliseconds",
@@ -194,3 +222,19 @@ class KaiCycleMetrics:
         for key in sorted(evicted):
             ev.add_metric(list(key), float(evicted[key]))
         yield ev
+        buckets, count, total = task
+        hist = HistogramMetricFamily(
+            _n("task_scheduling_latency_milliseconds"), "Task scheduling latency in milliseconds"
+        )
+        hist.add_metric(
+            [],
+            [(_le(b), float(n)) for b, n in zip(KAI_LATENCY_BUCKETS_MS, buckets, strict=True)]
+            + [("+Inf", float(count))],
+            total,
+        )
+        yield hist
+
+
+def _le(bound: float) -> str:
+    """A bucket bound as Go's client writes it (``5``, ``10``, ..., ``2560``)."""
+    return str(int(bound)) if bound == int(bound) else str(bound)

@@ -276,13 +276,15 @@ def observe_cycle(
     durations: Mapping[str, float],
     *,
     capacity: Mapping[str, int] | None = None,
+    session: Session | None = None,
 ) -> None:
     """Update the metrics from one finished cycle.
 
     ``durations`` maps action names to seconds; the key :data:`CYCLE_KEY` (``"cycle"``) is the whole
     cycle (when absent, the sum of the actions is used). ``capacity`` is the cluster total in engine units
     (see :func:`capacity_of`); when omitted the last known capacity stays exported. Queues missing from
-    ``record`` disappear from the per-queue gauges.
+    ``record`` disappear from the per-queue gauges. With ``session`` (the cycle's), each bound pod's wait
+    from its creation to the cycle's logical time feeds KAI's ``kai_task_scheduling_latency_milliseconds``.
     """
     for name, seconds in durations.items():
         if seconds < 0:
@@ -296,7 +298,9 @@ def observe_cycle(
     for name in sorted(durations):
         if name != CYCLE_KEY:
             metrics.action_seconds.labels(action=name).observe(durations[name])
-    metrics.kai.observe(record, durations, total, "open_session", CYCLE_KEY)
+    metrics.kai.observe(
+        record, durations, total, "open_session", CYCLE_KEY, _task_latencies_ms(record, session)
+    )
     for d in record.decisions:
         action = d.action or ""
         if d.kind == "Bind":
@@ -305,6 +309,25 @@ def observe_cycle(
             metrics.pipelined.labels(action=action).inc()
         elif d.kind == "Evict":
             metrics.evictions.labels(action=action).inc()
+
+
+def _task_latencies_ms(record: CycleRecord, session: Session | None) -> list[float]:
+    """Per Bind decision: the cycle's logical time minus the pod's creation time, in ms (pods with an
+    unknown creation time are left out)."""
+    if session is None:
+        return []
+    created: dict[str, dict[str, int]] = {}
+    out = []
+    for d in record.decisions:
+        if d.kind != "Bind" or d.pod is None:
+            continue
+        if d.job not in created:
+            job = session.job_by_uid.get(d.job)
+            created[d.job] = {t.pod.uid: t.pod.created_ms for t in job.tasks} if job is not None else {}
+        at = created[d.job].get(d.pod, 0)
+        if at > 0 and record.logical_time_ms >= at:
+            out.append(float(record.logical_time_ms - at))
+    return out
 
 
 def run_timed_cycle(

@@ -9,6 +9,7 @@ data from a real Prometheus scraping the endpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import urllib.parse
@@ -44,11 +45,15 @@ def _q(queue: str) -> Labels:
 
 
 def _one_cycle(usage: dict[str, dict[str, float]] | None = None) -> SchedulerMetrics:
-    m = SchedulerMetrics.create()
-    record, ssn = run_cycle(_state(), now_ms=NOW_MS, usage=usage)
-    observe_cycle(
-        m, record, {"allocate": 0.002, "reclaim": 0.001, CYCLE_KEY: 0.004}, capacity=capacity_of(ssn)
+    """One cycle of tests.test_metrics' cluster; its pods were created 7 ms before the cycle."""
+    state = _state()
+    state = dataclasses.replace(
+        state, pods=tuple(dataclasses.replace(p, created_ms=NOW_MS - 7) for p in state.pods)
     )
+    m = SchedulerMetrics.create()
+    record, ssn = run_cycle(state, now_ms=NOW_MS, usage=usage)
+    durations = {"allocate": 0.002, "reclaim": 0.001, CYCLE_KEY: 0.004}
+    observe_cycle(m, record, durations, capacity=capacity_of(ssn), session=ssn)
     return m
 
 
@@ -108,6 +113,27 @@ def test_latency_gauges_are_whole_milliseconds_of_the_last_cycle() -> None:
     } == {"gauge"}
 
 
+def test_task_scheduling_latency_is_creation_to_bind_in_kais_buckets() -> None:
+    """Each bound pod's wait, from its creation to the cycle that bound it, in KAI's 5..2560 ms buckets."""
+    state = _state()
+    waits = {"ja-0": 7, "jb-0": 3000}  # ms before the cycle's logical time; 3000 falls past 2560 (+Inf)
+    pods = tuple(dataclasses.replace(p, created_ms=NOW_MS - waits[p.uid]) for p in state.pods)
+    record, ssn = run_cycle(dataclasses.replace(state, pods=pods), now_ms=NOW_MS)
+    m = SchedulerMetrics.create()
+    observe_cycle(m, record, {CYCLE_KEY: 0.001}, session=ssn)
+    samples, types, text = _scrape(m)
+    name = "kai_task_scheduling_latency_milliseconds"
+    assert types[name] == "histogram"
+    bucket = {le: samples[(f"{name}_bucket", (("le", le),))] for le in ("5", "10", "2560", "+Inf")}
+    assert bucket == {"5": 0.0, "10": 1.0, "2560": 1.0, "+Inf": 2.0}
+    assert samples[(f"{name}_count", ())] == 2.0 and samples[(f"{name}_sum", ())] == 3007.0
+    assert 'le="2560"' in text  # bounds written as KAI's Go client writes them
+    # Without the session (or with unknown creation times) nothing is observed.
+    m2 = SchedulerMetrics.create()
+    observe_cycle(m2, record, {CYCLE_KEY: 0.001})
+    assert _scrape(m2)[0][(f"{name}_count", ())] == 0.0
+
+
 def _record(decisions: list[Decision]) -> CycleRecord:
     return CycleRecord(
         cycle_id="c",
@@ -158,6 +184,10 @@ KAI_QUERIES: tuple[tuple[str, str], ...] = (
     ("latency", "kai_e2e_scheduling_latency_milliseconds"),
     ("latency per action", 'max by (action) (kai_action_scheduling_latency_milliseconds{action="allocate"})'),
     ("podgroups scheduled", "sum by (action) (increase(kai_podgroups_scheduled_by_action[1m]))"),
+    (
+        "task scheduling latency p99",
+        "histogram_quantile(0.99, sum by (le) (kai_task_scheduling_latency_milliseconds_bucket))",
+    ),
     ("queue fair share vs allocated", "kai_queue_allocated_gpus / on (queue_name) kai_queue_fair_share_gpu"),
 )
 
@@ -191,3 +221,5 @@ def test_kais_dashboard_and_doc_queries_return_data_from_a_real_prometheus(
         r["metric"]["queue_name"]: float(r["value"][1]) for r in results["queue fair share vs allocated"]
     }
     assert ratio == {"org": 1.0, "team-a": 1.0, "team-b": 1.0}
+    (p99,) = results["task scheduling latency p99"]
+    assert 5.0 < float(p99["value"][1]) <= 10.0  # both pods waited 7 ms: the 5..10 ms bucket
