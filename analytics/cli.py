@@ -169,12 +169,22 @@ def _cmd_sink(args: argparse.Namespace) -> int:
     return 0
 
 
+def _engine_config_sets(path: str, name: str) -> bool:
+    """Whether the engine config file names ``name`` explicitly (it was readable: load_engine_config passed)."""
+    import yaml
+
+    data = yaml.safe_load(Path(path).read_text())
+    return isinstance(data, dict) and name in data
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     import dataclasses
     import logging
     import signal
 
     from analytics.replay import ReplayError, load_engine_config
+    from fairshare.config import FairshareConfigError
+    from fairshare.settings import cli_overrides, load_settings
     from ingest.backends import open_log
     from ingest.log import LogError, Topics
     from scheduler.engine.decisions import config_hash
@@ -188,11 +198,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except ReplayError as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
-    if args.k_value is not None:
-        if args.k_value < 0:
-            print(f"run: --k-value must be >= 0, got {args.k_value}", file=sys.stderr)
-            return 2
-        config = dataclasses.replace(config, k_value=args.k_value)
+    # The fair-share settings (fairshare/settings.py) are the one source of k_value, shared with `fairshare`.
+    try:
+        fair = load_settings(args.fairshare_config, cli_overrides(args))
+    except FairshareConfigError as e:
+        print(f"run: {e}", file=sys.stderr)
+        return 2
+    k_value = fair.settings.k_value
+    if args.engine_config and _engine_config_sets(args.engine_config, "k_value") and config.k_value != k_value:
+        print(
+            f"run: {args.engine_config} sets k_value {config.k_value}, but the fair-share settings give"
+            f" {k_value} ({fair.origins.get('k_value', 'default')}): k_value is one setting for `run` and"
+            " `fairshare`; set it with --k-value, HOURGLASS_FAIRSHARE_K_VALUE or --fairshare-config",
+            file=sys.stderr,
+        )
+        return 2
+    config = dataclasses.replace(config, k_value=k_value)
+    logging.getLogger("hourglass.run").info("fair-share settings: %s", fair.describe())
     logging.getLogger("hourglass.run").info(
         "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
     )
@@ -336,12 +358,6 @@ def build_parser() -> argparse.ArgumentParser:
         " the same file",
     )
     u.add_argument(
-        "--k-value",
-        type=float,
-        default=None,
-        help="weight of historical usage in the fair-share division (time-based fairshare; default 0 = off)",
-    )
-    u.add_argument(
         "--period",
         type=float,
         default=10.0,
@@ -365,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     u.add_argument(
         "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
     )
+    from fairshare.settings import add_settings_arguments
+
+    add_settings_arguments(u)
     u.set_defaults(func=_cmd_run)
     k = sub.add_parser(
         "sink", help="load the log's events, usage snapshots and cycle records into a DuckDB audit store"

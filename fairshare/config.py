@@ -15,7 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-__all__ = ["WINDOW_TYPES", "FairshareConfig", "FairshareConfigError"]
+__all__ = ["WINDOW_TYPES", "FairshareConfig", "FairshareConfigError", "describe_errors"]
 
 #: The window types we implement. KAI's ``cron`` is not offered (see docs/fairshare.md).
 WINDOW_TYPES: tuple[str, ...] = ("sliding", "tumbling")
@@ -24,19 +24,32 @@ WINDOW_TYPES: tuple[str, ...] = ("sliding", "tumbling")
 class FairshareConfigError(ValueError):
     """A fairshare setting is missing, of the wrong type or out of range; the message names field and value."""
 
+    def __init__(self, message: str, validation: ValidationError | None = None) -> None:
+        super().__init__(message)
+        #: pydantic's structured errors, when the problem came from validation (to re-describe them).
+        self.validation = validation
 
-def _describe(err: ValidationError) -> str:
-    """One line per problem: ``field = value: why``, so a user sees exactly what to fix."""
+
+def describe_errors(err: ValidationError, origins: Mapping[str, str] | None = None) -> str:
+    """One line per problem: ``field = value: why``, so a user sees exactly what to fix.
+
+    With ``origins`` (field -> ``env NAME``, ``flag --x``, ``file PATH``) each problem also says where the
+    bad value came from.
+    """
     lines = []
     for e in err.errors():
         field = ".".join(str(p) for p in e["loc"]) or "(config)"
         msg = str(e["msg"]).removeprefix("Value error, ")
+        origin = (origins or {}).get(str(e["loc"][0])) if e["loc"] else None
+        where = f" (from {origin})" if origin else ""
         if e["type"] == "missing":
             lines.append(f"{field}: is required")
         elif e["type"] == "extra_forbidden":
-            lines.append(f"{field}: unknown field (known: {', '.join(sorted(FairshareConfig.model_fields))})")
+            lines.append(
+                f"{field}{where}: unknown field (known: {', '.join(sorted(FairshareConfig.model_fields))})"
+            )
         else:
-            lines.append(f"{field} = {e.get('input')!r}: {msg}")
+            lines.append(f"{field} = {e.get('input')!r}{where}: {msg}")
     return "invalid fairshare config: " + "; ".join(lines)
 
 
@@ -65,7 +78,7 @@ class FairshareConfig(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as err:
-            raise FairshareConfigError(_describe(err)) from None
+            raise FairshareConfigError(describe_errors(err), err) from None
 
     @field_validator("window_type", mode="before")
     @classmethod

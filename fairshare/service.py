@@ -28,14 +28,12 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
-
-import yaml
 
 from fairshare.config import FairshareConfig, FairshareConfigError
 from fairshare.decay import DecayedUsage, roll_up
 from fairshare.ledger import EventLedger
+from fairshare.settings import add_settings_arguments, cli_overrides, load_settings
 from fairshare.snapshot import SNAPSHOT_KEY, SnapshotError, UsageSnapshot, WindowSpec
 from fairshare.source import SourceUnavailable, UsageSource
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Topics
@@ -278,39 +276,22 @@ class FairshareService:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``hourglass fairshare``."""
+    """The options of ``hourglass fairshare`` (the fair-share settings flags are shared with ``run``)."""
     p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT (as for `run`)")
     p.add_argument("--source", choices=("eventlog", "prometheus"), default="eventlog", help="usage history")
-    p.add_argument(
-        "--config",
-        default=None,
-        help="YAML of the FairshareConfig fields, plus a `prometheus:` mapping for --source prometheus",
-    )
     p.add_argument(
         "--interval", type=float, default=None, help="seconds between refreshes (default refresh_s)"
     )
     p.add_argument("--once", action="store_true", help="compute and publish once, then exit")
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.usage, ... as topics")
+    add_settings_arguments(p, config_aliases=("--config",))
 
 
 def load_config(path: str | None) -> tuple[FairshareConfig, dict[str, Any] | None]:
-    """The fairshare settings and the raw ``prometheus:`` mapping of a config file (defaults without one)."""
-    if path is None:
-        return FairshareConfig(), None
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as err:
-        raise FairshareConfigError(f"cannot read fairshare config {path}: {err}") from None
-    if not isinstance(data, dict):
-        raise FairshareConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
-    prom = data.pop("prometheus", None)
-    if prom is not None and not isinstance(prom, dict):
-        raise FairshareConfigError(f"{path}: prometheus must be a mapping, got {type(prom).__name__}")
-    try:
-        cfg = FairshareConfig.from_mapping(data)
-    except FairshareConfigError as err:
-        raise FairshareConfigError(f"{path}: {err}") from None
-    return cfg, prom
+    """The fairshare settings and the raw ``prometheus:`` mapping of a config file alone (defaults without
+    one); no environment or flags (:func:`fairshare.settings.load_settings` layers those)."""
+    loaded = load_settings(path, environ={})
+    return loaded.settings, loaded.prometheus
 
 
 def cli_main(args: argparse.Namespace) -> int:
@@ -321,10 +302,12 @@ def cli_main(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        cfg, prom = load_config(args.config)
+        loaded = load_settings(args.fairshare_config, cli_overrides(args))
     except FairshareConfigError as err:
         print(f"fairshare: {err}", file=sys.stderr)
         return 2
+    cfg, prom = loaded.settings, loaded.prometheus
+    logging.getLogger("hourglass.fairshare").info("fair-share settings: %s", loaded.describe())
     source: UsageSource | None = None
     if args.source == "prometheus":
         from pydantic import ValidationError
@@ -334,7 +317,7 @@ def cli_main(args: argparse.Namespace) -> int:
         try:
             source = PrometheusSource(PrometheusSourceConfig.model_validate(prom or {}))
         except ValidationError as err:
-            print(f"fairshare: invalid prometheus settings in {args.config}: {err}", file=sys.stderr)
+            print(f"fairshare: invalid prometheus settings in {args.fairshare_config}: {err}", file=sys.stderr)
             return 2
     elif prom is not None:
         print("fairshare: the config has prometheus settings but --source is eventlog", file=sys.stderr)

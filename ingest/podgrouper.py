@@ -1,22 +1,24 @@
 """Pod grouping: the PodGroup of a pod that names none, as KAI's pod-grouper decides it.
 
 A pod without the ``pod-group-name`` annotation gets a PodGroup derived from its **top owner**
-(follow ``ownerReferences`` up, kai-spec §1.1 and §2.3). Per-kind rules (KAI's plugins):
+(follow ``ownerReferences`` up, kai-spec §1.1 and §2.3).
+Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 
-================  ==========================================  ===============================  =========
-top owner         PodGroup name                               minMember                        priority
-================  ==========================================  ===============================  =========
-none (bare pod)   ``pg-<pod>-<pod uid>``                      1                                train
-Deployment        ``pg-<pod>-<pod uid>`` (one per pod)        1                                inference
-Job               ``pg-<pod>-<job uid>`` (one per pod)        1                                train
-JobSet            ``pg-<js>-<uid>[-<replicatedJob>]``         see :func:`_jobset`              train
-PyTorchJob, ...   ``pg-<owner>-<uid>``                        schedulingPolicy.minAvailable,   train
-                                                              else the sum of replicas
-MPIJob            ``pg-<owner>-<uid>``                        same, over mpiReplicaSpecs       train
-RayCluster        ``pg-<owner>-<uid>``                        head + workers (min or replicas  train
-                                                              x numOfHosts), suspended skipped
-other (StatefulSet, ReplicaSet, CRDs)  ``pg-<owner>-<uid>``   1                                train
-================  ==========================================  ===============================  =========
+* bare pod: ``pg-<pod>-<pod uid>``, 1, train. Deployment: one per pod, inference.
+* Job: one per pod (``pg-<pod>-<job uid>``), 1, train; with ``kai.scheduler/batch-min-member: N`` on the
+  Job, one gang ``pg-<job>-<uid>`` of N. CronJob: one per run, the pod's Job, ``pg-<job>-<job uid>``.
+* JobSet: :func:`_jobset` (``batch-min-member`` on the JobSet overrides the size).
+* LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<i>`` of ``leaderWorkerTemplate.size``
+  (:func:`_lws`).
+* Knative Service: one gang per Revision of its ``min-scale``, inference. Notebook: build.
+* Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
+  with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
+  operator: one group named by the selector.
+* PyTorchJob, TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of
+  replicas. RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
+
+``kai.scheduler/skip-podgrouper: "true"`` on the pod or an owner: no PodGroup is made
+(:func:`skip_podgrouper`; the watcher then requires the pod's ``pod-group-name``).
 
 Queue: label ``kai.scheduler/queue`` on the top owner, then on the pod, then label ``project``, then
 ``default-queue``. Priority class: label ``priorityClassName`` on the top owner or the pod, then
@@ -36,6 +38,8 @@ from typing import Any, Final
 from ingest.kube import LABEL_PREEMPTIBILITY, LABEL_QUEUE, KubeError, check_queue_name, object_key
 
 __all__ = [
+    "ANNOTATION_MIN_MEMBER",
+    "ANNOTATION_SKIP_PODGROUPER",
     "DEFAULT_QUEUE",
     "MANAGED_BY",
     "OwnerGetter",
@@ -44,6 +48,7 @@ __all__ = [
     "podgroup_manifest",
     "podgroup_patch",
     "resolve_owners",
+    "skip_podgrouper",
 ]
 
 DEFAULT_QUEUE: Final = "default-queue"
@@ -52,7 +57,22 @@ PODGROUP_API_VERSION: Final = "scheduling.run.ai/v2alpha2"
 LABEL_PROJECT: Final = "project"
 LABEL_PRIORITY_CLASS: Final = "priorityClassName"
 LABEL_JOBSET_REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+#: On a Job or JobSet: the gang size (KAI's min-member override), an integer >= 1.
+ANNOTATION_MIN_MEMBER: Final = "kai.scheduler/batch-min-member"
+#: "true" on the pod or any owner: PodGroups are made elsewhere; the pod must name its own.
+ANNOTATION_SKIP_PODGROUPER: Final = "kai.scheduler/skip-podgrouper"
+LABEL_LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LABEL_LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+ANNOTATION_LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
+LABEL_KNATIVE_REVISION: Final = "serving.knative.dev/revision"
+ANNOTATION_KNATIVE_MIN_SCALE: Final = "autoscaling.knative.dev/min-scale"
+LABEL_SPARK_APP_NAME: Final = "spark-app-name"
+LABEL_SPARK_APP_SELECTOR: Final = "spark-app-selector"
 _MAX_OWNER_DEPTH = 10
+
+#: (API group, kind) whose pods KAI groups by the next owner down (or the pod itself): KAI's
+#: skip-top-owner grouper. The skipped owner's labels are inherited (queue, priority, ...).
+_SKIP_TOP_OWNER: Final = frozenset({("argoproj.io", "Workflow"), ("trainer.kubeflow.org", "TrainJob")})
 
 # Kubeflow training operators: kind -> the spec field holding the replica specs.
 _KUBEFLOW_REPLICA_SPECS: Final = {
@@ -237,6 +257,93 @@ def _jobset(owner: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[s
     return base, max(sum(sizes.values()), 1)
 
 
+def _annotations(obj: dict[str, Any] | None) -> dict[str, str]:
+    ann = _meta(obj).get("annotations") if isinstance(obj, dict) else None
+    return {str(k): str(v) for k, v in ann.items()} if isinstance(ann, dict) else {}
+
+
+def _api_group(obj: dict[str, Any] | None) -> str:
+    api_version = str(obj.get("apiVersion", "")) if isinstance(obj, dict) else ""
+    return api_version.split("/")[0] if "/" in api_version else ""
+
+
+def skip_podgrouper(pod: dict[str, Any], owners: list[dict[str, Any]]) -> str | None:
+    """Where ``kai.scheduler/skip-podgrouper: "true"`` is set (``Pod ns/p``, ``Job ns/j``), or None.
+
+    KAI's contract for external PodGroups: such a pod joins the PodGroup its ``pod-group-name``
+    annotation names, and the pod-grouper creates or rewrites nothing for it.
+    """
+    for obj, kind in [(pod, "Pod"), *((o, str(o.get("kind"))) for o in owners)]:
+        if _annotations(obj).get(ANNOTATION_SKIP_PODGROUPER, "").strip().lower() == "true":
+            return f"{kind} {object_key(obj)}"
+    return None
+
+
+def _min_member_override(obj: dict[str, Any], pod_key: str) -> int | None:
+    """``kai.scheduler/batch-min-member`` of a Job / JobSet: None when absent, an error unless an int >= 1."""
+    raw = _annotations(obj).get(ANNOTATION_MIN_MEMBER)
+    if raw is None:
+        return None
+    where = f"{obj.get('kind')} {object_key(obj)} metadata.annotations[{ANNOTATION_MIN_MEMBER}]"
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise _grouping_error(pod_key, where, raw, "must be an integer >= 1") from None
+    if value < 1:
+        raise _grouping_error(pod_key, where, raw, "must be an integer >= 1")
+    return value
+
+
+def _lws(lws: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, int]:
+    """LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<group-index>``.
+
+    minMember is ``spec.leaderWorkerTemplate.size`` (leader + workers). With ``startupPolicy: LeaderReady``
+    a leader (worker-index 0) that is not bound yet is a gang of 1, so it can start first (KAI).
+    """
+    name = f"pg-{_meta(lws).get('name')}-{_meta(lws).get('uid')}"
+    size = _int_at(lws, ("spec", "leaderWorkerTemplate", "size"), pod_key, None)
+    if size is None or size < 1:
+        where = f"LeaderWorkerSet {object_key(lws)} spec.leaderWorkerTemplate.size"
+        raise _grouping_error(pod_key, where, size, "must be an integer >= 1")
+    policy = _sub(lws, "spec").get("startupPolicy") or "LeaderCreated"
+    if policy not in ("LeaderCreated", "LeaderReady"):
+        where = f"LeaderWorkerSet {object_key(lws)} spec.startupPolicy"
+        raise _grouping_error(pod_key, where, policy, "must be LeaderCreated or LeaderReady")
+    labels = _labels(pod)
+    min_member = size
+    if policy == "LeaderReady":
+        raw_size = _annotations(pod).get(ANNOTATION_LWS_SIZE)
+        if raw_size is not None and raw_size.strip().isdigit():
+            min_member = int(raw_size)
+        is_leader = labels.get(LABEL_LWS_WORKER_INDEX) == "0"
+        if is_leader and not _sub(pod, "spec").get("nodeName"):
+            min_member = 1
+    group_index = labels.get(LABEL_LWS_GROUP_INDEX, "")
+    if group_index.isdigit():
+        name = f"{name}-group-{int(group_index)}"
+    return name, min_member
+
+
+def _knative_revision(
+    service: dict[str, Any], owners: list[dict[str, Any]], pod: dict[str, Any], get: OwnerGetter | None
+) -> dict[str, Any]:
+    """The Revision a Knative Service's pod runs (its ``serving.knative.dev/revision`` label)."""
+    pod_key = object_key(pod)
+    rev_name = _labels(pod).get(LABEL_KNATIVE_REVISION)
+    if not rev_name:
+        where = f"metadata.labels[{LABEL_KNATIVE_REVISION}]"
+        raise _grouping_error(pod_key, where, None, "is required on a Knative Service's pod")
+    for o in owners:
+        if o.get("kind") == "Revision" and _meta(o).get("name") == rev_name and _meta(o).get("uid"):
+            return o
+    namespace = str(_meta(pod).get("namespace") or "")
+    rev = get("serving.knative.dev/v1", "Revision", namespace, rev_name) if get is not None else None
+    if rev is None:
+        where = f"Knative Service {object_key(service)} revision"
+        raise _grouping_error(pod_key, where, rev_name, "no readable Revision yet")
+    return {"apiVersion": "serving.knative.dev/v1", "kind": "Revision", **rev}
+
+
 def plan_pod_group(
     pod: dict[str, Any], owners: list[dict[str, Any]], get: OwnerGetter | None = None
 ) -> PodGroupPlan:
@@ -251,22 +358,62 @@ def plan_pod_group(
     namespace = str(meta.get("namespace") or "")
     pod_name, pod_uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
     top = owners[-1] if owners else None
+    inherited: dict[str, str] = {}
+    if top is not None and (_api_group(top), str(top.get("kind"))) in _SKIP_TOP_OWNER:
+        # Argo Workflow, Kubeflow TrainJob: group by the next owner down (the pod for an Argo step, the
+        # JobSet for a TrainJob), with the skipped owner's labels on top of that owner's (KAI).
+        inherited = _labels(top)
+        owners = owners[:-1]
+        top = owners[-1] if owners else None
     kind = str(top.get("kind")) if top else "Pod"
-    group_api = str(top.get("apiVersion", "")).split("/")[0] if top else ""
+    group_api = _api_group(top)
 
     name = f"pg-{_meta(top).get('name')}-{_meta(top).get('uid')}" if top else f"pg-{pod_name}-{pod_uid}"
-    owner_ref = _owner_ref(top) if top else _owner_ref({"apiVersion": "v1", "kind": "Pod", **pod})
+    pod_ref = _owner_ref({"apiVersion": "v1", "kind": "Pod", **pod})
+    owner_ref = _owner_ref(top) if top else pod_ref
+    label_owner = top  # the object whose labels come before the pod's (queue, priority, preemptibility)
     min_member = 1
     default_priority = "train"
-    if top is None:
+    pod_labels = _labels(pod)
+    if (
+        (top is None or kind == "Pod")
+        and LABEL_SPARK_APP_NAME in pod_labels
+        and LABEL_SPARK_APP_SELECTOR in pod_labels
+    ):
+        # Spark submitted without the operator: driver and executors share the app's selector label.
+        name = pod_labels[LABEL_SPARK_APP_SELECTOR]
+    elif top is None:
         pass
     elif kind == "Deployment" and group_api == "apps":
-        name, owner_ref = f"pg-{pod_name}-{pod_uid}", _owner_ref({"apiVersion": "v1", "kind": "Pod", **pod})
+        name, owner_ref = f"pg-{pod_name}-{pod_uid}", pod_ref
         default_priority = "inference"
     elif kind == "Job" and group_api == "batch":
-        name = f"pg-{pod_name}-{_meta(top).get('uid')}"
+        gang = _min_member_override(top, pod_key)
+        if gang is None:
+            name = f"pg-{pod_name}-{_meta(top).get('uid')}"  # one PodGroup per pod
+        else:
+            min_member = gang  # the whole Job is one gang of that size
+    elif kind == "CronJob" and group_api == "batch":
+        # One PodGroup per run: the Job this pod belongs to, not the CronJob (KAI's CronJob grouper).
+        job = owners[-2] if len(owners) >= 2 else None
+        if job is None or job.get("kind") != "Job" or not _meta(job).get("uid"):
+            raise _grouping_error(pod_key, f"CronJob {object_key(top)}", None, "the pod's Job cannot be read")
+        name = f"pg-{_meta(job).get('name')}-{_meta(job).get('uid')}"
+        owner_ref, label_owner = _owner_ref(job), job
     elif kind == "JobSet":
         name, min_member = _jobset(top, pod, pod_key)
+        min_member = _min_member_override(top, pod_key) or min_member
+    elif kind == "LeaderWorkerSet" and group_api == "leaderworkerset.x-k8s.io":
+        name, min_member = _lws(top, pod, pod_key)
+    elif kind == "Service" and group_api == "serving.knative.dev":
+        # Knative: one gang per Revision of at least its min-scale pods; inference by default (KAI).
+        rev = _knative_revision(top, owners, pod, get)
+        name = f"pg-{_meta(rev).get('name')}-{_meta(rev).get('uid')}"
+        raw = _annotations(rev).get(ANNOTATION_KNATIVE_MIN_SCALE, "1").strip()
+        min_member = int(raw) if raw.isdigit() and int(raw) > 0 else 1  # KAI: unparsable = 1
+        owner_ref, label_owner, default_priority = _owner_ref(rev), rev, "inference"
+    elif kind == "Notebook" and group_api == "kubeflow.org":
+        default_priority = "build"
     elif kind in _KUBEFLOW_REPLICA_SPECS and group_api == "kubeflow.org":
         min_member = _replicas_sum(top, _KUBEFLOW_REPLICA_SPECS[kind], pod_key)
     elif kind == "RayCluster":
@@ -290,8 +437,7 @@ def plan_pod_group(
             )
         min_member = _ray({"kind": "RayCluster", **cluster}, pod_key)
 
-    owner_labels = _labels(top) if top else {}
-    pod_labels = _labels(pod)
+    owner_labels = {**(_labels(label_owner) if label_owner else {}), **inherited}
     queue = (
         owner_labels.get(LABEL_QUEUE)
         or pod_labels.get(LABEL_QUEUE)

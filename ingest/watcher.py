@@ -73,7 +73,15 @@ from ingest.events import (
     parse_event,
 )
 from ingest.log import DEFAULT_TOPICS, Log, Topics
-from ingest.podgrouper import PodGroupPlan, plan_pod_group, podgroup_manifest, podgroup_patch, resolve_owners
+from ingest.podgrouper import (
+    ANNOTATION_SKIP_PODGROUPER,
+    PodGroupPlan,
+    plan_pod_group,
+    podgroup_manifest,
+    podgroup_patch,
+    resolve_owners,
+    skip_podgrouper,
+)
 
 __all__ = [
     "COMPONENT",
@@ -902,6 +910,16 @@ class KubeIngest:
         from kubernetes.client.exceptions import ApiException
 
         owners = resolve_owners(pod, self._owner_get)
+        skipped = skip_podgrouper(pod, owners)
+        if skipped is not None:
+            raise kube.KubeError(
+                "Pod",
+                kube.object_key(pod),
+                f"metadata.annotations[{kube.ANNOTATION_POD_GROUP}]",
+                None,
+                f"is required: {ANNOTATION_SKIP_PODGROUPER} is set on {skipped}, so its PodGroup is made outside"
+                " the pod-grouper and the pod must name it",
+            )
         plan = plan_pod_group(pod, owners, self._owner_get)
         if self._planned.get((plan.namespace, plan.name)) == plan:
             return plan.name

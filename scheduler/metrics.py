@@ -10,7 +10,9 @@ applied) and makes a queue that vanished from the record vanish from the metrics
 Values are in Prometheus base units: GPUs as a float (500 milli-GPU -> 0.5), CPU in cores, memory in bytes.
 The engine keeps exact integers; the conversion happens only here, at the edge. Every metric is documented
 in ``docs/metrics.md``; :mod:`fairshare.prometheus` reads ``hourglass_queue_allocated`` and
-``hourglass_cluster_capacity`` back by default.
+``hourglass_cluster_capacity`` back by default. KAI's own metric names (``kai_queue_fair_share_gpu``,
+``kai_e2e_scheduling_latency_milliseconds``, ...) are exported alongside, from the same records
+(:mod:`scheduler.kai_metrics`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from scheduler.engine.decisions import CycleRecord, make_record
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState
+from scheduler.kai_metrics import KaiCycleMetrics, kai_queue_families
 
 __all__ = [
     "CYCLE_KEY",
@@ -200,6 +203,9 @@ class _RecordCollector:
                 pending.add_metric([reason], float(tally[reason]))
             yield pending
 
+        # KAI's names for the same per-queue values (scheduler/kai_metrics.py).
+        yield from kai_queue_families(record)
+
 
 @dataclass(eq=False)
 class SchedulerMetrics:
@@ -214,6 +220,8 @@ class SchedulerMetrics:
     cycle_seconds: Histogram
     action_seconds: Histogram
     _records: _RecordCollector = field(repr=False)
+    #: KAI's per-cycle latency gauges and counters, under KAI's names (scheduler/kai_metrics.py).
+    kai: KaiCycleMetrics = field(default_factory=KaiCycleMetrics, repr=False)
 
     @classmethod
     def create(cls) -> SchedulerMetrics:
@@ -221,6 +229,8 @@ class SchedulerMetrics:
         reg = CollectorRegistry(auto_describe=True)
         records = _RecordCollector()
         reg.register(records)
+        kai = KaiCycleMetrics()
+        reg.register(kai)
         return cls(
             registry=reg,
             cycles=Counter("hourglass_cycles", "Scheduling cycles completed", registry=reg),
@@ -256,6 +266,7 @@ class SchedulerMetrics:
                 registry=reg,
             ),
             _records=records,
+            kai=kai,
         )
 
 
@@ -265,13 +276,15 @@ def observe_cycle(
     durations: Mapping[str, float],
     *,
     capacity: Mapping[str, int] | None = None,
+    session: Session | None = None,
 ) -> None:
     """Update the metrics from one finished cycle.
 
     ``durations`` maps action names to seconds; the key :data:`CYCLE_KEY` (``"cycle"``) is the whole
     cycle (when absent, the sum of the actions is used). ``capacity`` is the cluster total in engine units
     (see :func:`capacity_of`); when omitted the last known capacity stays exported. Queues missing from
-    ``record`` disappear from the per-queue gauges.
+    ``record`` disappear from the per-queue gauges. With ``session`` (the cycle's), each bound pod's wait
+    from its creation to the cycle's logical time feeds KAI's ``kai_task_scheduling_latency_milliseconds``.
     """
     for name, seconds in durations.items():
         if seconds < 0:
@@ -285,6 +298,9 @@ def observe_cycle(
     for name in sorted(durations):
         if name != CYCLE_KEY:
             metrics.action_seconds.labels(action=name).observe(durations[name])
+    metrics.kai.observe(
+        record, durations, total, "open_session", CYCLE_KEY, _task_latencies_ms(record, session)
+    )
     for d in record.decisions:
         action = d.action or ""
         if d.kind == "Bind":
@@ -293,6 +309,25 @@ def observe_cycle(
             metrics.pipelined.labels(action=action).inc()
         elif d.kind == "Evict":
             metrics.evictions.labels(action=action).inc()
+
+
+def _task_latencies_ms(record: CycleRecord, session: Session | None) -> list[float]:
+    """Per Bind decision: the cycle's logical time minus the pod's creation time, in ms (pods with an
+    unknown creation time are left out)."""
+    if session is None:
+        return []
+    created: dict[str, dict[str, int]] = {}
+    out = []
+    for d in record.decisions:
+        if d.kind != "Bind" or d.pod is None:
+            continue
+        if d.job not in created:
+            job = session.job_by_uid.get(d.job)
+            created[d.job] = {t.pod.uid: t.pod.created_ms for t in job.tasks} if job is not None else {}
+        at = created[d.job].get(d.pod, 0)
+        if at > 0 and record.logical_time_ms >= at:
+            out.append(float(record.logical_time_ms - at))
+    return out
 
 
 def run_timed_cycle(

@@ -396,7 +396,7 @@ class Service:
             record, ssn, durations = run_timed_cycle(
                 self.folder.snapshot(), self.config, now_ms, usage, usage_id
             )
-            observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn))
+            observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn), session=ssn)
         st.cycle_seconds += time.perf_counter() - t1
         st.cycles += 1
         st.last_cycle = record

@@ -188,7 +188,7 @@ def test_chart_crds_are_the_deploy_crds(helm: str) -> None:
             "--set",
             "prometheus.url=",
         ],
-        ["--set", "scheduler.extraArgs={--batch-size,500}", "--set", "fairshare.config.k_value=2"],
+        ["--set", "scheduler.extraArgs={--batch-size,500}", "--set", "timeBasedFairShare.k_value=2"],
     ],
     ids=["defaults", "prefix-no-prometheus", "extra-args"],
 )
@@ -213,37 +213,79 @@ def test_every_deployment_runs_a_real_subcommand(helm: str, values: list[str]) -
             assert parsed.log == "kafka://k1:9092,k2:9092"
 
 
-def test_fairshare_settings_reach_the_service(helm: str, tmp_path: Path) -> None:
+def _settings_of(container: dict[str, Any], cm: dict[str, Any], mounts_at: Path, tmp: Path) -> Any:
+    """The fair-share settings a rendered container's process loads: its args through the real CLI parser,
+    the ConfigMap file its ``--fairshare-config`` names (checked to be mounted there), its env."""
+    from fairshare.settings import cli_overrides, load_settings
+
+    args = parse_cli([str(a) for a in container["args"]])
+    assert args.fairshare_config is not None, f"{container['name']} gets no --fairshare-config"
+    assert Path(args.fairshare_config).parent == mounts_at
+    path = tmp / container["name"] / Path(args.fairshare_config).name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cm["data"][path.name])
+    env = {e["name"]: str(e["value"]) for e in container.get("env", []) if "value" in e}
+    return args, load_settings(path, cli_overrides(args), environ=env)
+
+
+@pytest.mark.parametrize(
+    ("values", "expect"),
+    [
+        # helm template with default values: time-based fair share on, with KAI's defaults.
+        ([], {"k_value": 1.0, "half_life_s": None, "window_s": 604800, "window_type": "sliding"}),
+        (
+            ["--set", "timeBasedFairShare.k_value=0.25", "--set", "timeBasedFairShare.half_life_s=3600"],
+            {"k_value": 0.25, "half_life_s": 3600, "window_s": 604800},
+        ),
+        (["--set", "timeBasedFairShare.k_value=0"], {"k_value": 0.0}),
+    ],
+    ids=["defaults-kai", "overridden", "off"],
+)
+def test_one_fair_share_setting_reaches_scheduler_and_fairshare(
+    helm: str, tmp_path: Path, values: list[str], expect: dict[str, Any]
+) -> None:
+    """The scheduler (`run`, which uses k_value) and fairshare load the same settings from the rendered
+    chart: same file, same flags, same environment."""
+    objs = render(helm, *values)
+    (cm,) = by_kind(objs, "ConfigMap").values()
+    loaded = {}
+    for dep in by_kind(objs, "Deployment").values():
+        if component(dep) not in ("scheduler", "fairshare"):
+            continue
+        spec = dep["spec"]["template"]["spec"]
+        (container,) = spec["containers"]
+        mount = next(m for m in container["volumeMounts"] if m["name"] == "config")
+        vol = next(v for v in spec["volumes"] if v["name"] == "config")
+        assert vol["configMap"]["name"] == cm["metadata"]["name"]
+        _, loaded[component(dep)] = _settings_of(container, cm, Path(mount["mountPath"]), tmp_path)
+    assert set(loaded) == {"scheduler", "fairshare"}
+    assert loaded["scheduler"].settings == loaded["fairshare"].settings
+    got = loaded["scheduler"].settings.model_dump()
+    assert {k: got[k] for k in expect} == expect
+
+
+def test_fairshare_source_settings_reach_the_service(helm: str, tmp_path: Path) -> None:
     from fairshare.prometheus import PrometheusSourceConfig
-    from fairshare.service import load_config
 
     for values, source in (
-        (["--set", "fairshare.config.k_value=2.5", "--set", "prometheus.settings.step_s=30"], "prometheus"),
-        (["--set", "prometheus.url=", "--set", "fairshare.config.half_life_s=3600"], "eventlog"),
+        (["--set", "timeBasedFairShare.k_value=2.5", "--set", "prometheus.settings.step_s=30"], "prometheus"),
+        (["--set", "prometheus.url=", "--set", "timeBasedFairShare.half_life_s=3600"], "eventlog"),
     ):
         objs = render(helm, *values)
         (cm,) = by_kind(objs, "ConfigMap").values()
         dep = next(d for d in by_kind(objs, "Deployment").values() if component(d) == "fairshare")
-        spec = dep["spec"]["template"]["spec"]
-        args = parse_cli([str(a) for a in spec["containers"][0]["args"]])
+        (container,) = dep["spec"]["template"]["spec"]["containers"]
+        args, loaded = _settings_of(container, cm, Path("/etc/hourglass"), tmp_path)
         assert args.source == source
-        # The file the pod reads: mounted from the ConfigMap at the directory --config points into.
-        mount = next(m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "config")
-        assert Path(args.config).parent == Path(mount["mountPath"])
-        vol = next(v for v in spec["volumes"] if v["name"] == "config")
-        assert vol["configMap"]["name"] == cm["metadata"]["name"]
-        path = tmp_path / Path(args.config).name
-        path.write_text(cm["data"][Path(args.config).name])
-        cfg, prom = load_config(str(path))
         if source == "prometheus":
-            assert cfg.k_value == 2.5
-            assert prom is not None
-            pc = PrometheusSourceConfig.model_validate(prom)
+            assert loaded.settings.k_value == 2.5
+            assert loaded.prometheus is not None
+            pc = PrometheusSourceConfig.model_validate(loaded.prometheus)
             assert pc.url == "http://prometheus-operated.monitoring.svc:9090"
             assert pc.step_s == 30
         else:
-            assert cfg.half_life_s == 3600
-            assert prom is None
+            assert loaded.settings.half_life_s == 3600
+            assert loaded.prometheus is None
 
 
 def _rules_of(objs: list[dict[str, Any]], sa: str) -> list[dict[str, Any]]:
@@ -335,6 +377,9 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
         (["--set", "binder.replicas=one"], "/binder/replicas': got string, want integer"),
         (["--set", "prometheus.url=prom:9090"], "/prometheus/url': 'prom:9090' does not match"),
         (["--set", "kafka.bootstrapServers=k:9092"], "additional properties 'bootstrapServers' not allowed"),
+        (["--set", "timeBasedFairShare.k_value=-1"], "/timeBasedFairShare/k_value': minimum: got -1, want 0"),
+        (["--set", "timeBasedFairShare.window_type=cron"], "/timeBasedFairShare/window_type'"),
+        (["--set", "fairshare.config.k_value=2"], "fairshare.config has moved to the top-level timeBasedFairShare"),
     ],
     ids=[
         "no-bootstrap",
@@ -345,6 +390,9 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
         "replicas-not-a-number",
         "prometheus-url-without-scheme",
         "misspelt-kafka-key",
+        "negative-k-value",
+        "unknown-window-type",
+        "old-fairshare-config-key",
     ],
 )
 def test_bad_values_fail_with_a_specific_message(helm: str, values: list[str], message: str) -> None:
@@ -861,6 +909,16 @@ def test_compose_stack_references_existing_files_and_real_commands() -> None:
     targets = [t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]]
     sched = parse_cli(list(services["scheduler"]["command"]))
     assert sched.metrics_host == "0.0.0.0"
+    # One fair-share setting: the scheduler and fairshare read the same file, mounted at the path they name.
+    from fairshare.settings import cli_overrides, load_settings
+
+    loaded = []
+    for name in ("scheduler", "fairshare"):
+        args = parse_cli(list(services[name]["command"]))
+        mounts = dict(v.split(":")[:2] for v in services[name]["volumes"])
+        host = next(h for h, c in mounts.items() if c == args.fairshare_config)
+        loaded.append(load_settings(COMPOSE_DIR / host, cli_overrides(args), environ={}).settings)
+    assert loaded[0] == loaded[1] and loaded[0].k_value > 0
     assert f"scheduler:{sched.metrics_port}" in targets
     # Grafana gets the dashboard through the provisioning provider's path.
     grafana_mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"])

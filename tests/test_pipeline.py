@@ -146,7 +146,7 @@ def test_usage_snapshots_drive_the_division_and_replay(tmp_path: Path) -> None:
     assert summary.cycles == n and summary.mismatches == 0
     # The wrong config is refused with the hashes named, not silently mismatched.
     with pytest.raises(Exception, match="config hash"):
-        load_source(tmp_path / "log", config=SessionConfig())
+        load_source(tmp_path / "log", config=SessionConfig(k_value=0.0))
 
     # The audit store holds the snapshots and their per-queue values.
     with FileLog(tmp_path / "log", readonly=True) as ro, AuditStore(tmp_path / "audit.duckdb") as store:

@@ -528,7 +528,9 @@ class SessionConfig:
     cpu_placement: str = "binpack"
     gpu_sharing_placement: str = "binpack"
     fair_share_enabled: bool = True
-    k_value: float = 0.0
+    # KAI's kValue default (time-based fair share on); the same default as fairshare.settings, which is
+    # what `hourglass run` passes here. Without a usage snapshot it changes nothing (U' = 0).
+    k_value: float = 1.0
     stale_grace_ms: int = 60_000
     max_consolidation_preemptees: int = 16
     saturation_multiplier: float = 1.0

@@ -47,9 +47,13 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* The fairshare settings file: FairshareConfig fields, plus `prometheus:` when a URL is set. */}}
+{{/* The fair-share settings file both the scheduler and fairshare read (--fairshare-config): the
+timeBasedFairShare fields (fairshare/settings.py), plus `prometheus:` when a URL is set. */}}
 {{- define "hourglass.fairshareConfig" -}}
-{{- $cfg := deepCopy (default dict .Values.fairshare.config) -}}
+{{- if .Values.fairshare.config -}}
+{{- fail "fairshare.config has moved to the top-level timeBasedFairShare block (one setting for the scheduler and fairshare): e.g. --set timeBasedFairShare.k_value=2" -}}
+{{- end -}}
+{{- $cfg := deepCopy (default dict .Values.timeBasedFairShare) -}}
 {{- if .Values.prometheus.url -}}
 {{- $prom := merge (dict "url" .Values.prometheus.url) (deepCopy (default dict .Values.prometheus.settings)) -}}
 {{- $_ := set $cfg "prometheus" $prom -}}

@@ -1,0 +1,225 @@
+"""KAI's metric names on the scheduler's /metrics (scheduler/kai_metrics.py), and KAI's queries over them.
+
+A KAI user's dashboards and alerts keep working: the names, labels and units are KAI's
+(``pkg/scheduler/metrics/metrics.go``, ``pkg/queuecontroller/metrics/metrics.go``, kai-spec §7.4), the
+values agree with Hourglass's own metrics, and the queries of KAI's Grafana dashboard
+(``docs/metrics/grafana-dashboard.json`` in KAI's repository) and of its time-based fair-share docs return
+data from a real Prometheus scraping the endpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from scheduler.engine.cycle import run_cycle
+from scheduler.engine.decisions import CycleRecord, Decision
+from scheduler.metrics import CYCLE_KEY, SchedulerMetrics, capacity_of, observe_cycle, run_timed_cycle, serve
+from tests.promserver import PrometheusFactory
+from tests.test_metrics import NOW_MS, _state
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def _scrape(m: SchedulerMetrics) -> tuple[dict[tuple[str, Labels], float], dict[str, str], str]:
+    """Samples by (name, labels), family types by name, and the raw text, over real HTTP."""
+    with serve(m) as server, urllib.request.urlopen(f"{server.url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    samples, types = {}, {}
+    for fam in text_string_to_metric_families(text):
+        types[fam.name] = fam.type
+        for s in fam.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples, types, text
+
+
+def _q(queue: str) -> Labels:
+    return (("queue_display_name", ""), ("queue_metadata_name", queue), ("queue_name", queue))
+
+
+def _one_cycle(usage: dict[str, dict[str, float]] | None = None) -> SchedulerMetrics:
+    """One cycle of tests.test_metrics' cluster; its pods were created 7 ms before the cycle."""
+    state = _state()
+    state = dataclasses.replace(
+        state, pods=tuple(dataclasses.replace(p, created_ms=NOW_MS - 7) for p in state.pods)
+    )
+    m = SchedulerMetrics.create()
+    record, ssn = run_cycle(state, now_ms=NOW_MS, usage=usage)
+    durations = {"allocate": 0.002, "reclaim": 0.001, CYCLE_KEY: 0.004}
+    observe_cycle(m, record, durations, capacity=capacity_of(ssn), session=ssn)
+    return m
+
+
+@pytest.mark.parametrize(
+    ("name", "queue", "value"),
+    [
+        # Queue-controller gauges: GPUs, cores, bytes; -1 = unlimited quota.
+        ("kai_queue_info", "team-a", 1.0),
+        ("kai_queue_deserved_gpus", "team-a", 2.0),
+        ("kai_queue_deserved_gpus", "org", 4.0),
+        ("kai_queue_quota_cpu_cores", "team-a", -1.0),
+        ("kai_queue_quota_memory_bytes", "team-a", -1.0),
+        ("kai_queue_allocated_gpus", "team-a", 1.0),
+        ("kai_queue_allocated_gpus", "team-b", 0.5),
+        ("kai_queue_allocated_gpus", "org", 1.5),
+        ("kai_queue_allocated_cpu_cores", "team-a", 2.0),
+        ("kai_queue_allocated_memory_bytes", "team-a", 8e9),
+        # Scheduler gauges: fair share in devices, cores and decimal GB; usage is U'.
+        ("kai_queue_fair_share_gpu", "team-a", 1.0),
+        ("kai_queue_fair_share_gpu", "team-b", 0.5),
+        ("kai_queue_fair_share_cpu_cores", "team-a", 2.0),
+        ("kai_queue_fair_share_memory_gb", "team-a", 8.0),
+        ("kai_queue_gpu_usage", "team-a", 0.25),
+        ("kai_queue_cpu_usage", "team-a", 0.0),
+        ("kai_queue_memory_usage", "team-b", 0.0),
+    ],
+)
+def test_queue_metrics_have_kais_names_labels_and_units(name: str, queue: str, value: float) -> None:
+    samples, types, _ = _scrape(_one_cycle(usage={"team-a": {"gpu": 0.25}}))
+    assert samples[(name, _q(queue))] == pytest.approx(value)
+    assert types[name] == "gauge"
+
+
+def test_kai_values_agree_with_hourglass_values() -> None:
+    samples, _, _ = _scrape(_one_cycle())
+    for queue in ("org", "team-a", "team-b"):
+        hg = (("queue", queue), ("resource", "gpu"))
+        assert samples[("kai_queue_fair_share_gpu", _q(queue))] == samples[("hourglass_queue_fair_share", hg)]
+        assert samples[("kai_queue_allocated_gpus", _q(queue))] == samples[("hourglass_queue_allocated", hg)]
+
+
+def test_latency_gauges_are_whole_milliseconds_of_the_last_cycle() -> None:
+    # clock reads: start, session opened, after each of the 5 actions, record built.
+    ticks = iter([0.0, 0.0015, 0.0035, 0.0045, 0.0050, 0.0059, 0.0071, 0.0099])
+    m = SchedulerMetrics.create()
+    record, ssn, durations = run_timed_cycle(_state(), now_ms=NOW_MS, clock=lambda: next(ticks))
+    observe_cycle(m, record, durations, capacity=capacity_of(ssn))
+    samples, types, _ = _scrape(m)
+    # open 1.5 ms -> 1; the whole cycle 9.9 ms -> 9; close = whole - open - actions = 9.9 - 1.5 - 5.6 = 2.8 -> 2.
+    assert samples[("kai_e2e_scheduling_latency_milliseconds", ())] == 9.0
+    assert samples[("kai_open_session_latency_milliseconds", ())] == 1.0
+    assert samples[("kai_close_session_latency_milliseconds", ())] == 2.0
+    assert samples[("kai_action_scheduling_latency_milliseconds", (("action", "allocate"),))] == 2.0
+    assert {
+        types[n]
+        for n in ("kai_e2e_scheduling_latency_milliseconds", "kai_action_scheduling_latency_milliseconds")
+    } == {"gauge"}
+
+
+def test_task_scheduling_latency_is_creation_to_bind_in_kais_buckets() -> None:
+    """Each bound pod's wait, from its creation to the cycle that bound it, in KAI's 5..2560 ms buckets."""
+    state = _state()
+    waits = {"ja-0": 7, "jb-0": 3000}  # ms before the cycle's logical time; 3000 falls past 2560 (+Inf)
+    pods = tuple(dataclasses.replace(p, created_ms=NOW_MS - waits[p.uid]) for p in state.pods)
+    record, ssn = run_cycle(dataclasses.replace(state, pods=pods), now_ms=NOW_MS)
+    m = SchedulerMetrics.create()
+    observe_cycle(m, record, {CYCLE_KEY: 0.001}, session=ssn)
+    samples, types, text = _scrape(m)
+    name = "kai_task_scheduling_latency_milliseconds"
+    assert types[name] == "histogram"
+    bucket = {le: samples[(f"{name}_bucket", (("le", le),))] for le in ("5", "10", "2560", "+Inf")}
+    assert bucket == {"5": 0.0, "10": 1.0, "2560": 1.0, "+Inf": 2.0}
+    assert samples[(f"{name}_count", ())] == 2.0 and samples[(f"{name}_sum", ())] == 3007.0
+    assert 'le="2560"' in text  # bounds written as KAI's Go client writes them
+    # Without the session (or with unknown creation times) nothing is observed.
+    m2 = SchedulerMetrics.create()
+    observe_cycle(m2, record, {CYCLE_KEY: 0.001})
+    assert _scrape(m2)[0][(f"{name}_count", ())] == 0.0
+
+
+def _record(decisions: list[Decision]) -> CycleRecord:
+    return CycleRecord(
+        cycle_id="c",
+        events_offset=1,
+        usage_snapshot_id=None,
+        config_hash="h",
+        logical_time_ms=1,
+        queues=[],
+        decisions=decisions,
+    )
+
+
+def test_per_action_counters_accumulate_over_cycles_under_kais_exact_names() -> None:
+    m = SchedulerMetrics.create()
+    binds = [
+        Decision(kind="Bind", job="ns/train-1", queue="a", pod="ns/train-1-0", action="allocate"),
+        Decision(kind="Bind", job="ns/train-1", queue="a", pod="ns/train-1-1", action="allocate"),
+        Decision(kind="Pipeline", job="ns/train-2", queue="a", pod="ns/train-2-0", action="reclaim"),
+        Decision(kind="Evict", job="ns/old", queue="b", pod="ns/old-0", action="reclaim"),
+        Decision(kind="Evict", job="ns/old", queue="b", pod="ns/old-1", action="reclaim"),
+        Decision(kind="Unschedulable", job="ns/big", queue="a", reason="x"),
+    ]
+    observe_cycle(m, _record(binds), {CYCLE_KEY: 0.001})
+    observe_cycle(m, _record(binds[:1]), {CYCLE_KEY: 0.001})
+    samples, types, text = _scrape(m)
+    # A gang counts once per cycle (KAI counts podgroups), pipelined ones too.
+    assert samples[("kai_podgroups_scheduled_by_action", (("action", "allocate"),))] == 2.0
+    assert samples[("kai_podgroups_scheduled_by_action", (("action", "reclaim"),))] == 1.0
+    assert "kai_podgroups_scheduled_by_action_total" not in text  # KAI's name, no suffix added
+    evicted = (("action", "reclaim"), ("namespace", "ns"), ("nodepool", ""), ("podgroup", "old"), ("uid", ""))
+    assert samples[("kai_pod_group_evicted_pods_total", evicted)] == 2.0
+    assert types["kai_pod_group_evicted_pods"] == "counter"
+
+
+# ----------------------------------------------------------------------------- a real Prometheus
+
+#: (where KAI uses it, PromQL). KAI's Grafana dashboard panels "Fair share" and "Allocated"; the
+#: queue-controller gauges its time-based fair-share docs read (usageDBConfig.extraParams defaults) in
+#: the sliding-window shape KAI's usage client builds (kai-spec §4.3); the scheduler latency and action
+#: gauges and counters of KAI's METRICS.md.
+KAI_QUERIES: tuple[tuple[str, str], ...] = (
+    ("dashboard: Fair share", "kai_queue_fair_share_gpu"),
+    ("dashboard: Allocated", "kai_queue_allocated_gpus"),
+    ("time-based fair share: gpu allocation", "sum_over_time((kai_queue_allocated_gpus)[1m:1s])"),
+    ("time-based fair share: cpu allocation", "sum_over_time((kai_queue_allocated_cpu_cores)[1m:1s])"),
+    ("time-based fair share: memory allocation", "sum_over_time((kai_queue_allocated_memory_bytes)[1m:1s])"),
+    ("scheduler usage gauge", "kai_queue_gpu_usage"),
+    ("latency", "kai_e2e_scheduling_latency_milliseconds"),
+    ("latency per action", 'max by (action) (kai_action_scheduling_latency_milliseconds{action="allocate"})'),
+    ("podgroups scheduled", "sum by (action) (increase(kai_podgroups_scheduled_by_action[1m]))"),
+    (
+        "task scheduling latency p99",
+        "histogram_quantile(0.99, sum by (le) (kai_task_scheduling_latency_milliseconds_bucket))",
+    ),
+    ("queue fair share vs allocated", "kai_queue_allocated_gpus / on (queue_name) kai_queue_fair_share_gpu"),
+)
+
+
+def _query(prom_url: str, expr: str) -> list[Any]:
+    url = f"{prom_url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        body = json.loads(resp.read())
+    assert body["status"] == "success", body
+    result: list[Any] = body["data"]["result"]
+    return result
+
+
+def test_kais_dashboard_and_doc_queries_return_data_from_a_real_prometheus(
+    prometheus_server: PrometheusFactory,
+) -> None:
+    m = _one_cycle(usage={"team-a": {"gpu": 0.25}})
+    with serve(m) as endpoint:
+        prom = prometheus_server(scrape_targets=[f"127.0.0.1:{endpoint.port}"], scrape_interval_s=1.0)
+        deadline = time.monotonic() + 30
+        while not _query(prom.url, "count_over_time(kai_e2e_scheduling_latency_milliseconds[1m]) >= 3"):
+            assert time.monotonic() < deadline, "Prometheus did not scrape the scheduler 3 times in 30 s"
+            time.sleep(0.5)
+        results = {where: _query(prom.url, expr) for where, expr in KAI_QUERIES}
+    empty = [where for where, res in results.items() if not res]
+    assert not empty, f"KAI queries with no data: {empty}"
+    # The dashboard's legend is {{queue_name}}: every queue is there under that label.
+    fair = {r["metric"]["queue_name"]: float(r["value"][1]) for r in results["dashboard: Fair share"]}
+    assert fair == {"org": 1.5, "team-a": 1.0, "team-b": 0.5}
+    ratio = {
+        r["metric"]["queue_name"]: float(r["value"][1]) for r in results["queue fair share vs allocated"]
+    }
+    assert ratio == {"org": 1.0, "team-a": 1.0, "team-b": 1.0}
+    (p99,) = results["task scheduling latency p99"]
+    assert 5.0 < float(p99["value"][1]) <= 10.0  # both pods waited 7 ms: the 5..10 ms bucket

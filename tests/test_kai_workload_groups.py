@@ -1,0 +1,270 @@
+"""A KAI user's LeaderWorkerSet and CronJob (examples/kai-workload/groups.yaml) on a real kube-apiserver.
+
+Only the scheduler name is changed. No LWS or CronJob controller runs here, so the test plays them: it
+creates what they create (the LWS leader StatefulSet, leader pods, a worker StatefulSet per leader and its
+pods; a Job per CronJob run and its pod), with the owner references they set. Then ingest -> scheduler ->
+binder run, and the pod-grouper's PodGroups and the bindings must be KAI's: one gang of ``size`` per LWS
+group replica, one PodGroup per CronJob run. KAI's external-PodGroup contract rides along: a pod with
+``kai.scheduler/skip-podgrouper`` joins the PodGroup it names, and one naming none is refused with a reason.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+from ingest.filelog import FileLog
+from ingest.log import DEFAULT_TOPICS
+from tests.test_binder import apply_crds, make_node, pod_events, read_pod
+from tests.test_kai_workload import _apply_cluster_object, _docs, _ensure_crd
+from tests.test_kube_e2e import Pipeline, _decisions, _podgroup
+
+SKIP = "kai.scheduler/skip-podgrouper"
+
+
+def _cpu_pod(name: str, ns: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns, "annotations": annotations},
+        "spec": {
+            "schedulerName": "hourglass",
+            "containers": [
+                {"name": "c", "image": "ubuntu:24.04", "resources": {"requests": {"cpu": "100m"}}}
+            ],
+        },
+    }
+
+
+LWS_CRD: dict[str, Any] = {  # the LWS CRD's identity; its schema is not what this test is about
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io"},
+    "spec": {
+        "group": "leaderworkerset.x-k8s.io",
+        "scope": "Namespaced",
+        "names": {
+            "kind": "LeaderWorkerSet",
+            "plural": "leaderworkersets",
+            "singular": "leaderworkerset",
+            "listKind": "LeaderWorkerSetList",
+        },
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                },
+            }
+        ],
+    },
+}
+
+
+def _ref(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _statefulset(name: str, ns: str, replicas: int, template: dict[str, Any], owner: dict[str, Any]) -> Any:
+    labels = {"app": name}
+    tmpl = copy.deepcopy(template)
+    tmpl.setdefault("metadata", {})["labels"] = labels
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": ns, "ownerReferences": [owner]},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": name,
+            "selector": {"matchLabels": labels},
+            "template": tmpl,
+        },
+    }
+
+
+def _pod(name: str, ns: str, template: dict[str, Any], labels: dict[str, str], owner: dict[str, Any]) -> Any:
+    pod = copy.deepcopy(template)
+    pod.update({"apiVersion": "v1", "kind": "Pod"})
+    pod["metadata"] = {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [owner]}
+    return pod
+
+
+def _play_lws_controller(api: Any, ns: str, lws: dict[str, Any]) -> dict[int, list[str]]:
+    """The LWS controller's objects; returns group index -> pod names (leader first)."""
+    from kubernetes import client
+
+    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
+    name, spec = lws["metadata"]["name"], lws["spec"]
+    tmpl = spec["leaderWorkerTemplate"]
+    leader_sts = apps.create_namespaced_stateful_set(
+        ns,
+        _statefulset(
+            name, ns, spec["replicas"], tmpl["leaderTemplate"], _ref(lws, lws["apiVersion"], lws["kind"])
+        ),
+    ).to_dict()
+    groups: dict[int, list[str]] = {}
+    for i in range(spec["replicas"]):
+        common = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(i)}
+        leader = core.create_namespaced_pod(
+            ns,
+            _pod(
+                f"{name}-{i}",
+                ns,
+                tmpl["leaderTemplate"],
+                {**common, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+                _ref(leader_sts, "apps/v1", "StatefulSet"),
+            ),
+        ).to_dict()
+        worker_sts = apps.create_namespaced_stateful_set(
+            ns,
+            _statefulset(
+                f"{name}-{i}", ns, tmpl["size"] - 1, tmpl["workerTemplate"], _ref(leader, "v1", "Pod")
+            ),
+        ).to_dict()
+        groups[i] = [f"{name}-{i}"]
+        for j in range(1, tmpl["size"]):
+            core.create_namespaced_pod(
+                ns,
+                _pod(
+                    f"{name}-{i}-{j}",
+                    ns,
+                    tmpl["workerTemplate"],
+                    {**common, "leaderworkerset.sigs.k8s.io/worker-index": str(j)},
+                    _ref(worker_sts, "apps/v1", "StatefulSet"),
+                ),
+            )
+            groups[i].append(f"{name}-{i}-{j}")
+    return groups
+
+
+def _play_cronjob_controller(api: Any, ns: str, cron: dict[str, Any], runs: list[str]) -> dict[str, str]:
+    """A Job per run, owned by the CronJob, and its pod; returns pod name -> its Job's name."""
+    from kubernetes import client
+
+    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
+    jt = cron["spec"]["jobTemplate"]
+    out = {}
+    for run in runs:
+        job_name = f"{cron['metadata']['name']}-{run}"
+        job_doc = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": job_name,
+                "namespace": ns,
+                "labels": dict(jt["metadata"]["labels"]),
+                "ownerReferences": [_ref(cron, "batch/v1", "CronJob")],
+            },
+            "spec": copy.deepcopy(jt["spec"]),
+        }
+        job = batch.create_namespaced_job(ns, job_doc).to_dict()
+        pod_name = f"{job_name}-x"
+        core.create_namespaced_pod(
+            ns,
+            _pod(pod_name, ns, jt["spec"]["template"], {"job-name": job_name}, _ref(job, "batch/v1", "Job")),
+        )
+        out[pod_name] = job_name
+    return out
+
+
+def test_lws_and_cronjob_are_grouped_and_placed_as_kai_would(
+    kube_api: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    ns = kube_namespace
+    with kube_api.api_client() as api:
+        apply_crds(api)
+        _ensure_crd(api, LWS_CRD)
+        for n in ("n1", "n2"):
+            make_node(api, f"{ns}-{n}", gpus=4)
+        for q in _docs("queues.yaml"):
+            _apply_cluster_object(api, q)
+        co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+        lws_doc, cron_doc = _docs("groups.yaml")
+        for doc in (lws_doc, cron_doc):
+            doc["metadata"]["namespace"] = ns
+        lws = co.create_namespaced_custom_object(
+            "leaderworkerset.x-k8s.io", "v1", ns, "leaderworkersets", lws_doc
+        )
+        cron = api.sanitize_for_serialization(batch.create_namespaced_cron_job(ns, cron_doc))
+        groups = _play_lws_controller(api, ns, lws)
+        runs = _play_cronjob_controller(api, ns, cron, ["1000", "2000"])
+        # KAI's external-PodGroup contract: skip-podgrouper plus pod-group-name joins a PodGroup made by
+        # someone else; skip-podgrouper alone names none, so the pod is refused with a reason.
+        _podgroup(api, ns, "demo-external", "demo-queue", 1)
+        core = client.CoreV1Api(api)
+        core.create_namespaced_pod(
+            ns, _cpu_pod("demo-external-0", ns, {SKIP: "true", "pod-group-name": "demo-external"})
+        )
+        core.create_namespaced_pod(ns, _cpu_pod("demo-skip-only", ns, {SKIP: "true"}))
+        pods = [p for g in groups.values() for p in g] + list(runs) + ["demo-external-0"]
+        assert len(pods) == 9
+
+        with FileLog(tmp_path / "log") as log:
+            p = Pipeline(api, ns, log)
+            p.ingest.start()
+            try:
+                p.settle(lambda: all("nodeName" in read_pod(api, ns, n)["spec"] for n in pods))
+            finally:
+                p.ingest.stop()
+            binds: dict[str, tuple[str, int]] = {}
+            jobs: dict[str, str] = {}  # pod -> the job (PodGroup) the scheduler bound it as part of
+            for rec in _decisions(log):
+                for d in rec["decisions"]:
+                    if d["kind"] == "Bind":
+                        binds[d["pod"]] = (d["node"], rec["logical_time_ms"])
+                        jobs[d["pod"]] = d["job"]
+            dead = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.deadletter, 0, 100)]
+        # Only the pod that skips the pod-grouper without naming a PodGroup is refused, saying why.
+        assert [d["source_topic"] for d in dead] == ["kube:Pod"], dead
+        assert SKIP in dead[0]["message"] and "pod-group-name" in dead[0]["message"]
+        assert "nodeName" not in read_pod(api, ns, "demo-skip-only")["spec"]
+        warnings = [e for e in pod_events(api, ns, "demo-skip-only") if e["type"] == "Warning"]
+        assert warnings and SKIP in warnings[0]["message"]
+        assert jobs[f"{ns}/demo-external-0"] == f"{ns}/demo-external"
+        for name in pods:
+            assert read_pod(api, ns, name)["spec"]["nodeName"] == binds[f"{ns}/{name}"][0], name
+
+        pgs = {
+            g["metadata"]["name"]: g
+            for g in co.list_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups")[
+                "items"
+            ]
+        }
+        uid = lws["metadata"]["uid"]
+        for i, members in groups.items():
+            # Each LWS group replica is a gang of leaderWorkerTemplate.size, owned by the LWS, in its queue.
+            pg = pgs[f"pg-demo-lws-{uid}-group-{i}"]
+            assert (pg["spec"]["minMember"], pg["spec"]["queue"]) == (3, "demo-queue")
+            assert pg["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet"
+            assert {jobs[f"{ns}/{m}"] for m in members} == {f"{ns}/{pg['metadata']['name']}"}
+            assert len({binds[f"{ns}/{m}"][1] for m in members}) == 1  # placed together, in one cycle
+        # One PodGroup per CronJob run, owned by that run's Job; none for the CronJob as a whole.
+        for pod_name, job_name in runs.items():
+            job_uid = batch.read_namespaced_job(job_name, ns).metadata.uid
+            pg = pgs[f"pg-{job_name}-{job_uid}"]
+            assert (pg["spec"]["minMember"], pg["spec"]["queue"]) == (1, "demo-queue")
+            assert jobs[f"{ns}/{pod_name}"] == f"{ns}/{pg['metadata']['name']}"
+            assert pg["metadata"]["ownerReferences"][0] == {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": job_name,
+                "uid": job_uid,
+                "blockOwnerDeletion": False,
+                "controller": False,
+            }
+        assert not [n for n in pgs if n.startswith("pg-demo-nightly-" + cron["metadata"]["uid"])]
+        # Nothing else was grouped: the two LWS gangs, the two runs and the external PodGroup.
+        assert len(pgs) == 5, sorted(pgs)
