@@ -259,6 +259,42 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+# --- issue 16 items 3-4: eta and check (analytics/eta.py, analytics/check.py) ---
+def _cmd_eta(args: argparse.Namespace) -> int:
+    from analytics.eta import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from analytics.check import run_cli
+
+    return run_cli(args)
+
+
+def _add_eta_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from analytics.check import add_arguments as check_arguments
+    from analytics.eta import add_arguments as eta_arguments
+
+    et = sub.add_parser(
+        "eta",
+        help="when will this pending pod start: a range from forward simulations with learnt run times;"
+        " --backtest LOG scores it (docs/eta.md)",
+    )
+    eta_arguments(et)
+    et.set_defaults(func=_cmd_eta)
+    ck = sub.add_parser(
+        "check",
+        help="would this pod / pod group be scheduled right now, where, and if not why (nothing is submitted;"
+        " docs/eta.md)",
+    )
+    check_arguments(ck)
+    ck.set_defaults(func=_cmd_check)
+
+
+# --- end of eta and check ---
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -412,6 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ingest_arguments(ig)
     ig.set_defaults(func=_cmd_ingest)
+    _add_eta_check(sub)
     return p
 
 
