@@ -1,0 +1,209 @@
+"""``hourglass eta``: when a pending pod will start, and the backtest that measures how honest that is.
+
+Small scenarios whose answer is known: each is simulated (``hourglass simulate --config``) twice, cut at
+``cut`` (the log ``eta`` reads) and run longer (what really happened). Every job of a scenario runs for the
+same time as the finished runs the cut log holds, so the estimate must equal the real start exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from analytics.cli import main
+from analytics.eta import RuntimeModel, job_stem
+from analytics.simlog import read_events
+
+H = 3_600_000
+MIN = 60_000
+
+
+def _scenario(
+    nodes_gpus: int, queues: list[dict[str, Any]], workloads: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "name": "eta",
+        "duration": "10h",
+        "cycle_period": "60s",
+        "eviction_grace": "30s",
+        "nodes": [{"count": 1, "gpus": nodes_gpus, "cpu": 64, "memory": 256, "name_prefix": "n"}],
+        "queues": queues,
+        "workloads": workloads,
+    }
+
+
+def _fixed(queue: str, name: str, gpus: int, jobs: list[tuple[str, str]]) -> dict[str, Any]:
+    return {
+        "queue": queue,
+        "kind": "fixed",
+        "gpus_per_pod": gpus,
+        "name": name,
+        "jobs": [{"at": at, "runtime": rt} for at, rt in jobs],
+    }
+
+
+ONE_QUEUE = _scenario(
+    2,
+    [{"name": "team", "gpu": {"quota": 2, "weight": 1}}],
+    [_fixed("team", "train", 2, [("0s", "1h")] * 6)],
+)
+# Queue b takes the whole 4-GPU node while a is idle; a's 2-GPU job arrives at 3h10 and has to wait until
+# b's pods pass their 30-minute reclaim protection (3h30), then for the evicted pods' grace.
+RECLAIM = _scenario(
+    4,
+    [
+        {"name": "a", "gpu": {"quota": 2, "weight": 1}},
+        {"name": "b", "gpu": {"quota": 2, "weight": 1}, "reclaim_min_runtime_s": 1800},
+    ],
+    [
+        _fixed("b", "warm", 4, [("0s", "1h")] * 3),
+        _fixed("b", "long", 1, [("3h", "5h")] * 4),
+        _fixed("a", "eval", 2, [("190m", "1h")]),
+    ],
+)
+TOO_BIG = _scenario(
+    2,
+    [{"name": "team", "gpu": {"quota": 2, "weight": 1}}],
+    [_fixed("team", "train", 2, [("0s", "1h")] * 4), _fixed("team", "huge", 4, [("0s", "1h")])],
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    scenario: dict[str, Any]
+    cut: str  # where the log eta reads ends
+    pod: str
+    ahead: list[str]
+    says: str  # a phrase of the text answer
+    start_ms: int | None  # the known start (None: never)
+
+
+CASES = [
+    Case("running job ends at a known time", ONE_QUEUE, "200m", "team/train-4", [], "at 04:00", 4 * H),
+    Case("second in line", ONE_QUEUE, "200m", "team/train-5", ["team/train-4"], "1 job of your queue", 5 * H),
+    Case(
+        "reclaim after min-runtime",
+        RECLAIM,
+        "200m",
+        "a/eval-0",
+        [],
+        "queue b holds over its fair share",
+        3 * H + 31 * MIN,
+    ),
+    Case(
+        "never fits",
+        TOO_BIG,
+        "90m",
+        "team/huge-0",
+        ["team/train-2", "team/train-3"],
+        "not expected to start within a year",
+        None,
+    ),
+]
+
+
+def _run(tmp: Path, scenario: dict[str, Any], duration: str, tag: str) -> Path:
+    cfg = tmp / f"{tag}.yaml"
+    cfg.write_text(yaml.safe_dump({**scenario, "duration": duration}))
+    out = tmp / tag
+    assert main(["simulate", "--config", str(cfg), "--out", str(out), "--json"]) == 0
+    return out
+
+
+def _real_start(run: Path, pod: str) -> int | None:
+    return next((e.at_ms for _, e in read_events(run) if e.type == "PodBound" and e.uid == pod), None)
+
+
+def _eta(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    rc = main(["eta", *args])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_eta_matches_what_happened(case: Case, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cut = _run(tmp_path, case.scenario, case.cut, "cut")
+    assert _real_start(cut, case.pod) is None, "the pod must still be pending where the log is cut"
+    rc, out, err = _eta(capsys, case.pod, "--log", str(cut), "--json")
+    assert rc == 0, err
+    answer = json.loads(out)
+    assert answer["state"] == "pending"
+    assert answer["most_likely_ms"] == case.start_ms
+    assert answer["earliest_ms"] == case.start_ms
+    assert answer["ahead"] == case.ahead
+    if case.start_ms is not None:
+        full = _run(tmp_path, case.scenario, "10h", "full")
+        assert _real_start(full, case.pod) == case.start_ms
+    rc, text, _ = _eta(capsys, case.pod, "--log", str(cut))
+    assert rc == 0
+    assert case.says in text
+
+
+def test_running_pod_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cut = _run(tmp_path, ONE_QUEUE, "200m", "cut")
+    rc, out, _ = _eta(capsys, "train-3", "--log", str(cut))
+    assert rc == 0
+    assert "already running on node n-0 since 03:00" in out
+    for args, message in [
+        (["nope", "--log", str(cut)], "unknown pod 'nope'"),
+        (["team/train-0", "--log", str(cut)], "not in the log's current state"),
+        (["team/train-4"], "give a pod and --log LOG"),
+        (["team/train-4", "--backtest", str(cut)], "--backtest LOG takes no pod"),
+        (["team/train-4", "--log", str(tmp_path / "missing")], "neither a run directory"),
+    ]:
+        rc, _, err = _eta(capsys, *args)
+        assert rc == 2, args
+        assert message in err, (args, err)
+
+
+def test_no_history_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cut = _run(tmp_path, ONE_QUEUE, "30m", "cut")
+    rc, _, err = _eta(capsys, "team/train-1", "--log", str(cut))
+    assert rc == 2
+    assert "no pod has finished in the log yet" in err
+
+
+def test_backtest_exact_when_run_times_are(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every job runs 1 h; the pods left pending after the history exists are predicted to the second."""
+    scenario = _scenario(
+        2,
+        [{"name": "team", "gpu": {"quota": 2, "weight": 1}}],
+        [_fixed("team", "train", 2, [("0s", "1h")] * 4 + [("185m", "1h"), ("190m", "1h")])],
+    )
+    run = _run(tmp_path, scenario, "10h", "full")
+    rc, out, err = _eta(capsys, "--backtest", str(run))
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "eta: 2 pods, coverage 100.0 % within p10-p90, median abs error 0 s"
+
+
+@pytest.mark.parametrize(
+    ("name", "stem"),
+    [
+        ("train-7", "train"),
+        ("pg-train-12-0f3c2a1b-1111-2222-3333-444455556666", "train"),
+        ("a-w0-3", "a-w0"),
+        ("x", "x"),
+    ],
+)
+def test_job_stem(name: str, stem: str) -> None:
+    assert job_stem(name) == stem
+
+
+def test_runtime_model_levels_and_conditioning() -> None:
+    m = RuntimeModel()
+    for rt in (10, 20, 30, 40, 50, 60, 70, 80, 90, 100):
+        m.add("q", "job", rt * 1000)
+    m.add("q", "other", 500_000)
+    assert m.remaining("q", "job", 50) == (50_000, "job")
+    assert m.remaining("q", "job", 90, elapsed_ms=75_000) == (25_000, "job")  # of 80, 90, 100: p90 = 100
+    assert m.remaining("q", "unseen", 10) == (20_000, "queue")  # 11 runs, nearest rank 2
+    assert m.remaining("elsewhere", "job", 50) == (60_000, "cluster")
+    assert m.remaining("q", "job", 50, elapsed_ms=1_000_000) == (1_000_000, "beyond history")
