@@ -58,12 +58,16 @@ __all__ = [
     "Eta",
     "EtaError",
     "RuntimeModel",
+    "Setting",
     "Tracker",
     "add_arguments",
     "backtest",
     "estimate",
     "eta",
+    "fold_log",
+    "format_time",
     "free_gpu_milli",
+    "next_cycle_ms",
     "queue_standing",
     "run_cli",
 ]
@@ -159,6 +163,16 @@ class Tracker:
         self.group_queue: dict[str, str] = {}
         self.last_ms = 0
 
+    def fork(self) -> Tracker:
+        """An independent copy to fold hypothetical events into (the run-time history is shared)."""
+        other = Tracker()
+        other.builder = self.builder.fork()
+        other.model = self.model
+        other.pods = dict(self.pods)
+        other.group_queue = dict(self.group_queue)
+        other.last_ms = self.last_ms
+        return other
+
     def apply(self, offset: int, e: Any) -> None:
         """Fold one event (one the fold rejects is skipped, as the service dead-letters it)."""
         previous = self.builder.offset
@@ -204,7 +218,7 @@ class Tracker:
 
 
 @dataclass(frozen=True, slots=True)
-class _Setting:
+class Setting:
     """What the forward runs need besides the state: engine config, usage, the cluster's clocks."""
 
     config: SessionConfig
@@ -216,6 +230,11 @@ class _Setting:
 
 def _grid(t: int, period: int) -> int:
     return -(-t // period) * period
+
+
+def next_cycle_ms(now_ms: int, s: Setting) -> int:
+    """When the next cycle runs: *now_ms* rounded up to the cycle period."""
+    return _grid(now_ms, s.period_ms)
 
 
 def _split(uid: str) -> tuple[str, str]:
@@ -230,7 +249,7 @@ def _min_runtimes(state: ClusterState, config: SessionConfig) -> list[int]:
     return sorted(v for v in vals if v > 0)
 
 
-def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: _Setting) -> int | None:
+def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int | None:
     """The time the engine binds *target* when every run takes its *pct* percentile; None: not within
     :data:`HORIZON_MS` (it never fits while nothing new arrives)."""
     b = tr.builder.fork()
@@ -350,12 +369,14 @@ class Eta:
         """The sentence a user reads."""
         head = f"{self.pod} (queue {self.queue})"
         if self.state == "running":
-            since = f" since {_clock(self.started_ms, self.now_ms)}" if self.started_ms is not None else ""
+            since = (
+                f" since {format_time(self.started_ms, self.now_ms)}" if self.started_ms is not None else ""
+            )
             return f"{head} is already running on node {self.node}{since}: nothing to wait for.\n"
         if self.state == "gated":
             return f"{head} has scheduling gates: it is not pending until they are removed.\n"
         lines = []
-        now = _clock(self.now_ms, self.now_ms)
+        now = format_time(self.now_ms, self.now_ms)
         if self.most_likely_ms is None and self.latest_ms is None:
             lines.append(
                 f"{head}: not expected to start within a year of {now} unless the cluster changes (no run of"
@@ -364,20 +385,20 @@ class Eta:
         elif self.latest_ms is None:
             assert self.earliest_ms is not None
             lines.append(
-                f"{head}: at the earliest {_clock(self.earliest_ms, self.now_ms)}"
+                f"{head}: at the earliest {format_time(self.earliest_ms, self.now_ms)}"
                 f" ({_rel(self.earliest_ms - self.now_ms)}), possibly not within a year (as of {now})."
             )
         elif self.earliest_ms == self.latest_ms:
             assert self.earliest_ms is not None
             lines.append(
-                f"{head}: at {_clock(self.earliest_ms, self.now_ms)} ({_rel(self.earliest_ms - self.now_ms)};"
+                f"{head}: at {format_time(self.earliest_ms, self.now_ms)} ({_rel(self.earliest_ms - self.now_ms)};"
                 f" as of {now}; the p10, p50 and p90 runs agree)."
             )
         else:
             assert self.earliest_ms is not None and self.most_likely_ms is not None
             lines.append(
-                f"{head}: between {_clock(self.earliest_ms, self.now_ms)} and"
-                f" {_clock(self.latest_ms, self.now_ms)}, most likely {_clock(self.most_likely_ms, self.now_ms)}"
+                f"{head}: between {format_time(self.earliest_ms, self.now_ms)} and"
+                f" {format_time(self.latest_ms, self.now_ms)}, most likely {format_time(self.most_likely_ms, self.now_ms)}"
                 f" ({_rel(self.most_likely_ms - self.now_ms)}; as of {now})."
             )
         n = len(self.ahead)
@@ -396,7 +417,7 @@ class Eta:
         return "\n".join(lines) + "\n"
 
 
-def _clock(ms: int | None, now_ms: int) -> str:
+def format_time(ms: int | None, now_ms: int) -> str:
     if ms is None:
         return "never"
     if ms >= 10**12:  # epoch milliseconds (a live cluster)
@@ -493,7 +514,7 @@ def _ahead(ssn: Session, pod: Pod) -> list[str]:
     return [j.uid for j in sorted(out, key=lambda j: j.sort_key())]
 
 
-def estimate(tr: Tracker, pod_uid: str, now_ms: int, s: _Setting) -> Eta:
+def estimate(tr: Tracker, pod_uid: str, now_ms: int, s: Setting) -> Eta:
     """The answer for *pod_uid* on the state folded into *tr*, as of *now_ms*."""
     pod = tr.builder.pods.get(pod_uid)
     info = tr.pods.get(pod_uid)
@@ -530,7 +551,7 @@ def estimate(tr: Tracker, pod_uid: str, now_ms: int, s: _Setting) -> Eta:
 # --------------------------------------------------------------------------- opening a log
 
 
-def _setting(src: ReplaySource, record: CycleRecord | None) -> _Setting:
+def _setting(src: ReplaySource, record: CycleRecord | None) -> Setting:
     period, grace = DEFAULT_PERIOD_MS, DEFAULT_GRACE_MS
     path = Path(src.name)
     if (path / "manifest.json").is_file():
@@ -542,7 +563,7 @@ def _setting(src: ReplaySource, record: CycleRecord | None) -> _Setting:
         snap = src.usage.get(record.usage_snapshot_id)
         if snap is not None:
             usage, usage_id = snap.usage, record.usage_snapshot_id
-    return _Setting(src.config, usage, usage_id, max(period, 1), grace)
+    return Setting(src.config, usage, usage_id, max(period, 1), grace)
 
 
 def _open(spec: str, engine_config: str | None, topic_prefix: str | None) -> ReplaySource:
@@ -564,20 +585,29 @@ def _resolve(tr: Tracker, pod: str) -> str:
     return hits[0]
 
 
-def eta(log: str, pod: str, *, engine_config: str | None = None, topic_prefix: str | None = None) -> Eta:
-    """``hourglass eta POD --log LOG``: fold the whole log and answer for *pod* (``ns/name`` or a unique
-    name) as of the end of the log."""
+def fold_log(
+    log: str, *, engine_config: str | None = None, topic_prefix: str | None = None
+) -> tuple[Tracker, int, Setting]:
+    """The whole log folded, the time it ends (its last event or cycle) and the forward runs' setting."""
     src = _open(log, engine_config, topic_prefix)
     try:
         tr = Tracker()
         with gc_tuned():
             for offset, e in src.events():
                 tr.apply(offset, e)
-            last = src.records[-1] if src.records else None
-            now = max(tr.last_ms, last.logical_time_ms if last is not None else 0)
-            return estimate(tr, _resolve(tr, pod), now, _setting(src, last))
+        last = src.records[-1] if src.records else None
+        now = max(tr.last_ms, last.logical_time_ms if last is not None else 0)
+        return tr, now, _setting(src, last)
     finally:
         src.close()
+
+
+def eta(log: str, pod: str, *, engine_config: str | None = None, topic_prefix: str | None = None) -> Eta:
+    """``hourglass eta POD --log LOG``: fold the whole log and answer for *pod* (``ns/name`` or a unique
+    name) as of the end of the log."""
+    tr, now, setting = fold_log(log, engine_config=engine_config, topic_prefix=topic_prefix)
+    with gc_tuned():
+        return estimate(tr, _resolve(tr, pod), now, setting)
 
 
 # --------------------------------------------------------------------------- the backtest
