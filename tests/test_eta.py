@@ -207,3 +207,66 @@ def test_runtime_model_levels_and_conditioning() -> None:
     assert m.remaining("q", "unseen", 10) == (20_000, "queue")  # 11 runs, nearest rank 2
     assert m.remaining("elsewhere", "job", 50) == (60_000, "cluster")
     assert m.remaining("q", "job", 50, elapsed_ms=1_000_000) == (1_000_000, "beyond history")
+
+
+def test_backtest_on_the_shipped_trace(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A recorded simulation of the shipped trace (its first 400 tasks) on the contended node list of
+    examples/ (11 nodes, 45 GPUs): the backtest runs and ends with the line other tools parse."""
+    import re
+
+    from analytics.simlog import DirLog
+    from analytics.simulate import simulate
+    from ingest.tenants import DEFAULT_TENANTS, load_tenants
+    from ingest.trace import DEFAULT_PODS, read_nodes, read_pods
+
+    tasks = read_pods(DEFAULT_PODS)
+    order = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation_s or 0, i))
+    nodes = read_nodes(Path(__file__).resolve().parent.parent / "examples" / "contended-nodes.csv")
+    run = tmp_path / "run"
+    simulate([tasks[i] for i in order[:400]], nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(run))
+    rc, out, err = _eta(capsys, "--backtest", str(run), "--sample", "12")
+    assert rc == 0, err
+    last = out.splitlines()[-1]
+    m = re.fullmatch(r"eta: (\d+) pods, coverage (\d+\.\d) % within p10-p90, median abs error (\d+) s", last)
+    assert m is not None, last
+    assert 1 <= int(m.group(1)) <= 12
+    assert 0.0 <= float(m.group(2)) <= 100.0
+
+
+def test_eta_on_a_service_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The same history in an embedded log the scheduler service ran on (not a run directory) gives the
+    same answer: eta reads any log `replay` reads."""
+    from ingest.events import dump_event
+    from ingest.filelog import FileLog
+    from ingest.log import Topics
+    from scheduler.service import Service
+
+    cut = _run(tmp_path, ONE_QUEUE, "200m", "cut")
+    topics = Topics()
+    with FileLog(tmp_path / "log") as log:
+        log.append_many(topics.events, [(e.uid.encode(), dump_event(e)) for _, e in read_events(cut)])
+        assert Service(log, topics, batch_size=50).run(stop_when_idle=True).cycles_appended >= 1
+    rc, out, err = _eta(capsys, "team/train-5", "--log", str(tmp_path / "log"), "--json")
+    assert rc == 0, err
+    answer = json.loads(out)
+    assert (answer["earliest_ms"], answer["most_likely_ms"], answer["latest_ms"]) == (5 * H, 5 * H, 5 * H)
+    assert answer["ahead"] == ["team/train-4"]
+
+
+def test_fork_leaves_the_original_untouched(tmp_path: Path) -> None:
+    """The forward runs fold hypothetical events into StateBuilder.fork(); the log's state must not move."""
+    from ingest import events as ev
+    from scheduler.engine.state import StateBuilder
+
+    cut = _run(tmp_path, ONE_QUEUE, "200m", "cut")
+    b = StateBuilder()
+    for offset, e in read_events(cut):
+        b.apply(e, offset)
+    before = b.snapshot()
+    f = b.fork()
+    f.apply(ev.PodFinished(at_ms=4 * H, name="train-3", namespace="team", phase="Succeeded"))
+    f.apply(ev.PodDeleted(at_ms=4 * H, name="train-3", namespace="team"))
+    f.apply(ev.PodBound(at_ms=4 * H, name="train-4", namespace="team", node="n-0", gpu_devices=[0, 1]))
+    assert b.snapshot() == before
+    assert f.snapshot() != before
+    assert "team/train-3" not in f.pods and "team/train-3" in b.pods
