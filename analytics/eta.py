@@ -33,8 +33,8 @@ import math
 import re
 import sys
 import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -551,19 +551,23 @@ def estimate(tr: Tracker, pod_uid: str, now_ms: int, s: Setting) -> Eta:
 # --------------------------------------------------------------------------- opening a log
 
 
-def _setting(src: ReplaySource, record: CycleRecord | None) -> Setting:
-    period, grace = DEFAULT_PERIOD_MS, DEFAULT_GRACE_MS
-    path = Path(src.name)
-    if (path / "manifest.json").is_file():
-        manifest = read_manifest(path)
-        period = int(float(manifest.get("period_s") or period / 1000) * 1000)
-        grace = int((manifest.get("tenants") or {}).get("eviction_grace_s", grace / 1000) * 1000)
+def _setting(src: ReplaySource, record: CycleRecord | None, base: Setting | None = None) -> Setting:
+    """The forward runs' setting as of *record* (its usage snapshot); *base* saves re-reading the
+    manifest."""
+    if base is None:
+        period, grace = DEFAULT_PERIOD_MS, DEFAULT_GRACE_MS
+        path = Path(src.name)
+        if (path / "manifest.json").is_file():
+            manifest = read_manifest(path)
+            period = int(float(manifest.get("period_s") or period / 1000) * 1000)
+            grace = int((manifest.get("tenants") or {}).get("eviction_grace_s", grace / 1000) * 1000)
+        base = Setting(src.config, None, None, max(period, 1), grace)
     usage, usage_id = None, None
     if record is not None and record.usage_snapshot_id is not None:
         snap = src.usage.get(record.usage_snapshot_id)
         if snap is not None:
             usage, usage_id = snap.usage, record.usage_snapshot_id
-    return Setting(src.config, usage, usage_id, max(period, 1), grace)
+    return replace(base, usage=usage, usage_id=usage_id)
 
 
 def _open(spec: str, engine_config: str | None, topic_prefix: str | None) -> ReplaySource:
@@ -623,6 +627,7 @@ class Backtest:
     candidates: int = 0  # pods ever left pending by a cycle
     never_started: int = 0  # candidates that never started before the end of the log (not scored)
     not_foreseen: int = 0  # scored pods whose p50 run never placed them (error counted to the horizon)
+    no_history: int = 0  # sampled pods left pending before any run had finished (not scored)
     wall_s: float = 0.0
 
     @property
@@ -658,27 +663,31 @@ def backtest(
     sample: int = 200,
     engine_config: str | None = None,
     topic_prefix: str | None = None,
-    on_pod: Any = None,
+    on_pod: Callable[[str, Eta, int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> Backtest:
     """Score the estimate on *log*: for up to *sample* pods (evenly spread over the pods any cycle left
-    pending, in the order they became pending), estimate at the first cycle that left each pending, from
-    the log up to that cycle only, and compare with its first ``Bind``."""
+    pending and that later started, in the order they became pending; 0 = all), estimate at the first
+    cycle that left each pending, from the log up to that cycle only, and compare with its first ``Bind``.
+
+    *on_pod* is called with each scored pod, its answer and its real start; *on_total* with the number
+    of pods to score (progress)."""
     src = _open(log, engine_config, topic_prefix)
     out = Backtest()
     t0 = time.perf_counter()
     try:
-        records = list(_full_records(src))
+        # Pass 1 over the records (streamed: only what pass 2 needs is kept).
         first_pending: dict[str, int] = {}  # pod -> index of the first record leaving it pending
         first_bind: dict[str, int] = {}
-        bound_before: set[str] = set()
-        for i, rec in enumerate(records):
+        inputs: list[tuple[int, int, str | None]] = []  # per record: events_offset, time, usage id
+        for i, rec in enumerate(_full_records(src)):
+            inputs.append((rec.events_offset, rec.logical_time_ms, rec.usage_snapshot_id))
             for d in rec.decisions:
                 if d.kind == "Bind" and d.pod is not None:
                     first_bind.setdefault(d.pod, rec.logical_time_ms)
-                    bound_before.add(d.pod)
                 elif d.kind == "Unschedulable":
                     for uid in d.pods:
-                        if uid not in first_pending and uid not in bound_before:
+                        if uid not in first_pending and uid not in first_bind:
                             first_pending[uid] = i
         order = sorted(first_pending, key=lambda u: (first_pending[u], u))
         out.candidates = len(order)
@@ -687,32 +696,36 @@ def backtest(
         if sample > 0 and len(started) > sample:
             step = len(started) / sample
             started = [started[int(k * step)] for k in range(sample)]
+        if on_total is not None:
+            on_total(len(started))
         wanted: dict[int, list[str]] = {}
         for u in started:
             wanted.setdefault(first_pending[u], []).append(u)
         tr = Tracker()
         events = iter(src.events())
-        pending_event: tuple[int, Any] | None = None
+        held: tuple[int, Any] | None = None  # the first event past the last fold
+        base = _setting(src, None)
         with gc_tuned():
-            for i, rec in enumerate(records):
-                if i not in wanted:
-                    continue
+            for i in sorted(wanted):
+                offset, now, usage_id = inputs[i]
                 while True:  # fold up to this record's events_offset
-                    nxt = pending_event if pending_event is not None else next(events, None)
-                    pending_event = None
+                    nxt = held if held is not None else next(events, None)
+                    held = None
                     if nxt is None:
                         break
-                    if nxt[0] > rec.events_offset:
-                        pending_event = nxt
+                    if nxt[0] > offset:
+                        held = nxt
                         break
                     tr.apply(*nxt)
-                s = _setting(src, rec)
+                snap = src.usage.get(usage_id) if usage_id is not None else None
+                s = replace(base, usage=snap.usage if snap else None, usage_id=usage_id if snap else None)
                 for uid in wanted[i]:
                     real = first_bind[uid]
                     try:
-                        a = estimate(tr, uid, rec.logical_time_ms, s)
+                        a = estimate(tr, uid, now, s)
                     except EtaError:
-                        continue  # nothing learnt yet (no finished run before this cycle): not scored
+                        out.no_history += 1  # nothing finished before this cycle: nothing to learn from
+                        continue
                     if a.state != "pending":
                         continue
                     out.pods += 1
@@ -721,7 +734,7 @@ def backtest(
                         out.covered += 1
                     if mid is None:
                         out.not_foreseen += 1
-                        mid = rec.logical_time_ms + HORIZON_MS
+                        mid = now + HORIZON_MS
                     out.errors_s.append(abs(mid - real) / 1000)
                     if on_pod is not None:
                         on_pod(uid, a, real)
@@ -761,6 +774,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--topic-prefix", default=None, help="for a log: PREFIX.events, PREFIX.decisions, ...")
 
 
+def _backtest_with_progress(args: argparse.Namespace) -> Backtest:
+    """:func:`backtest` with a progress bar on stderr (when it is a terminal)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    err = Console(stderr=True)
+    with Progress(
+        TextColumn("backtesting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("pods"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        job = bar.add_task("backtest", total=None)
+        return backtest(
+            args.backtest,
+            sample=args.sample,
+            engine_config=args.engine_config,
+            topic_prefix=args.topic_prefix,
+            on_pod=lambda *_: bar.update(job, advance=1),
+            on_total=lambda n: bar.update(job, total=n),
+        )
+
+
 def run_cli(args: argparse.Namespace) -> int:
     """``hourglass eta``: one pod's answer, or the backtest's figures; exit 2 on bad input."""
     try:
@@ -769,12 +809,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 raise EtaError("--backtest LOG takes no pod and no --log")
             if args.sample < 0:
                 raise EtaError(f"--sample must be >= 0, got {args.sample}")
-            bt = backtest(
-                args.backtest,
-                sample=args.sample,
-                engine_config=args.engine_config,
-                topic_prefix=args.topic_prefix,
-            )
+            bt = _backtest_with_progress(args)
             if args.json:
                 body = {
                     "pods": bt.pods,
@@ -782,16 +817,20 @@ def run_cli(args: argparse.Namespace) -> int:
                     "median_abs_error_s": round(bt.median_abs_error_s, 1),
                     "candidates": bt.candidates,
                     "never_started": bt.never_started,
+                    "no_history": bt.no_history,
                     "not_foreseen": bt.not_foreseen,
                     "wall_s": round(bt.wall_s, 1),
+                    "line": bt.line,
                 }
                 print(json.dumps(body, indent=2))
+                return 0
             else:
+                sampled = args.sample and bt.candidates - bt.never_started > args.sample
                 print(
                     f"{bt.candidates} pods were left pending by a cycle; {bt.never_started} never started before"
-                    f" the end of the log (not scored); {bt.pods} scored"
-                    f"{' (an even sample)' if args.sample and bt.candidates - bt.never_started > args.sample else ''};"
-                    f" {bt.not_foreseen} not placed by the most-likely run; {bt.wall_s:.1f} s"
+                    f" the end of the log and {bt.no_history} became pending before any run had finished (not"
+                    f" scored); {bt.pods} scored{' (an even sample)' if sampled else ''}; {bt.not_foreseen} not"
+                    f" placed by the most-likely run; {bt.wall_s:.1f} s"
                 )
             print(bt.line)
             return 0

@@ -182,6 +182,11 @@ def test_backtest_exact_when_run_times_are(tmp_path: Path, capsys: pytest.Captur
     rc, out, err = _eta(capsys, "--backtest", str(run))
     assert rc == 0, err
     assert out.splitlines()[-1] == "eta: 2 pods, coverage 100.0 % within p10-p90, median abs error 0 s"
+    rc, out, _ = _eta(capsys, "--backtest", str(run), "--json")
+    body = json.loads(out)
+    assert (body["pods"], body["coverage_pct"], body["median_abs_error_s"]) == (2, 100.0, 0.0)
+    assert body["never_started"] == 0 and body["no_history"] == 3  # train-1..3 waited before any run ended
+    assert body["line"] == "eta: 2 pods, coverage 100.0 % within p10-p90, median abs error 0 s"
 
 
 @pytest.mark.parametrize(
@@ -270,3 +275,18 @@ def test_fork_leaves_the_original_untouched(tmp_path: Path) -> None:
     assert b.snapshot() == before
     assert f.snapshot() != before
     assert "team/train-3" not in f.pods and "team/train-3" in b.pods
+
+
+@pytest.mark.parametrize(
+    ("ms", "now", "text"),
+    [
+        (4 * H, 3 * H, "04:00"),
+        (26 * H + 5 * MIN, 3 * H, "day 1 02:05"),
+        (1_767_225_600_000 + 14 * H + 10 * MIN, 1_767_225_600_000, "14:10 UTC"),  # 2026-01-01
+        (1_767_225_600_000 + 38 * H, 1_767_225_600_000, "2026-01-02 14:00 UTC"),
+    ],
+)
+def test_times_read_as_the_log_clock(ms: int, now: int, text: str) -> None:
+    from analytics.eta import format_time
+
+    assert format_time(ms, now) == text
