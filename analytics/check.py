@@ -33,12 +33,14 @@ from analytics.eta import (
     EtaError,
     Setting,
     Tracker,
+    add_step_argument,
     estimate,
     fold_log,
     format_time,
     free_gpu_milli,
     next_cycle_ms,
     queue_standing,
+    step_ms,
 )
 from analytics.explain import advice
 from ingest import events as ev
@@ -276,8 +278,9 @@ def check(
     engine_config: str | None = None,
     topic_prefix: str | None = None,
     with_eta: bool = True,
+    step_ms: int | None = None,
 ) -> CheckResult:
-    """``hourglass check -f FILE --log LOG``."""
+    """``hourglass check -f FILE --log LOG`` (*step_ms*: see ``hourglass eta --step``)."""
     path = Path(file)
     try:
         text = sys.stdin.read() if str(file) == "-" else path.read_text(encoding="utf-8")
@@ -285,7 +288,9 @@ def check(
         raise CheckError(f"{path}: cannot read: {exc.strerror or exc}") from None
     objs = objects_from_yaml(text, str(file))
     try:
-        tr, now, setting = fold_log(log, engine_config=engine_config, topic_prefix=topic_prefix)
+        tr, now, setting = fold_log(
+            log, engine_config=engine_config, topic_prefix=topic_prefix, step_ms=step_ms
+        )
     except EtaError as exc:
         raise CheckError(str(exc)) from None
     return check_state(tr, objs, now, setting, with_eta)
@@ -306,6 +311,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-eta", action="store_true", help="when it does not fit, do not estimate when it would"
     )
+    add_step_argument(p)
     p.add_argument(
         "--engine-config", metavar="FILE", help="for a log: the engine config file `hourglass run` used"
     )
@@ -321,8 +327,9 @@ def run_cli(args: argparse.Namespace) -> int:
             engine_config=args.engine_config,
             topic_prefix=args.topic_prefix,
             with_eta=not args.no_eta,
+            step_ms=step_ms(args),
         )
-    except CheckError as exc:
+    except (CheckError, EtaError) as exc:
         print(f"check: {exc}", file=sys.stderr)
         return 2
     if args.json:

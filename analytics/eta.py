@@ -61,6 +61,7 @@ __all__ = [
     "Setting",
     "Tracker",
     "add_arguments",
+    "add_step_argument",
     "backtest",
     "estimate",
     "eta",
@@ -70,6 +71,7 @@ __all__ = [
     "next_cycle_ms",
     "queue_standing",
     "run_cli",
+    "step_ms",
 ]
 
 PERCENTILES: Final = (10, 50, 90)
@@ -590,9 +592,10 @@ def _resolve(tr: Tracker, pod: str) -> str:
 
 
 def fold_log(
-    log: str, *, engine_config: str | None = None, topic_prefix: str | None = None
+    log: str, *, engine_config: str | None = None, topic_prefix: str | None = None, step_ms: int | None = None
 ) -> tuple[Tracker, int, Setting]:
-    """The whole log folded, the time it ends (its last event or cycle) and the forward runs' setting."""
+    """The whole log folded, the time it ends (its last event or cycle) and the forward runs' setting
+    (*step_ms*: the time between forward cycles instead of the log's cycle period)."""
     src = _open(log, engine_config, topic_prefix)
     try:
         tr = Tracker()
@@ -601,15 +604,23 @@ def fold_log(
                 tr.apply(offset, e)
         last = src.records[-1] if src.records else None
         now = max(tr.last_ms, last.logical_time_ms if last is not None else 0)
-        return tr, now, _setting(src, last)
+        setting = _setting(src, last)
+        return tr, now, setting if step_ms is None else replace(setting, period_ms=max(step_ms, 1))
     finally:
         src.close()
 
 
-def eta(log: str, pod: str, *, engine_config: str | None = None, topic_prefix: str | None = None) -> Eta:
+def eta(
+    log: str,
+    pod: str,
+    *,
+    engine_config: str | None = None,
+    topic_prefix: str | None = None,
+    step_ms: int | None = None,
+) -> Eta:
     """``hourglass eta POD --log LOG``: fold the whole log and answer for *pod* (``ns/name`` or a unique
     name) as of the end of the log."""
-    tr, now, setting = fold_log(log, engine_config=engine_config, topic_prefix=topic_prefix)
+    tr, now, setting = fold_log(log, engine_config=engine_config, topic_prefix=topic_prefix, step_ms=step_ms)
     with gc_tuned():
         return estimate(tr, _resolve(tr, pod), now, setting)
 
@@ -665,6 +676,7 @@ def backtest(
     topic_prefix: str | None = None,
     on_pod: Callable[[str, Eta, int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
+    step_ms: int | None = None,
 ) -> Backtest:
     """Score the estimate on *log*: for up to *sample* pods (evenly spread over the pods any cycle left
     pending and that later started, in the order they became pending; 0 = all), estimate at the first
@@ -705,6 +717,8 @@ def backtest(
         events = iter(src.events())
         held: tuple[int, Any] | None = None  # the first event past the last fold
         base = _setting(src, None)
+        if step_ms is not None:
+            base = replace(base, period_ms=max(step_ms, 1))
         with gc_tuned():
             for i in sorted(wanted):
                 offset, now, usage_id = inputs[i]
@@ -768,10 +782,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="--backtest: score at most N pods, evenly spread (default 200; 0 = all)",
     )
     p.add_argument("--json", action="store_true", help="print a JSON object instead of sentences")
+    add_step_argument(p)
     p.add_argument(
         "--engine-config", metavar="FILE", help="for a log: the engine config file `hourglass run` used"
     )
     p.add_argument("--topic-prefix", default=None, help="for a log: PREFIX.events, PREFIX.decisions, ...")
+
+
+def add_step_argument(p: argparse.ArgumentParser) -> None:
+    """``--step S``, shared with ``check``."""
+    p.add_argument(
+        "--step",
+        type=float,
+        default=None,
+        metavar="S",
+        help="seconds between the forward simulation's cycles (default: the log's cycle period, 10 s for a"
+        " service log); coarser is faster on a large backlog, at the cost of up to S of error",
+    )
+
+
+def step_ms(args: argparse.Namespace) -> int | None:
+    """``--step`` in ms (None: the log's period); EtaError unless positive."""
+    if args.step is None:
+        return None
+    if not args.step > 0:
+        raise EtaError(f"--step must be a positive number of seconds, got {args.step:g}")
+    return int(args.step * 1000)
 
 
 def _backtest_with_progress(args: argparse.Namespace) -> Backtest:
@@ -798,6 +834,7 @@ def _backtest_with_progress(args: argparse.Namespace) -> Backtest:
             topic_prefix=args.topic_prefix,
             on_pod=lambda *_: bar.update(job, advance=1),
             on_total=lambda n: bar.update(job, total=n),
+            step_ms=step_ms(args),
         )
 
 
@@ -836,7 +873,13 @@ def run_cli(args: argparse.Namespace) -> int:
             return 0
         if args.pod is None or args.log is None:
             raise EtaError("give a pod and --log LOG, or --backtest LOG")
-        answer = eta(args.log, args.pod, engine_config=args.engine_config, topic_prefix=args.topic_prefix)
+        answer = eta(
+            args.log,
+            args.pod,
+            engine_config=args.engine_config,
+            topic_prefix=args.topic_prefix,
+            step_ms=step_ms(args),
+        )
     except EtaError as exc:
         print(f"eta: {exc}", file=sys.stderr)
         return 2
