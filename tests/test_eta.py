@@ -156,6 +156,7 @@ def test_running_pod_and_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture
         (["nope", "--log", str(cut)], "unknown pod 'nope'"),
         (["team/train-0", "--log", str(cut)], "not in the log's current state"),
         (["team/train-4"], "give a pod and --log LOG"),
+        (["team/train-4", "--log", str(cut), "--step", "0"], "--step must be a positive number"),
         (["team/train-4", "--backtest", str(cut)], "--backtest LOG takes no pod"),
         (["team/train-4", "--log", str(tmp_path / "missing")], "neither a run directory"),
     ]:
@@ -290,3 +291,12 @@ def test_times_read_as_the_log_clock(ms: int, now: int, text: str) -> None:
     from analytics.eta import format_time
 
     assert format_time(ms, now) == text
+
+
+def test_step_coarsens_the_forward_cycles(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With --step 420 the forward cycles run every 7 minutes: train-3 ends at 4h00, the next cycle at
+    4h05 (a multiple of 420 s) binds train-4."""
+    cut = _run(tmp_path, ONE_QUEUE, "200m", "cut")
+    rc, out, err = _eta(capsys, "team/train-4", "--log", str(cut), "--json", "--step", "420")
+    assert rc == 0, err
+    assert json.loads(out)["most_likely_ms"] == 4 * H + 5 * MIN
