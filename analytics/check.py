@@ -64,7 +64,7 @@ class CheckResult:
     job: str
     queue: str | None
     cycle_ms: int
-    outcome: str  # fits | pipelined | unschedulable
+    outcome: str  # fits | pipelined | partial (an elastic job's extra pods wait) | unschedulable
     placements: dict[str, dict[str, Any]] = field(default_factory=dict)  # pod -> node, devices, action
     evictions: list[dict[str, Any]] = field(default_factory=list)
     reason: str | None = None
@@ -91,6 +91,11 @@ class CheckResult:
             lines.append(
                 f"{head} would be placed now (cycle at {when}) on capacity that evicted pods still hold; it"
                 " is bound once they have released it:"
+            )
+        elif self.outcome == "partial":
+            lines.append(
+                f"{head}: {len(self.placements)} of {len(self.pods)} pods would be placed now (cycle at {when}),"
+                f" the rest wait: [{self.reason}] {self.message}"
             )
         else:
             lines.append(
@@ -256,6 +261,8 @@ def check_state(
     if not unsched and len(placed) == len(pods):
         res.outcome = "fits" if all(d.kind == "Bind" for d in placed.values()) else "pipelined"
         return res
+    if placed:
+        res.outcome = "partial"  # an elastic job: its minMember is placed, the extra pods wait
     if unsched:
         why = unsched[0]
         res.reason, res.message = why.reason, why.message

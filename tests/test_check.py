@@ -53,6 +53,13 @@ BORROWED = _scenario(
     [_fixed("b", "warm", 4, [("0s", "1h")] * 3), _fixed("b", "long", 1, [("3h", "5h")] * 4)],
 )
 
+# One 4-GPU node, queue team: three finished 1-hour runs of the whole node, then a 2-GPU job from 3h.
+HALF = _scenario(
+    4,
+    [{"name": "team", "gpu": {"quota": 4, "weight": 1}}],
+    [_fixed("team", "warm", 4, [("0s", "1h")] * 3), _fixed("team", "long", 2, [("3h", "5h")])],
+)
+
 
 def _pod(
     name: str,
@@ -154,6 +161,23 @@ CASES = [
         1,
         "unschedulable",
         ["queues over theirs, which reclaim takes from once their pods pass the min-runtime: b (+2 GPU)"],
+    ),
+    Case(
+        "an elastic job: its minMember fits, the extra pod waits",
+        HALF,
+        "200m",
+        [
+            _group("elastic", "team", 1),
+            _pod("e0", "team", 2, group="elastic"),
+            _pod("e1", "team", 2, group="elastic"),
+        ],
+        0,
+        "partial",
+        [
+            "1 of 2 pods would be placed now",
+            "team/e0 fits on node n-0",
+            "the rest wait: [PodSchedulingErrors]",
+        ],
     ),
     Case(
         "past the min-runtime: reclaim makes room",
