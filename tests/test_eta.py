@@ -239,24 +239,46 @@ def test_backtest_on_the_shipped_trace(tmp_path: Path, capsys: pytest.CaptureFix
     assert 0.0 <= float(m.group(2)) <= 100.0
 
 
-def test_eta_on_a_service_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """The same history in an embedded log the scheduler service ran on (not a run directory) gives the
-    same answer: eta reads any log `replay` reads."""
+@pytest.mark.parametrize("backend", ["filelog", "kafka"])
+def test_eta_and_check_on_a_service_log(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], request: pytest.FixtureRequest
+) -> None:
+    """The same history in a log the scheduler service ran on — an embedded FileLog, or topics of a real
+    Kafka broker — gives the same answer as the run directory: eta and check read any log `replay` reads."""
+    import uuid
+
+    from ingest.backends import open_log
     from ingest.events import dump_event
-    from ingest.filelog import FileLog
     from ingest.log import Topics
     from scheduler.service import Service
 
     cut = _run(tmp_path, ONE_QUEUE, "200m", "cut")
-    topics = Topics()
-    with FileLog(tmp_path / "log") as log:
+    if backend == "kafka":
+        prefix = f"eta-{uuid.uuid4().hex[:8]}"
+        topics = Topics.with_prefix(prefix)
+        spec = f"kafka://{request.getfixturevalue('kafka_bootstrap')}"
+        extra = ["--topic-prefix", prefix]
+    else:
+        topics, spec, extra = Topics(), str(tmp_path / "log"), []
+    with open_log(spec, topics=topics.all()) as log:
         log.append_many(topics.events, [(e.uid.encode(), dump_event(e)) for _, e in read_events(cut)])
         assert Service(log, topics, batch_size=50).run(stop_when_idle=True).cycles_appended >= 1
-    rc, out, err = _eta(capsys, "team/train-5", "--log", str(tmp_path / "log"), "--json")
+    rc, out, err = _eta(capsys, "team/train-5", "--log", spec, "--json", *extra)
     assert rc == 0, err
     answer = json.loads(out)
     assert (answer["earliest_ms"], answer["most_likely_ms"], answer["latest_ms"]) == (5 * H, 5 * H, 5 * H)
     assert answer["ahead"] == ["team/train-4"]
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "kind: Pod\nmetadata: {name: probe, namespace: team, labels: {kai.scheduler/queue: team}}\n"
+        "spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 2}}}]}\n"
+    )
+    capsys.readouterr()
+    rc = main(["check", "-f", str(pod), "--log", spec, *extra])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "would NOT be scheduled now" in out
+    assert "When (hourglass eta on the same state): at 06:00" in out  # after train-4 and train-5
 
 
 def test_fork_leaves_the_original_untouched(tmp_path: Path) -> None:
