@@ -46,7 +46,7 @@ from analytics.explain import advice
 from ingest import events as ev
 from ingest.kube import KubeError, pod_group_annotation, pod_submitted, podgroup_upserted
 from ingest.podgrouper import plan_pod_group, podgroup_manifest
-from scheduler.engine.cycle import run_cycle
+from scheduler.engine.cycle import result_state, run_cycle
 from scheduler.engine.decisions import Decision
 
 __all__ = ["CheckError", "CheckResult", "add_arguments", "check", "objects_from_yaml", "run_cli"]
@@ -241,7 +241,7 @@ def check_state(
     missing = [p for p in pods if p not in known]
     if missing:
         raise CheckError(f"the engine does not see {', '.join(missing)} (its pod group was not accepted)")
-    record, _ = run_cycle(state, s.config, t, s.usage, s.usage_id)
+    record, ssn = run_cycle(state, s.config, t, s.usage, s.usage_id)
     jobs = {p.job for p in state.pods if p.uid in mine}
     queue = hypo.pods[pods[0]].queue
     res = CheckResult(pods, ", ".join(sorted(jobs)), queue, t, "unschedulable")
@@ -263,15 +263,17 @@ def check_state(
         return res
     if placed:
         res.outcome = "partial"  # an elastic job: its minMember is placed, the extra pods wait
+    waiting = next(u for u in pods if u not in placed)
     if unsched:
         why = unsched[0]
         res.reason, res.message = why.reason, why.message
         res.filters = dict((why.details or {}).get("filters") or {})
-        pod = next(p for p in state.pods if p.uid == pods[0])
-        res.advice = advice(why.reason or "", why.details, mine_q, free_gpu_milli(state, pod), over)
+        pod = next(p for p in state.pods if p.uid == waiting)
+        after = result_state(ssn)  # free GPUs as the cycle left them
+        res.advice = advice(why.reason or "", why.details, mine_q, free_gpu_milli(after, pod), over)
     if with_eta and len(hypo.model):
         try:
-            answer: Eta = estimate(hypo, pods[0], now_ms, s)
+            answer: Eta = estimate(hypo, waiting, now_ms, s)
         except EtaError:
             return res
         res.eta = {**answer.to_json(), "summary": answer.text().splitlines()[0].split(": ", 1)[-1]}

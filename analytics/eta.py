@@ -45,7 +45,7 @@ from analytics.simlog import read_manifest
 from analytics.simulate import gc_tuned
 from ingest import events as ev
 from ingest.log import Topics
-from scheduler.engine.cycle import run_cycle
+from scheduler.engine.cycle import result_state, run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision
 from scheduler.engine.delta import RecordChainError, expand_records
 from scheduler.engine.session import Session, SessionConfig
@@ -540,7 +540,8 @@ def estimate(tr: Tracker, pod_uid: str, now_ms: int, s: Setting) -> Eta:
     if mine is not None:
         answer.reason, answer.message = mine.reason, mine.message
         leaves = {q.name for q in state.queues} - {q.parent for q in state.queues if q.parent}
-        answer.waiting_for = _waiting_for(record, mine, state, pod, leaves)
+        # Free GPUs as the cycle left them (what it placed is no longer free).
+        answer.waiting_for = _waiting_for(record, mine, result_state(ssn), pod, leaves)
     results = {p: _forward(tr, pod_uid, now_ms, p, s) for p in PERCENTILES}
     answer.by_percentile = {f"p{p}": v for p, v in results.items()}
     known = [v for v in results.values() if v is not None]

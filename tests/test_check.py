@@ -177,6 +177,8 @@ CASES = [
             "1 of 2 pods would be placed now",
             "team/e0 fits on node n-0",
             "the rest wait: [PodSchedulingErrors]",
+            "reclaim only brings the queue up to its fair share of 4 GPUs (it holds 4)",  # e0 counted
+            "When (hourglass eta on the same state): at 04:00",  # the long job ends by the queue history (1 h runs)
         ],
     ),
     Case(
