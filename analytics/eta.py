@@ -406,7 +406,7 @@ class Eta:
         n = len(self.ahead)
         lines.append(
             f"{n} job{'s' if n != 1 else ''} of your queue {'are' if n != 1 else 'is'} ahead of you"
-            + (f": {', '.join(self.ahead[:5])}{' …' if n > 5 else ''}." if n else ".")
+            + (f": {', '.join(self.ahead[:5])}{f' and {n - 5} more' if n > 5 else ''}." if n else ".")
         )
         if self.reason:
             lines.append(f"Now: [{self.reason}] {self.message}")
