@@ -322,3 +322,28 @@ def test_step_coarsens_the_forward_cycles(tmp_path: Path, capsys: pytest.Capture
     rc, out, err = _eta(capsys, "team/train-4", "--log", str(cut), "--json", "--step", "420")
     assert rc == 0, err
     assert json.loads(out)["most_likely_ms"] == 4 * H + 5 * MIN
+
+
+def test_a_gated_pod_is_not_pending_yet(tmp_path: Path) -> None:
+    from analytics.eta import Setting, Tracker, estimate
+    from ingest import events as ev
+    from scheduler.engine.session import SessionConfig
+
+    cut = _run(tmp_path, ONE_QUEUE, "200m", "cut")
+    tr = Tracker()
+    for offset, e in read_events(cut):
+        tr.apply(offset, e)
+    at = 200 * MIN
+    tr.apply(
+        tr.builder.offset + 1,
+        ev.PodGroupUpserted(at_ms=at, name="g", namespace="team", queue="team", created_at_ms=at),
+    )
+    tr.apply(
+        tr.builder.offset + 1,
+        ev.PodSubmitted(
+            at_ms=at, name="g-0", namespace="team", pod_group="g", created_at_ms=at, scheduling_gates=["wait"]
+        ),
+    )
+    answer = estimate(tr, "team/g-0", at, Setting(SessionConfig(), None, None, 60_000, 30_000))
+    assert answer.state == "gated"
+    assert "scheduling gates" in answer.text()
