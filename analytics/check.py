@@ -38,6 +38,7 @@ from analytics.eta import (
     fold_log,
     format_time,
     free_gpu_milli,
+    gpu_holders,
     next_cycle_ms,
     queue_standing,
     step_ms,
@@ -72,6 +73,7 @@ class CheckResult:
     filters: dict[str, int] = field(default_factory=dict)
     advice: str | None = None
     queue_gpu: dict[str, float] | None = None  # allocated / fair share in GPUs, after the cycle
+    holders: dict[str, dict[str, float]] = field(default_factory=dict)  # queue -> gpus, pods (not placed)
     eta: dict[str, Any] | None = None
     other_binds: int = 0  # pods already pending that the same cycle would place
 
@@ -123,6 +125,11 @@ class CheckResult:
                 f"  Queue {self.queue}: {q['allocated']:g} GPUs allocated, fair share {q['fair_share']:g}"
                 + (" (after this cycle)" if self.outcome != "unschedulable" else "")
             )
+        if self.holders:
+            who = ", ".join(
+                f"queue {q} {h['gpus']:g} in {h['pods']:g} pod(s)" for q, h in self.holders.items()
+            )
+            lines.append(f"  Who holds the GPUs on the nodes it may use: {who}")
         if self.advice:
             lines.append(f"What it would take: {self.advice}")
         if self.eta is not None:
@@ -271,6 +278,9 @@ def check_state(
         pod = next(p for p in state.pods if p.uid == waiting)
         after = result_state(ssn)  # free GPUs as the cycle left them
         res.advice = advice(why.reason or "", why.details, mine_q, free_gpu_milli(after, pod), over)
+        res.holders = {
+            q: {"gpus": milli / 1000, "pods": n} for q, (milli, n) in gpu_holders(after, pod).items()
+        }
     if with_eta and len(hypo.model):
         try:
             answer: Eta = estimate(hypo, waiting, now_ms, s)

@@ -68,6 +68,7 @@ __all__ = [
     "fold_log",
     "format_time",
     "free_gpu_milli",
+    "gpu_holders",
     "next_cycle_ms",
     "queue_standing",
     "run_cli",
@@ -442,16 +443,9 @@ def _rel(ms: int) -> str:
     return f"in {s / 86400:.1f} d"
 
 
-def free_gpu_milli(state: ClusterState, pod: Pod | None) -> int:
-    """Free milli-GPU on the ready nodes *pod* may use (its node selector and allowed nodes)."""
-    held: dict[str, int] = {}
-    for p in state.pods:
-        if p.node is not None and p.status in (PodStatus.RUNNING, PodStatus.RELEASING, PodStatus.ALLOCATED):
-            per = p.gpu_milli_per_device or 1000
-            held[p.node] = held.get(p.node, 0) + per * len(p.gpu_devices)
-    for f in state.foreign_pods:
-        held[f.node] = held.get(f.node, 0) + f.request.gpus * 1000
-    total = 0
+def _candidate_nodes(state: ClusterState, pod: Pod | None) -> list[str]:
+    """Ready, schedulable nodes *pod* may use by its node selector and allowed nodes."""
+    out = []
     for n in state.nodes:
         if not n.ready or n.unschedulable:
             continue
@@ -460,8 +454,38 @@ def free_gpu_milli(state: ClusterState, pod: Pod | None) -> int:
                 continue
             if any(n.labels.get(k) != v for k, v in pod.node_selector.items()):
                 continue
-        total += max(n.gpus * 1000 - held.get(n.name, 0), 0)
-    return total
+        out.append(n.name)
+    return out
+
+
+def gpu_holders(state: ClusterState, pod: Pod | None) -> dict[str, tuple[int, int]]:
+    """Who holds GPUs on the nodes *pod* may use: queue -> (milli-GPU, pods), largest first; pods of other
+    schedulers are ``(other schedulers)``."""
+    nodes = set(_candidate_nodes(state, pod))
+    queue_of = {j.uid: j.queue for j in state.jobs}
+    held: dict[str, list[int]] = {}
+    for p in state.pods:
+        if p.node in nodes and p.status in (PodStatus.RUNNING, PodStatus.RELEASING, PodStatus.ALLOCATED):
+            milli = (p.gpu_milli_per_device or 1000) * len(p.gpu_devices)
+            if milli:
+                entry = held.setdefault(queue_of.get(p.job, "?"), [0, 0])
+                entry[0] += milli
+                entry[1] += 1
+    for f in state.foreign_pods:
+        if f.node in nodes and f.request.gpus:
+            entry = held.setdefault("(other schedulers)", [0, 0])
+            entry[0] += f.request.gpus * 1000
+            entry[1] += 1
+    ordered = sorted(held.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    return {q: (v[0], v[1]) for q, v in ordered}
+
+
+def free_gpu_milli(state: ClusterState, pod: Pod | None) -> int:
+    """Free milli-GPU on the ready nodes *pod* may use (its node selector and allowed nodes)."""
+    nodes = _candidate_nodes(state, pod)
+    capacity = {n.name: n.gpus * 1000 for n in state.nodes}
+    total = sum(capacity[n] for n in nodes)
+    return max(total - sum(m for m, _ in gpu_holders(state, pod).values()), 0)
 
 
 def queue_standing(

@@ -160,7 +160,10 @@ CASES = [
         [_pod("eval", "a", 2)],
         1,
         "unschedulable",
-        ["queues over theirs, which reclaim takes from once their pods pass the min-runtime: b (+2 GPU)"],
+        [
+            "queues over theirs, which reclaim takes from once their pods pass the min-runtime: b (+2 GPU)",
+            "Who holds the GPUs on the nodes it may use: queue b 4 in 4 pod(s)",
+        ],
     ),
     Case(
         "an elastic job: its minMember fits, the extra pod waits",
