@@ -347,3 +347,43 @@ def test_a_gated_pod_is_not_pending_yet(tmp_path: Path) -> None:
     answer = estimate(tr, "team/g-0", at, Setting(SessionConfig(), None, None, 60_000, 30_000))
     assert answer.state == "gated"
     assert "scheduling gates" in answer.text()
+
+
+def test_the_examples_in_docs_are_what_the_commands_print(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/eta.md shows the output of `eta` and `check` on examples/eta-one-queue.yaml: it must be
+    exactly what they print."""
+    root = Path(__file__).resolve().parent.parent
+    docs = (root / "docs" / "eta.md").read_text()
+
+    def shown(command: str) -> str:
+        start = docs.index(command)
+        start = docs.index("\n", start) + 1
+        return docs[start : docs.index("```", start)]
+
+    run = tmp_path / "run"
+    assert (
+        main(
+            [
+                "simulate",
+                "--config",
+                str(root / "examples" / "eta-one-queue.yaml"),
+                "--out",
+                str(run),
+                "--json",
+            ]
+        )
+        == 0
+    )
+    rc, out, _ = _eta(capsys, "team/train-5", "--log", str(run))
+    assert rc == 0
+    assert out == shown("$ hourglass eta team/train-5 --log run/")
+    probe = tmp_path / "probe.yaml"
+    probe.write_text(
+        "kind: Pod\nmetadata: {name: probe, namespace: team, labels: {kai.scheduler/queue: team}}\n"
+        "spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 2}}}]}\n"
+    )
+    capsys.readouterr()
+    assert main(["check", "-f", str(probe), "--log", str(run)]) == 1
+    assert capsys.readouterr().out == shown("$ hourglass check -f probe.yaml --log run/")
