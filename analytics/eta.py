@@ -553,6 +553,11 @@ def estimate(tr: Tracker, pod_uid: str, now_ms: int, s: Setting) -> Eta:
         raise EtaError(f"pod {pod_uid} has finished ({pod.status.value})")
     if pod.gated:
         return Eta(pod_uid, queue, "gated", now_ms)
+    if pod.job not in tr.builder.jobs:
+        raise EtaError(
+            f"pod {pod_uid}'s pod group {pod.job} is not in the log: the engine does not see the pod until"
+            " its group exists"
+        )
     if not len(tr.model):
         raise EtaError("no pod has finished in the log yet: there are no run times to learn from")
     state = tr.builder.snapshot()

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from analytics.cli import main
-from analytics.eta import RuntimeModel, job_stem
+from analytics.eta import EtaError, RuntimeModel, job_stem
 from analytics.simlog import read_events
 
 H = 3_600_000
@@ -344,9 +344,17 @@ def test_a_gated_pod_is_not_pending_yet(tmp_path: Path) -> None:
             at_ms=at, name="g-0", namespace="team", pod_group="g", created_at_ms=at, scheduling_gates=["wait"]
         ),
     )
-    answer = estimate(tr, "team/g-0", at, Setting(SessionConfig(), None, None, 60_000, 30_000))
+    setting = Setting(SessionConfig(), None, None, 60_000, 30_000)
+    answer = estimate(tr, "team/g-0", at, setting)
     assert answer.state == "gated"
     assert "scheduling gates" in answer.text()
+    # A pod whose pod group never arrived is invisible to the engine: a clear error, not "never".
+    tr.apply(
+        tr.builder.offset + 1,
+        ev.PodSubmitted(at_ms=at, name="orphan", namespace="team", pod_group="nogroup", created_at_ms=at),
+    )
+    with pytest.raises(EtaError, match="pod group team/nogroup is not in the log"):
+        estimate(tr, "team/orphan", at, setting)
 
 
 def test_the_examples_in_docs_are_what_the_commands_print(
