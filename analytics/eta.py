@@ -421,6 +421,8 @@ class Eta:
 
 
 def format_time(ms: int | None, now_ms: int) -> str:
+    """A time on the log's clock: ``HH:MM UTC`` (epoch ms; with the date when not *now_ms*'s day) or, for a
+    simulation's clock, ``HH:MM`` of the simulated day (``day N HH:MM`` on another day)."""
     if ms is None:
         return "never"
     if ms >= 10**12:  # epoch milliseconds (a live cluster)
@@ -673,10 +675,12 @@ class Backtest:
 
     @property
     def coverage_pct(self) -> float:
+        """Scored pods whose real start fell within the range, in percent."""
         return 100.0 * self.covered / self.pods if self.pods else 0.0
 
     @property
     def median_abs_error_s(self) -> float:
+        """The median of |most likely - real start| in seconds."""
         if not self.errors_s:
             return 0.0
         xs = sorted(self.errors_s)
@@ -685,6 +689,7 @@ class Backtest:
 
     @property
     def line(self) -> str:
+        """The closing line other tools parse."""
         return (
             f"eta: {self.pods} pods, coverage {self.coverage_pct:.1f} % within p10-p90, median abs error"
             f" {self.median_abs_error_s:.0f} s"
