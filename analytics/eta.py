@@ -671,6 +671,8 @@ class Backtest:
     never_started: int = 0  # candidates that never started before the end of the log (not scored)
     not_foreseen: int = 0  # scored pods whose p50 run never placed them (error counted to the horizon)
     no_history: int = 0  # sampled pods left pending before any run had finished (not scored)
+    earlier: int = 0  # scored pods that started before the range
+    later: int = 0  # scored pods that started after it
     wall_s: float = 0.0
 
     @property
@@ -781,6 +783,10 @@ def backtest(
                     lo, hi, mid = a.earliest_ms, a.latest_ms, a.most_likely_ms
                     if lo is not None and lo <= real and (hi is None or real <= hi):
                         out.covered += 1
+                    elif lo is None or real > (hi if hi is not None else real):
+                        out.later += 1
+                    else:
+                        out.earlier += 1
                     if mid is None:
                         out.not_foreseen += 1
                         mid = now + HORIZON_MS
@@ -890,6 +896,8 @@ def run_cli(args: argparse.Namespace) -> int:
                     "candidates": bt.candidates,
                     "never_started": bt.never_started,
                     "no_history": bt.no_history,
+                    "started_earlier": bt.earlier,
+                    "started_later": bt.later,
                     "not_foreseen": bt.not_foreseen,
                     "wall_s": round(bt.wall_s, 1),
                     "line": bt.line,
@@ -904,6 +912,7 @@ def run_cli(args: argparse.Namespace) -> int:
                     f" scored); {bt.pods} scored{' (an even sample)' if sampled else ''}; {bt.not_foreseen} not"
                     f" placed by the most-likely run; {bt.wall_s:.1f} s"
                 )
+                print(f"outside the range: {bt.earlier} started earlier, {bt.later} later")
             print(bt.line)
             return 0
         if args.pod is None or args.log is None:
