@@ -39,10 +39,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+import polars as pl
+
 from analytics.explain import advice
 from analytics.replay import ReplayError, ReplaySource, load_engine_config, load_source
 from analytics.simlog import read_manifest
 from analytics.simulate import gc_tuned
+from fairshare.config import FairshareConfig, FairshareConfigError
+from fairshare.decay import roll_up, usage_at
+from fairshare.ledger import EventLedger
+from fairshare.source import ALLOCATION_SCHEMA
+from fairshare.source import RESOURCES as FAIRSHARE_RESOURCES
 from ingest import events as ev
 from ingest.log import Topics
 from scheduler.engine.cycle import result_state, run_cycle
@@ -159,12 +166,15 @@ class _PodInfo:
 class Tracker:
     """The log folded so far: the engine's state plus what the estimates need (run starts, history)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ledger: bool = False) -> None:
         self.builder = StateBuilder()
         self.model = RuntimeModel()
         self.pods: dict[str, _PodInfo] = {}
         self.group_queue: dict[str, str] = {}
         self.last_ms = 0
+        # With a time-based fair share: the exact allocation history, to compute usage going forward.
+        self.ledger: EventLedger | None = EventLedger() if ledger else None
+        self._owns_ledger = ledger
 
     def fork(self) -> Tracker:
         """An independent copy to fold hypothetical events into (the run-time history is shared)."""
@@ -174,6 +184,10 @@ class Tracker:
         other.pods = dict(self.pods)
         other.group_queue = dict(self.group_queue)
         other.last_ms = self.last_ms
+        other.ledger, other._owns_ledger = (
+            self.ledger,
+            False,
+        )  # shared, read-only: hypothetical pods never ran
         return other
 
     def apply(self, offset: int, e: Any) -> None:
@@ -185,6 +199,8 @@ class Tracker:
             self.builder.offset = previous
             return
         self.last_ms = max(self.last_ms, e.at_ms)
+        if self.ledger is not None and self._owns_ledger:
+            self.ledger.fold(e)
         kind = e.type
         if kind == "PodGroupUpserted":
             self.group_queue[f"{e.namespace}/{e.name}"] = e.queue
@@ -229,6 +245,10 @@ class Setting:
     usage_id: str | None
     period_ms: int
     grace_ms: int
+    # With a time-based fair share (k_value > 0) and a known fairshare config: usage is recomputed every
+    # refresh_s in the forward runs from the allocation history plus what they run; else it stays frozen.
+    fairshare: FairshareConfig | None = None
+    usage_as_of: int | None = None  # the as-of time of `usage`
 
 
 def _grid(t: int, period: int) -> int:
@@ -250,6 +270,56 @@ def _min_runtimes(state: ClusterState, config: SessionConfig) -> list[int]:
     for q in state.queues:
         vals.update(v for v in (q.preempt_min_runtime_ms, q.reclaim_min_runtime_ms) if v is not None)
     return sorted(v for v in vals if v > 0)
+
+
+class _ForwardUsage:
+    """The usage snapshots of a forward run: the log's allocation history (the ledger) plus the changes the
+    run makes, decayed and windowed as ``hourglass fairshare`` does (:func:`fairshare.decay.usage_at`)."""
+
+    def __init__(self, ledger: EventLedger, s: Setting, cfg: FairshareConfig, now_ms: int) -> None:
+        self.cfg = cfg
+        lo = cfg.window_start_ms(now_ms)
+        self.alloc = ledger.allocation(lo, now_ms + 1)
+        self.cap = ledger.capacity(lo, now_ms + 1)
+        self.parents = ledger.parents()
+        self.held = dict(ledger.allocated_now())
+        self.rows: list[tuple[int, str, str, float]] = []
+        self.usage, self.usage_id = s.usage, s.usage_id
+        self.as_of = s.usage_as_of if s.usage_as_of is not None else now_ms
+        self.refresh_ms = cfg.refresh_s * 1000
+
+    def change(self, t: int, queue: str, vec: tuple[int, int, int], sign: int) -> None:
+        """*queue* starts (+1) or stops (-1) holding *vec* (milli-GPU, millicores, bytes) at *t*."""
+        for r, v in zip(FAIRSHARE_RESOURCES, vec, strict=True):
+            key = (queue, r)
+            self.held[key] = max(self.held.get(key, 0) + sign * v, 0)
+            self.rows.append((t, queue, r, float(self.held[key])))
+
+    def due(self, t: int) -> bool:
+        """A new snapshot is due at *t*."""
+        return t - self.as_of >= self.refresh_ms
+
+    def refresh(self, t: int) -> None:
+        """Compute the snapshot as of *t* (rounded to 9 digits, as the simulator's)."""
+        alloc = self.alloc
+        if self.rows:
+            extra = pl.DataFrame(self.rows, schema=ALLOCATION_SCHEMA, orient="row")
+            alloc = pl.concat([alloc, extra]).sort(["queue", "resource", "ts_ms"], maintain_order=True)
+        vectors = roll_up(usage_at(alloc, self.cap, t, self.cfg, kind="exact"), self.parents)
+        self.usage = {q: {r: round(v, 9) for r, v in vals.items()} for q, vals in vectors.normalised.items()}
+        self.usage_id, self.as_of = f"eta-usage-{t}", t
+
+
+def _held(pod: Pod) -> tuple[int, int, int]:
+    """What a bound pod holds: milli-GPU, millicores, bytes."""
+    r = pod.request
+    if pod.gpu_devices:
+        gpu = (pod.gpu_milli_per_device or 1000) * len(pod.gpu_devices)
+    elif r.gpu_fraction_milli is not None:
+        gpu = r.gpu_fraction_milli * r.gpu_fraction_devices
+    else:
+        gpu = r.gpus * 1000
+    return gpu, r.cpu, r.memory
 
 
 def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int | None:
@@ -278,12 +348,22 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
             for v in min_rt:
                 if j.last_start_ms + v > now_ms:
                     heapq.heappush(heap, (j.last_start_ms + v, next(seq), _WAKE, ""))
+    fu = None
+    if s.fairshare is not None and s.config.k_value > 0 and tr.ledger is not None:
+        fu = _ForwardUsage(tr.ledger, s, s.fairshare, now_ms)
+        heapq.heappush(heap, (max(fu.as_of + fu.refresh_ms, now_ms), next(seq), _WAKE, ""))
+
+    def queue_of(uid: str) -> str:
+        info = tr.pods.get(uid)
+        return info.queue if info is not None else ""
 
     def end_run(uid: str, at: int, evicted: bool) -> None:
         ns, name = _split(uid)
         pod = b.pods.get(uid)
         if pod is None or pod.status not in (PodStatus.RUNNING, PodStatus.RELEASING):
             return
+        if fu is not None:
+            fu.change(at, queue_of(uid), _held(pod), -1)
         b.apply(ev.PodFinished(at_ms=at, name=name, namespace=ns, phase="Failed" if evicted else "Succeeded"))
         b.apply(ev.PodDeleted(at_ms=at, name=name, namespace=ns))
         if evicted:
@@ -306,7 +386,13 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
                 end_run(uid, at, kind == _TERMINATE)
         if target not in b.pods:
             return None  # deleted (cannot happen without new events; kept as a guard)
-        record, _ = run_cycle(b.snapshot(), s.config, t, s.usage, s.usage_id)
+        usage, usage_id = s.usage, s.usage_id
+        if fu is not None:
+            if fu.due(t):
+                fu.refresh(t)
+                heapq.heappush(heap, (t + fu.refresh_ms, next(seq), _WAKE, ""))
+            usage, usage_id = fu.usage, fu.usage_id
+        record, _ = run_cycle(b.snapshot(), s.config, t, usage, usage_id)
         changed = False
         evicted = set()
         for d in record.decisions:
@@ -323,6 +409,8 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
                 return t
             ns, name = _split(d.pod)
             b.apply(ev.PodBound(at_ms=t, name=name, namespace=ns, node=d.node, gpu_devices=d.gpu_devices))
+            if fu is not None:
+                fu.change(t, queue_of(d.pod), _held(b.pods[d.pod]), +1)
             info = tr.pods.get(d.pod)
             rem, _ = model.remaining(info.queue if info else "", info.stem if info else "", pct)
             heapq.heappush(heap, (t + rem, next(seq), _FINISH, d.pod))
@@ -595,13 +683,34 @@ def _setting(src: ReplaySource, record: CycleRecord | None, base: Setting | None
             manifest = read_manifest(path)
             period = int(float(manifest.get("period_s") or period / 1000) * 1000)
             grace = int((manifest.get("tenants") or {}).get("eviction_grace_s", grace / 1000) * 1000)
-        base = Setting(src.config, None, None, max(period, 1), grace)
-    usage, usage_id = None, None
+        base = Setting(src.config, None, None, max(period, 1), grace, _fairshare(src, path))
+    usage, usage_id, as_of = None, None, None
     if record is not None and record.usage_snapshot_id is not None:
         snap = src.usage.get(record.usage_snapshot_id)
         if snap is not None:
-            usage, usage_id = snap.usage, record.usage_snapshot_id
-    return replace(base, usage=usage, usage_id=usage_id)
+            usage, usage_id, as_of = snap.usage, record.usage_snapshot_id, snap.as_of_ms
+    return replace(base, usage=usage, usage_id=usage_id, usage_as_of=as_of)
+
+
+def _fairshare(src: ReplaySource, path: Path) -> FairshareConfig | None:
+    """How the run computed usage, when the log says (a run directory's manifest) and k_value > 0: a
+    scenario's ``fairshare`` section, or a trace run's tenants engine (an unbounded window)."""
+    if src.config.k_value <= 0 or not (path / "manifest.json").is_file():
+        return None
+    manifest = read_manifest(path)
+    scenario = (manifest.get("inputs") or {}).get("scenario_config") or {}
+    try:
+        if scenario.get("fairshare"):
+            return FairshareConfig(**scenario["fairshare"])
+        engine = (manifest.get("tenants") or {}).get("engine") or {}
+        return FairshareConfig(
+            k_value=src.config.k_value,
+            half_life_s=engine.get("usage_half_life_s"),
+            window_s=100 * 365 * 86_400,  # the simulator's accumulator has no window
+            refresh_s=engine.get("usage_refresh_s") or 3600,
+        )
+    except (FairshareConfigError, TypeError):
+        return None
 
 
 def _open(spec: str, engine_config: str | None, topic_prefix: str | None) -> ReplaySource:
@@ -630,13 +739,14 @@ def fold_log(
     (*step_ms*: the time between forward cycles instead of the log's cycle period)."""
     src = _open(log, engine_config, topic_prefix)
     try:
-        tr = Tracker()
+        base = _setting(src, None)
+        tr = Tracker(ledger=base.fairshare is not None)
         with gc_tuned():
             for offset, e in src.events():
                 tr.apply(offset, e)
         last = src.records[-1] if src.records else None
         now = max(tr.last_ms, last.logical_time_ms if last is not None else 0)
-        setting = _setting(src, last)
+        setting = _setting(src, last, base)
         return tr, now, setting if step_ms is None else replace(setting, period_ms=max(step_ms, 1))
     finally:
         src.close()
@@ -750,10 +860,10 @@ def backtest(
         wanted: dict[int, list[str]] = {}
         for u in started:
             wanted.setdefault(first_pending[u], []).append(u)
-        tr = Tracker()
+        base = _setting(src, None)
+        tr = Tracker(ledger=base.fairshare is not None)
         events = iter(src.events())
         held: tuple[int, Any] | None = None  # the first event past the last fold
-        base = _setting(src, None)
         if step_ms is not None:
             base = replace(base, period_ms=max(step_ms, 1))
         with gc_tuned():
@@ -769,7 +879,12 @@ def backtest(
                         break
                     tr.apply(*nxt)
                 snap = src.usage.get(usage_id) if usage_id is not None else None
-                s = replace(base, usage=snap.usage if snap else None, usage_id=usage_id if snap else None)
+                s = replace(
+                    base,
+                    usage=snap.usage if snap else None,
+                    usage_id=usage_id if snap else None,
+                    usage_as_of=snap.as_of_ms if snap else None,
+                )
                 for uid in wanted[i]:
                     real = first_bind[uid]
                     try:
