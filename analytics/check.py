@@ -35,6 +35,7 @@ from analytics.eta import (
     Tracker,
     add_step_argument,
     estimate,
+    fairshare_config,
     fold_log,
     format_time,
     free_gpu_milli,
@@ -44,6 +45,7 @@ from analytics.eta import (
     step_ms,
 )
 from analytics.explain import advice
+from fairshare.config import FairshareConfig
 from ingest import events as ev
 from ingest.kube import KubeError, pod_group_annotation, pod_submitted, podgroup_upserted
 from ingest.podgrouper import plan_pod_group, podgroup_manifest
@@ -298,6 +300,7 @@ def check(
     topic_prefix: str | None = None,
     with_eta: bool = True,
     step_ms: int | None = None,
+    fairshare: FairshareConfig | None = None,
 ) -> CheckResult:
     """``hourglass check -f FILE --log LOG`` (*step_ms*: see ``hourglass eta --step``)."""
     path = Path(file)
@@ -308,7 +311,7 @@ def check(
     objs = objects_from_yaml(text, str(file))
     try:
         tr, now, setting = fold_log(
-            log, engine_config=engine_config, topic_prefix=topic_prefix, step_ms=step_ms
+            log, engine_config=engine_config, topic_prefix=topic_prefix, step_ms=step_ms, fairshare=fairshare
         )
     except EtaError as exc:
         raise CheckError(str(exc)) from None
@@ -347,6 +350,7 @@ def run_cli(args: argparse.Namespace) -> int:
             topic_prefix=args.topic_prefix,
             with_eta=not args.no_eta,
             step_ms=step_ms(args),
+            fairshare=fairshare_config(args),
         )
     except (CheckError, EtaError) as exc:
         print(f"check: {exc}", file=sys.stderr)

@@ -72,6 +72,7 @@ __all__ = [
     "backtest",
     "estimate",
     "eta",
+    "fairshare_config",
     "fold_log",
     "format_time",
     "free_gpu_milli",
@@ -732,22 +733,36 @@ def _resolve(tr: Tracker, pod: str) -> str:
     return hits[0]
 
 
+def _tuned(base: Setting, step_ms: int | None, fairshare: FairshareConfig | None) -> Setting:
+    """*base* with ``--step`` and ``--fairshare-config`` applied (the latter only with k_value > 0)."""
+    if step_ms is not None:
+        base = replace(base, period_ms=max(step_ms, 1))
+    if fairshare is not None and base.config.k_value > 0:
+        base = replace(base, fairshare=fairshare)
+    return base
+
+
 def fold_log(
-    log: str, *, engine_config: str | None = None, topic_prefix: str | None = None, step_ms: int | None = None
+    log: str,
+    *,
+    engine_config: str | None = None,
+    topic_prefix: str | None = None,
+    step_ms: int | None = None,
+    fairshare: FairshareConfig | None = None,
 ) -> tuple[Tracker, int, Setting]:
     """The whole log folded, the time it ends (its last event or cycle) and the forward runs' setting
-    (*step_ms*: the time between forward cycles instead of the log's cycle period)."""
+    (*step_ms*: the time between forward cycles instead of the log's cycle period; *fairshare*: how
+    usage is computed, for a log that does not say)."""
     src = _open(log, engine_config, topic_prefix)
     try:
-        base = _setting(src, None)
+        base = _tuned(_setting(src, None), step_ms, fairshare)
         tr = Tracker(ledger=base.fairshare is not None)
         with gc_tuned():
             for offset, e in src.events():
                 tr.apply(offset, e)
         last = src.records[-1] if src.records else None
         now = max(tr.last_ms, last.logical_time_ms if last is not None else 0)
-        setting = _setting(src, last, base)
-        return tr, now, setting if step_ms is None else replace(setting, period_ms=max(step_ms, 1))
+        return tr, now, _setting(src, last, base)
     finally:
         src.close()
 
@@ -759,10 +774,13 @@ def eta(
     engine_config: str | None = None,
     topic_prefix: str | None = None,
     step_ms: int | None = None,
+    fairshare: FairshareConfig | None = None,
 ) -> Eta:
     """``hourglass eta POD --log LOG``: fold the whole log and answer for *pod* (``ns/name`` or a unique
     name) as of the end of the log."""
-    tr, now, setting = fold_log(log, engine_config=engine_config, topic_prefix=topic_prefix, step_ms=step_ms)
+    tr, now, setting = fold_log(
+        log, engine_config=engine_config, topic_prefix=topic_prefix, step_ms=step_ms, fairshare=fairshare
+    )
     with gc_tuned():
         return estimate(tr, _resolve(tr, pod), now, setting)
 
@@ -824,6 +842,7 @@ def backtest(
     on_pod: Callable[[str, Eta, int], None] | None = None,
     on_total: Callable[[int], None] | None = None,
     step_ms: int | None = None,
+    fairshare: FairshareConfig | None = None,
 ) -> Backtest:
     """Score the estimate on *log*: for up to *sample* pods (evenly spread over the pods any cycle left
     pending and that later started, in the order they became pending; 0 = all), estimate at the first
@@ -860,12 +879,10 @@ def backtest(
         wanted: dict[int, list[str]] = {}
         for u in started:
             wanted.setdefault(first_pending[u], []).append(u)
-        base = _setting(src, None)
+        base = _tuned(_setting(src, None), step_ms, fairshare)
         tr = Tracker(ledger=base.fairshare is not None)
         events = iter(src.events())
         held: tuple[int, Any] | None = None  # the first event past the last fold
-        if step_ms is not None:
-            base = replace(base, period_ms=max(step_ms, 1))
         with gc_tuned():
             for i in sorted(wanted):
                 offset, now, usage_id = inputs[i]
@@ -946,7 +963,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_step_argument(p: argparse.ArgumentParser) -> None:
-    """``--step S``, shared with ``check``."""
+    """``--step S`` and ``--fairshare-config FILE``, shared with ``check``."""
+    p.add_argument(
+        "--fairshare-config",
+        metavar="FILE",
+        default=None,
+        help="for a service log with k_value > 0: the config file `hourglass fairshare` used, so the"
+        " forward runs recompute usage as it does (a run directory's manifest says it; default: keep the"
+        " last snapshot's usage)",
+    )
     p.add_argument(
         "--step",
         type=float,
@@ -955,6 +980,18 @@ def add_step_argument(p: argparse.ArgumentParser) -> None:
         help="seconds between the forward simulation's cycles (default: the log's cycle period, 10 s for a"
         " service log); coarser is faster on a large backlog, at the cost of up to S of error",
     )
+
+
+def fairshare_config(args: argparse.Namespace) -> FairshareConfig | None:
+    """``--fairshare-config`` read with ``hourglass fairshare``'s loader; EtaError on a bad file."""
+    if args.fairshare_config is None:
+        return None
+    from fairshare.service import load_config
+
+    try:
+        return load_config(args.fairshare_config)[0]
+    except FairshareConfigError as exc:
+        raise EtaError(str(exc)) from None
 
 
 def step_ms(args: argparse.Namespace) -> int | None:
@@ -991,6 +1028,7 @@ def _backtest_with_progress(args: argparse.Namespace) -> Backtest:
             on_pod=lambda *_: bar.update(job, advance=1),
             on_total=lambda n: bar.update(job, total=n),
             step_ms=step_ms(args),
+            fairshare=fairshare_config(args),
         )
 
 
@@ -1038,6 +1076,7 @@ def run_cli(args: argparse.Namespace) -> int:
             engine_config=args.engine_config,
             topic_prefix=args.topic_prefix,
             step_ms=step_ms(args),
+            fairshare=fairshare_config(args),
         )
     except EtaError as exc:
         print(f"eta: {exc}", file=sys.stderr)

@@ -410,3 +410,43 @@ def test_time_based_fair_share_evolves_in_the_forward_runs(
     rc, out, err = _eta(capsys, "--backtest", str(run), "--sample", "0")
     assert rc == 0, err
     assert out.splitlines()[-1] == "eta: 20 pods, coverage 100.0 % within p10-p90, median abs error 0 s"
+
+
+def test_time_based_fair_share_on_a_service_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A service log does not say how usage was computed: with --fairshare-config (the file `hourglass
+    fairshare` used) the forward runs recompute it, and the answer is the run directory's, which is what
+    really happened (queue b's next turn at 8h06, a's at 7h06)."""
+    from analytics.replay import load_engine_config
+    from ingest.events import dump_event
+    from ingest.filelog import FileLog
+    from ingest.log import Topics
+    from scheduler.service import Service
+
+    root = Path(__file__).resolve().parent.parent
+    example = str(root / "examples" / "two-queue-oscillation.yaml")
+    run = tmp_path / "run"
+    assert main(["simulate", "--config", example, "--set", "duration=400m", "--out", str(run), "--json"]) == 0
+    manifest = json.loads((run / "manifest.json").read_text())
+    engine = tmp_path / "engine.json"
+    engine.write_text(json.dumps(manifest["engine_config"]))
+    fairshare = tmp_path / "fairshare.yaml"
+    fairshare.write_text(yaml.safe_dump(manifest["inputs"]["scenario_config"]["fairshare"]))
+    topics = Topics()
+    with FileLog(tmp_path / "log") as log:
+        log.append_many(topics.events, [(e.uid.encode(), dump_event(e)) for _, e in read_events(run)])
+        log.append_many(
+            topics.usage, [(b"cluster", line) for line in (run / "usage.jsonl").read_bytes().splitlines()]
+        )
+        Service(log, topics, load_engine_config(engine)).run(stop_when_idle=True)
+    expected = {"b/b-w1-4": 29_160_000, "a/a-w0-3": 25_560_000}
+    for pod, start in expected.items():
+        for where, extra in [
+            (str(run), []),
+            (str(tmp_path / "log"), ["--engine-config", str(engine), "--fairshare-config", str(fairshare)]),
+        ]:
+            rc, out, err = _eta(capsys, pod, "--log", where, "--json", *extra)
+            assert rc == 0, err
+            assert json.loads(out)["by_percentile"] == {"p10": start, "p50": start, "p90": start}, (
+                pod,
+                where,
+            )
