@@ -14,8 +14,10 @@ run (the distribution conditioned on its elapsed time).
 
 Deterministic by construction: three forward runs, with every run time at the 10th, 50th and 90th
 percentile of its distribution (nearest rank), give the range and the most likely start (docs/eta.md says
-why this instead of a Monte Carlo). Jobs that are not in the log yet are not simulated, and a time-based
-fair share keeps the usage snapshot of the last recorded cycle.
+why this instead of a Monte Carlo). Jobs that are not in the log yet are not simulated. With a time-based
+fair share the forward runs recompute usage every ``refresh_s`` from the log's allocation history plus
+what they run (:class:`_ForwardUsage`), when the fairshare settings are known (a run directory's manifest,
+or ``--fairshare-config``); otherwise they keep the usage snapshot of the last recorded cycle.
 
 :func:`backtest` replays the log and, for a sample of the pods that were ever left pending, asks the same
 question at the first cycle that left them pending, using only the log before that cycle, then compares
