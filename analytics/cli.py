@@ -440,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")
     explain_arguments(ex)
     ex.set_defaults(func=_cmd_explain)
+    _add_eta_check(sub)  # issue 16 items 3-4: eta and check
     from ingest.watcher import add_arguments as ingest_arguments
 
     ig = sub.add_parser(
@@ -448,7 +449,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ingest_arguments(ig)
     ig.set_defaults(func=_cmd_ingest)
-    _add_eta_check(sub)
     return p
 
 
