@@ -281,6 +281,42 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+# --- issue 16 items 3-4: eta and check (analytics/eta.py, analytics/check.py) ---
+def _cmd_eta(args: argparse.Namespace) -> int:
+    from analytics.eta import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from analytics.check import run_cli
+
+    return run_cli(args)
+
+
+def _add_eta_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from analytics.check import add_arguments as check_arguments
+    from analytics.eta import add_arguments as eta_arguments
+
+    et = sub.add_parser(
+        "eta",
+        help="when will this pending pod start: a range from forward simulations with learnt run times;"
+        " --backtest LOG scores it (docs/eta.md)",
+    )
+    eta_arguments(et)
+    et.set_defaults(func=_cmd_eta)
+    ck = sub.add_parser(
+        "check",
+        help="would this pod / pod group be scheduled right now, where, and if not why (nothing is submitted;"
+        " docs/eta.md)",
+    )
+    check_arguments(ck)
+    ck.set_defaults(func=_cmd_check)
+
+
+# --- end of eta and check ---
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -423,6 +459,7 @@ def build_parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")
     explain_arguments(ex)
     ex.set_defaults(func=_cmd_explain)
+    _add_eta_check(sub)  # issue 16 items 3-4: eta and check
     from ingest.watcher import add_arguments as ingest_arguments
 
     ig = sub.add_parser(

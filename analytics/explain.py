@@ -35,7 +35,7 @@ import duckdb
 
 from analytics.store import StoreError, open_readonly, resolve_store
 
-__all__ = ["ExplainError", "Explanation", "add_arguments", "explain", "parse_time", "run_cli"]
+__all__ = ["ExplainError", "Explanation", "add_arguments", "advice", "explain", "parse_time", "run_cli"]
 
 RESOURCES: Final = ("gpu", "cpu", "memory")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -367,9 +367,35 @@ def _pending(s: _Store, e: Explanation, d: dict[str, Any]) -> None:
 
 def _advice(s: _Store, d: dict[str, Any], details: dict[str, Any], free: int | None) -> str:
     """One actionable sentence for a pending job, from its reason and the numbers of its cycle."""
-    reason = d["reason"] or ""
     rows = _queue_rows(s, d["cycle_id"], d["queue"])
     q = rows[0] if rows else None
+    over = s.rows(
+        "SELECT queue, gpu_allocated - gpu_fair_share AS excess FROM queue_cycles WHERE cycle_id = ?"
+        " AND gpu_allocated > gpu_fair_share AND queue <> ? ORDER BY excess DESC, queue LIMIT 5",
+        [d["cycle_id"], d["queue"]],
+    )
+    return advice(
+        d["reason"] or "",
+        details,
+        (int(q["gpu_allocated"]), int(q["gpu_fair_share"])) if q is not None else None,
+        free,
+        [(str(r["queue"]), int(r["excess"])) for r in over],
+    )
+
+
+def advice(
+    reason: str,
+    details: dict[str, Any],
+    queue_gpu: tuple[int, int] | None,
+    free: int | None,
+    over: list[tuple[str, int]],
+) -> str:
+    """One actionable sentence for a pending job (``explain``, ``eta`` and ``check`` share it).
+
+    *reason* and *details* are its ``Unschedulable`` decision's; *queue_gpu* is its queue's (allocated,
+    fair share) in milli-GPU (None: unknown queue); *free* the free milli-GPU on the nodes it may use (None:
+    unknown); *over* the other queues above their GPU fair share, (name, excess milli-GPU), largest first.
+    """
     if reason == "QueueDoesNotExist":
         return "create the queue, or set the pod's kai.scheduler/queue label to an existing leaf queue."
     if reason == "QueueNotLeaf":
@@ -388,9 +414,10 @@ def _advice(s: _Store, d: dict[str, Any], details: dict[str, Any], free: int | N
             " spread, host ports, volumes, extended resources) or add nodes that satisfy them; evicting other"
             " queues' pods cannot help unless they are what a constraint refuses."
         )
-    if q is None:
+    if queue_gpu is None:
         return "wait for capacity."
-    if q["gpu_allocated"] > q["gpu_fair_share"]:
+    allocated, fair = queue_gpu
+    if allocated > fair:
         return (
             "the queue holds more than its fair share, so it cannot reclaim: wait for its own pods to"
             " finish, or raise its quota / overQuotaWeight."
@@ -402,22 +429,17 @@ def _advice(s: _Store, d: dict[str, Any], details: dict[str, Any], free: int | N
             f"{free / 1000:g} GPUs are free in total but at most {largest:g} on one node (fragmentation):"
             " ask for fewer GPUs per pod (more, smaller pods) or wait for a node to drain."
         )
-    if need and q["gpu_allocated"] + need > q["gpu_fair_share"]:
+    if need and allocated + need > fair:
         # Reclaim only takes back what keeps the reclaiming queue within its fair share (kai-spec §5).
         return (
             f"the job needs {need / 1000:g} GPUs, but reclaim only brings the queue up to its fair share of"
-            f" {q['gpu_fair_share'] / 1000:g} GPUs (it holds {q['gpu_allocated'] / 1000:g}): the job starts when"
+            f" {fair / 1000:g} GPUs (it holds {allocated / 1000:g}): the job starts when"
             " that much is free without evicting anyone, or once the queue's fair share grows (a larger quota or"
             " overQuotaWeight; with time-based fairshare (kValue > 0) it also grows as the other queues' recent"
             " usage does)."
         )
-    over = s.rows(
-        "SELECT queue, gpu_allocated - gpu_fair_share AS excess FROM queue_cycles WHERE cycle_id = ?"
-        " AND gpu_allocated > gpu_fair_share AND queue <> ? ORDER BY excess DESC, queue LIMIT 5",
-        [d["cycle_id"], d["queue"]],
-    )
     if over:
-        names = ", ".join(f"{r['queue']} (+{r['excess'] / 1000:g} GPU)" for r in over)
+        names = ", ".join(f"{name} (+{excess / 1000:g} GPU)" for name, excess in over)
         return (
             f"the queue is within its fair share; queues over theirs, which reclaim takes from once their pods"
             f" pass the min-runtime: {names}. Wait for the next cycles."

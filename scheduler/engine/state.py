@@ -635,6 +635,19 @@ class StateBuilder:
         if active == 0 and job.last_start_ms is not None and not stale:
             self.jobs[job_uid] = _evolve(self.jobs[job_uid], last_start_ms=None)
 
+    def fork(self) -> StateBuilder:
+        """An independent builder with the same state (what-if runs fold on from here, this one is
+        untouched). Cheap: the objects are immutable, only the containers are copied."""
+        other = StateBuilder()
+        other.nodes, other.queues = dict(self.nodes), dict(self.queues)
+        other.jobs, other.pods, other.foreign = dict(self.jobs), dict(self.pods), dict(self.foreign)
+        other.offset = self.offset
+        other._queue_seq = self._queue_seq
+        other._pod_seq = dict(self._pod_seq)
+        other._job_pods = {k: dict(v) for k, v in self._job_pods.items()}
+        other._requests = self._requests
+        return other
+
     def snapshot(self) -> ClusterState:
         """Freeze the current state. Pods whose pod group is unknown are left out until it arrives."""
         pods = tuple(p for p in self.pods.values() if p.job in self.jobs)
