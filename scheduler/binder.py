@@ -42,6 +42,13 @@ from typing import Any, Final, Protocol
 from ingest.kube import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.podgroup_status import (
+    ClearConditions,
+    ConditionMemory,
+    ConditionWriter,
+    SetCondition,
+    plan_conditions,
+)
 
 __all__ = [
     "ANNOTATION_CYCLE",
@@ -405,6 +412,9 @@ class Kube(Protocol):
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the Queue object's status subresource."""
 
+    def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
+        """Set or clear a PodGroup's ``status.schedulingConditions``; False when it already said so."""
+
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -519,6 +529,9 @@ class KubeApi:
             _content_type="application/merge-patch+json",
         )
 
+    def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
+        return ConditionWriter(self.custom, self._call).apply(action)
+
 
 # --------------------------------------------------------------------------- execution
 
@@ -555,6 +568,10 @@ class BinderStats:
     dead_letters: int = 0
     dead_letters_skipped: int = 0
     events_failed: int = 0
+    podgroup_conditions: int = 0  # PodGroup status.schedulingConditions set
+    podgroup_conditions_cleared: int = 0
+    podgroups_missing: int = 0  # a pending job whose PodGroup object does not exist (404)
+    podgroup_conditions_failed: int = 0  # best effort, like Events: logged, never dead-lettered
 
 
 class Binder:
@@ -587,6 +604,7 @@ class Binder:
         self._clock = clock
         self._sleep = sleep
         self.memory = Memory()
+        self.conditions = ConditionMemory()
         self.stats = BinderStats()
         self.position = 0
         self.dead_seen: set[str] = set()
@@ -824,7 +842,29 @@ class Binder:
             self._dead_letter(offset, bad.target, bad.reason_code, bad.message, bad.raw)
         for a in p.actions:
             self._apply(offset, a, record.cycle_id)
+        cond_actions, conditions = plan_conditions(record, self.conditions)
+        for c in cond_actions:
+            self._condition(c)
         self.memory = p.memory  # only once every call went through (or failed for good)
+        self.conditions = conditions
+
+    def _condition(self, c: SetCondition | ClearConditions) -> None:
+        """PodGroup scheduling conditions are best effort (like Events); an unreachable server propagates."""
+        try:
+            changed = self._with_retry(
+                f"podgroup condition {c.job}", lambda: self.kube.write_podgroup_condition(c)
+            )
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.podgroups_missing += 1
+                return
+            self.stats.podgroup_conditions_failed += 1
+            log.warning("scheduling condition of PodGroup %s failed: %s", c.job, e)
+            return
+        if changed and isinstance(c, SetCondition):
+            self.stats.podgroup_conditions += 1
+        elif changed:
+            self.stats.podgroup_conditions_cleared += 1
 
     # -- the loop ------------------------------------------------------------------------------
 
