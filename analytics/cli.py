@@ -247,6 +247,18 @@ def _cmd_bind(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _cmd_webhook(args: argparse.Namespace) -> int:
+    from scheduler.webhook import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_reserve(args: argparse.Namespace) -> int:
+    from scheduler.reservation import reserve_cli
+
+    return reserve_cli(args)
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     from analytics.explain import run_cli
 
@@ -262,7 +274,9 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("conformance", help="run the conformance scenario files (KAI's and Hourglass's real-node ones)")
+    c = sub.add_parser(
+        "conformance", help="run the conformance scenario files (KAI's and Hourglass's real-node ones)"
+    )
     c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
     c.set_defaults(func=_cmd_conformance)
     from analytics.simulate_cli import add_arguments as simulate_arguments
@@ -399,6 +413,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bind_arguments(bd)
     bd.set_defaults(func=_cmd_bind)
+    from scheduler.webhook import add_arguments as webhook_arguments
+
+    wh = sub.add_parser(
+        "webhook",
+        help="the admission webhook that wires GPU-sharing pods to their devices (docs/gpu-sharing.md)",
+    )
+    webhook_arguments(wh)
+    wh.set_defaults(func=_cmd_webhook)
+    rs = sub.add_parser(
+        "reserve",
+        help="run inside a GPU reservation pod: report the reserved GPU, then hold it (docs/gpu-sharing.md)",
+    )
+    rs.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account)"
+    )
+    rs.set_defaults(func=_cmd_reserve)
     from analytics.explain import add_arguments as explain_arguments
 
     ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")

@@ -49,6 +49,8 @@ from scheduler.podgroup_status import (
     SetCondition,
     plan_conditions,
 )
+from scheduler.reservation import DEFAULT_NAMESPACE as DEFAULT_RESERVATION_NAMESPACE
+from scheduler.reservation import GpuSharing, SharingConfig, SharingError
 
 __all__ = [
     "ANNOTATION_CYCLE",
@@ -572,6 +574,8 @@ class BinderStats:
     podgroup_conditions_cleared: int = 0
     podgroups_missing: int = 0  # a pending job whose PodGroup object does not exist (404)
     podgroup_conditions_failed: int = 0  # best effort, like Events: logged, never dead-lettered
+    shared_bound: int = 0  # binds of GPU-sharing pods whose visibility ConfigMap was written first
+    reservations_deleted: int = 0
 
 
 class Binder:
@@ -591,8 +595,11 @@ class Binder:
         poll_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        sharing: GpuSharing | None = None,
     ) -> None:
         self.log = log
+        self.sharing = sharing  # GPU sharing at run time (scheduler/reservation.py); None: annotations only
+        self._synced_at = 0.0
         self.kube = kube
         self.topics = topics
         self.group = group
@@ -621,9 +628,22 @@ class Binder:
             if r.key is not None and r.key.decode(errors="replace").startswith(prefix):
                 self.dead_seen.add(r.key.decode(errors="replace"))
         self._started = True
+        self._sync_reservations()
         log.info("binder: resuming at decisions offset %d", self.position)
 
     # -- one record ----------------------------------------------------------------------------
+
+    def _sync_reservations(self) -> None:
+        """Reservation pods against their current sharers: no orphan survives a restart (transient: retried)."""
+        if self.sharing is None:
+            return
+        self._synced_at = self._clock()
+        try:
+            n = self._with_retry("reservation sync", self.sharing.reconcile)
+        except (KubeError, KubeUnavailable) as e:
+            log.warning("reservation sync failed, will retry: %s", e)
+            return
+        self.stats.reservations_deleted += n
 
     def _with_retry(self, what: str, fn: Callable[[], Any]) -> Any:
         for attempt in range(1, self.retry.attempts + 1):
@@ -691,10 +711,15 @@ class Binder:
         if isinstance(a, BindPod):
             uid = f"{a.namespace}/{a.name}"
             raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
+            annotations = dict(a.annotations)
             try:
-                self._with_retry(
-                    f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, dict(a.annotations))
-                )
+                shared = self._prepare_sharing(a)
+                if shared is not None:
+                    annotations.update(shared)
+                self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
+            except SharingError as e:
+                self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
+                return
             except KubeError as e:
                 if e.status == 404:
                     self.stats.already_gone += 1
@@ -733,6 +758,7 @@ class Binder:
                 )
                 return
             self.stats.bound += 1
+            self.stats.shared_bound += shared is not None
             self._event(
                 EventSpec(
                     "Pod",
@@ -823,6 +849,20 @@ class Binder:
                 return
             self.stats.queue_statuses += 1
 
+    def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
+        """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""
+        ann = dict(a.annotations)
+        milli = int(ann.get(ANNOTATION_GPU_PORTION, "1000") or 1000)
+        if self.sharing is None or ANNOTATION_GPU_DEVICES not in ann or milli >= 1000:
+            return None
+        devices = [int(d) for d in ann[ANNOTATION_GPU_DEVICES].split(",") if d]
+        sharing = self.sharing
+        out: dict[str, str] = self._with_retry(
+            f"gpu sharing {a.namespace}/{a.name}",
+            lambda: sharing.prepare(a.namespace, a.name, a.node, devices, milli),
+        )
+        return out
+
     def apply_record(self, offset: int, value: bytes) -> None:
         """Apply one decisions record fully; raises :class:`KubeUnavailable` to leave it uncommitted."""
         try:
@@ -847,6 +887,8 @@ class Binder:
             self._condition(c)
         self.memory = p.memory  # only once every call went through (or failed for good)
         self.conditions = conditions
+        if any(isinstance(a, EvictPod) for a in p.actions):
+            self._sync_reservations()  # an evicted sharer may have been the last of its device
 
     def _condition(self, c: SetCondition | ClearConditions) -> None:
         """PodGroup scheduling conditions are best effort (like Events); an unreachable server propagates."""
@@ -874,6 +916,11 @@ class Binder:
             self.start()
         records = self.log.read(self.topics.decisions, self.position, self.batch_size)
         if not records:
+            if (
+                self.sharing is not None
+                and self._clock() - self._synced_at >= self.sharing.cfg.sync_interval_s
+            ):
+                self._sync_reservations()  # sharers that finished or were deleted by their owners
             return False
         for r in records:
             try:
@@ -935,6 +982,32 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls when idle")
     p.add_argument(
+        "--gpu-sharing",
+        action="store_true",
+        help="make fractional GPUs real: reservation pods and visibility ConfigMaps (docs/gpu-sharing.md)",
+    )
+    p.add_argument(
+        "--reservation-namespace",
+        default=DEFAULT_RESERVATION_NAMESPACE,
+        help=f"namespace of the GPU reservation pods (default {DEFAULT_RESERVATION_NAMESPACE})",
+    )
+    p.add_argument("--reservation-image", default="hourglass:latest", help="image of the reservation pods")
+    p.add_argument(
+        "--reservation-service-account", default=None, help="service account of the reservation pods"
+    )
+    p.add_argument(
+        "--reservation-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for a reservation pod to report its GPU (default 60)",
+    )
+    p.add_argument(
+        "--reservation-sync-interval",
+        type=float,
+        default=30.0,
+        help="when idle, reconcile reservation pods with their sharers this often (default 30 s)",
+    )
+    p.add_argument(
         "--stop-when-idle",
         action="store_true",
         help="exit when every record is applied (or the API server stays unreachable: exit code 1)",
@@ -962,6 +1035,17 @@ def run_cli(args: Any) -> int:
     except LogError as e:
         print(f"bind: {e}", file=sys.stderr)
         return 2
+    sharing = None
+    if args.gpu_sharing:
+        kube_api = KubeApi(api)
+        cfg = SharingConfig(
+            namespace=args.reservation_namespace,
+            image=args.reservation_image,
+            service_account=args.reservation_service_account,
+            timeout_s=args.reservation_timeout,
+            sync_interval_s=args.reservation_sync_interval,
+        )
+        sharing = GpuSharing(kube_api.core, kube_api._call, cfg)
     with log_:
         binder = Binder(
             log_,
@@ -971,6 +1055,7 @@ def run_cli(args: Any) -> int:
             grace_seconds=None if args.grace_period < 0 else args.grace_period,
             event_interval_s=args.event_interval,
             poll_interval_s=args.poll_interval,
+            sharing=sharing,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
         try:
