@@ -203,3 +203,62 @@ def test_podgroup_validation_is_kais(kube_api: Any, kube_namespace: str) -> None
                 continue
             failures.append(f"{spec} was accepted; expected 422 naming {field}")
         assert not failures, "\n".join(failures)
+
+
+def test_helm_install_over_kai_keeps_podgroups_then_the_upgrade_step_adopts_the_crds(
+    kai_crds: Any, kube_api: Any, kube_namespace: str
+) -> None:
+    """`helm install` on a cluster with KAI's CRDs (the documented flags for KAI users), then the upgrade step."""
+    import os
+    import subprocess
+
+    from kubernetes import client
+
+    from tests.test_deploy import CHART, _find_helm
+
+    helm = _find_helm()
+    if helm is None:
+        pytest.skip("helm not found: run tools/helm/install.sh")
+    custom: Any = client.CustomObjectsApi(kai_crds)
+    ext: Any = client.ApiextensionsV1Api(kai_crds)
+    ns = kube_namespace
+    pg = {
+        "apiVersion": f"{GROUP}/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "kai-pg"},
+        "spec": KAI_PODGROUP_SPEC,
+    }
+    custom.create_namespaced_custom_object(GROUP, "v2alpha2", ns, "podgroups", pg)
+    release = f"hg{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "KUBECONFIG": str(kube_api.kubeconfig), "HOME": os.environ.get("HOME", "/tmp")}
+    install = [
+        helm, "install", release, str(CHART), "--namespace", ns,
+        "--set", "priorityClasses.create=false", "--set-json", "queues=[]", "--set", "serviceMonitor.enabled=false",
+    ]  # fmt: skip
+    out = subprocess.run(install, capture_output=True, text=True, timeout=180, env=env, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    try:
+        # Helm left the existing (KAI's) CRDs alone: the PodGroup is exactly as the KAI user wrote it.
+        crd = ext.read_custom_resource_definition("podgroups.scheduling.run.ai")
+        assert crd.metadata.labels.get("app.kubernetes.io/part-of") == "kai-scheduler"
+        assert (
+            custom.get_namespaced_custom_object(GROUP, "v2alpha2", ns, "podgroups", "kai-pg")["spec"]
+            == KAI_PODGROUP_SPEC
+        )
+        server_side_apply(
+            kai_crds, deploy_crds()
+        )  # kubectl apply --server-side --force-conflicts -f deploy/crds/
+        crd = ext.read_custom_resource_definition("podgroups.scheduling.run.ai")
+        assert crd.metadata.labels.get("app.kubernetes.io/part-of") == "hourglass"
+        assert (
+            custom.get_namespaced_custom_object(GROUP, "v2alpha2", ns, "podgroups", "kai-pg")["spec"]
+            == KAI_PODGROUP_SPEC
+        )
+    finally:
+        subprocess.run(
+            [helm, "uninstall", release, "--namespace", ns],
+            capture_output=True,
+            timeout=120,
+            env=env,
+            check=False,
+        )
