@@ -27,6 +27,7 @@ binder finds the pod it created instead of making a second one.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import logging
 import time
@@ -272,30 +273,56 @@ class GpuSharing:
         return {ANNOTATION_GPU_GROUPS: ",".join(gpu_group(node, d) for d in devices)}
 
     def _reserve(self, node: str, device: int, sharer: str, tolerations: Sequence[Any]) -> str:
-        """Make sure device ``device`` of ``node`` is reserved with ``sharer`` among its sharers; its GPU id."""
+        """Make sure device ``device`` of ``node`` is reserved with ``sharer`` among its sharers; its GPU id.
+
+        A reservation pod that is being deleted is waited out (then created anew); a concurrent change of
+        its sharers (409 on the write) is read again and retried.
+        """
         cfg = self.cfg
         name = reservation_pod_name(gpu_group(node, device))
-        try:
-            self.call(
-                self.core.create_namespaced_pod,
-                cfg.namespace,
-                reservation_pod(cfg, node, device, [sharer], tolerations),
-            )
-            log.info(
-                "reservation pod %s/%s created for device %d of %s (%s)",
-                cfg.namespace,
-                name,
-                device,
-                node,
-                sharer,
-            )
-        except Exception as e:
-            if self._status(e) != 409:
+        deadline = self._clock() + cfg.timeout_s
+        for attempt in itertools.count():
+            if attempt and self._clock() >= deadline:
+                raise SharingError(
+                    "gpu_reservation_timeout",
+                    f"reservation pod {cfg.namespace}/{name} kept changing for {cfg.timeout_s:g} s; retry later",
+                )
+            try:
+                self.call(
+                    self.core.create_namespaced_pod,
+                    cfg.namespace,
+                    reservation_pod(cfg, node, device, [sharer], tolerations),
+                )
+                log.info(
+                    "reservation pod %s/%s created for device %d of %s (%s)",
+                    cfg.namespace,
+                    name,
+                    device,
+                    node,
+                    sharer,
+                )
+                break
+            except Exception as e:
+                if self._status(e) != 409:
+                    raise
+            try:
+                current = self._json(self.core.read_namespaced_pod, name, cfg.namespace)
+            except Exception as e:
+                if self._status(e) == 404:
+                    continue  # deleted in between: create it again
                 raise
-            current = self._json(self.core.read_namespaced_pod, name, cfg.namespace)
+            if (current.get("metadata") or {}).get("deletionTimestamp"):
+                self._sleep(cfg.poll_s)  # being deleted: wait it out, then create it anew
+                continue
             sharers = _sharers(current)
-            if sharer not in sharers:
+            if sharer in sharers:
+                break
+            try:
                 self._set_sharers(current, [*sharers, sharer])
+                break
+            except Exception as e:
+                if self._status(e) not in (404, 409):
+                    raise
         deadline = self._clock() + cfg.timeout_s
         while True:
             current = self._json(self.core.read_namespaced_pod, name, cfg.namespace)

@@ -39,6 +39,7 @@ from scheduler.reservation import (
     GpuSharing,
     SharingConfig,
     gpu_group,
+    reservation_pod,
     reservation_pod_name,
 )
 from scheduler.webhook import MUTATE_PATH, serve
@@ -497,3 +498,47 @@ def test_a_restarted_binder_leaves_no_orphan_reservation_pods(
     )  # restart: nothing new to apply
     assert st.records == 0 and st.reservations_deleted == 3
     assert _reservations(api, reservation_ns) == {reservation_pod_name(gpu_group(node, 2)): [f"{ns}/z"]}
+
+
+def test_a_sharer_arriving_while_its_reservation_pod_is_deleted_waits_for_a_new_one(
+    cluster: tuple[Any, str, Webhook], reservation_ns: str, tmp_path: Path
+) -> None:
+    api, ns, _hook = cluster
+    node = f"{ns}-n1"
+    _node(api, node)
+    _create(api, ns, _pod("late", fraction="0.5"))
+    core = _core(api)
+    cfg = SharingConfig(namespace=reservation_ns, timeout_s=10, poll_s=0.05, sync_interval_s=3600)
+    # The device's reservation pod is on its way out (a finalizer holds it, as a kubelet would while it stops).
+    dying = reservation_pod(cfg, node, 0, [f"{ns}/gone"])
+    dying["metadata"]["finalizers"] = ["hourglass.io/test-hold"]
+    dying["metadata"]["annotations"][ANNOTATION_RESERVED_GPU] = "GPU-old"
+    core.create_namespaced_pod(reservation_ns, dying)
+    name = dying["metadata"]["name"]
+    core.delete_namespaced_pod(name, reservation_ns)
+    agent = NodeAgent(api, reservation_ns)
+    ticks = [0]
+
+    def tick(seconds: float) -> None:
+        ticks[0] += 1
+        if ticks[0] == 3:  # the old pod finally goes
+            core.patch_namespaced_pod(
+                name,
+                reservation_ns,
+                {"metadata": {"finalizers": None}},
+                _content_type="application/merge-patch+json",
+            )
+        agent.tick(seconds)
+
+    kube = KubeApi(api)
+    log = FileLog(tmp_path / "log")
+    binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube._call, cfg, sleep=tick))
+    log.append(DEFAULT_TOPICS.decisions, None, _record([_bind(f"{ns}/late", node, 0)], 1))
+    st = binder.run(stop_when_idle=True)
+    assert (st.bound, st.dead_letters) == (1, 0) and ticks[0] >= 3
+    fresh = _read(api, reservation_ns, name)
+    assert "deletionTimestamp" not in fresh["metadata"]
+    assert fresh["metadata"]["annotations"][ANNOTATION_SHARERS] == f"{ns}/late"
+    assert (
+        fresh["metadata"]["annotations"][ANNOTATION_RESERVED_GPU] == f"GPU-{node}-0"
+    )  # not the old pod's GPU
