@@ -253,6 +253,12 @@ def _cmd_webhook(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _cmd_apply_crds(args: argparse.Namespace) -> int:
+    from ingest.crds import run_cli
+
+    return run_cli(args)
+
+
 def _cmd_reserve(args: argparse.Namespace) -> int:
     from scheduler.reservation import reserve_cli
 
@@ -429,6 +435,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account)"
     )
     rs.set_defaults(func=_cmd_reserve)
+    from ingest.crds import add_arguments as crds_arguments
+
+    ac = sub.add_parser(
+        "apply-crds",
+        help="install or upgrade the Queue / PodGroup CRDs with server-side apply (docs/deploy.md)",
+    )
+    crds_arguments(ac)
+    ac.set_defaults(func=_cmd_apply_crds)
     from analytics.explain import add_arguments as explain_arguments
 
     ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")

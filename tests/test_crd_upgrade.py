@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from tests.crds import deploy_crds, server_side_apply
 
 GROUP = "scheduling.run.ai"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _kai_shaped(doc: dict[str, Any]) -> dict[str, Any]:
@@ -262,3 +264,66 @@ def test_helm_install_over_kai_keeps_podgroups_then_the_upgrade_step_adopts_the_
             env=env,
             check=False,
         )
+
+
+def test_chart_crd_upgrade_hook_applies_the_chart_crds_over_kais(
+    kai_crds: Any, kube_api: Any, kube_namespace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """crdUpgrade.enabled: the hook Job's command, run on the files its ConfigMap mounts, adopts KAI's CRDs."""
+    from kubernetes import client
+
+    from analytics.cli import main
+    from tests.test_deploy import _find_helm, by_kind, parse_cli, render
+
+    helm = _find_helm()
+    if helm is None:
+        pytest.skip("helm not found: run tools/helm/install.sh")
+    objs = render(helm, "--set", "crdUpgrade.enabled=true")
+    (job,) = by_kind(objs, "Job").values()
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    args = parse_cli([str(a) for a in container["args"]])
+    (mount,) = (m for m in container["volumeMounts"] if m["mountPath"] == args.dir)
+    (volume,) = (v for v in job["spec"]["template"]["spec"]["volumes"] if v["name"] == mount["name"])
+    files = by_kind(objs, "ConfigMap")[volume["configMap"]["name"]]["data"]
+    assert {n: files[n] for n in files} == {
+        p.name: p.read_text().rstrip("\n") for p in sorted((ROOT / "deploy" / "crds").glob("*.yaml"))
+    }
+    (role,) = [r for n, r in by_kind(objs, "ClusterRole").items() if n.endswith("-crd-upgrade")]
+    for rule in role["rules"]:
+        assert rule["resources"] == ["customresourcedefinitions"]
+        assert rule["verbs"] == ["create"] or rule["resourceNames"] == [
+            "queues.scheduling.run.ai",
+            "podgroups.scheduling.run.ai",
+        ]
+
+    # What the Job does, on the files it mounts, over KAI's CRDs and a KAI user's PodGroup.
+    custom: Any = client.CustomObjectsApi(kai_crds)
+    pg = {
+        "apiVersion": f"{GROUP}/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "hooked"},
+        "spec": KAI_PODGROUP_SPEC,
+    }
+    custom.create_namespaced_custom_object(GROUP, "v2alpha2", kube_namespace, "podgroups", pg)
+    mounted = tmp_path / "crds"
+    mounted.mkdir()
+    for name, text in files.items():
+        (mounted / name).write_text(text)
+    assert main(["apply-crds", "--dir", str(mounted), "--kubeconfig", str(kube_api.kubeconfig)]) == 0
+    assert "2 CRDs applied" in capsys.readouterr().out
+    ext: Any = client.ApiextensionsV1Api(kai_crds)
+    crd = ext.read_custom_resource_definition("podgroups.scheduling.run.ai")
+    assert crd.metadata.labels.get("app.kubernetes.io/part-of") == "hourglass"
+    got = custom.get_namespaced_custom_object(GROUP, "v2alpha2", kube_namespace, "podgroups", "hooked")
+    assert got["spec"] == KAI_PODGROUP_SPEC
+
+
+def test_apply_crds_reports_bad_input_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from analytics.cli import main
+
+    assert main(["apply-crds", "--dir", str(tmp_path)]) == 2
+    assert "apply-crds: no CustomResourceDefinition in" in capsys.readouterr().err
+    (tmp_path / "x.yaml").write_text("kind: Queue\n")
+    assert main(["apply-crds", "--dir", str(tmp_path)]) == 2
+    assert "x.yaml: not a CustomResourceDefinition" in capsys.readouterr().err
