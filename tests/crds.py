@@ -1,8 +1,8 @@
 """Installing CRDs on the test API server the way the docs tell users to: ``kubectl apply --server-side``.
 
-``server_side_apply(api, docs)`` sends each CRD as an apply patch (field manager ``kubectl``, conflicts
-forced), which is the request ``kubectl apply --server-side --force-conflicts -f deploy/crds/`` makes, then
-waits until every CRD is ``Established`` and its resources are served.
+``server_side_apply(api, docs)`` is ``hourglass apply-crds`` (``ingest/crds.py``: each CRD as an apply patch,
+conflicts forced, the request ``kubectl apply --server-side --force-conflicts -f deploy/crds/`` makes), plus
+a wait until each CRD's resources are served (a just-updated CRD's handler can lag its status).
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ingest.crds import apply_crds
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_DIR = ROOT / "deploy" / "crds"
@@ -24,32 +26,16 @@ def deploy_crds() -> list[dict[str, Any]]:
 
 def server_side_apply(api: Any, docs: list[dict[str, Any]], manager: str = "kubectl") -> None:
     """Apply ``docs`` (CRDs) as ``kubectl apply --server-side --force-conflicts`` does; wait until served."""
-    from kubernetes import client
-
-    ext = client.ApiextensionsV1Api(api)
-    for doc in docs:
-        ext.patch_custom_resource_definition(
-            doc["metadata"]["name"],
-            doc,
-            field_manager=manager,
-            force=True,
-            _content_type="application/apply-patch+yaml",
-        )
+    apply_crds(api, docs, manager)
     deadline = time.monotonic() + 30
     for doc in docs:
-        name = doc["metadata"]["name"]
-        while True:
-            crd = ext.read_custom_resource_definition(name).to_dict()
-            conds = (crd.get("status") or {}).get("conditions") or []
-            established = any(c["type"] == "Established" and c["status"] == "True" for c in conds)
-            if established and _served(api, doc):
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established: {conds}"
+        while not _served(api, doc):
+            assert time.monotonic() < deadline, f"CRD {doc['metadata']['name']} is not served"
             time.sleep(0.2)
 
 
 def _served(api: Any, doc: dict[str, Any]) -> bool:
-    """The CRD's storage version answers a list (a just-updated CRD's handler can lag its status)."""
+    """The CRD's storage version answers a list."""
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
