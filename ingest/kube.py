@@ -464,8 +464,17 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
         raise KubeError("PodGroup", key, "spec.queue", queue, problem)
     min_member = spec.get("minMember", 1)
     if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 0:
-        raise KubeError("PodGroup", key, "spec.minMember", min_member, "must be an integer >= 1")
+        raise KubeError("PodGroup", key, "spec.minMember", min_member, "must be an integer >= 0")
     pre = spec.get("preemptibility") or ""
+    if pre == "semi-preemptible":
+        raise KubeError(
+            "PodGroup",
+            key,
+            "spec.preemptibility",
+            pre,
+            "is KAI's semi-preemptible (core pods protected, elastic pods preemptible), which Hourglass does"
+            " not implement yet; use 'preemptible' or 'non-preemptible'",
+        )
     if pre not in ("", "preemptible", "non-preemptible"):
         raise KubeError(
             "PodGroup", key, "spec.preemptibility", pre, "must be 'preemptible', 'non-preemptible' or empty"
