@@ -134,19 +134,21 @@ def plan_conditions(
     """The condition writes one record needs, and the memory after them.
 
     A job gets :class:`SetCondition` when its Unschedulable reason or message differs from what was last
-    written. A job that had a condition gets :class:`ClearConditions` once a record shows it no longer
+    written, unless the same record binds or pipelines some of its pods (KAI writes no condition for a job
+    with allocated pods). A job that had a condition gets :class:`ClearConditions` once a record shows it no longer
     pending: a full record that does not list it as Unschedulable, or a delta record that clears it.
     """
     actions: list[SetCondition | ClearConditions] = []
     written = dict(memory.written)
     pending: set[str] = set()
+    placing = {d.job for d in record.decisions if d.kind in ("Bind", "Pipeline")}
     for d in record.decisions:
         if d.kind != "Unschedulable" or "/" not in d.job:
             continue
         pending.add(d.job)
         reason = d.reason or "Unschedulable"
-        if reason in NO_CONDITION_REASONS:
-            continue
+        if reason in NO_CONDITION_REASONS or d.job in placing:
+            continue  # KAI: no condition for a job not ready, nor while some of its pods are being placed
         message = d.message or reason
         if written.get(d.job) != (reason, message):
             actions.append(SetCondition(d.job, reason, message, d.queue))

@@ -145,6 +145,8 @@ def test_plan_sets_on_change_skips_not_ready_and_clears_once_no_longer_pending()
         (record([bind("ns/a"), pending("ns/b", "OverLimit", "over")], 4), [ClearConditions("ns/a")]),
         (record([], 5, kind="delta", base="c4", cleared=["ns/b"]), [ClearConditions("ns/b")]),
         (record([], 6), []),  # nothing written any more: nothing to clear
+        # An elastic job gets some pods placed while others still wait: no condition (KAI: allocated pods).
+        (record([bind("ns/e"), pending("ns/e", "PodSchedulingErrors", "1 of 3 pods fit")], 7), []),
     ]
     memory = ConditionMemory()
     for i, (rec, expected) in enumerate(steps):
