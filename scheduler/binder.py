@@ -41,6 +41,7 @@ from typing import Any, Final, Protocol
 
 from ingest.kube import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.log import DEFAULT_TOPICS, Log, Topics
+from ingest.units import decimal_text
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.podgroup_status import (
     ClearConditions,
@@ -180,15 +181,6 @@ class Plan:
 # --------------------------------------------------------------------------- pure planning
 
 
-def _decimal(value: int, scale: int) -> str:
-    """``value / scale`` as an exact decimal string (``scale`` a power of ten): 1500, 1000 → "1.5"."""
-    whole, frac = divmod(value, scale)
-    if frac == 0:
-        return str(whole)
-    digits = len(str(scale)) - 1
-    return f"{whole}.{frac:0{digits}d}".rstrip("0")
-
-
 def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
     """Engine units → the Queue CRD's status units (as KAI's spec): GPU devices, millicores, MB (10^6 B).
 
@@ -197,11 +189,11 @@ def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
     out: dict[str, int | str] = {}
     gpu, cpu, mem = vec.get("gpu"), vec.get("cpu"), vec.get("memory")
     if gpu is not None:
-        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else _decimal(gpu, 1000)
+        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else decimal_text(gpu, 1000)
     if cpu is not None:
         out["cpu"] = cpu
     if mem is not None:
-        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else _decimal(mem, 10**6)
+        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else decimal_text(mem, 10**6)
     return out
 
 

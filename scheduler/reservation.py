@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ingest.kube import ANNOTATION_GPU_CONFIGMAP, ANNOTATION_GPU_GROUPS, GPU_RESOURCE, LABEL_GPU_RESERVATION
+from ingest.units import decimal_text
 
 __all__ = [
     "ANNOTATION_DEVICE",
@@ -107,14 +108,9 @@ def reservation_pod_name(group: str) -> str:
     return "hourglass-reservation-" + group.removeprefix("hg-")
 
 
-def _portion(milli: int) -> str:
-    whole, frac = divmod(milli, 1000)
-    return str(whole) if frac == 0 else f"{whole}.{frac:03d}".rstrip("0")
-
-
 def visibility_data(gpus: Sequence[str], milli_per_device: int) -> dict[str, str]:
     """The ConfigMap data a sharing container reads: its GPUs and its portion of each (KAI's keys)."""
-    portion = _portion(milli_per_device)
+    portion = decimal_text(milli_per_device, 1000)
     return {ENV_VISIBLE_DEVICES: ",".join(gpus), ENV_GPU_PORTION: portion, ENV_NUM_OF_GPUS: portion}
 
 

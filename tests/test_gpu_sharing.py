@@ -32,7 +32,7 @@ import pytest
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.binder import Binder, KubeApi, RetryPolicy
-from scheduler.engine.decisions import CycleRecord, Decision
+from scheduler.engine.decisions import Decision
 from scheduler.reservation import (
     ANNOTATION_RESERVED_GPU,
     ANNOTATION_SHARERS,
@@ -43,6 +43,7 @@ from scheduler.reservation import (
     reservation_pod_name,
 )
 from scheduler.webhook import MUTATE_PATH, serve
+from tests.test_binder import record
 
 FAST = RetryPolicy(attempts=3, base_s=0.01)
 SCHEDULER = "hourglass"
@@ -182,13 +183,11 @@ def _pod(name: str, *, fraction: str | None = None, gpus: int = 0, generate: boo
 
 
 def _create(api: Any, ns: str, body: dict[str, Any]) -> dict[str, Any]:
-
     r: Any = _core(api).create_namespaced_pod(ns, body, _preload_content=False)
     return dict(json.loads(r.data))
 
 
 def _read(api: Any, ns: str, name: str) -> dict[str, Any]:
-
     r: Any = _core(api).read_namespaced_pod(name, ns, _preload_content=False)
     return dict(json.loads(r.data))
 
@@ -209,7 +208,6 @@ def _wait_registered(api: Any, ns: str) -> None:
 
 @pytest.fixture
 def cluster(kube_api: Any, kube_namespace: str, tmp_path: Path) -> Iterator[tuple[Any, str, Webhook]]:
-
     hook = _start_webhook(tmp_path)
     with kube_api.api_client() as api:
         name = _register(api, hook, kube_namespace)
@@ -267,7 +265,6 @@ class NodeAgent:
         self.api, self.namespace, self.report = api, namespace, report
 
     def tick(self, _seconds: float) -> None:
-
         if not self.report:
             return
         core = _core(self.api)
@@ -309,12 +306,10 @@ class BindSpy:
 
 
 def _node(api: Any, name: str) -> None:
-
     _core(api).create_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
 
 
 def _reservations(api: Any, ns: str) -> dict[str, list[str]]:
-
     r: Any = _core(api).list_namespaced_pod(ns, _preload_content=False)
     return {
         p["metadata"]["name"]: sorted((p["metadata"]["annotations"].get(ANNOTATION_SHARERS) or "").split(","))
@@ -340,20 +335,11 @@ def _evict(pod: str, node: str) -> Decision:
 
 
 def _record(decisions: list[Decision], t: int) -> bytes:
-    return CycleRecord(
-        cycle_id=f"c{t}",
-        events_offset=t,
-        usage_snapshot_id=None,
-        config_hash="h",
-        logical_time_ms=t,
-        queues=[],
-        decisions=decisions,
-    ).dumps()
+    return record(decisions, t=t).dumps()
 
 
 @pytest.fixture
 def reservation_ns(kube_api: Any) -> Iterator[str]:
-
     name = f"hg-resv-{uuid.uuid4().hex[:8]}"
     with kube_api.api_client() as api:
         _core(api).create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
@@ -363,7 +349,6 @@ def reservation_ns(kube_api: Any) -> Iterator[str]:
 def test_reservations_follow_sharers_and_pods_bind_only_once_their_gpu_is_set(
     cluster: tuple[Any, str, Webhook], reservation_ns: str, tmp_path: Path
 ) -> None:
-
     api, ns, _hook = cluster
     node = f"{ns}-n1"
     _node(api, node)
@@ -458,7 +443,6 @@ def test_unwired_pods_and_silent_reservations_are_not_bound(
 def test_a_restarted_binder_leaves_no_orphan_reservation_pods(
     cluster: tuple[Any, str, Webhook], reservation_ns: str, tmp_path: Path
 ) -> None:
-
     api, ns, _hook = cluster
     node = f"{ns}-n1"
     _node(api, node)
