@@ -34,7 +34,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
@@ -625,13 +625,15 @@ class Binder:
 
     # -- one record ----------------------------------------------------------------------------
 
-    def _sync_reservations(self) -> None:
-        """Reservation pods against their current sharers: no orphan survives a restart (transient: retried)."""
+    def _sync_reservations(self, nodes: Collection[str] | None = None) -> None:
+        """Reservation pods (on ``nodes``, or all) against their sharers: no orphan survives a restart."""
         if self.sharing is None:
             return
-        self._synced_at = self._clock()
+        if nodes is None:
+            self._synced_at = self._clock()
+        sharing = self.sharing
         try:
-            n = self._with_retry("reservation sync", self.sharing.reconcile)
+            n = self._with_retry("reservation sync", lambda: sharing.reconcile(nodes))
         except (KubeError, KubeUnavailable) as e:
             log.warning("reservation sync failed, will retry: %s", e)
             return
@@ -879,8 +881,9 @@ class Binder:
             self._condition(c)
         self.memory = p.memory  # only once every call went through (or failed for good)
         self.conditions = conditions
-        if any(isinstance(a, EvictPod) for a in p.actions):
-            self._sync_reservations()  # an evicted sharer may have been the last of its device
+        evicted_on = {a.node for a in p.actions if isinstance(a, EvictPod) and a.node}
+        if evicted_on:
+            self._sync_reservations(evicted_on)  # an evicted sharer may have been the last of its device
 
     def _condition(self, c: SetCondition | ClearConditions) -> None:
         """PodGroup scheduling conditions are best effort (like Events); an unreachable server propagates."""
