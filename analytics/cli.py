@@ -269,6 +269,24 @@ def _cmd_bind(args: argparse.Namespace) -> int:
     return run_cli(args)
 
 
+def _cmd_webhook(args: argparse.Namespace) -> int:
+    from scheduler.webhook import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_apply_crds(args: argparse.Namespace) -> int:
+    from ingest.crds import run_cli
+
+    return run_cli(args)
+
+
+def _cmd_reserve(args: argparse.Namespace) -> int:
+    from scheduler.reservation import reserve_cli
+
+    return reserve_cli(args)
+
+
 def _cmd_explain(args: argparse.Namespace) -> int:
     from analytics.explain import run_cli
 
@@ -320,7 +338,9 @@ def _add_eta_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="hourglass", description="Hourglass: an event-sourced GPU scheduler.")
     sub = p.add_subparsers(dest="command", required=True)
-    c = sub.add_parser("conformance", help="run the conformance scenario files (KAI's and Hourglass's real-node ones)")
+    c = sub.add_parser(
+        "conformance", help="run the conformance scenario files (KAI's and Hourglass's real-node ones)"
+    )
     c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
     c.set_defaults(func=_cmd_conformance)
     from analytics.simulate_cli import add_arguments as simulate_arguments
@@ -454,6 +474,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bind_arguments(bd)
     bd.set_defaults(func=_cmd_bind)
+    from scheduler.webhook import add_arguments as webhook_arguments
+
+    wh = sub.add_parser(
+        "webhook",
+        help="the admission webhook that wires GPU-sharing pods to their devices (docs/gpu-sharing.md)",
+    )
+    webhook_arguments(wh)
+    wh.set_defaults(func=_cmd_webhook)
+    rs = sub.add_parser(
+        "reserve",
+        help="run inside a GPU reservation pod: report the reserved GPU, then hold it (docs/gpu-sharing.md)",
+    )
+    rs.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account)"
+    )
+    rs.set_defaults(func=_cmd_reserve)
+    from ingest.crds import add_arguments as crds_arguments
+
+    ac = sub.add_parser(
+        "apply-crds",
+        help="install or upgrade the Queue / PodGroup CRDs with server-side apply (docs/deploy.md)",
+    )
+    crds_arguments(ac)
+    ac.set_defaults(func=_cmd_apply_crds)
     from analytics.explain import add_arguments as explain_arguments
 
     ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")

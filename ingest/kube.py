@@ -50,13 +50,16 @@ from ingest.units import parse_bytes, parse_cpu_millicores, parse_fraction_milli
 
 __all__ = [
     "ANNOTATION_CYCLE",
+    "ANNOTATION_GPU_CONFIGMAP",
     "ANNOTATION_GPU_DEVICES",
     "ANNOTATION_GPU_FRACTION",
     "ANNOTATION_GPU_FRACTION_DEVICES",
+    "ANNOTATION_GPU_GROUPS",
     "ANNOTATION_GPU_MEMORY",
     "ANNOTATION_GPU_PORTION",
     "ANNOTATION_POD_GROUP",
     "GPU_RESOURCE",
+    "LABEL_GPU_RESERVATION",
     "LABEL_PREEMPTIBILITY",
     "LABEL_QUEUE",
     "LABEL_TASK_PRIORITY",
@@ -96,6 +99,13 @@ GPU_RESOURCE: Final = "nvidia.com/gpu"
 ANNOTATION_GPU_DEVICES: Final = "hourglass.io/gpu-devices"  # "0,3": device indices on the node
 ANNOTATION_GPU_PORTION: Final = "hourglass.io/gpu-milli-per-device"  # "500" (1000 = a whole device)
 ANNOTATION_CYCLE: Final = "hourglass.io/cycle-id"
+# GPU sharing at run time (docs/gpu-sharing.md): the admission webhook names each sharing pod's ConfigMap; the
+# binder fills it in before binding and records the shared devices' groups on the Binding.
+ANNOTATION_GPU_CONFIGMAP: Final = "hourglass.io/gpu-configmap"
+ANNOTATION_GPU_GROUPS: Final = "hourglass.io/gpu-groups"
+# Reservation pods (one per shared device, in the binder's reservation namespace) carry this label. They hold
+# the whole device through the device plugin on behalf of its sharers, so the engine must not count them.
+LABEL_GPU_RESERVATION: Final = "hourglass.io/gpu-reservation"
 LABEL_GPU_MEMORY: Final = "nvidia.com/gpu.memory"
 LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
 
@@ -454,8 +464,17 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
         raise KubeError("PodGroup", key, "spec.queue", queue, problem)
     min_member = spec.get("minMember", 1)
     if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 0:
-        raise KubeError("PodGroup", key, "spec.minMember", min_member, "must be an integer >= 1")
+        raise KubeError("PodGroup", key, "spec.minMember", min_member, "must be an integer >= 0")
     pre = spec.get("preemptibility") or ""
+    if pre == "semi-preemptible":
+        raise KubeError(
+            "PodGroup",
+            key,
+            "spec.preemptibility",
+            pre,
+            "is KAI's semi-preemptible (core pods protected, elastic pods preemptible), which Hourglass does"
+            " not implement yet; use 'preemptible' or 'non-preemptible'",
+        )
     if pre not in ("", "preemptible", "non-preemptible"):
         raise KubeError(
             "PodGroup", key, "spec.preemptibility", pre, "must be 'preemptible', 'non-preemptible' or empty"

@@ -20,6 +20,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
 __all__ = [
+    "decimal_text",
     "parse_bytes",
     "parse_cpu_millicores",
     "parse_fraction_milli",
@@ -150,3 +151,12 @@ def parse_fraction_milli(value: Quantity) -> int:
     if centi == 0:
         raise ValueError(f"GPU fraction {_text(value)!r} rounds to 0 at KAI's 0.01 GPU precision")
     return centi * 10
+
+
+def decimal_text(value: int, scale: int) -> str:
+    """``value / scale`` as an exact decimal string (``scale`` a power of ten): 1500, 1000 → "1.5"."""
+    whole, frac = divmod(value, scale)
+    if frac == 0:
+        return str(whole)
+    digits = len(str(scale)) - 1
+    return f"{whole}.{frac:0{digits}d}".rstrip("0")

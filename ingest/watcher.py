@@ -793,6 +793,9 @@ class KubeIngest:
             elif kind == "Pod":
                 self._pod(item, batch)
             elif kind == "ForeignPod":
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                if kube.LABEL_GPU_RESERVATION in labels:
+                    return  # a GPU reservation pod: its device is held for our sharers, already counted
                 self._upsert(batch, kube.foreign_pod(obj, self._at()), f"ForeignPod/{key}")
             self.rejected.pop(f"{kind}/{key}", None)
         except kube.KubeError as err:

@@ -34,14 +34,24 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from ingest.kube import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.log import DEFAULT_TOPICS, Log, Topics
+from ingest.units import decimal_text
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.podgroup_status import (
+    ClearConditions,
+    ConditionMemory,
+    ConditionWriter,
+    SetCondition,
+    plan_conditions,
+)
+from scheduler.reservation import DEFAULT_NAMESPACE as DEFAULT_RESERVATION_NAMESPACE
+from scheduler.reservation import GpuSharing, SharingConfig, SharingError
 
 __all__ = [
     "ANNOTATION_CYCLE",
@@ -171,15 +181,6 @@ class Plan:
 # --------------------------------------------------------------------------- pure planning
 
 
-def _decimal(value: int, scale: int) -> str:
-    """``value / scale`` as an exact decimal string (``scale`` a power of ten): 1500, 1000 → "1.5"."""
-    whole, frac = divmod(value, scale)
-    if frac == 0:
-        return str(whole)
-    digits = len(str(scale)) - 1
-    return f"{whole}.{frac:0{digits}d}".rstrip("0")
-
-
 def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
     """Engine units → the Queue CRD's status units (as KAI's spec): GPU devices, millicores, MB (10^6 B).
 
@@ -188,11 +189,11 @@ def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
     out: dict[str, int | str] = {}
     gpu, cpu, mem = vec.get("gpu"), vec.get("cpu"), vec.get("memory")
     if gpu is not None:
-        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else _decimal(gpu, 1000)
+        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else decimal_text(gpu, 1000)
     if cpu is not None:
         out["cpu"] = cpu
     if mem is not None:
-        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else _decimal(mem, 10**6)
+        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else decimal_text(mem, 10**6)
     return out
 
 
@@ -405,6 +406,9 @@ class Kube(Protocol):
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the Queue object's status subresource."""
 
+    def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
+        """Set or clear a PodGroup's ``status.schedulingConditions``; False when it already said so."""
+
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -519,6 +523,9 @@ class KubeApi:
             _content_type="application/merge-patch+json",
         )
 
+    def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
+        return ConditionWriter(self.custom, self._call).apply(action)
+
 
 # --------------------------------------------------------------------------- execution
 
@@ -555,6 +562,12 @@ class BinderStats:
     dead_letters: int = 0
     dead_letters_skipped: int = 0
     events_failed: int = 0
+    podgroup_conditions: int = 0  # PodGroup status.schedulingConditions set
+    podgroup_conditions_cleared: int = 0
+    podgroups_missing: int = 0  # a pending job whose PodGroup object does not exist (404)
+    podgroup_conditions_failed: int = 0  # best effort, like Events: logged, never dead-lettered
+    shared_bound: int = 0  # binds of GPU-sharing pods whose visibility ConfigMap was written first
+    reservations_deleted: int = 0
 
 
 class Binder:
@@ -574,8 +587,11 @@ class Binder:
         poll_interval_s: float = 0.5,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        sharing: GpuSharing | None = None,
     ) -> None:
         self.log = log
+        self.sharing = sharing  # GPU sharing at run time (scheduler/reservation.py); None: annotations only
+        self._synced_at = 0.0
         self.kube = kube
         self.topics = topics
         self.group = group
@@ -587,6 +603,7 @@ class Binder:
         self._clock = clock
         self._sleep = sleep
         self.memory = Memory()
+        self.conditions = ConditionMemory()
         self.stats = BinderStats()
         self.position = 0
         self.dead_seen: set[str] = set()
@@ -603,9 +620,24 @@ class Binder:
             if r.key is not None and r.key.decode(errors="replace").startswith(prefix):
                 self.dead_seen.add(r.key.decode(errors="replace"))
         self._started = True
+        self._sync_reservations()
         log.info("binder: resuming at decisions offset %d", self.position)
 
     # -- one record ----------------------------------------------------------------------------
+
+    def _sync_reservations(self, nodes: Collection[str] | None = None) -> None:
+        """Reservation pods (on ``nodes``, or all) against their sharers: no orphan survives a restart."""
+        if self.sharing is None:
+            return
+        if nodes is None:
+            self._synced_at = self._clock()
+        sharing = self.sharing
+        try:
+            n = self._with_retry("reservation sync", lambda: sharing.reconcile(nodes))
+        except (KubeError, KubeUnavailable) as e:
+            log.warning("reservation sync failed, will retry: %s", e)
+            return
+        self.stats.reservations_deleted += n
 
     def _with_retry(self, what: str, fn: Callable[[], Any]) -> Any:
         for attempt in range(1, self.retry.attempts + 1):
@@ -673,10 +705,15 @@ class Binder:
         if isinstance(a, BindPod):
             uid = f"{a.namespace}/{a.name}"
             raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
+            annotations = dict(a.annotations)
             try:
-                self._with_retry(
-                    f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, dict(a.annotations))
-                )
+                shared = self._prepare_sharing(a)
+                if shared is not None:
+                    annotations.update(shared)
+                self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
+            except SharingError as e:
+                self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
+                return
             except KubeError as e:
                 if e.status == 404:
                     self.stats.already_gone += 1
@@ -715,6 +752,7 @@ class Binder:
                 )
                 return
             self.stats.bound += 1
+            self.stats.shared_bound += shared is not None
             self._event(
                 EventSpec(
                     "Pod",
@@ -805,6 +843,20 @@ class Binder:
                 return
             self.stats.queue_statuses += 1
 
+    def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
+        """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""
+        ann = dict(a.annotations)
+        milli = int(ann.get(ANNOTATION_GPU_PORTION, "1000") or 1000)
+        if self.sharing is None or ANNOTATION_GPU_DEVICES not in ann or milli >= 1000:
+            return None
+        devices = [int(d) for d in ann[ANNOTATION_GPU_DEVICES].split(",") if d]
+        sharing = self.sharing
+        out: dict[str, str] = self._with_retry(
+            f"gpu sharing {a.namespace}/{a.name}",
+            lambda: sharing.prepare(a.namespace, a.name, a.node, devices, milli),
+        )
+        return out
+
     def apply_record(self, offset: int, value: bytes) -> None:
         """Apply one decisions record fully; raises :class:`KubeUnavailable` to leave it uncommitted."""
         try:
@@ -824,7 +876,32 @@ class Binder:
             self._dead_letter(offset, bad.target, bad.reason_code, bad.message, bad.raw)
         for a in p.actions:
             self._apply(offset, a, record.cycle_id)
+        cond_actions, conditions = plan_conditions(record, self.conditions)
+        for c in cond_actions:
+            self._condition(c)
         self.memory = p.memory  # only once every call went through (or failed for good)
+        self.conditions = conditions
+        evicted_on = {a.node for a in p.actions if isinstance(a, EvictPod) and a.node}
+        if evicted_on:
+            self._sync_reservations(evicted_on)  # an evicted sharer may have been the last of its device
+
+    def _condition(self, c: SetCondition | ClearConditions) -> None:
+        """PodGroup scheduling conditions are best effort (like Events); an unreachable server propagates."""
+        try:
+            changed = self._with_retry(
+                f"podgroup condition {c.job}", lambda: self.kube.write_podgroup_condition(c)
+            )
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.podgroups_missing += 1
+                return
+            self.stats.podgroup_conditions_failed += 1
+            log.warning("scheduling condition of PodGroup %s failed: %s", c.job, e)
+            return
+        if changed and isinstance(c, SetCondition):
+            self.stats.podgroup_conditions += 1
+        elif changed:
+            self.stats.podgroup_conditions_cleared += 1
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -834,6 +911,11 @@ class Binder:
             self.start()
         records = self.log.read(self.topics.decisions, self.position, self.batch_size)
         if not records:
+            if (
+                self.sharing is not None
+                and self._clock() - self._synced_at >= self.sharing.cfg.sync_interval_s
+            ):
+                self._sync_reservations()  # sharers that finished or were deleted by their owners
             return False
         for r in records:
             try:
@@ -895,6 +977,32 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls when idle")
     p.add_argument(
+        "--gpu-sharing",
+        action="store_true",
+        help="make fractional GPUs real: reservation pods and visibility ConfigMaps (docs/gpu-sharing.md)",
+    )
+    p.add_argument(
+        "--reservation-namespace",
+        default=DEFAULT_RESERVATION_NAMESPACE,
+        help=f"namespace of the GPU reservation pods (default {DEFAULT_RESERVATION_NAMESPACE})",
+    )
+    p.add_argument("--reservation-image", default="hourglass:latest", help="image of the reservation pods")
+    p.add_argument(
+        "--reservation-service-account", default=None, help="service account of the reservation pods"
+    )
+    p.add_argument(
+        "--reservation-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for a reservation pod to report its GPU (default 60)",
+    )
+    p.add_argument(
+        "--reservation-sync-interval",
+        type=float,
+        default=30.0,
+        help="when idle, reconcile reservation pods with their sharers this often (default 30 s)",
+    )
+    p.add_argument(
         "--stop-when-idle",
         action="store_true",
         help="exit when every record is applied (or the API server stays unreachable: exit code 1)",
@@ -922,6 +1030,17 @@ def run_cli(args: Any) -> int:
     except LogError as e:
         print(f"bind: {e}", file=sys.stderr)
         return 2
+    sharing = None
+    if args.gpu_sharing:
+        kube_api = KubeApi(api)
+        cfg = SharingConfig(
+            namespace=args.reservation_namespace,
+            image=args.reservation_image,
+            service_account=args.reservation_service_account,
+            timeout_s=args.reservation_timeout,
+            sync_interval_s=args.reservation_sync_interval,
+        )
+        sharing = GpuSharing(kube_api.core, kube_api._call, cfg)
     with log_:
         binder = Binder(
             log_,
@@ -931,6 +1050,7 @@ def run_cli(args: Any) -> int:
             grace_seconds=None if args.grace_period < 0 else args.grace_period,
             event_interval_s=args.event_interval,
             poll_interval_s=args.poll_interval,
+            sharing=sharing,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
         try:

@@ -329,6 +329,7 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     assert _allows(binder, "patch", "pods/status")
     assert _allows(binder, "create", "events") and _allows(binder, "patch", "events")
     assert _allows(binder, "update", "queues/status", GROUP)
+    assert _allows(binder, "patch", "podgroups/status", GROUP)
     for verb, res, grp in (
         ("list", "pods", ""),
         ("update", "pods", ""),
@@ -550,7 +551,6 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("Queue", {"priority": "high", "resources": {}}, "spec.priority"),
     ("Queue", {"reclaimMinRuntime": "soon", "resources": {}}, "spec.reclaimMinRuntime"),
     ("Queue", {"parentQueue": "SELF", "resources": {}}, "cannot be its own parentQueue"),
-    ("PodGroup", {"minMember": 0, "queue": "leaf"}, "spec.minMember"),
     ("PodGroup", {"minMember": -3, "queue": "leaf"}, "spec.minMember"),
     ("PodGroup", {"minMember": 1, "preemptibility": "sometimes"}, "spec.preemptibility"),
     ("PodGroup", {"minMember": 1, "schedulingBackoff": 5}, "spec.schedulingBackoff"),
@@ -558,7 +558,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("PodGroup", {"minMember": 1, "subGroups": [{"minMember": 1}]}, "spec.subGroups[0].name"),
     (
         "PodGroup",
-        {"minMember": 1, "subGroups": [{"name": "w", "minMember": 0}]},
+        {"minMember": 1, "subGroups": [{"name": "w", "minMember": -1}]},
         "spec.subGroups[0].minMember",
     ),
 ]
@@ -705,6 +705,7 @@ def test_rendered_chart_is_accepted_and_rbac_holds_on_a_real_apiserver(
         ("binder", "patch", "pods/status", ""),
         ("binder", "patch", "events", ""),
         ("binder", "update", "queues/status", GROUP),
+        ("binder", "patch", "podgroups/status", GROUP),
     ]
     denied = [
         ("scheduler", "list", "pods", ""),

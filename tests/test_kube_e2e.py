@@ -110,6 +110,8 @@ class Pipeline:
 
 
 def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace: str, tmp_path: Path) -> None:
+    from kubernetes import client
+
     ns = kube_namespace
     sel = {"hourglass-e2e": ns}  # other tests' nodes share the API server: keep to ours
     org, qa, qb = f"{ns}-org", f"{ns}-a", f"{ns}-b"
@@ -168,6 +170,14 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
             assert cond["status"] == "False" and cond["reason"] == "Unschedulable" and cond["message"]
 
             assert "Unschedulable" in [e["reason"] for e in pod_events(api, ns, "a-big")]
+            # ... and on its PodGroup (made by ingest's pod-grouper), as KAI's status updater writes it.
+            groups = client.CustomObjectsApi(api).list_namespaced_custom_object(
+                "scheduling.run.ai", "v2alpha2", ns, "podgroups"
+            )["items"]
+            (big_pg,) = [g for g in groups if g["metadata"]["name"].startswith("pg-a-big-")]
+            (sc,) = big_pg["status"]["schedulingConditions"]
+            assert (sc["type"], sc["reason"], sc["status"]) == ("UnschedulableOnNodePool", "Unschedulable", "True")
+            assert sc["reasons"][0]["reason"] == cond["message"].split(":")[0]
 
             # Phase 2: queue B (deserved 3 GPUs, holding none) asks for 2 GPUs: reclaim from A. The binder
             # restarts first: it resumes after the records it applied, nothing is applied twice.
@@ -180,7 +190,6 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
 
         evicts = _last(log, "Evict")
         assert evicts and {d["action"] for d in evicts.values()} == {"reclaim"}
-        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
         for uid in evicts:

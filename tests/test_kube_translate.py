@@ -182,6 +182,8 @@ def test_podgroup_translation() -> None:
         ({"queue": "Team_A"}, "spec.queue='Team_A': not a valid queue name"),
         ({"queue": "q", "preemptibility": "maybe"}, "spec.preemptibility='maybe'"),
         ({"queue": "q", "minMember": "2"}, "spec.minMember='2'"),
+        ({"queue": "q", "minMember": -1}, "spec.minMember=-1: must be an integer >= 0"),
+        ({"queue": "q", "preemptibility": "semi-preemptible"}, "Hourglass does not implement yet"),
     ],
 )
 def test_invalid_podgroups(spec: dict[str, Any], text: str) -> None:
