@@ -14,6 +14,8 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import msgspec
+
 from scheduler.engine.proportion import RESOURCES, ResourceQuota
 
 if TYPE_CHECKING:
@@ -181,8 +183,16 @@ class Volume:
     binding_mode: str = "Immediate"  # Immediate | WaitForFirstConsumer
 
 
-@dataclass(frozen=True, slots=True)
-class Pod:
+class Pod(msgspec.Struct, frozen=True, gc=False):
+    """A pod of a pod group, as the fold and the engine see it.
+
+    A frozen msgspec struct rather than a frozen dataclass: the fold builds one per submitted pod and a
+    copy per state change, and a struct is built ~15x faster (in C, where a frozen dataclass sets each of
+    its 24 fields through ``object.__setattr__``). It holds only immutable values and no reference cycle,
+    so it is not tracked by the cyclic GC (``gc=False``), which no longer re-scans every pod the builder
+    keeps. Copy one with :func:`evolve` (``dataclasses.replace`` does not apply to it).
+    """
+
     uid: str
     name: str
     job: str  # job uid
@@ -194,12 +204,12 @@ class Pod:
     task_priority: int = 0
     index: int = 0  # creation order within the job
     created_ms: int = 0
-    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    node_selector: Mapping[str, str] = msgspec.field(default_factory=lambda: MappingProxyType({}))
     allowed_nodes: tuple[str, ...] | None = None
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()  # OR of AND-terms
     tolerations: tuple[Toleration, ...] = ()
     namespace: str = ""
-    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    labels: Mapping[str, str] = msgspec.field(default_factory=lambda: MappingProxyType({}))
     host_ports: tuple[HostPort, ...] = ()
     pod_affinity: tuple[PodAffinityTerm, ...] = ()  # required terms (weight 0) and preferred (weight > 0)
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
@@ -394,10 +404,15 @@ _T = TypeVar("_T")
 _SHAPES: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
 
 
-def _evolve(obj: _T, **changes: Any) -> _T:
-    """``dataclasses.replace`` for the fold's frozen dataclasses, several times faster: the fields are
-    read at once by an ``attrgetter`` and passed positionally (every field of these classes is an
-    ``__init__`` field)."""
+def evolve(obj: _T, **changes: Any) -> _T:
+    """A copy of a frozen state object (a dataclass, or a struct such as :class:`Pod`) with `changes`.
+
+    ``dataclasses.replace``, several times faster for the fold's frozen dataclasses: the fields are read
+    at once by an ``attrgetter`` and passed positionally (every field of these classes is an ``__init__``
+    field); structs use ``msgspec.structs.replace``.
+    """
+    if isinstance(obj, msgspec.Struct):
+        return msgspec.structs.replace(obj, **changes)
     cls = type(obj)
     shape = _SHAPES.get(cls)
     if shape is None:
@@ -442,7 +457,7 @@ class StateBuilder:
             self.nodes.pop(e.name, None)
             for uid, p in list(self.pods.items()):
                 if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
-                    self.pods[uid] = _evolve(p, status=PodStatus.FAILED)
+                    self.pods[uid] = evolve(p, status=PodStatus.FAILED)
                     self._touch_job(p.job, e.at_ms)
             for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
                 del self.foreign[uid]
@@ -491,7 +506,7 @@ class StateBuilder:
         elif kind == "PodGroupDeleted":
             uid = f"{e.namespace}/{e.name}"
             if uid in self.jobs:
-                self.jobs[uid] = _evolve(self.jobs[uid], deleting=True)
+                self.jobs[uid] = evolve(self.jobs[uid], deleting=True)
                 self._forget_if_done(uid)
         elif kind == "PodSubmitted":
             uid = f"{e.namespace}/{e.name}"
@@ -523,7 +538,7 @@ class StateBuilder:
                 mem = (node.gpu_memory_mib or 100) // 100 * 100 if node else 100
                 portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
             was_running = self._active(p.job)
-            self.pods[uid] = _evolve(
+            self.pods[uid] = evolve(
                 p,
                 status=PodStatus.RUNNING,
                 node=e.node,
@@ -532,7 +547,7 @@ class StateBuilder:
             )
             owner = self.jobs.get(p.job)
             if owner is not None and was_running == 0:
-                self.jobs[p.job] = _evolve(owner, last_start_ms=e.at_ms)
+                self.jobs[p.job] = evolve(owner, last_start_ms=e.at_ms)
             self._touch_job(p.job, e.at_ms)
         elif kind == "ForeignPodUpserted":
             uid = f"{e.namespace}/{e.name}"
@@ -550,14 +565,14 @@ class StateBuilder:
             uid = f"{e.namespace}/{e.name}"
             gated = self.pods.get(uid)
             if gated is not None and gated.gated:
-                self.pods[uid] = _evolve(gated, gated=False)
+                self.pods[uid] = evolve(gated, gated=False)
         elif kind == "PodReleasing":
             uid = f"{e.namespace}/{e.name}"
             if uid in self.foreign:
                 self.foreign[uid] = replace(self.foreign[uid], releasing=True)
             rel = self.pods.get(uid)
             if rel is not None and rel.node is not None:
-                self.pods[uid] = _evolve(rel, status=PodStatus.RELEASING)
+                self.pods[uid] = evolve(rel, status=PodStatus.RELEASING)
                 self._touch_job(rel.job, e.at_ms)
         elif kind == "PodFinished":
             uid = f"{e.namespace}/{e.name}"
@@ -565,7 +580,7 @@ class StateBuilder:
             fin = self.pods.get(uid)
             if fin is not None:
                 st = PodStatus.SUCCEEDED if e.phase == "Succeeded" else PodStatus.FAILED
-                self.pods[uid] = _evolve(fin, status=st)
+                self.pods[uid] = evolve(fin, status=st)
                 self._touch_job(fin.job, e.at_ms)
         elif kind == "PodDeleted":
             uid = f"{e.namespace}/{e.name}"
@@ -629,11 +644,11 @@ class StateBuilder:
         succeeded = any(p.status is PodStatus.SUCCEEDED for p in pods)
         stale = not succeeded and 0 < active < max(job.min_available, 1)
         if stale and job.stale_since_ms is None:
-            self.jobs[job_uid] = _evolve(job, stale_since_ms=at_ms)
+            self.jobs[job_uid] = evolve(job, stale_since_ms=at_ms)
         elif not stale and job.stale_since_ms is not None:
-            self.jobs[job_uid] = _evolve(job, stale_since_ms=None)
+            self.jobs[job_uid] = evolve(job, stale_since_ms=None)
         if active == 0 and job.last_start_ms is not None and not stale:
-            self.jobs[job_uid] = _evolve(self.jobs[job_uid], last_start_ms=None)
+            self.jobs[job_uid] = evolve(self.jobs[job_uid], last_start_ms=None)
 
     def snapshot(self) -> ClusterState:
         """Freeze the current state. Pods whose pod group is unknown are left out until it arrives."""
