@@ -61,7 +61,7 @@ def result_state(ssn: Session) -> ClusterState:
             )
         )
     jobs: list[Job] = [
-        replace(j.spec, last_start_ms=j.last_start_ms, stale_since_ms=j.stale_since_ms) for j in ssn.jobs
+        evolve(j.spec, last_start_ms=j.last_start_ms, stale_since_ms=j.stale_since_ms) for j in ssn.jobs
     ]
     if ssn.gated:  # gated pods are untouched; keep them where the snapshot had them
         by_uid = {p.uid: p for p in pods}

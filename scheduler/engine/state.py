@@ -90,9 +90,8 @@ class Queue:
     reclaim_min_runtime_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A pod group: the unit of gang scheduling."""
+class Job(msgspec.Struct, frozen=True, gc=False):
+    """A pod group: the unit of gang scheduling (a frozen msgspec struct, like :class:`Pod`)."""
 
     uid: str
     name: str
@@ -183,6 +182,9 @@ class Volume:
     binding_mode: str = "Immediate"  # Immediate | WaitForFirstConsumer
 
 
+_NO_MAP: Mapping[str, str] = MappingProxyType({})  # the one empty read-only map pods share
+
+
 class Pod(msgspec.Struct, frozen=True, gc=False):
     """A pod of a pod group, as the fold and the engine see it.
 
@@ -204,12 +206,12 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     task_priority: int = 0
     index: int = 0  # creation order within the job
     created_ms: int = 0
-    node_selector: Mapping[str, str] = msgspec.field(default_factory=lambda: MappingProxyType({}))
+    node_selector: Mapping[str, str] = _NO_MAP
     allowed_nodes: tuple[str, ...] | None = None
     affinity: tuple[tuple[MatchExpression, ...], ...] = ()  # OR of AND-terms
     tolerations: tuple[Toleration, ...] = ()
     namespace: str = ""
-    labels: Mapping[str, str] = msgspec.field(default_factory=lambda: MappingProxyType({}))
+    labels: Mapping[str, str] = _NO_MAP
     host_ports: tuple[HostPort, ...] = ()
     pod_affinity: tuple[PodAffinityTerm, ...] = ()  # required terms (weight 0) and preferred (weight > 0)
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
@@ -353,11 +355,8 @@ def ports_from_event(ports: Iterable[ev_mod.HostPort]) -> tuple[HostPort, ...]:
     return tuple(HostPort(p.port, p.protocol, p.host_ip) for p in ports)
 
 
-_NO_LABELS: Mapping[str, str] = MappingProxyType({})
-
-
 def _labels(m: dict[str, str]) -> Mapping[str, str]:
-    return MappingProxyType(dict(sorted(m.items()))) if m else _NO_LABELS
+    return MappingProxyType(dict(sorted(m.items()))) if m else _NO_MAP
 
 
 def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
@@ -514,16 +513,32 @@ class StateBuilder:
             seq = self._pod_seq.get(job_uid, 0)
             self._pod_seq[job_uid] = seq + 1
             self._job_pods.setdefault(job_uid, {})[uid] = None
-            self.pods[uid] = Pod(
-                uid=uid,
-                name=e.name,
-                job=job_uid,
-                request=self._request(e.requests),
-                task_priority=e.task_priority,
-                index=seq,
-                created_ms=e.created_at_ms,
-                **placement_fields(e),
-            )
+            if e.v == 1 and not (e.node_selector or e.allowed_nodes or e.node_affinity or e.tolerations):
+                # The hot path: a contract-v1 pod without placement constraints (what placement_fields
+                # gives for it, without building its keyword arguments).
+                pod = Pod(
+                    uid,
+                    e.name,
+                    job_uid,
+                    self._request(e.requests),
+                    task_priority=e.task_priority,
+                    index=seq,
+                    created_ms=e.created_at_ms,
+                    allowed_nodes=None if e.allowed_nodes is None else (),
+                    namespace=e.namespace,
+                )
+            else:
+                pod = Pod(
+                    uid=uid,
+                    name=e.name,
+                    job=job_uid,
+                    request=self._request(e.requests),
+                    task_priority=e.task_priority,
+                    index=seq,
+                    created_ms=e.created_at_ms,
+                    **placement_fields(e),
+                )
+            self.pods[uid] = pod
         elif kind == "PodBound":
             uid = f"{e.namespace}/{e.name}"
             bound = self.pods.get(uid)
