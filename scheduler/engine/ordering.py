@@ -373,6 +373,9 @@ class JobsByQueue:
         # allocation may also change under the ordering (a commit of the action evicts from other queues),
         # so a key is used only while the allocation it was taken with still holds (see _key_of).
         self._keys: dict[str, tuple[int, int, int, tuple[bool, bool, int, bool, float, float]]] = {}
+        # Orderings given a memo of comparisons (the solvers' simulations, which rebuild an ordering per
+        # scenario over mostly the same queues) find their comparisons there already: keys would only add.
+        self._keyed = not victim and memo is None
         for name in sorted(runs or ()):
             assert runs is not None
             self._leaves[name] = _Leaf(victim, runs[name])
@@ -450,7 +453,7 @@ class JobsByQueue:
                     break
             if self._has_jobs(node):
                 lo, hi = 0, len(siblings)
-                if self.victim:
+                if not self._keyed:
                     while lo < hi:
                         mid = (lo + hi) // 2
                         if self._before(node, siblings[mid]):
