@@ -450,64 +450,7 @@ class StateBuilder:
         self.offset = self.offset + 1 if offset is None else offset
         e: Any = event
         kind = getattr(e, "type", None)
-        if kind == "NodeUpserted":
-            self.nodes[e.name] = node_from_event(e)
-        elif kind == "NodeRemoved":
-            self.nodes.pop(e.name, None)
-            for uid, p in list(self.pods.items()):
-                if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
-                    self.pods[uid] = evolve(p, status=PodStatus.FAILED)
-                    self._touch_job(p.job, e.at_ms)
-            for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
-                del self.foreign[uid]
-        elif kind == "QueueUpserted":
-            old = self.queues.get(e.name)
-            order = old.order if old is not None else self._queue_seq
-            if old is None:
-                self._queue_seq += 1
-            res = {
-                r: ResourceQuota.of(q.quota, q.limit, q.over_quota_weight)
-                for r, q in (
-                    ("gpu", e.resources.gpu),
-                    ("cpu", e.resources.cpu),
-                    ("memory", e.resources.memory),
-                )
-            }
-            self.queues[e.name] = Queue(
-                name=e.name,
-                parent=e.parent,
-                resources=MappingProxyType(res),
-                priority=e.priority,
-                order=order,
-                preempt_min_runtime_ms=e.preempt_min_runtime_ms,
-                reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
-            )
-        elif kind == "QueueDeleted":
-            self.queues.pop(e.name, None)
-        elif kind == "PodGroupUpserted":
-            uid = f"{e.namespace}/{e.name}"
-            prio = e.priority
-            if prio is None:
-                prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
-            preemptible = e.preemptible if e.preemptible is not None else prio < 100
-            old_job = self.jobs.get(uid)
-            self.jobs[uid] = Job(
-                uid=uid,
-                name=e.name,
-                queue=e.queue,
-                min_available=e.min_member,
-                priority=prio,
-                preemptible=preemptible,
-                created_ms=e.created_at_ms,
-                last_start_ms=old_job.last_start_ms if old_job else None,
-                stale_since_ms=old_job.stale_since_ms if old_job else None,
-            )
-        elif kind == "PodGroupDeleted":
-            uid = f"{e.namespace}/{e.name}"
-            if uid in self.jobs:
-                self.jobs[uid] = evolve(self.jobs[uid], deleting=True)
-                self._forget_if_done(uid)
-        elif kind == "PodSubmitted":
+        if kind == "PodSubmitted":
             uid = f"{e.namespace}/{e.name}"
             job_uid = f"{e.namespace}/{e.pod_group}"
             seq = self._pod_seq.get(job_uid, 0)
@@ -564,6 +507,63 @@ class StateBuilder:
             if owner is not None and was_running == 0:
                 self.jobs[p.job] = evolve(owner, last_start_ms=e.at_ms)
             self._touch_job(p.job, e.at_ms)
+        elif kind == "PodGroupUpserted":
+            uid = f"{e.namespace}/{e.name}"
+            prio = e.priority
+            if prio is None:
+                prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
+            preemptible = e.preemptible if e.preemptible is not None else prio < 100
+            old_job = self.jobs.get(uid)
+            self.jobs[uid] = Job(
+                uid=uid,
+                name=e.name,
+                queue=e.queue,
+                min_available=e.min_member,
+                priority=prio,
+                preemptible=preemptible,
+                created_ms=e.created_at_ms,
+                last_start_ms=old_job.last_start_ms if old_job else None,
+                stale_since_ms=old_job.stale_since_ms if old_job else None,
+            )
+        elif kind == "NodeUpserted":
+            self.nodes[e.name] = node_from_event(e)
+        elif kind == "NodeRemoved":
+            self.nodes.pop(e.name, None)
+            for uid, p in list(self.pods.items()):
+                if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
+                    self.pods[uid] = evolve(p, status=PodStatus.FAILED)
+                    self._touch_job(p.job, e.at_ms)
+            for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
+                del self.foreign[uid]
+        elif kind == "QueueUpserted":
+            old = self.queues.get(e.name)
+            order = old.order if old is not None else self._queue_seq
+            if old is None:
+                self._queue_seq += 1
+            res = {
+                r: ResourceQuota.of(q.quota, q.limit, q.over_quota_weight)
+                for r, q in (
+                    ("gpu", e.resources.gpu),
+                    ("cpu", e.resources.cpu),
+                    ("memory", e.resources.memory),
+                )
+            }
+            self.queues[e.name] = Queue(
+                name=e.name,
+                parent=e.parent,
+                resources=MappingProxyType(res),
+                priority=e.priority,
+                order=order,
+                preempt_min_runtime_ms=e.preempt_min_runtime_ms,
+                reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
+            )
+        elif kind == "QueueDeleted":
+            self.queues.pop(e.name, None)
+        elif kind == "PodGroupDeleted":
+            uid = f"{e.namespace}/{e.name}"
+            if uid in self.jobs:
+                self.jobs[uid] = evolve(self.jobs[uid], deleting=True)
+                self._forget_if_done(uid)
         elif kind == "ForeignPodUpserted":
             uid = f"{e.namespace}/{e.name}"
             self.foreign[uid] = ForeignPod(
