@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from ingest import events as ev
+from scheduler.engine import state as state_mod
 from scheduler.engine.state import Pod, PodStatus, StateBuilder, placement_fields
 
 
@@ -101,3 +104,73 @@ def test_the_fold_builds_the_same_pod_on_its_hot_path(
         b = StateBuilder()
         b.apply(decoded)
         assert b.pods[f"ns/{name}"] == expected
+
+
+_step = st.tuples(
+    st.sampled_from(["bind", "bind", "finish", "fail", "release", "delete", "submit"]),
+    st.integers(0, 11),
+)
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    min_members=st.lists(st.integers(1, 3), min_size=3, max_size=3),
+    steps=st.lists(_step, max_size=40),
+)
+def test_binding_a_pending_pod_folds_as_the_general_branch(
+    min_members: list[int], steps: list[tuple[str, int]]
+) -> None:
+    """PodBound of a pending pod takes a one-pass path (state.FAST_BIND); any sequence of pod events
+    folds to the same snapshot, job clocks included, with it switched off."""
+    events: list[ev.Event] = []
+    t = 0
+    for g, m in enumerate(min_members):
+        events.append(
+            ev.PodGroupUpserted(
+                uid="", at_ms=t, name=f"g{g}", namespace="ns", queue="q", min_member=m, created_at_ms=t
+            )
+        )
+    for i in range(6):
+        events.append(
+            ev.PodSubmitted(
+                uid="",
+                at_ms=t,
+                name=f"p{i}",
+                namespace="ns",
+                pod_group=f"g{i % 3}",
+                created_at_ms=t,
+                requests=ev.PodRequests(gpus=1),
+            )
+        )
+    for kind, i in steps:
+        t += 1
+        name = f"p{i}"
+        if kind == "bind":
+            events.append(ev.PodBound(uid="", at_ms=t, name=name, namespace="ns", node="n1"))
+        elif kind in ("finish", "fail"):
+            phase = "Succeeded" if kind == "finish" else "Failed"
+            events.append(ev.PodFinished(uid="", at_ms=t, name=name, namespace="ns", phase=phase))
+        elif kind == "release":
+            events.append(ev.PodReleasing(uid="", at_ms=t, name=name, namespace="ns", reason="evicted"))
+        elif kind == "delete":
+            events.append(ev.PodDeleted(uid="", at_ms=t, name=name, namespace="ns"))
+        else:
+            events.append(
+                ev.PodSubmitted(
+                    uid="",
+                    at_ms=t,
+                    name=name,
+                    namespace="ns",
+                    pod_group=f"g{i % 3}",
+                    created_at_ms=t,
+                    requests=ev.PodRequests(gpus=1),
+                )
+            )
+    snaps = []
+    for fast in (True, False):
+        with mock.patch.object(state_mod, "FAST_BIND", fast):
+            b = StateBuilder()
+            for e in events:
+                b.apply(e)
+            snaps.append(b.snapshot())
+    assert snaps[0] == snaps[1]

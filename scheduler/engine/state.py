@@ -399,6 +399,8 @@ def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
     return out
 
 
+FAST_BIND = True  # tests switch it off to check _bind_pending against the general PodBound branch
+
 _T = TypeVar("_T")
 _SHAPES: dict[type, tuple[Callable[[Any], tuple[Any, ...]], dict[str, int]]] = {}
 
@@ -495,6 +497,9 @@ class StateBuilder:
                 node = self.nodes.get(e.node)
                 mem = (node.gpu_memory_mib or 100) // 100 * 100 if node else 100
                 portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
+            if FAST_BIND and p.status is PodStatus.PENDING:
+                self._bind_pending(uid, p, e, portion)
+                return
             was_running = self._active(p.job)
             self.pods[uid] = evolve(
                 p,
@@ -609,6 +614,43 @@ class StateBuilder:
             pass  # only time moves (the offset above, and the folder's logical time)
         else:
             raise TypeError(f"cannot fold {type(event).__name__}")
+
+    def _bind_pending(self, uid: str, p: Pod, e: Any, portion: int) -> None:
+        """``PodBound`` of a pending pod: the general branch (``_active``, the bind, ``_touch_job``) in one
+        pass over the job's pods. The pod was pending, so it counted in neither count before the bind and
+        counts as active after it; the job's other pods are unchanged."""
+        job_uid = p.job
+        running = active = 0  # the other pods: allocated / running / releasing; running / releasing
+        succeeded = False
+        for u in self._job_pods.get(job_uid, ()):
+            st = self.pods[u].status
+            if st is PodStatus.RUNNING or st is PodStatus.RELEASING:
+                running += 1
+                active += 1
+            elif st is PodStatus.ALLOCATED:
+                running += 1
+            elif st is PodStatus.SUCCEEDED:
+                succeeded = True
+        self.pods[uid] = evolve(
+            p,
+            status=PodStatus.RUNNING,
+            node=e.node,
+            gpu_devices=tuple(e.gpu_devices),
+            gpu_milli_per_device=portion,
+        )
+        job = self.jobs.get(job_uid)
+        if job is None:
+            return
+        if running == 0:
+            job = evolve(job, last_start_ms=e.at_ms)
+        active += 1
+        # _touch_job's clocks; with this pod running, active > 0, so last_start_ms stays.
+        stale = not succeeded and active < max(job.min_available, 1)
+        if stale and job.stale_since_ms is None:
+            job = evolve(job, stale_since_ms=e.at_ms)
+        elif not stale and job.stale_since_ms is not None:
+            job = evolve(job, stale_since_ms=None)
+        self.jobs[job_uid] = job
 
     def _request(self, r: Any) -> PodRequest:
         """The request of a ``PodRequests`` event field; equal requests share one (immutable) instance,
