@@ -37,7 +37,8 @@ def run(spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDE
     for name in actions:
         a0 = time.perf_counter()
         ACTIONS[name](ssn)
-        print(f"bench: {name} {size} seconds={time.perf_counter() - a0:.3f}")
+        work = "".join(f"{k.split('.', 1)[1]}={v} " for k, v in sorted(ssn.work.items()) if k.startswith(f"{name}."))
+        print(f"bench: {name} {size} {work}seconds={time.perf_counter() - a0:.3f}")
     r0 = time.perf_counter()
     rec = make_record(ssn, state.events_offset)
     t3 = time.perf_counter()

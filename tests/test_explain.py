@@ -208,11 +208,12 @@ def _scenario_store(tmp_path: Path, name: str) -> Path:
 
     from scheduler.conformance import NOW_MS, load_state
     from scheduler.engine.cycle import run_cycle
+    from scheduler.engine.state import evolve
 
     [path] = (Path(__file__).parent / "conformance" / "hourglass").rglob(f"{name}.json")
     state, config = load_state(json.loads(path.read_text()))
     # Scenario pods have bare names; explain looks pods up as namespace/name.
-    state = replace(state, pods=tuple(replace(p, uid=f"default/{p.uid}") for p in state.pods))
+    state = replace(state, pods=tuple(evolve(p, uid=f"default/{p.uid}") for p in state.pods))
     rec, _ = run_cycle(state, config, now_ms=NOW_MS)
     db = tmp_path / f"{name}.duckdb"
     with AuditStore(db) as store:

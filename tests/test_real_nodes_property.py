@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from scheduler.engine.cycle import result_state, run_cycle, settle
 from scheduler.engine.session import SessionConfig
-from scheduler.engine.state import ClusterState, HostPort, Pod, PodStatus, fold
+from scheduler.engine.state import ClusterState, HostPort, Pod, PodStatus, evolve, fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 NOW = (PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.RELEASING)  # on the node right now
@@ -30,9 +30,9 @@ def _decorate(state: ClusterState, draw: st.DrawFn) -> ClusterState:
     for p in state.pods:
         kind = draw(st.integers(0, 5))
         if kind == 0:
-            p = replace(p, host_ports=(HostPort(8000 + draw(st.integers(0, 2))),))
+            p = evolve(p, host_ports=(HostPort(8000 + draw(st.integers(0, 2))),))
         elif kind == 1:
-            p = replace(p, request=replace(p.request, extended=(("rdma/ib", 1),)))
+            p = evolve(p, request=replace(p.request, extended=(("rdma/ib", 1),)))
         pods.append(p)
     return replace(state, nodes=nodes, pods=tuple(pods))
 

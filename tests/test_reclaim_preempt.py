@@ -13,6 +13,7 @@ from scheduler.engine import minruntime
 from scheduler.engine.actions import preempt, reclaim
 from scheduler.engine.actions.solver import tasks_to_evict
 from scheduler.engine.session import Session
+from scheduler.engine.state import evolve
 
 MIN = 60_000  # one minute in ms
 
@@ -75,7 +76,7 @@ def _session(
     if started:
         state = replace(
             state,
-            jobs=tuple(replace(j, last_start_ms=started.get(j.uid, j.last_start_ms)) for j in state.jobs),
+            jobs=tuple(evolve(j, last_start_ms=started.get(j.uid, j.last_start_ms)) for j in state.jobs),
         )
     if min_runtime:
         state = replace(

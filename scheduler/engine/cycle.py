@@ -14,7 +14,7 @@ from typing import Literal
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
 from scheduler.engine.decisions import RECORD_VERSION, CycleRecord, make_record
 from scheduler.engine.session import Session, SessionConfig
-from scheduler.engine.state import ClusterState, Job, Pod, PodStatus
+from scheduler.engine.state import ClusterState, Job, Pod, PodStatus, evolve
 
 ACTION_MODULES: tuple[ModuleType, ...] = (allocate, consolidation, reclaim, preempt, stale_gang)
 ACTIONS: dict[str, Callable[[Session], None]] = {m.NAME: m.run for m in ACTION_MODULES}
@@ -52,7 +52,7 @@ def result_state(ssn: Session) -> ClusterState:
             continue
         node = t.node.name if t.node is not None and t.status is not PodStatus.PENDING else None
         pods.append(
-            replace(
+            evolve(
                 t.pod,
                 status=t.status,
                 node=node,
@@ -61,7 +61,7 @@ def result_state(ssn: Session) -> ClusterState:
             )
         )
     jobs: list[Job] = [
-        replace(j.spec, last_start_ms=j.last_start_ms, stale_since_ms=j.stale_since_ms) for j in ssn.jobs
+        evolve(j.spec, last_start_ms=j.last_start_ms, stale_since_ms=j.stale_since_ms) for j in ssn.jobs
     ]
     if ssn.gated:  # gated pods are untouched; keep them where the snapshot had them
         by_uid = {p.uid: p for p in pods}
@@ -80,9 +80,9 @@ def settle(state: ClusterState) -> ClusterState:
     pods: list[Pod] = []
     for p in state.pods:
         if p.status is PodStatus.ALLOCATED:
-            p = replace(p, status=PodStatus.RUNNING)
+            p = evolve(p, status=PodStatus.RUNNING)
         elif p.status is PodStatus.PIPELINED or (p.status is PodStatus.RELEASING and p.job not in deleting):
-            p = replace(p, status=PodStatus.PENDING, node=None, gpu_devices=(), gpu_milli_per_device=0)
+            p = evolve(p, status=PodStatus.PENDING, node=None, gpu_devices=(), gpu_milli_per_device=0)
         pods.append(p)
     return replace(state, pods=tuple(pods))
 

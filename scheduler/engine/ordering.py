@@ -162,6 +162,29 @@ class QueueComparator:
             out = memo[key] = self._compare(lq, rq, lj, rj, lv, rv)
         return out
 
+    def key(self, q: QueueInfo, job: JobInfo | None) -> tuple[bool, bool, int, bool, float, float]:
+        """Rules 1-6 of :meth:`compare` as one sortable key of `q` with its best job `job`.
+
+        Each of those rules compares one value of each side, so when two keys differ, the queue with the
+        smaller key is the one :meth:`compare` puts first; equal keys leave it to rules 7-8 (the
+        comparator itself). Victim-mode comparisons (minus victims) are not covered.
+        """
+        qa, f = q.allocated, q.fair_share
+        over = f[0] < qa[0] and f[1] < qa[1] and f[2] < qa[2]
+        i = self.init_res(job)
+        a = [qa[0] + i[0], qa[1] + i[1], qa[2] + i[2]]
+        sh, _ = self._shares(q)
+        zero = (sh[0] == 0 and a[0] > 0) or (sh[1] == 0 and a[1] > 0) or (sh[2] == 0 and a[2] > 0)
+        total = self.ssn.total
+        return (
+            over,
+            not _le(a, self._deserved(q)),
+            -q.spec.priority,
+            zero,
+            _dshare(total, sh, a),
+            _dshare(total, sh, qa),
+        )
+
     def _compare(
         self,
         lq: QueueInfo,
@@ -345,6 +368,14 @@ class JobsByQueue:
         self._dirty: list[QueueInfo] = []
         self._seq = 0
         self.popped: dict[str, list[JobInfo]] = {}
+        # Each placed queue's allocation and QueueComparator.key, taken when it was last (re-)inserted or
+        # compared. Its best job changes only when the queue is on the path being re-inserted; its
+        # allocation may also change under the ordering (a commit of the action evicts from other queues),
+        # so a key is used only while the allocation it was taken with still holds (see _key_of).
+        self._keys: dict[str, tuple[int, int, int, tuple[bool, bool, int, bool, float, float]]] = {}
+        # Orderings given a memo of comparisons (the solvers' simulations, which rebuild an ordering per
+        # scenario over mostly the same queues) find their comparisons there already: keys would only add.
+        self._keyed = not victim and memo is None
         for name in sorted(runs or ()):
             assert runs is not None
             self._leaves[name] = _Leaf(victim, runs[name])
@@ -422,14 +453,36 @@ class JobsByQueue:
                     break
             if self._has_jobs(node):
                 lo, hi = 0, len(siblings)
-                while lo < hi:
-                    mid = (lo + hi) // 2
-                    if self._before(node, siblings[mid]):
-                        hi = mid
-                    else:
-                        lo = mid + 1
+                if not self._keyed:
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        if self._before(node, siblings[mid]):
+                            hi = mid
+                        else:
+                            lo = mid + 1
+                else:
+                    # The comparator's rules 1-6 as keys: a key comparison decides unless the keys tie.
+                    k = self._key_of(node, fresh=True)
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        other = siblings[mid]
+                        ko = self._key_of(other)
+                        if k < ko if k != ko else self._before(node, other):
+                            hi = mid
+                        else:
+                            lo = mid + 1
                 siblings.insert(lo, node)
             node = parent
+
+    def _key_of(self, q: QueueInfo, fresh: bool = False) -> tuple[bool, bool, int, bool, float, float]:
+        """`q`'s :meth:`QueueComparator.key` with its best job, as :meth:`_before` would see it now."""
+        a = q.allocated
+        kept = None if fresh else self._keys.get(q.name)
+        if kept is not None and kept[0] == a[0] and kept[1] == a[1] and kept[2] == a[2]:
+            return kept[3]
+        k = self.cmp.key(q, self._best_job(self._leaf_of(q)))
+        self._keys[q.name] = (a[0], a[1], a[2], k)
+        return k
 
     def _flush(self) -> None:
         while self._dirty:

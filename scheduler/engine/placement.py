@@ -144,12 +144,13 @@ def fits_existing_shared(node: NodeInfo, task: TaskInfo) -> bool:
         portion = node.memory_portion(req.gpu_memory_mib)
     if portion is None:
         return False
-    return any(
-        node.dev_shared[d] > 0
-        and (node.dev_alloc[d] + node.dev_pipe[d]) > 0
-        and node.dev_future(d) >= portion
-        for d in range(node.gpus)
-    )
+    shared, alloc, pipe = node.dev_shared, node.dev_alloc, node.dev_pipe
+    for d in range(node.gpus):
+        # dev_future(d) = GPU_MILLI - alloc - pipe, inlined: the binpack fast path asks this per node
+        held = alloc[d] + pipe[d]
+        if shared[d] > 0 and held > 0 and GPU_MILLI - held >= portion:
+            return True
+    return False
 
 
 NodeScorer = Callable[[Session, TaskInfo, Sequence[Fit]], list[float]]

@@ -250,6 +250,7 @@ class Solver:
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
+        self.ssn.work[f"{self.action}.attempts"] += 1
         # Cheap pre-check: idle + releasing GPUs plus everything the victims could hold must cover the whole
         # job, or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
         need = sum(_gpu_need(t) for t in tasks)
@@ -363,6 +364,7 @@ class Solver:
     def _simulate(self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo]) -> bool:
         """Re-place victims and the preemptor (pipeline only, queue order); validate. Rolls back on failure."""
         ssn = self.ssn
+        ssn.work[f"{self.action}.simulations"] += 1
         cp = stmt.checkpoint()
         victim_uids = {t.job.uid for t in evicted}
         victim_jobs = [ssn.job_by_uid[uid] for uid in sorted(victim_uids)]
