@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision
+from scheduler.engine.state import evolve
 from scheduler.metrics import CYCLE_KEY, SchedulerMetrics, capacity_of, observe_cycle, run_timed_cycle, serve
 from tests.promserver import PrometheusFactory
 from tests.test_metrics import NOW_MS, _state
@@ -48,7 +49,7 @@ def _one_cycle(usage: dict[str, dict[str, float]] | None = None) -> SchedulerMet
     """One cycle of tests.test_metrics' cluster; its pods were created 7 ms before the cycle."""
     state = _state()
     state = dataclasses.replace(
-        state, pods=tuple(dataclasses.replace(p, created_ms=NOW_MS - 7) for p in state.pods)
+        state, pods=tuple(evolve(p, created_ms=NOW_MS - 7) for p in state.pods)
     )
     m = SchedulerMetrics.create()
     record, ssn = run_cycle(state, now_ms=NOW_MS, usage=usage)
@@ -117,7 +118,7 @@ def test_task_scheduling_latency_is_creation_to_bind_in_kais_buckets() -> None:
     """Each bound pod's wait, from its creation to the cycle that bound it, in KAI's 5..2560 ms buckets."""
     state = _state()
     waits = {"ja-0": 7, "jb-0": 3000}  # ms before the cycle's logical time; 3000 falls past 2560 (+Inf)
-    pods = tuple(dataclasses.replace(p, created_ms=NOW_MS - waits[p.uid]) for p in state.pods)
+    pods = tuple(evolve(p, created_ms=NOW_MS - waits[p.uid]) for p in state.pods)
     record, ssn = run_cycle(dataclasses.replace(state, pods=pods), now_ms=NOW_MS)
     m = SchedulerMetrics.create()
     observe_cycle(m, record, {CYCLE_KEY: 0.001}, session=ssn)
