@@ -26,6 +26,26 @@ class SyntheticSpec:
     foreign_fraction: float = 0.0  # share of GPU and CPU capacity held by pods of other schedulers
     constrained_fraction: float = 0.0  # share of jobs whose pods carry hostname anti-affinity or zone spread
     zones: int = 10
+    # Topology (issue 15): share of multi-pod gangs with a required or preferred rack / block constraint on
+    # topology "dc" (topology/zone > topology/block > topology/rack > hostname; 4 nodes a rack, 4 racks a
+    # block, 4 blocks a zone). 0 = no Topology and no labels, the workload is exactly the classic one.
+    topology_fraction: float = 0.0
+
+
+TOPOLOGY_LEVELS = ("topology/zone", "topology/block", "topology/rack", "kubernetes.io/hostname")
+
+
+def topology_labels(i: int, rack_size: int = 4, fan_out: int = 4) -> dict[str, str]:
+    """The ``dc`` topology labels of node i: racks of ``rack_size`` nodes, ``fan_out`` racks a block and
+    blocks a zone."""
+    rack = i // rack_size
+    block = rack // fan_out
+    return {
+        "topology/zone": f"z{block // fan_out}",
+        "topology/block": f"b{block}",
+        "topology/rack": f"r{rack}",
+        "kubernetes.io/hostname": f"node-{i:05d}",
+    }
 
 
 def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
@@ -34,8 +54,14 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
     out: list[ev.Event] = []
     t = 0
     real = spec.foreign_fraction > 0 or spec.constrained_fraction > 0
+    topo = spec.topology_fraction > 0
+    if topo:
+        out.append(ev.TopologyUpserted(at_ms=t, name="dc", levels=list(TOPOLOGY_LEVELS)))
     for i in range(spec.nodes):
         name = f"node-{i:05d}"
+        labels = {"kubernetes.io/hostname": name, "zone": f"zone-{i % spec.zones}"} if real else {}
+        if topo:
+            labels = labels | topology_labels(i)
         out.append(
             ev.NodeUpserted(
                 uid=name,
@@ -46,7 +72,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                 gpus=spec.gpus_per_node,
                 gpu_memory_mib=81920,
                 gpu_model="A100",
-                labels={"kubernetes.io/hostname": name, "zone": f"zone-{i % spec.zones}"} if real else {},
+                labels=labels,
             )
         )
     if spec.foreign_fraction > 0:
@@ -138,6 +164,11 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
             else:
                 c = ev.TopologySpreadConstraint(max_skew=1, topology_key="zone", label_selector=sel)
                 extra = {"labels": {"job": name}, "topology_spread": [c]}
+        constraint: dict[str, str] = {}
+        if topo and n > 1 and rng.random() < spec.topology_fraction:
+            level = rng.choice(("topology/rack", "topology/block"))
+            kind_key = rng.choice(("required_topology_level", "preferred_topology_level"))
+            constraint = {"topology": "dc", kind_key: level}
         out.append(
             ev.PodGroupUpserted(
                 uid=f"default/{name}",
@@ -148,6 +179,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                 min_member=n,
                 priority=prio,
                 created_at_ms=t,
+                **constraint,  # type: ignore[arg-type]
             )
         )
         for k in range(n):
