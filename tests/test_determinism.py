@@ -49,6 +49,7 @@ specs = st.builds(
     zones=st.integers(1, 4),
     # Topology-constrained gangs (required / preferred rack or block).
     topology_fraction=st.sampled_from([0.0, 0.0, 0.5, 1.0]),
+    topology_shape=st.sampled_from([(1, 2, 2), (2, 2, 2)]),
 )
 
 

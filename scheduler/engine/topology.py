@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from scheduler.engine.session import JobInfo, NodeInfo, Session, TaskInfo
+from scheduler.engine.session import GPU_MILLI, JobInfo, NodeInfo, Session, TaskInfo
 from scheduler.engine.state import PodStatus, Topology
 
 __all__ = ["Domain", "Plan", "domains", "plan"]
@@ -60,8 +60,9 @@ class Domain:
         total = 0
         for n in self.nodes:
             if gpu:
-                dev = n.dev_future if future else n.dev_idle
-                total += sum(dev(d) for d in range(n.gpus))
+                # sum(dev_future(d)) and sum(dev_idle(d)) over the devices, in C-level sums.
+                held = sum(map(max, n.dev_rel, n.dev_pipe)) if not future else sum(n.dev_pipe)
+                total += n.gpus * GPU_MILLI - sum(n.dev_alloc) - held
             else:
                 total += n.future(0) if future else n.idle(0)
         return total
@@ -110,8 +111,9 @@ class Plan:
     tried: int = 0  # required-level domains with enough capacity that were tried and failed
 
     def _fits(self, d: Domain) -> bool:
-        names = {n.name for n in d.nodes}
-        return self.anchors <= names and d.free(self.gpu, future=True) >= self.need
+        if self.anchors and not self.anchors <= {n.name for n in d.nodes}:
+            return False
+        return d.free(self.gpu, future=True) >= self.need
 
     def ordered(self, ssn: Session, depth: int) -> list[Domain]:
         """The domains of level ``depth`` that can hold the gang, least free first, then by name."""
