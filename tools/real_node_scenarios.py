@@ -1332,6 +1332,38 @@ topology(
     {"jobs": {"j": PENDING}, "message_contains": {"j": "has 8 of the 16 GPUs needed"}},
 )
 
+_TWO_RACKS = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r2")]
+_HALF_FULL = [
+    job("a1", [task("a1-0", gpus=4, status="running", node="n1")], queue="a"),
+    job("a2", [task("a2-0", gpus=4, status="running", node="n2")], queue="a"),
+]
+for _phase in ("reclaim", "preempt", "consolidation"):
+    topology(
+        f"topo-{ {'reclaim': 27, 'preempt': 28, 'consolidation': 29}[_phase] }-{_phase}-leaves-required-gang",
+        f"Each rack has 4 free GPUs and the 2x4-GPU gang requires one rack: {_phase} is not topology-aware "
+        "yet, so it leaves the gang to allocate instead of placing it across racks; nothing is evicted "
+        "(without the constraint it pipelines the gang on n1 + n2).",
+        _TWO_RACKS,
+        [
+            *_HALF_FULL,
+            gang(
+                "j",
+                2,
+                gpus=4,
+                queue="a" if _phase == "preempt" else "b",  # preempt: within the queue, over lower priority
+                required_topology_level="rack",
+                priority=50 if _phase == "consolidation" else 100,  # consolidation: preemptible jobs only
+            ),
+        ],
+        {
+            "jobs": {"j": PENDING},
+            "tasks": {"a1-0": on("n1", "running"), "a2-0": on("n2", "running")},
+        },
+        phase=_phase,
+        queues=[queue("a", quota=16 if _phase == "preempt" else 0), queue("b", quota=16)],
+        tags=["with-eviction", _phase],
+    )
+
 
 def main() -> None:
     """(Re)write every scenario file."""
