@@ -159,3 +159,61 @@ def test_podgroup_update_changes_the_constraint() -> None:
         ]
     )
     assert (state.jobs[0].topology, state.jobs[0].required_level) == (None, None)
+
+
+# --------------------------------------------------------------------------- the pod grouper
+
+_RACK = {"kai.scheduler/topology": "dc", "kai.scheduler/topology-required-placement": "rack"}
+
+
+def _owner(kind: str, api_version: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {"name": "w", "namespace": "ns", "uid": "w-uid", "annotations": annotations},
+        "spec": {"parallelism": 2},
+    }
+
+
+def _pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "ns", "uid": "p-uid", "annotations": annotations or {}}
+    return {"metadata": meta, "spec": {"containers": [{"name": "c"}]}}
+
+
+@pytest.mark.parametrize(
+    ("owners", "pod_annotations", "expected"),
+    [
+        ([_owner("TrainingRun", "example.com/v1", _RACK)], {}, ("dc", "rack", None)),
+        # The workload's annotations count, not the pod's (KAI reads the top owner).
+        ([_owner("TrainingRun", "example.com/v1", {})], _RACK, (None, None, None)),
+        ([], _RACK, ("dc", "rack", None)),  # a bare pod is its own workload
+        (
+            [
+                _owner(
+                    "RayCluster",
+                    "ray.io/v1",
+                    {"kai.scheduler/topology": "dc", "kai.scheduler/topology-preferred-placement": "block"},
+                )
+            ],
+            {},
+            ("dc", None, "block"),
+        ),
+    ],
+    ids=["owner", "pod-of-owner-ignored", "bare-pod", "preferred"],
+)
+def test_pod_grouper_copies_workload_annotations_into_the_podgroup(
+    owners: list[dict[str, Any]], pod_annotations: dict[str, str], expected: tuple[str | None, ...]
+) -> None:
+    from ingest.podgrouper import plan_pod_group, podgroup_manifest, podgroup_patch
+
+    plan = plan_pod_group(_pod(pod_annotations), owners)
+    manifest = podgroup_manifest(plan)
+    manifest["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    ev = kube.podgroup_upserted(manifest, 0)
+    assert (ev.topology, ev.required_topology_level, ev.preferred_topology_level) == expected
+    assert podgroup_patch(manifest, plan) is None
+    if expected[0]:  # an existing group without the constraint is patched to get it
+        stale = {**manifest, "spec": {k: v for k, v in manifest["spec"].items() if k != "topologyConstraint"}}
+        assert podgroup_patch(stale, plan) == {
+            "spec": {"topologyConstraint": manifest["spec"]["topologyConstraint"]}
+        }
