@@ -7,9 +7,14 @@ its constraint says which level it needs.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.conformance import run_doc
 from scheduler.engine.cycle import result_state, run_cycle, settle
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, PodStatus, fold
@@ -65,3 +70,29 @@ def test_required_level_is_never_broken(nodes: int, gpus: int, pods: int, seed: 
                 if e.reason == "TopologyConstraint":
                     assert "within one topology/" in e.message, e.message
     assert rec.dumps()  # the cycle record serialises with topology errors in it
+
+
+# Scenarios whose outcome is the same without the constraint, on purpose: baselines and fallbacks.
+_CONTROLS = {
+    "topo-02-no-constraint-crosses-racks",
+    "topo-18-preferred-rack-falls-back-anywhere",
+    "topo-19-preferred-nothing-fits-usual-message",
+}
+_SCENARIOS = sorted(
+    (Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "topology").glob("topo-*.json")
+)
+
+
+def test_there_are_topology_scenarios() -> None:
+    assert len(_SCENARIOS) >= 35
+
+
+@pytest.mark.parametrize("path", _SCENARIOS, ids=lambda p: p.stem)
+def test_each_topology_scenario_depends_on_its_constraint(path: Path) -> None:
+    """Without the topology constraint the scenario's expectation fails (it really tests the constraint)."""
+    doc = json.loads(path.read_text())
+    assert not run_doc(doc)[0]
+    for j in doc["jobs"]:
+        for k in ("topology", "required_topology_level", "preferred_topology_level"):
+            j.pop(k, None)
+    assert bool(run_doc(doc)[0]) is (path.stem not in _CONTROLS)

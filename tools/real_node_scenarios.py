@@ -1192,11 +1192,16 @@ topology(
 )
 topology(
     "topo-10-required-hostname",
-    "A gang of two 4-GPU pods requiring one host lands on a single node, the one with the least free room "
-    "that fits (n2, 8 free, before n1 with 16).",
-    [tnode("n1", "z1", "b1", "r1", gpus=16), tnode("n2", "z1", "b1", "r1")],
-    [gang("j", 2, gpus=4, required_topology_level=HOSTNAME)],
-    {"task_sets": [nodes_of("j", 2, {"n2": 2})]},
+    "A gang of two 4-GPU pods requiring one host: n1 and n2 have 4 free GPUs each (binpack alone would use "
+    "them), n3 has 8 and n4 16; the gang lands on n3, the least free node that holds it whole.",
+    [
+        tnode("n1", "z1", "b1", "r1"),
+        tnode("n2", "z1", "b1", "r1"),
+        tnode("n3", "z1", "b1", "r1"),
+        tnode("n4", "z1", "b1", "r1", gpus=16),
+    ],
+    [busy("f1", "n1", 4), busy("f2", "n2", 4), gang("j", 2, gpus=4, required_topology_level=HOSTNAME)],
+    {"task_sets": [nodes_of("j", 2, {"n3": 2})]},
 )
 topology(
     "topo-11-required-unlabelled-nodes-excluded",
@@ -1316,9 +1321,9 @@ topology(
 topology(
     "topo-25-second-topology",
     "Two topologies: the job names 'nvl' (one level, nvlink domain) and lands within one domain of it: "
-    "domain a has 2 free GPUs, b has 12.",
+    "domain a has 4 free GPUs (binpack alone would start there), b has 12.",
     [node("n1", labels={"nvlink": "a"}), node("n2", labels={"nvlink": "b"}), node("n3", labels={"nvlink": "b"})],
-    [busy("f1", "n1", 6), busy("f", "n2", 4), gang("j", 2, gpus=4, topology="nvl", required_topology_level="nvlink")],
+    [busy("f1", "n1", 4), busy("f", "n2", 4), gang("j", 2, gpus=4, topology="nvl", required_topology_level="nvlink")],
     {"task_sets": [nodes_of("j", 2, {"n2": 1, "n3": 1})]},
     topologies=[*TOPO, {"name": "nvl", "levels": ["nvlink"]}],
 )
@@ -1363,6 +1368,78 @@ for _phase in ("reclaim", "preempt", "consolidation"):
         queues=[queue("a", quota=16 if _phase == "preempt" else 0), queue("b", quota=16)],
         tags=["with-eviction", _phase],
     )
+
+topology(
+    "topo-30-placed-pods-span-racks",
+    "An elastic job got a rack constraint after its pods ran in two racks: its next pod cannot join one "
+    "rack with all of them, so it waits and is told why.",
+    _TWO_RACKS,
+    [
+        job(
+            "j",
+            [
+                task("j-0", gpus=2, status="running", node="n1"),
+                task("j-1", gpus=2, status="running", node="n2"),
+                task("j-2", gpus=2),
+            ],
+            min_available=2,
+            topology="dc",
+            required_topology_level="rack",
+        )
+    ],
+    {"tasks": {"j-2": PENDING}, "message_contains": {"j": "its placed pods are on nodes of more than one rack"}},
+)
+topology(
+    "topo-31-required-rack-pipelines-in-one-rack",
+    "Rack r1 is full of running pods, r2 has an idle node and a releasing one, r3 one idle node: binpack "
+    "alone would allocate n4 + n5 across racks; the rack-constrained gang is pipelined onto "
+    "r2: one pod on n4's idle GPUs, one on n3's releasing ones, and the gang is pipelined as a whole (KAI).",
+    [*_RACKS, tnode("n5", "z1", "b1", "r3")],
+    [
+        busy("f1", "n1"),
+        busy("f2", "n2"),
+        job("old", [task("old-0", gpus=8, status="releasing", node="n3")], priority=100),
+        gang("j", 2, required_topology_level="rack"),
+    ],
+    {
+        "task_sets": [
+            {"tasks": ["j-0", "j-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n3": 1, "n4": 1}}
+        ]
+    },
+)
+topology(
+    "topo-32-preferred-block",
+    "Preferred block: block b2 has room for the whole gang, so it is kept there rather than split between "
+    "b1's free node and b2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z1", "b2", "r2"), tnode("n4", "z1", "b2", "r3")],
+    [busy("f", "n2"), gang("j", 2, preferred_topology_level="block")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-33-preferred-zone",
+    "Preferred zone: z1 has one free node, z2 two: the gang goes to z2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z2", "b2", "r2"), tnode("n4", "z2", "b3", "r3")],
+    [busy("f", "n2"), gang("j", 2, preferred_topology_level="zone")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-34-preferred-hostname-falls-back-to-rack",
+    "Preferred host for two 6-GPU pods: no node has 12 free, so the gang falls back to one rack (r2, with two "
+    "free nodes) rather than n1 (r1) + n3.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2")],
+    [gang("j", 2, gpus=6, preferred_topology_level=HOSTNAME)],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-35-preferred-hostname-packs-one-node",
+    "Preferred host for two 4-GPU pods: n1 has 4 free GPUs, n2 8; binpack alone would take n1 then n2, the "
+    "preference puts both on n2.",
+    [tnode("n1", "z1", "b1", "r1", gpus=16), tnode("n2", "z1", "b1", "r2")],
+    [busy("f", "n1", 12), gang("j", 2, gpus=4, preferred_topology_level=HOSTNAME)],
+    {"task_sets": [nodes_of("j", 2, {"n2": 2})]},
+)
 
 
 def main() -> None:

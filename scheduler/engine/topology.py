@@ -127,12 +127,12 @@ class Plan:
         seen: set[tuple[str, ...]] = set()
         for depth in range(start, top - 1, -1):
             for d in self.ordered(ssn, depth):
+                if depth == self.required:
+                    self.tried += 1
                 names = tuple(n.name for n in d.nodes)
                 if names in seen:
                     continue  # a domain with the same nodes as one already tried (a block of one rack)
                 seen.add(names)
-                if depth == self.required:
-                    self.tried += 1
                 yield d.nodes, d
         if self.required is None:
             yield ssn.nodes, None
