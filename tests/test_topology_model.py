@@ -217,3 +217,54 @@ def test_pod_grouper_copies_workload_annotations_into_the_podgroup(
         assert podgroup_patch(stale, plan) == {
             "spec": {"topologyConstraint": manifest["spec"]["topologyConstraint"]}
         }
+
+
+def test_topology_events_through_the_log_fold_and_cycle() -> None:
+    """The JSON of the events, read as the service reads its log, places a rack-constrained gang in one rack."""
+    from ingest.events import PodRequests, PodSubmitted, QueueUpserted
+    from ingest.log import Record
+    from scheduler.engine.cycle import run_cycle
+    from scheduler.service import Folder
+
+    def rack_node(name: str, rack: str) -> NodeUpserted:
+        labels = {"rack": rack, "kubernetes.io/hostname": name}
+        return NodeUpserted(
+            at_ms=0, name=name, cpu_millicores=64_000, memory_bytes=2**36, gpus=8, labels=labels
+        )
+
+    events = [
+        TopologyUpserted(at_ms=0, name="dc", levels=["rack", "kubernetes.io/hostname"]),
+        rack_node("n1", "r1"),
+        rack_node("n2", "r2"),
+        rack_node("n3", "r2"),
+        QueueUpserted(at_ms=0, name="q"),
+        PodGroupUpserted(
+            at_ms=1,
+            name="g",
+            namespace="ns",
+            queue="q",
+            min_member=2,
+            created_at_ms=1,
+            topology="dc",
+            required_topology_level="rack",
+        ),
+        *(
+            PodSubmitted(
+                at_ms=1,
+                name=f"g-{i}",
+                namespace="ns",
+                pod_group="g",
+                requests=PodRequests(cpu_millicores=1000, gpus=8),
+                created_at_ms=1,
+            )
+            for i in range(2)
+        ),
+    ]
+    folder = Folder("t")
+    for i, e in enumerate(events):
+        assert folder.feed(Record(i, None, dump_event(e))) is None
+    state = folder.snapshot()
+    assert state.topologies == (Topology("dc", ("rack", "kubernetes.io/hostname")),)
+    record, _ = run_cycle(state, now_ms=10)
+    nodes = sorted(d.node for d in record.decisions if d.kind == "Bind" and d.node is not None)
+    assert nodes == ["n2", "n3"]  # rack r2; plain binpack would have taken n1 and n2
