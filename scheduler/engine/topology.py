@@ -73,6 +73,11 @@ _DOMAINS: weakref.WeakKeyDictionary[Session, dict[tuple[tuple[str, ...], int], l
 )
 
 
+_FREES: weakref.WeakKeyDictionary[Session, dict[tuple[object, ...], tuple[int, list[int]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def domains(ssn: Session, levels: tuple[str, ...], depth: int) -> list[Domain]:
     """The domains of level ``depth`` of a topology with ``levels``, sorted by their label values.
 
@@ -110,15 +115,33 @@ class Plan:
     anchors: frozenset[str]  # nodes of pods the job already has placed
     tried: int = 0  # required-level domains with enough capacity that were tried and failed
 
-    def _fits(self, d: Domain) -> bool:
-        if self.anchors and not self.anchors <= {n.name for n in d.nodes}:
-            return False
-        return d.free(self.gpu, future=True) >= self.need
+    def frees(self, ssn: Session, depth: int, future: bool = False) -> list[int]:
+        """Free capacity of each domain of level ``depth`` (in :func:`domains` order), in the leading resource.
+
+        Cached per committed state (``ssn.commits``): call it only while the session holds no uncommitted
+        placement, as :func:`scheduler.engine.actions.allocate.allocate_constrained` does (before trying a
+        job, and after each failed try has been rolled back).
+        """
+        cache = _FREES.setdefault(ssn, {})
+        key = (self.topology.levels, depth, self.gpu, future)
+        hit = cache.get(key)
+        if hit is not None and hit[0] == ssn.commits:
+            return hit[1]
+        values = [d.free(self.gpu, future) for d in domains(ssn, self.topology.levels, depth)]
+        cache[key] = (ssn.commits, values)
+        return values
 
     def ordered(self, ssn: Session, depth: int) -> list[Domain]:
         """The domains of level ``depth`` that can hold the gang, least free first, then by name."""
-        cands = [d for d in domains(ssn, self.topology.levels, depth) if self._fits(d)]
-        return sorted(cands, key=lambda d: (d.free(self.gpu), d.values))
+        doms = domains(ssn, self.topology.levels, depth)
+        idle, future = self.frees(ssn, depth), self.frees(ssn, depth, future=True)
+        cands = [
+            (idle[i], d.values, d)
+            for i, d in enumerate(doms)
+            if future[i] >= self.need and (not self.anchors or self.anchors <= {n.name for n in d.nodes})
+        ]
+        cands.sort(key=lambda c: (c[0], c[1]))
+        return [c[2] for c in cands]
 
     def node_sets(self, ssn: Session) -> Iterator[tuple[Sequence[NodeInfo], Domain | None]]:
         """Node sets to try, each with its domain (None = every node, a preferred-only job's last resort)."""
@@ -153,12 +176,14 @@ class Plan:
         if not all_domains:
             keys = ", ".join(levels[: self.required + 1])
             return f"{head}, and no node has the label(s) {keys}"
-        pinned = [d for d in all_domains if self.anchors <= {n.name for n in d.nodes}]
+        free = self.frees(ssn, self.required)
+        pinned = [i for i, d in enumerate(all_domains) if self.anchors <= {n.name for n in d.nodes}]
         if not pinned:
             return f"{head}, but its placed pods are on nodes of more than one {level} domain"
-        best = max(pinned, key=lambda d: d.free(self.gpu))  # the first by name among equals
+        i_best = max(pinned, key=lambda i: free[i])  # the first by name among equals
+        best, best_free = all_domains[i_best], free[i_best]
         parts = [
-            f"{head}: the largest free, {best.name}, has {_amount(best.free(self.gpu))} of the "
+            f"{head}: the largest free, {best.name}, has {_amount(best_free)} of the "
             f"{_amount(self.need)} {what} needed"
         ]
         if self.tried:
@@ -167,12 +192,12 @@ class Plan:
             )
         if self.required > 0:
             # A wider domain worth naming: room for the gang, and more than the best domain of the level.
-            floor = max(self.need, best.free(self.gpu) + 1)
-            wider = [d for d in domains(ssn, levels, self.required - 1) if d.free(self.gpu) >= floor]
-            if wider:
-                w = max(wider, key=lambda d: d.free(self.gpu))
+            floor = max(self.need, best_free + 1)
+            wider, wider_free = domains(ssn, levels, self.required - 1), self.frees(ssn, self.required - 1)
+            i_w = max(range(len(wider)), key=lambda i: wider_free[i], default=None)
+            if i_w is not None and wider_free[i_w] >= floor:
                 parts.append(
-                    f"{w.name} has {_amount(w.free(self.gpu))} {what} free across its {level} domains, "
+                    f"{wider[i_w].name} has {_amount(wider_free[i_w])} {what} free across its {level} domains, "
                     f"but the job requires one {level}"
                 )
         return "; ".join(parts)
