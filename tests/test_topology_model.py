@@ -268,3 +268,16 @@ def test_topology_events_through_the_log_fold_and_cycle() -> None:
     record, _ = run_cycle(state, now_ms=10)
     nodes = sorted(d.node for d in record.decisions if d.kind == "Bind" and d.node is not None)
     assert nodes == ["n2", "n3"]  # rack r2; plain binpack would have taken n1 and n2
+
+
+@pytest.mark.parametrize(
+    ("details", "expected"),
+    [
+        ({"topology": "dc", "level": "rack"}, "the whole gang must fit in one rack domain (topology dc)"),
+        ({}, "fix the PodGroup's topologyConstraint"),
+    ],
+)
+def test_explain_advice_for_a_gang_waiting_on_its_topology(details: dict[str, Any], expected: str) -> None:
+    from analytics.explain import advice
+
+    assert expected in advice("TopologyConstraint", details, (0, 8000), 16000, [])
