@@ -19,8 +19,9 @@ job's leading resource (GPUs, or CPU for a CPU-only gang) on idle capacity; a do
 releasing capacity is short of the gang's total is skipped without trying it. Pods the job already has
 placed (elastic growth, a partly placed gang) pin it: only domains holding all of their nodes are tried.
 
-Not yet topology-aware (docs/topology.md): subgroups, reclaim, preempt, consolidation, ``explain`` beyond
-the Unschedulable message. Everything here is deterministic: domains are sorted by their label values.
+Not yet topology-aware (docs/topology.md): subgroups; reclaim, preempt and consolidation, which leave a
+job with a required level to allocate (:func:`scheduler.engine.actions.common.candidate_jobs`). Everything
+here is deterministic: domains are sorted by their label values.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from scheduler.engine.session import GPU_MILLI, JobInfo, NodeInfo, Session, TaskInfo
 from scheduler.engine.state import PodStatus, Topology
 
-__all__ = ["Domain", "Plan", "domains", "plan"]
+__all__ = ["Domain", "Plan", "constraint_error", "domains", "plan"]
 
 _PLACED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RELEASING})
 
