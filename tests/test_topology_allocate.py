@@ -77,6 +77,7 @@ _CONTROLS = {
     "topo-02-no-constraint-crosses-racks",
     "topo-18-preferred-rack-falls-back-anywhere",
     "topo-19-preferred-nothing-fits-usual-message",
+    "topo-36-topology-without-level",
 }
 _SCENARIOS = sorted(
     (Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "topology").glob("topo-*.json")
@@ -84,7 +85,7 @@ _SCENARIOS = sorted(
 
 
 def test_there_are_topology_scenarios() -> None:
-    assert len(_SCENARIOS) >= 35
+    assert len(_SCENARIOS) >= 36
 
 
 @pytest.mark.parametrize("path", _SCENARIOS, ids=lambda p: p.stem)

@@ -1441,6 +1441,15 @@ topology(
     {"task_sets": [nodes_of("j", 2, {"n2": 2})]},
 )
 
+topology(
+    "topo-36-topology-without-level",
+    "A PodGroup that names a topology (even an unknown one) but no level has no constraint: it is placed "
+    "as any other gang.",
+    _RACKS,
+    [busy("f", "n2"), gang("j", 2, topology="nope")],
+    {"task_sets": [nodes_of("j", 2, {"n1": 1, "n3": 1})]},
+)
+
 
 def main() -> None:
     """(Re)write every scenario file."""

@@ -207,8 +207,8 @@ class Plan:
 def constraint_error(ssn: Session, job: JobInfo) -> str | None:
     """Why the job's constraint cannot be read against the cluster's topologies (None when it can)."""
     spec = job.spec
-    if spec.topology is None:
-        return None
+    if spec.topology is None or (spec.required_level is None and spec.preferred_level is None):
+        return None  # no level: nothing to keep, whatever the topology
     topo = next((t for t in ssn.state.topologies if t.name == spec.topology), None)
     if topo is None:
         known = ", ".join(t.name for t in ssn.state.topologies) or "none"
