@@ -406,6 +406,16 @@ def advice(
         return "the queue is at its limit: wait for its own pods to finish, or raise the queue's limit."
     if reason == "NonPreemptibleOverQuota":
         return "use a preemptible priority class to go over quota, or raise the queue's quota."
+    if reason == "TopologyConstraint":
+        level = details.get("level")
+        if not level:  # the constraint names a topology or level the cluster does not have
+            return "fix the PodGroup's topologyConstraint: name an existing Topology and one of its levels."
+        return (
+            f"the whole gang must fit in one {level} domain (topology {details.get('topology')}) and none has"
+            " room: wait for pods in one domain to finish, ask for a wider level or a preferred placement"
+            " instead of a required one, or make the gang smaller (reclaim and preempt do not free a domain"
+            " for it yet)."
+        )
     filters = details.get("filters") or {}
     placement = [c for c in filters if not c.startswith("Insufficient") and c != "TooManyPods"]
     if placement:

@@ -3,10 +3,13 @@
 Default size (the issue's target workload): 1,000 nodes x 8 GPUs, 10,000 pending pods (whole-GPU,
 multi-GPU gangs, fractional), 100 leaf queues under 10 departments. ``--filters`` runs it twice, plain and
 with real-node features (20 % of capacity held by pods of other schedulers, 30 % of jobs with hostname
-anti-affinity or zone spread), and prints what the filters cost per cycle. Every figure is one line
+anti-affinity or zone spread), and prints what the filters cost per cycle. ``--topology F`` runs it
+plain and with a Topology of 4 zones x 8 blocks x 8 racks and F of the multi-pod gangs constrained to a
+rack or block (required or preferred), and prints what topology costs per cycle. Every figure is one line
 ``bench: NAME key=value ... seconds=S``.
 
     python benchmarks/bench_cycle.py [--nodes N] [--pods P] [--foreign F] [--constrained C] [--filters]
+                                     [--topology F]
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ def run(spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDE
     events = synthetic_events(spec)
     size = (
         f"workload={label} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node} pending={spec.pending_pods} "
-        f"foreign={spec.foreign_fraction:g} constrained={spec.constrained_fraction:g} actions={'+'.join(actions)}"
+        f"foreign={spec.foreign_fraction:g} constrained={spec.constrained_fraction:g} "
+        f"topology={spec.topology_fraction:g} actions={'+'.join(actions)}"
     )
     t0 = time.perf_counter()
     state = fold(events)
@@ -58,6 +62,9 @@ def main() -> None:
     ap.add_argument("--constrained", type=float, default=0.0, help="share of jobs with anti-affinity/spread")
     ap.add_argument("--filters", action="store_true", help="plain vs 20%% foreign + 30%% constrained")
     ap.add_argument(
+        "--topology", type=float, default=0.0, help="plain vs this share of gangs topology-constrained"
+    )
+    ap.add_argument(
         "--actions",
         default=",".join(DEFAULT_ORDER),
         help="actions to run, in order (reclaim does not finish at 1,000 nodes yet: see docs/benchmarks.md)",
@@ -65,6 +72,21 @@ def main() -> None:
     a = ap.parse_args()
     actions = tuple(x for x in a.actions.split(",") if x)
     base = SyntheticSpec(nodes=a.nodes, gpus_per_node=a.gpus, pending_pods=a.pods)
+    if a.topology:
+        plain = run(base, "plain", actions)
+        topo = run(
+            SyntheticSpec(
+                nodes=a.nodes, gpus_per_node=a.gpus, pending_pods=a.pods, topology_fraction=a.topology
+            ),
+            "topology",
+            actions,
+        )
+        print(
+            f"bench: topology_cost nodes={a.nodes} pending={a.pods} topology={a.topology:g} "
+            f"actions={'+'.join(actions)} plain_seconds={plain:.3f} topology_seconds={topo:.3f} "
+            f"seconds={topo - plain:.3f}"
+        )
+        return
     if not a.filters:
         run(
             SyntheticSpec(

@@ -71,7 +71,9 @@ __all__ = [
     "ReasonCode",
     "Taint",
     "Toleration",
+    "TopologyDeleted",
     "TopologySpreadConstraint",
+    "TopologyUpserted",
     "VolumeClaim",
     "dump_event",
     "event_key",
@@ -285,6 +287,41 @@ class QueueDeleted(EventBase):
     name: QueueName
 
 
+# --------------------------------------------------------------------------- topologies
+
+
+class TopologyUpserted(EventBase):
+    """(v2) A KAI Topology (``kai.scheduler/v1alpha1``) was created or changed.
+
+    ``levels`` are node-label keys from the widest domain to the narrowest (e.g. zone, block, rack,
+    ``kubernetes.io/hostname``): a node's domain at level *i* is its values of levels 0..i.
+    """
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["TopologyUpserted"] = "TopologyUpserted"
+    name: Name
+    levels: list[Name] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct_levels(self) -> Self:
+        seen: set[str] = set()
+        for level in self.levels:
+            if level in seen:
+                raise ValueError(f"topology {self.name!r} lists level {level!r} twice")
+            seen.add(level)
+        return self
+
+
+class TopologyDeleted(EventBase):
+    """(v2) A Topology was deleted."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["TopologyDeleted"] = "TopologyDeleted"
+    name: Name
+
+
 # --------------------------------------------------------------------------- pod groups
 
 
@@ -295,6 +332,11 @@ class PodGroupUpserted(EventBase):
     None lets the state fold resolve ``priority_class`` (KAI falls back to the
     global default class, then 50). ``preemptible`` None means "derive": a job
     is preemptible iff its priority < 100 (kai-spec §2.4).
+
+    v2: ``topology`` names a :class:`TopologyUpserted`; ``required_topology_level`` (all pods within one
+    domain of that level) and ``preferred_topology_level`` (try one domain of that level first) are level
+    keys of it (KAI's ``spec.topologyConstraint``). A level needs a topology; a preferred level must be
+    at or below the required one (checked against the topology by the engine).
     """
 
     type: Literal["PodGroupUpserted"] = "PodGroupUpserted"
@@ -306,6 +348,19 @@ class PodGroupUpserted(EventBase):
     priority: int | None = None
     preemptible: bool | None = None
     created_at_ms: NonNegInt
+    topology: Name | None = None
+    required_topology_level: Name | None = None
+    preferred_topology_level: Name | None = None
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
+        {"topology", "required_topology_level", "preferred_topology_level"}
+    )
+
+    @model_validator(mode="after")
+    def _level_needs_topology(self) -> Self:
+        if self.topology is None and (self.required_topology_level or self.preferred_topology_level):
+            raise ValueError("a required or preferred topology level needs a topology")
+        return self
 
 
 class PodGroupDeleted(EventBase):
@@ -630,7 +685,9 @@ Event = Annotated[
     | PodDeleted
     | ClockTick
     | PodUngated
-    | ForeignPodUpserted,
+    | ForeignPodUpserted
+    | TopologyUpserted
+    | TopologyDeleted,
     Field(discriminator="type"),
 ]
 """Any event; pydantic picks the model from the ``type`` field."""
@@ -652,6 +709,8 @@ EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
         ClockTick,
         PodUngated,
         ForeignPodUpserted,
+        TopologyUpserted,
+        TopologyDeleted,
     )
 }
 """Event model by ``type`` name."""

@@ -133,6 +133,10 @@ class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
     priority: int | None = None
     preemptible: bool | None = None
     created_at_ms: NonNegInt
+    # Contract v2 (topology constraint): events that set one take the pydantic path.
+    topology: ClassVar[str | None] = None
+    required_topology_level: ClassVar[str | None] = None
+    preferred_topology_level: ClassVar[str | None] = None
 
 
 class PodGroupDeleted(_Ev, tag="PodGroupDeleted", frozen=True, kw_only=True):
@@ -261,6 +265,8 @@ _REPRODUCED: Final[dict[str, frozenset[str]]] = {
     "NodeSelectorRequirement": frozenset({"_values_fit_operator"}),
     "Toleration": frozenset({"_consistent"}),
     "PodBound": frozenset({"_default_uid", "_distinct_devices"}),
+    # Checks only the v2 topology fields, which a struct never carries (always None here).
+    "PodGroupUpserted": frozenset({"_default_uid", "_level_needs_topology"}),
 }
 
 

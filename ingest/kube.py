@@ -42,7 +42,9 @@ from ingest.events import (
     QueueUpserted,
     Taint,
     Toleration,
+    TopologyDeleted,
     TopologySpreadConstraint,
+    TopologyUpserted,
     VolumeClaim,
     validation_message,
 )
@@ -58,6 +60,9 @@ __all__ = [
     "ANNOTATION_GPU_MEMORY",
     "ANNOTATION_GPU_PORTION",
     "ANNOTATION_POD_GROUP",
+    "ANNOTATION_TOPOLOGY",
+    "ANNOTATION_TOPOLOGY_PREFERRED",
+    "ANNOTATION_TOPOLOGY_REQUIRED",
     "GPU_RESOURCE",
     "LABEL_GPU_RESERVATION",
     "LABEL_PREEMPTIBILITY",
@@ -82,11 +87,18 @@ __all__ = [
     "podgroup_upserted",
     "queue_deleted",
     "queue_upserted",
+    "topology_constraint",
+    "topology_deleted",
+    "topology_upserted",
     "volume_claim",
 ]
 
 # KAI's keys (kai-spec §2.2, §2.3, §2.5).
 ANNOTATION_POD_GROUP: Final = "pod-group-name"
+# KAI's topology annotations on a workload (the pod grouper copies them into spec.topologyConstraint).
+ANNOTATION_TOPOLOGY: Final = "kai.scheduler/topology"
+ANNOTATION_TOPOLOGY_REQUIRED: Final = "kai.scheduler/topology-required-placement"
+ANNOTATION_TOPOLOGY_PREFERRED: Final = "kai.scheduler/topology-preferred-placement"
 ANNOTATION_GPU_FRACTION: Final = "gpu-fraction"
 ANNOTATION_GPU_MEMORY: Final = "gpu-memory"
 ANNOTATION_GPU_FRACTION_DEVICES: Final = "gpu-fraction-num-devices"
@@ -482,6 +494,7 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
     pcn = spec.get("priorityClassName") or None
     if pcn is not None and not isinstance(pcn, str):
         raise KubeError("PodGroup", key, "spec.priorityClassName", pcn, "must be a string")
+    topology, required, preferred = topology_constraint(obj)
     try:
         return PodGroupUpserted(
             name=str(meta.get("name") or ""),
@@ -492,9 +505,81 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
             priority_class=pcn,
             preemptible=None if pre == "" else pre == "preemptible",
             created_at_ms=creation_ms(obj),
+            topology=topology,
+            required_topology_level=required,
+            preferred_topology_level=preferred,
         )
     except ValidationError as exc:
         raise _fail_model("PodGroup", key, exc) from None
+
+
+_CONSTRAINT_FIELDS: Final = (
+    ("topology", ANNOTATION_TOPOLOGY),
+    ("requiredTopologyLevel", ANNOTATION_TOPOLOGY_REQUIRED),
+    ("preferredTopologyLevel", ANNOTATION_TOPOLOGY_PREFERRED),
+)
+
+
+def topology_constraint(obj: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """A PodGroup's (topology, required level, preferred level).
+
+    ``spec.topologyConstraint`` wins; a field it leaves empty is read from KAI's workload annotations
+    (``kai.scheduler/topology``, ``-required-placement``, ``-preferred-placement``) on the PodGroup.
+    Levels without a topology are an error, as is a value that is not a string.
+    """
+    key = object_key(obj)
+    raw = _dict(obj.get("spec")).get("topologyConstraint")
+    if raw is not None and not isinstance(raw, dict):
+        raise KubeError("PodGroup", key, "spec.topologyConstraint", raw, "must be an object")
+    tc = raw or {}
+    annotations = _str_map(_meta(obj).get("annotations"))
+    values: list[str | None] = []
+    for field, annotation in _CONSTRAINT_FIELDS:
+        value = tc.get(field)
+        if value is not None and not isinstance(value, str):
+            raise KubeError("PodGroup", key, f"spec.topologyConstraint.{field}", value, "must be a string")
+        if not value:
+            value = annotations.get(annotation, "").strip()
+        values.append(value or None)
+    topology, required, preferred = values
+    if topology is None and (required or preferred):
+        level = required or preferred
+        raise KubeError(
+            "PodGroup",
+            key,
+            "spec.topologyConstraint.topology",
+            None,
+            f"is required with a topology level ({level!r}); set it or the {ANNOTATION_TOPOLOGY} annotation",
+        )
+    return topology, required, preferred
+
+
+# --------------------------------------------------------------------------- topologies
+
+
+def topology_upserted(obj: dict[str, Any], at_ms: int) -> TopologyUpserted:
+    """Translate a KAI Topology (``kai.scheduler/v1alpha1``): ``spec.levels[].nodeLabel``, widest first."""
+    name = str(_meta(obj).get("name") or "")
+    levels = _dict(obj.get("spec")).get("levels")
+    if not isinstance(levels, list) or not levels:
+        raise KubeError(
+            "Topology", name, "spec.levels", levels, "must be a non-empty list of {nodeLabel: ...}"
+        )
+    keys: list[str] = []
+    for i, level in enumerate(levels):
+        label = level.get("nodeLabel") if isinstance(level, dict) else None
+        if not isinstance(label, str) or not label:
+            raise KubeError("Topology", name, f"spec.levels[{i}].nodeLabel", label, "must be a label key")
+        keys.append(label)
+    try:
+        return TopologyUpserted(name=name, levels=keys, at_ms=at_ms)
+    except ValidationError as exc:
+        raise _fail_model("Topology", name, exc) from None
+
+
+def topology_deleted(obj: dict[str, Any], at_ms: int) -> TopologyDeleted:
+    """A deleted Topology."""
+    return TopologyDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
 
 
 def podgroup_deleted(obj: dict[str, Any], at_ms: int) -> PodGroupDeleted:

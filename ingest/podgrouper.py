@@ -20,6 +20,9 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 ``kai.scheduler/skip-podgrouper: "true"`` on the pod or an owner: no PodGroup is made
 (:func:`skip_podgrouper`; the watcher then requires the pod's ``pod-group-name``).
 
+Topology: ``kai.scheduler/topology``, ``-required-placement`` and ``-preferred-placement`` annotations on the
+top owner (the pod when it has none) become the PodGroup's ``spec.topologyConstraint``.
+
 Queue: label ``kai.scheduler/queue`` on the top owner, then on the pod, then label ``project``, then
 ``default-queue``. Priority class: label ``priorityClassName`` on the top owner or the pod, then
 ``pod.spec.priorityClassName``, then the per-kind default. Preemptibility: label
@@ -35,7 +38,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ingest.kube import LABEL_PREEMPTIBILITY, LABEL_QUEUE, KubeError, check_queue_name, object_key
+from ingest.kube import (
+    ANNOTATION_TOPOLOGY,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    LABEL_PREEMPTIBILITY,
+    LABEL_QUEUE,
+    KubeError,
+    check_queue_name,
+    object_key,
+)
 
 __all__ = [
     "ANNOTATION_MIN_MEMBER",
@@ -99,6 +111,21 @@ class PodGroupPlan:
     preemptibility: str | None  # "preemptible" | "non-preemptible" | None (derive from priority)
     owner: dict[str, Any] = field(default_factory=dict)  # the ownerReference the PodGroup object gets
     top_owner_kind: str = "Pod"
+    # spec.topologyConstraint from the workload's kai.scheduler/topology* annotations (empty = none).
+    topology_constraint: dict[str, str] = field(default_factory=dict)
+
+
+_TOPOLOGY_ANNOTATIONS: Final = (
+    ("topology", ANNOTATION_TOPOLOGY),
+    ("requiredTopologyLevel", ANNOTATION_TOPOLOGY_REQUIRED),
+    ("preferredTopologyLevel", ANNOTATION_TOPOLOGY_PREFERRED),
+)
+
+
+def _topology_constraint(workload: dict[str, Any]) -> dict[str, str]:
+    """``spec.topologyConstraint`` from KAI's annotations on the workload (empty values left out)."""
+    ann = _annotations(workload)
+    return {f: ann[a].strip() for f, a in _TOPOLOGY_ANNOTATIONS if ann.get(a, "").strip()}
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -473,6 +500,7 @@ def plan_pod_group(
         preemptibility=pre,
         owner=owner_ref,
         top_owner_kind=kind,
+        topology_constraint=_topology_constraint(label_owner if label_owner is not None else pod),
     )
 
 
@@ -484,6 +512,8 @@ def _spec(plan: PodGroupPlan) -> dict[str, Any]:
     }
     if plan.preemptibility:
         spec["preemptibility"] = plan.preemptibility
+    if plan.topology_constraint:
+        spec["topologyConstraint"] = dict(plan.topology_constraint)
     return spec
 
 

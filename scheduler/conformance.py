@@ -28,6 +28,7 @@ from scheduler.engine.state import (
     PodStatus,
     Queue,
     Taint,
+    Topology,
     placement_fields,
     ports_from_event,
     request_from_event,
@@ -145,6 +146,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
                 created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
                 stale_since_ms=None if stale is None else NOW_MS - int(stale * 1000),
                 deleting=j.get("deleting", False),
+                **_constraint(j),
             )
         )
         for idx, t in enumerate(j["tasks"]):
@@ -210,8 +212,16 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
         if node_spec is not None and used > node_spec.gpus:
             raise ValueError(f"scenario places {used} GPU devices on node {name} which has {node_spec.gpus}")
     foreign = tuple(_foreign(f) for f in doc.get("cluster", {}).get("foreign_pods", []))
+    topologies = tuple(
+        sorted((_topology(t) for t in doc.get("cluster", {}).get("topologies", [])), key=_name)
+    )
     state = ClusterState(
-        nodes=nodes, queues=tuple(queues), jobs=tuple(jobs), pods=tuple(pods), foreign_pods=foreign
+        nodes=nodes,
+        queues=tuple(queues),
+        jobs=tuple(jobs),
+        pods=tuple(pods),
+        foreign_pods=foreign,
+        topologies=topologies,
     )
     return state, config
 
@@ -247,6 +257,38 @@ def _placement(t: dict[str, Any]) -> dict[str, Any]:
     out = placement_fields(ev)
     out.pop("allowed_nodes")  # scenario files say allowed_nodes themselves
     return out
+
+
+def _name(t: Topology) -> str:
+    return t.name
+
+
+def _topology(t: dict[str, Any]) -> Topology:
+    """A KAI Topology (validated as a TopologyUpserted event): ``{name, levels: [label key, ...]}``."""
+    from ingest.events import TopologyUpserted
+
+    ev = TopologyUpserted.model_validate({"at_ms": 0, "name": t.get("name"), "levels": t.get("levels")})
+    return Topology(ev.name, tuple(ev.levels))
+
+
+_CONSTRAINT_KEYS = ("topology", "required_topology_level", "preferred_topology_level")
+
+
+def _constraint(j: dict[str, Any]) -> dict[str, Any]:
+    """A job's topology constraint (validated as a PodGroupUpserted event would be), as Job fields."""
+    given = {k: j[k] for k in _CONSTRAINT_KEYS if k in j}
+    if not given:
+        return {}
+    from ingest.events import PodGroupUpserted
+
+    ev = PodGroupUpserted.model_validate(
+        {"at_ms": 0, "name": "scenario", "namespace": "default", "queue": "q", "created_at_ms": 0} | given
+    )
+    return {
+        "topology": ev.topology,
+        "required_level": ev.required_topology_level,
+        "preferred_level": ev.preferred_topology_level,
+    }
 
 
 def _foreign(f: dict[str, Any]) -> ForeignPod:

@@ -26,6 +26,29 @@ class SyntheticSpec:
     foreign_fraction: float = 0.0  # share of GPU and CPU capacity held by pods of other schedulers
     constrained_fraction: float = 0.0  # share of jobs whose pods carry hostname anti-affinity or zone spread
     zones: int = 10
+    # Topology (issue 15): share of multi-pod gangs with a required or preferred rack / block constraint on
+    # topology "dc" (topology/zone > topology/block > topology/rack > hostname). ``topology_shape`` is
+    # (zones, blocks a zone, racks a block); the nodes are split evenly over the racks in name order.
+    # 0 = no Topology and no labels: the workload is then exactly the classic one.
+    topology_fraction: float = 0.0
+    topology_shape: tuple[int, int, int] = (4, 8, 8)
+
+
+TOPOLOGY_LEVELS = ("topology/zone", "topology/block", "topology/rack", "kubernetes.io/hostname")
+
+
+def topology_labels(i: int, nodes: int, shape: tuple[int, int, int]) -> dict[str, str]:
+    """The ``dc`` topology labels of node i of ``nodes``, for ``shape`` = (zones, blocks a zone, racks a
+    block): rack ``r{k}`` holds nodes ``k * nodes // racks`` up to the next rack's first."""
+    zones, blocks, racks = shape
+    rack = i * zones * blocks * racks // max(nodes, 1)
+    block = rack // racks
+    return {
+        "topology/zone": f"z{block // blocks}",
+        "topology/block": f"b{block}",
+        "topology/rack": f"r{rack}",
+        "kubernetes.io/hostname": f"node-{i:05d}",
+    }
 
 
 def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
@@ -34,8 +57,15 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
     out: list[ev.Event] = []
     t = 0
     real = spec.foreign_fraction > 0 or spec.constrained_fraction > 0
+    topo = spec.topology_fraction > 0
+    topo_rng = random.Random(spec.seed + 1)  # its own stream: the workload is the same with or without it
+    if topo:
+        out.append(ev.TopologyUpserted(at_ms=t, name="dc", levels=list(TOPOLOGY_LEVELS)))
     for i in range(spec.nodes):
         name = f"node-{i:05d}"
+        labels = {"kubernetes.io/hostname": name, "zone": f"zone-{i % spec.zones}"} if real else {}
+        if topo:
+            labels = labels | topology_labels(i, spec.nodes, spec.topology_shape)
         out.append(
             ev.NodeUpserted(
                 uid=name,
@@ -46,7 +76,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                 gpus=spec.gpus_per_node,
                 gpu_memory_mib=81920,
                 gpu_model="A100",
-                labels={"kubernetes.io/hostname": name, "zone": f"zone-{i % spec.zones}"} if real else {},
+                labels=labels,
             )
         )
     if spec.foreign_fraction > 0:
@@ -138,6 +168,11 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
             else:
                 c = ev.TopologySpreadConstraint(max_skew=1, topology_key="zone", label_selector=sel)
                 extra = {"labels": {"job": name}, "topology_spread": [c]}
+        constraint: dict[str, str] = {}
+        if topo and n > 1 and topo_rng.random() < spec.topology_fraction:
+            level = topo_rng.choice(("topology/rack", "topology/block"))
+            kind_key = topo_rng.choice(("required_topology_level", "preferred_topology_level"))
+            constraint = {"topology": "dc", kind_key: level}
         out.append(
             ev.PodGroupUpserted(
                 uid=f"default/{name}",
@@ -148,6 +183,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                 min_member=n,
                 priority=prio,
                 created_at_ms=t,
+                **constraint,  # type: ignore[arg-type]
             )
         )
         for k in range(n):

@@ -47,6 +47,9 @@ specs = st.builds(
     foreign_fraction=st.sampled_from([0.0, 0.0, 0.25, 0.5]),
     constrained_fraction=st.sampled_from([0.0, 0.3, 0.7]),
     zones=st.integers(1, 4),
+    # Topology-constrained gangs (required / preferred rack or block).
+    topology_fraction=st.sampled_from([0.0, 0.0, 0.5, 1.0]),
+    topology_shape=st.sampled_from([(1, 2, 2), (2, 2, 2)]),
 )
 
 
@@ -66,7 +69,7 @@ from tests.test_determinism import _records
 from scheduler.synthetic import SyntheticSpec
 for seed in (1, 2, 3):
     for r in _records(SyntheticSpec(nodes=6, gpus_per_node=4, pending_pods=40, departments=2,
-                                    queues_per_department=2, seed=seed)):
+                                    queues_per_department=2, seed=seed, topology_fraction=0.5 * (seed - 1))):
         sys.stdout.buffer.write(r + b"\\n")
 """
 

@@ -38,7 +38,9 @@ from ingest.events import (
     QueueUpserted,
     Taint,
     Toleration,
+    TopologyDeleted,
     TopologySpreadConstraint,
+    TopologyUpserted,
     VolumeClaim,
     dump_event,
     event_key,
@@ -179,6 +181,21 @@ EXAMPLES: list[EventBase] = [
         host_ports=[HostPort(port=9400)],
         releasing=True,
     ),
+    TopologyUpserted(
+        at_ms=13, name="cluster-topology", levels=["zone", "block", "rack", "kubernetes.io/hostname"]
+    ),
+    TopologyDeleted(at_ms=14, name="old-topology"),
+    PodGroupUpserted(
+        at_ms=15,
+        name="train-rack",
+        namespace="ml",
+        queue="team-a",
+        min_member=8,
+        created_at_ms=15,
+        topology="cluster-topology",
+        required_topology_level="block",
+        preferred_topology_level="rack",
+    ),
 ]
 
 
@@ -288,6 +305,15 @@ INVALID: list[tuple[str, Any, str, str]] = [
     ("spread-min-domains-anyway", _pod(topology_spread=[{"max_skew": 1, "topology_key": "zone",
      "when_unsatisfiable": "ScheduleAnyway", "min_domains": 2}]), "schema",
      "min_domains is only allowed with when_unsatisfiable DoNotSchedule"),
+    ("topology-no-levels", {"type": "TopologyUpserted", "at_ms": 0, "name": "t", "levels": []}, "schema",
+     "levels: List should have at least 1 item"),
+    ("topology-level-twice", {"type": "TopologyUpserted", "at_ms": 0, "name": "t", "levels": ["rack", "rack"]},
+     "schema", "topology 't' lists level 'rack' twice"),
+    ("level-without-topology", {"type": "PodGroupUpserted", "at_ms": 0, "name": "g", "namespace": "ns",
+     "queue": "q", "created_at_ms": 0, "required_topology_level": "rack"}, "schema",
+     "a required or preferred topology level needs a topology"),
+    ("v1-with-topology", {"v": 1, "type": "PodGroupUpserted", "at_ms": 0, "name": "g", "namespace": "ns",
+     "queue": "q", "created_at_ms": 0, "topology": "t"}, "schema", "topology needs event contract version 2"),
     ("foreign-without-node", {"type": "ForeignPodUpserted", "at_ms": 0, "name": "p", "namespace": "ns"},
      "schema", "node: Field required"),
     ("version-7", '{"v":7,"type":"Whatever"}', "unknown_version", "event version 7 is not supported"),

@@ -95,7 +95,11 @@ def scenario(
     queues: list[dict[str, Any]] | None = None,
     foreign_pods: list[dict[str, Any]] | None = None,
     tags: list[str] | None = None,
+    topologies: list[dict[str, Any]] | None = None,
 ) -> None:
+    cluster: dict[str, Any] = {"nodes": nodes, "foreign_pods": foreign_pods or []}
+    if topologies:
+        cluster["topologies"] = topologies
     S.append(
         {
             "name": name,
@@ -109,7 +113,7 @@ def scenario(
                 "gpu_sharing_placement": "binpack",
                 "queue_fair_share_enabled": True,
             },
-            "cluster": {"nodes": nodes, "foreign_pods": foreign_pods or []},
+            "cluster": cluster,
             "queues": queues or [queue("q")],
             "jobs": jobs,
             "expect": expect,
@@ -1072,6 +1076,378 @@ scenario(
     {"tasks": {"p-0": PENDING, "r1-0": on("n1", "running"), "r2-0": on("n2", "running")}},
     phase="consolidation",
     tags=["with-eviction", "consolidation"],
+)
+
+# ---------------------------------------------------------------- topology (issue 15)
+HOSTNAME = "kubernetes.io/hostname"
+LEVELS = ["zone", "block", "rack", HOSTNAME]
+TOPO = [{"name": "dc", "levels": LEVELS}]
+
+
+def tnode(name: str, zone: str, block: str, rack: str, gpus: int = 8, **kw: Any) -> dict[str, Any]:
+    """A node labelled with its place in the ``dc`` topology (zone > block > rack > hostname)."""
+    return node(name, gpus=gpus, labels={"zone": zone, "block": block, "rack": rack, HOSTNAME: name}, **kw)
+
+
+def gang(name: str, n: int, gpus: int = 8, **constraint: Any) -> dict[str, Any]:
+    """A pending gang of n pods with a topology constraint on the ``dc`` topology (unless it names one)."""
+    constraint.setdefault("topology", "dc")
+    return job(name, [task(f"{name}-{i}", gpus=gpus) for i in range(n)], **constraint)
+
+
+def busy(name: str, node_name: str, gpus: int = 8) -> dict[str, Any]:
+    """A running, non-preemptible pod holding GPUs on a node (a filler for the scenario's free capacity)."""
+    return job(name, [task(f"{name}-0", gpus=gpus, status="running", node=node_name)], priority=100)
+
+
+def topology(name: str, intent: str, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]],
+             expect: dict[str, Any], **kw: Any) -> None:
+    scenario(name, "topology", intent, nodes, jobs, expect, topologies=kw.pop("topologies", TOPO),
+             tags=["topology", *kw.pop("tags", [])], **kw)
+
+
+def nodes_of(job_name: str, n: int, counts: dict[str, int]) -> dict[str, Any]:
+    """Every pod of the gang allocated, so many on each node."""
+    return {"tasks": [f"{job_name}-{i}" for i in range(n)], "status_counts": {"allocated": n},
+            "node_counts": counts}
+
+
+# Two racks of two nodes in one block; n2 is full, so plain binpack would put a 2-node gang on n1 and n3.
+_RACKS = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+          tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2")]
+topology(
+    "topo-01-required-rack-one-rack",
+    "Rack r1 has one free node, r2 two: a 2-pod gang that requires one rack goes to r2, not across racks.",
+    _RACKS,
+    [busy("f", "n2"), gang("j", 2, required_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-02-no-constraint-crosses-racks",
+    "The same cluster without a constraint: binpack takes n1 then n3, across racks (the baseline of topo-01).",
+    _RACKS,
+    [busy("f", "n2"), gang("j", 2)],
+    {"task_sets": [nodes_of("j", 2, {"n1": 1, "n3": 1})]},
+)
+topology(
+    "topo-03-required-rack-least-free-first",
+    "Rack r1 has 4 free nodes, r2 has 2: a 2-node gang takes r2, the smallest rack it fits, keeping r1 whole.",
+    [tnode(f"n{i}", "z1", "b1", "r1") for i in range(1, 5)]
+    + [tnode("n5", "z1", "b1", "r2"), tnode("n6", "z1", "b1", "r2")],
+    [gang("j", 2, required_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n5": 1, "n6": 1})]},
+)
+topology(
+    "topo-04-required-rack-tie-by-name",
+    "Two racks with the same free capacity: the gang takes the first by name (b1/r1), every run.",
+    [tnode("n1", "z1", "b2", "r1"), tnode("n2", "z1", "b2", "r1"),
+     tnode("n3", "z1", "b1", "r9"), tnode("n4", "z1", "b1", "r9")],
+    [gang("j", 2, required_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-05-required-rack-too-small-message",
+    "Each rack has 6 free GPUs, the gang needs 8: it waits, and the message names the level and the "
+    "largest free rack.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z2", "b2", "r2")],
+    [busy("f1", "n1", 2), busy("f2", "n2", 2), gang("j", 2, gpus=4, required_topology_level="rack")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "the largest free, zone=z1/block=b1/rack=r1, has 6 of the 8 GPUs needed"}},
+)
+topology(
+    "topo-06-required-rack-wider-domain-named",
+    "Block b1 has 12 free GPUs over two racks of 6: the gang of 8 requiring one rack waits, and the message "
+    "says the block has room but the job requires one rack.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r2")],
+    [busy("f1", "n1", 2), busy("f2", "n2", 2), gang("j", 2, gpus=4, required_topology_level="rack")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "zone=z1/block=b1 has 12 GPUs free across its rack domains, but the job "
+                               "requires one rack"}},
+)
+topology(
+    "topo-07-required-rack-fragmented",
+    "Rack r1 has 8 free GPUs, 4 on each node, but each pod needs 8 on one node: the gang waits and the "
+    "message says the rack has the GPUs in total but not on nodes the pods fit.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1")],
+    [busy("f1", "n1", 4), busy("f2", "n2", 4), gang("j", 1, required_topology_level="rack")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "1 rack domain(s) have the GPUs free in total but not on nodes the pods fit"}},
+)
+topology(
+    "topo-08-required-block-spans-racks",
+    "A 4-node gang requiring one block spans the two racks of block b2 (b1 has only 2 nodes).",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z1", "b2", "r2"), tnode("n4", "z1", "b2", "r2"),
+     tnode("n5", "z1", "b2", "r3"), tnode("n6", "z1", "b2", "r3")],
+    [gang("j", 4, required_topology_level="block")],
+    {"task_sets": [nodes_of("j", 4, {"n3": 1, "n4": 1, "n5": 1, "n6": 1})]},
+)
+topology(
+    "topo-09-required-zone",
+    "Zone z1 has one free node, z2 two: a 2-node gang requiring one zone goes to z2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z2", "b2", "r2"), tnode("n4", "z2", "b3", "r3")],
+    [busy("f", "n2"), gang("j", 2, required_topology_level="zone")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-10-required-hostname",
+    "A gang of two 4-GPU pods requiring one host: n1 and n2 have 4 free GPUs each (binpack alone would use "
+    "them), n3 has 8 and n4 16; the gang lands on n3, the least free node that holds it whole.",
+    [
+        tnode("n1", "z1", "b1", "r1"),
+        tnode("n2", "z1", "b1", "r1"),
+        tnode("n3", "z1", "b1", "r1"),
+        tnode("n4", "z1", "b1", "r1", gpus=16),
+    ],
+    [busy("f1", "n1", 4), busy("f2", "n2", 4), gang("j", 2, gpus=4, required_topology_level=HOSTNAME)],
+    {"task_sets": [nodes_of("j", 2, {"n3": 2})]},
+)
+topology(
+    "topo-11-required-unlabelled-nodes-excluded",
+    "n0 has no topology labels and would win binpack by name: a gang requiring a rack goes to rack r1.",
+    [node("n0"), tnode("n1", "z1", "b1", "r1")],
+    [gang("j", 1, required_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 1, {"n1": 1})]},
+)
+topology(
+    "topo-12-required-no-labelled-node",
+    "No node carries the rack label: the gang waits and the message says so.",
+    [node("n0"), node("n1")],
+    [gang("j", 1, required_topology_level="rack")],
+    {"jobs": {"j": PENDING}, "message_contains": {"j": "no node has the label(s) zone, block, rack"}},
+)
+topology(
+    "topo-13-required-elastic-follows-placed-pods",
+    "An elastic job has one pod running in rack r2: its next pod joins it in r2 although n1 (r1) would win "
+    "binpack by name.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n3", "z1", "b1", "r2")],
+    [busy("f", "n1", 4),
+     job("j", [task("j-0", gpus=4, status="running", node="n3"), task("j-1", gpus=4)], min_available=1,
+         topology="dc", required_topology_level="rack")],
+    {"tasks": {"j-1": on("n3")}},
+)
+topology(
+    "topo-14-unknown-topology",
+    "The job names a topology that does not exist: it waits with a message naming it and the known ones.",
+    _RACKS,
+    [gang("j", 1, topology="nope", required_topology_level="rack")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "topology 'nope' of the job's topology constraint does not exist (known: dc)"}},
+)
+topology(
+    "topo-15-unknown-level",
+    "The required level is not a level of the topology: the job waits, the message lists the levels.",
+    _RACKS,
+    [gang("j", 1, required_topology_level="row")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "required topology level 'row' is not a level of topology 'dc' (levels: "
+                               "zone, block, rack, kubernetes.io/hostname)"}},
+)
+topology(
+    "topo-16-preferred-rack-fits",
+    "Preferred rack, and rack r2 has room: the gang lands in r2, as with a required rack.",
+    _RACKS,
+    [busy("f", "n2"), gang("j", 2, preferred_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+_BLOCKS = [tnode("n1", "z1", "b2", "r3"), tnode("n2", "z1", "b2", "r4"),
+           tnode("n3", "z1", "b1", "r1"), tnode("n4", "z1", "b1", "r2")]
+topology(
+    "topo-17-preferred-rack-falls-back-to-block",
+    "No rack has room for 2 nodes; block b1 has (r1 and r2), b2 has one free node: the gang prefers a rack, "
+    "falls back to one block, and lands in b1, not n1 + n3 as binpack alone would.",
+    _BLOCKS,
+    [busy("f", "n2"), gang("j", 2, preferred_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-18-preferred-rack-falls-back-anywhere",
+    "One free node in each zone: no rack, block or zone has room, so a preferred-rack gang goes anywhere.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z2", "b2", "r2"), tnode("n4", "z2", "b2", "r2")],
+    [busy("f1", "n2"), busy("f2", "n4"), gang("j", 2, preferred_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n1": 1, "n3": 1})]},
+)
+topology(
+    "topo-19-preferred-nothing-fits-usual-message",
+    "A preferred-rack gang that fits nowhere at all waits with the usual gang message, not a topology one.",
+    [tnode("n1", "z1", "b1", "r1")],
+    [gang("j", 2, preferred_topology_level="rack")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "Resources were found for 1 pods while 2 are required for gang scheduling"}},
+)
+topology(
+    "topo-20-required-block-preferred-rack",
+    "Required block, preferred rack: rack r2 of block b1 has room, so the gang stays in one rack.",
+    _RACKS,
+    [busy("f", "n2"), gang("j", 2, required_topology_level="block", preferred_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-21-required-block-preferred-rack-falls-back",
+    "Required block, preferred rack, no rack with room: the gang spans the racks of block b1 but never "
+    "leaves it for b2, which has a free node too.",
+    _BLOCKS,
+    [busy("f", "n2"), gang("j", 2, required_topology_level="block", preferred_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-22-preferred-wider-than-required",
+    "A preferred level wider than the required one is a contradiction: the job waits and is told why.",
+    _RACKS,
+    [gang("j", 1, required_topology_level="rack", preferred_topology_level="zone")],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "preferred topology level 'zone' is wider than the required level 'rack'"}},
+)
+topology(
+    "topo-23-two-gangs-keep-large-rack-whole",
+    "Rack r1 has 2 free nodes, r2 one: the 1-node gang (older) takes r2, the smallest rack that fits, so the "
+    "2-node gang still finds a whole rack in r1.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"), tnode("n3", "z1", "b1", "r2")],
+    [gang("small", 1, required_topology_level="rack", age_minutes=10),
+     gang("big", 2, required_topology_level="rack")],
+    {"task_sets": [nodes_of("small", 1, {"n3": 1}), nodes_of("big", 2, {"n1": 1, "n2": 1})]},
+)
+topology(
+    "topo-24-cpu-gang-required-rack",
+    "A CPU-only gang of two 40-core pods requiring a rack: r1 has 64 free cores, r2 128; it goes to r2 "
+    "because r1 cannot hold 80 cores.",
+    [tnode("n1", "z1", "b1", "r1", gpus=0), tnode("n2", "z1", "b1", "r2", gpus=0),
+     tnode("n3", "z1", "b1", "r2", gpus=0)],
+    [job("j", [task(f"j-{i}", cpu=40_000) for i in range(2)], topology="dc", required_topology_level="rack")],
+    {"task_sets": [nodes_of("j", 2, {"n2": 1, "n3": 1})]},
+)
+topology(
+    "topo-25-second-topology",
+    "Two topologies: the job names 'nvl' (one level, nvlink domain) and lands within one domain of it: "
+    "domain a has 4 free GPUs (binpack alone would start there), b has 12.",
+    [node("n1", labels={"nvlink": "a"}), node("n2", labels={"nvlink": "b"}), node("n3", labels={"nvlink": "b"})],
+    [busy("f1", "n1", 4), busy("f", "n2", 4), gang("j", 2, gpus=4, topology="nvl", required_topology_level="nvlink")],
+    {"task_sets": [nodes_of("j", 2, {"n2": 1, "n3": 1})]},
+    topologies=[*TOPO, {"name": "nvl", "levels": ["nvlink"]}],
+)
+topology(
+    "topo-26-same-rack-name-in-two-blocks",
+    "Rack names repeat across blocks (b1/r1, b2/r1): they are different domains, so a 2-node gang requiring "
+    "a rack does not take n1 (b1/r1) with n3 (b2/r1).",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z1", "b2", "r1"), tnode("n4", "z1", "b2", "r1")],
+    [busy("f1", "n2"), busy("f2", "n4"), gang("j", 2, required_topology_level="rack")],
+    {"jobs": {"j": PENDING}, "message_contains": {"j": "has 8 of the 16 GPUs needed"}},
+)
+
+_TWO_RACKS = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r2")]
+_HALF_FULL = [
+    job("a1", [task("a1-0", gpus=4, status="running", node="n1")], queue="a"),
+    job("a2", [task("a2-0", gpus=4, status="running", node="n2")], queue="a"),
+]
+for _phase in ("reclaim", "preempt", "consolidation"):
+    topology(
+        f"topo-{ {'reclaim': 27, 'preempt': 28, 'consolidation': 29}[_phase] }-{_phase}-leaves-required-gang",
+        f"Each rack has 4 free GPUs and the 2x4-GPU gang requires one rack: {_phase} is not topology-aware "
+        "yet, so it leaves the gang to allocate instead of placing it across racks; nothing is evicted "
+        "(without the constraint it pipelines the gang on n1 + n2).",
+        _TWO_RACKS,
+        [
+            *_HALF_FULL,
+            gang(
+                "j",
+                2,
+                gpus=4,
+                queue="a" if _phase == "preempt" else "b",  # preempt: within the queue, over lower priority
+                required_topology_level="rack",
+                priority=50 if _phase == "consolidation" else 100,  # consolidation: preemptible jobs only
+            ),
+        ],
+        {
+            "jobs": {"j": PENDING},
+            "tasks": {"a1-0": on("n1", "running"), "a2-0": on("n2", "running")},
+        },
+        phase=_phase,
+        queues=[queue("a", quota=16 if _phase == "preempt" else 0), queue("b", quota=16)],
+        tags=["with-eviction", _phase],
+    )
+
+topology(
+    "topo-30-placed-pods-span-racks",
+    "An elastic job got a rack constraint after its pods ran in two racks: its next pod cannot join one "
+    "rack with all of them, so it waits and is told why.",
+    _TWO_RACKS,
+    [
+        job(
+            "j",
+            [
+                task("j-0", gpus=2, status="running", node="n1"),
+                task("j-1", gpus=2, status="running", node="n2"),
+                task("j-2", gpus=2),
+            ],
+            min_available=2,
+            topology="dc",
+            required_topology_level="rack",
+        )
+    ],
+    {"tasks": {"j-2": PENDING}, "message_contains": {"j": "its placed pods are on nodes of more than one rack"}},
+)
+topology(
+    "topo-31-required-rack-pipelines-in-one-rack",
+    "Rack r1 is full of running pods, r2 has an idle node and a releasing one, r3 one idle node: binpack "
+    "alone would allocate n4 + n5 across racks; the rack-constrained gang is pipelined onto "
+    "r2: one pod on n4's idle GPUs, one on n3's releasing ones, and the gang is pipelined as a whole (KAI).",
+    [*_RACKS, tnode("n5", "z1", "b1", "r3")],
+    [
+        busy("f1", "n1"),
+        busy("f2", "n2"),
+        job("old", [task("old-0", gpus=8, status="releasing", node="n3")], priority=100),
+        gang("j", 2, required_topology_level="rack"),
+    ],
+    {
+        "task_sets": [
+            {"tasks": ["j-0", "j-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n3": 1, "n4": 1}}
+        ]
+    },
+)
+topology(
+    "topo-32-preferred-block",
+    "Preferred block: block b2 has room for the whole gang, so it is kept there rather than split between "
+    "b1's free node and b2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z1", "b2", "r2"), tnode("n4", "z1", "b2", "r3")],
+    [busy("f", "n2"), gang("j", 2, preferred_topology_level="block")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-33-preferred-zone",
+    "Preferred zone: z1 has one free node, z2 two: the gang goes to z2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z2", "b2", "r2"), tnode("n4", "z2", "b3", "r3")],
+    [busy("f", "n2"), gang("j", 2, preferred_topology_level="zone")],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-34-preferred-hostname-falls-back-to-rack",
+    "Preferred host for two 6-GPU pods: no node has 12 free, so the gang falls back to one rack (r2, with two "
+    "free nodes) rather than n1 (r1) + n3.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2")],
+    [gang("j", 2, gpus=6, preferred_topology_level=HOSTNAME)],
+    {"task_sets": [nodes_of("j", 2, {"n3": 1, "n4": 1})]},
+)
+topology(
+    "topo-35-preferred-hostname-packs-one-node",
+    "Preferred host for two 4-GPU pods: n1 has 4 free GPUs, n2 8; binpack alone would take n1 then n2, the "
+    "preference puts both on n2.",
+    [tnode("n1", "z1", "b1", "r1", gpus=16), tnode("n2", "z1", "b1", "r2")],
+    [busy("f", "n1", 12), gang("j", 2, gpus=4, preferred_topology_level=HOSTNAME)],
+    {"task_sets": [nodes_of("j", 2, {"n2": 2})]},
+)
+
+topology(
+    "topo-36-topology-without-level",
+    "A PodGroup that names a topology (even an unknown one) but no level has no constraint: it is placed "
+    "as any other gang.",
+    _RACKS,
+    [busy("f", "n2"), gang("j", 2, topology="nope")],
+    {"task_sets": [nodes_of("j", 2, {"n1": 1, "n3": 1})]},
 )
 
 

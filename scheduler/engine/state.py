@@ -103,6 +103,18 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     last_start_ms: int | None = None
     stale_since_ms: int | None = None
     deleting: bool = False
+    # KAI's topologyConstraint: a Topology name and level keys of it (None = no constraint).
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A KAI Topology: node-label keys from the widest domain to the narrowest (zone, block, rack, ...)."""
+
+    name: str
+    levels: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +284,7 @@ class ClusterState:
     pods: tuple[Pod, ...] = ()
     events_offset: int = -1  # last event folded into this snapshot
     foreign_pods: tuple[ForeignPod, ...] = ()
+    topologies: tuple[Topology, ...] = ()  # sorted by name
 
 
 def default_queue_resources(
@@ -440,6 +453,7 @@ class StateBuilder:
         self.jobs: dict[str, Job] = {}
         self.pods: dict[str, Pod] = {}
         self.foreign: dict[str, ForeignPod] = {}  # pods of other schedulers bound to nodes
+        self.topologies: dict[str, Topology] = {}
         self.offset = -1
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
@@ -529,6 +543,9 @@ class StateBuilder:
                 created_ms=e.created_at_ms,
                 last_start_ms=old_job.last_start_ms if old_job else None,
                 stale_since_ms=old_job.stale_since_ms if old_job else None,
+                topology=e.topology,
+                required_level=e.required_topology_level,
+                preferred_level=e.preferred_topology_level,
             )
         elif kind == "NodeUpserted":
             self.nodes[e.name] = node_from_event(e)
@@ -610,6 +627,10 @@ class StateBuilder:
                 self._job_pods.get(gone.job, {}).pop(uid, None)
                 self._touch_job(gone.job, e.at_ms)
                 self._forget_if_done(gone.job)
+        elif kind == "TopologyUpserted":
+            self.topologies[e.name] = Topology(e.name, tuple(e.levels))
+        elif kind == "TopologyDeleted":
+            self.topologies.pop(e.name, None)
         elif kind == "ClockTick":
             pass  # only time moves (the offset above, and the folder's logical time)
         else:
@@ -713,6 +734,7 @@ class StateBuilder:
         other = StateBuilder()
         other.nodes, other.queues = dict(self.nodes), dict(self.queues)
         other.jobs, other.pods, other.foreign = dict(self.jobs), dict(self.pods), dict(self.foreign)
+        other.topologies = dict(self.topologies)
         other.offset = self.offset
         other._queue_seq = self._queue_seq
         other._pod_seq = dict(self._pod_seq)
@@ -730,6 +752,7 @@ class StateBuilder:
             pods=pods,
             events_offset=self.offset,
             foreign_pods=tuple(self.foreign.values()),
+            topologies=tuple(self.topologies[k] for k in sorted(self.topologies)),
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
+from scheduler.engine import topology
 from scheduler.engine.actions.common import candidate_jobs, over_capacity, should_pipeline_job
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.placement import allocate_task
@@ -133,14 +134,45 @@ def allocate_job(
     return True
 
 
+def allocate_constrained(
+    ssn: Session, stmt: Statement, job: JobInfo, failed: dict[tuple[object, ...], str] | None = None
+) -> bool:
+    """:func:`allocate_job` for the whole cluster, or domain by domain for a job with a topology constraint
+    (:mod:`scheduler.engine.topology`): the first domain that takes the gang wins."""
+    problem = topology.constraint_error(ssn, job)
+    if problem is not None:
+        job.fit_error("TopologyConstraint", f"Topology constraint cannot be met: {problem}")
+        return False
+    tasks = job.tasks_to_allocate()
+    p = topology.plan(ssn, job, tasks) if tasks else None
+    if p is None:
+        return allocate_job(ssn, stmt, job, ssn.nodes, NAME, failed=failed)
+    over = over_capacity(ssn, job, tasks)
+    if over is not None:
+        job.fit_error(over[0], over[1])
+        return False
+    for nodes, domain in p.node_sets(ssn):
+        if domain is None:  # a preferred-only job's last resort: anywhere, with the usual reasons
+            return allocate_job(ssn, stmt, job, nodes, NAME, failed=failed)
+        if allocate_job(ssn, stmt, job, nodes, NAME, record_errors=False):
+            return True
+    job.fit_error(
+        "TopologyConstraint",
+        f"Topology constraint not met: {p.unschedulable_message(ssn)}",
+        topology=p.topology.name,
+        level=p.topology.levels[p.required or 0],
+    )
+    return False
+
+
 def run(ssn: Session) -> None:
     """The allocate action."""
-    order = JobsByQueue(ssn, candidate_jobs(ssn))
+    order = JobsByQueue(ssn, candidate_jobs(ssn, topology_aware=True))
     failed: dict[tuple[object, ...], str] = {}
     while (job := order.pop()) is not None:
         stmt = ssn.statement()
         already = job.active_allocated() > 0
-        if allocate_job(ssn, stmt, job, ssn.nodes, NAME, failed=failed):
+        if allocate_constrained(ssn, stmt, job, failed):
             pipelined = should_pipeline_job(job)
             if pipelined:
                 stmt.convert_to_pipelined(job, NAME)
