@@ -40,7 +40,7 @@ import math
 import re
 import tempfile
 from collections import Counter, defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -49,10 +49,11 @@ import yaml
 
 from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, read_cycles, read_manifest
-from analytics.simulate import JobSpec, KeepPending, UsageFn, simulate
+from analytics.simulate import _WAKE, JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
 from ingest import events as ev
 from ingest.tenants import TenantsConfig
+from scheduler.engine.decisions import CycleRecord
 
 __all__ = [
     "Censored",
@@ -394,13 +395,48 @@ def _windowed(
 ) -> tuple[list[JobSpec], int | None]:
     if window is None:
         return rec.jobs, plan.end_ms
-    lo, hi = window
-    if lo != 0:
-        raise WhatIfError(
-            "--window FROM..TO: only FROM = 0 is supported yet (re-running from a mid-run state is not built)"
-        )
-    end = hi if plan.end_ms is None else min(hi, plan.end_ms)
+    end = window[1] if plan.end_ms is None else min(window[1], plan.end_ms)
     return [j for j in rec.jobs if j.created_ms < end], end
+
+
+class _FromRecording(Simulator):
+    """A simulator that, before *from_ms*, carries out the recorded cycles' decisions instead of running the
+    engine, so its state at *from_ms* is the recording's (the usage history accumulates under the new
+    settings); from *from_ms* on the engine decides under the new settings.
+
+    A wake-up is pushed at every recorded cycle time before *from_ms*, so the loop visits each (a cycle of
+    the recording that the changed settings would have skipped still happens, with its recorded decisions).
+    """
+
+    def __init__(self, *args: Any, recording: Path, from_ms: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.from_ms = from_ms
+        times: list[int] = []
+        with (recording / CYCLES_FILE).open("rb") as fh:
+            for line in fh:
+                m = re.search(rb'"logical_time_ms":([0-9]+)', line)
+                if m is not None and int(m.group(1)) < from_ms:
+                    times.append(int(m.group(1)))
+        for t in times:
+            self._push(t, _WAKE)
+        self.recorded: Iterator[CycleRecord] = read_cycles(recording)
+        self.upcoming: CycleRecord | None = next(self.recorded, None)
+
+    def _cycle(self, now_ms: int) -> bool:
+        if now_ms >= self.from_ms:
+            return super()._cycle(now_ms)
+        self._usage_snapshot(now_ms)
+        while self.upcoming is not None and self.upcoming.logical_time_ms < now_ms:
+            self.upcoming = next(self.recorded, None)
+        record = self.upcoming
+        if record is None or record.logical_time_ms != now_ms:
+            return False  # no recorded cycle now: the recording decided nothing at this time
+        self.upcoming = next(self.recorded, None)
+        self.log.append_cycle(record)
+        self.logged_ms = max(self.logged_ms, now_ms)
+        self.cycles += 1
+        self.fair_now = {q.name: q.fair_share["gpu"] for q in record.queues}
+        return self._apply(record, now_ms)
 
 
 def rerun(
@@ -410,9 +446,19 @@ def rerun(
     window: tuple[int, int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Run the what-if of *changes* and write its run directory to *out* (the ``simulate --out`` format)."""
+    """Run the what-if of *changes* and write its run directory to *out* (the ``simulate --out`` format).
+
+    With a *window* ``(FROM, TO)`` the run ends at TO; before FROM it carries out the recorded decisions
+    (:class:`_FromRecording`), so the engine under the new settings starts from the recorded state at FROM.
+    """
     plan = _plan(rec, changes)
     jobs, end_ms = _windowed(rec, plan, window)
+    recorded_period = int(rec.manifest.get("period_s") or plan.period_s)
+    if window is not None and window[0] > 0 and recorded_period % plan.period_s:
+        raise WhatIfError(
+            f"--window FROM..TO with FROM > 0: the cycle period {plan.period_s} s must divide the recording's"
+            f" {recorded_period} s, so that the recorded cycles before FROM fall on the new clock"
+        )
     log = DirLog(out, int(rec.manifest.get("checkpoint_every") or 3600))
     inputs = {
         "whatif": {
@@ -423,23 +469,31 @@ def rerun(
     }
     if rec.scenario is not None:
         inputs["scenario_config"] = rec.scenario
+    kwargs: dict[str, Any] = {
+        "period_s": plan.period_s,
+        "seed": int(rec.manifest.get("seed") or 0),
+        "log": log,
+        "progress": progress,
+        "jobs": jobs,
+        "keep_pending": plan.rules,
+        "end_ms": end_ms,
+        "usage": plan.usage,
+    }
     try:
-        simulate(
-            [],
-            plan.nodes,
-            plan.tenants,
-            period_s=plan.period_s,
-            seed=int(rec.manifest.get("seed") or 0),
-            log=log,
-            progress=progress,
-            inputs=inputs,
-            jobs=jobs,
-            keep_pending=plan.rules,
-            end_ms=end_ms,
-            usage=plan.usage,
-        )
+        if window is None or window[0] == 0:
+            simulate([], plan.nodes, plan.tenants, inputs=inputs, **kwargs)
+            return
+        sim = _FromRecording([], plan.nodes, plan.tenants, recording=rec.path, from_ms=window[0], **kwargs)
+        with gc_tuned():
+            sim.run()
+        log.close(sim.manifest(inputs))
     except ValueError as exc:
         raise WhatIfError(f"the what-if run cannot start: {exc}") from None
+    except (AssertionError, KeyError) as exc:
+        raise WhatIfError(
+            f"the recorded decisions before FROM do not fit the changed settings ({exc}): change the cluster"
+            " or the workload only with FROM = 0"
+        ) from None
 
 
 # --------------------------------------------------------------------------- measuring a run

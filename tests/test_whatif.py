@@ -110,6 +110,27 @@ def test_a_no_change_whatif_over_a_window_equals_the_recording_over_it(
     assert doc["queues"]["a"]["whatif"]["gpu_hours"] + doc["queues"]["b"]["whatif"]["gpu_hours"] <= 48 * 16
 
 
+def test_a_window_from_a_mid_run_state_starts_from_the_recorded_state(
+    oscillation_run: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """FROM > 0: the recorded decisions are carried out up to FROM, the engine decides from FROM on."""
+    same = _whatif_json(capsys, str(oscillation_run), "--window", "2d..4d", "--out", str(tmp_path / "same"))
+    assert same["cluster"]["recorded"] == same["cluster"]["whatif"]
+    assert same["cluster"]["whatif"]["window_ms"] == [2 * 86_400_000, 4 * 86_400_000]
+    for sides in same["queues"].values():
+        assert sides["recorded"] == sides["whatif"]
+    # Up to TO the no-change run wrote exactly the recording's events.
+    recorded = [json.loads(x) for x in (oscillation_run / "events.jsonl").read_text().splitlines()]
+    again = [json.loads(x) for x in (tmp_path / "same" / "events.jsonl").read_text().splitlines()]
+    before_to = [e for e in recorded if e["at_ms"] < 4 * 86_400_000]
+    assert again[: len(before_to)] == before_to
+    # kValue 0 from day 2 on: queue a holds the node at day 2 and keeps it for the two days.
+    k0 = _whatif_json(capsys, str(oscillation_run), "--window", "2d..4d", "--set", "fairshare.k_value=0")
+    assert k0["queues"]["a"]["whatif"]["gpu_hours"] == 48 * 16
+    assert k0["queues"]["b"]["whatif"]["gpu_hours"] == 0
+    assert k0["queues"]["a"]["recorded"]["gpu_hours"] == k0["queues"]["b"]["recorded"]["gpu_hours"] == 384
+
+
 # --------------------------------------------------------------------------- changed settings
 
 
@@ -202,7 +223,7 @@ def test_html_page_is_offline_with_every_plot(oscillation_run: Path, tmp_path: P
         (["--set", "fairshare.nope=1"], "fairshare.nope"),
         (["--set", "fairshare.k_value=-1"], "k_value"),
         (["--set", "k_value"], "expected KEY=VALUE"),
-        (["--window", "1d..2d"], "only FROM = 0"),
+        (["--window", "1d..2d", "--set", "cycle_period=7m"], "must divide the recording's"),
         (["--window", "3d..1d"], "TO must be after FROM"),
         (["--window", "soon"], "expected FROM..TO"),
     ],
