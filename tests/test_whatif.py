@@ -253,3 +253,52 @@ def test_sweep_and_window_parsing() -> None:
     assert parse_window("90m..2h") == (5_400_000, 7_200_000)
     with pytest.raises(WhatIfError):
         expand_sweeps(["a=0,,1"])
+
+
+CENSORED = """
+version: 1
+name: censored
+duration: 2h
+cycle_period: 60s
+nodes:
+  - {count: 1, gpus: 8, cpu: 64, memory: 512}
+queues:
+  - {name: a, gpu: {quota: 8, weight: 1}}
+  - {name: b, gpu: {quota: 0, weight: 1}}
+workloads:
+  - kind: fixed
+    queue: a
+    gpus_per_pod: 8
+    jobs:
+      - {at: 0, runtime: 10h, name: long}
+      - {at: 1m, runtime: 1h, name: huge, gpus_per_pod: 16}
+  - {kind: poisson, queue: b, arrivals_per_hour: 2, runtime: 30m, gpus_per_pod: 2}
+"""
+
+
+def test_pods_that_never_finished_are_counted_and_run_their_time_so_far(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A 10 h job still running at the 2 h end, a 16-GPU job and b's jobs that never start on 8 GPUs."""
+    scenario = tmp_path / "censored.yaml"
+    scenario.write_text(CENSORED)
+    _simulate(None, "--config", str(scenario), "--out", str(tmp_path / "run"))
+    rec = load_recording(tmp_path / "run")
+    long = next(j for j in rec.jobs if j.name == "long")
+    assert long.runtime_ms == 2 * 3_600_000  # its recorded time so far: the whole run
+    doc = _whatif_json(capsys, str(tmp_path / "run"), "--set", "nodes.0.gpus=16")
+    assert doc["censored_pods"] == {"running_at_end": 1, "evicted_unfinished": 0, "never_started": 5}
+    b = doc["queues"]["b"]
+    assert b["recorded"]["gpu_hours"] == 0 and b["recorded"]["pending_at_end"] == 4
+    assert b["whatif"]["gpu_hours"] > 0 and b["whatif"]["pending_at_end"] == 0
+    assert doc["queues"]["a"]["whatif"]["gpu_hours"] == 16  # long holds 8 GPUs for the 2 h either way
+
+
+def test_engine_config_file_changes_settings(
+    oscillation_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = tmp_path / "k0.yaml"
+    cfg.write_text("fairshare:\n  k_value: 0\n")
+    doc = _whatif_json(capsys, str(oscillation_run), "--engine-config", str(cfg), "--window", "0..1d")
+    assert doc["changed"] == {"fairshare.k_value": 0}
+    assert doc["queues"]["b"]["whatif"]["gpu_hours"] == 0
