@@ -159,24 +159,39 @@ def _waits(doc: dict[str, Any]) -> str:
     return _svg(fig, 8)
 
 
-def _steps(tl: Timeline, start_ms: int, end_ms: int) -> tuple[list[float], list[float]]:
+def _steps(
+    tl: Timeline, leaves: list[str], start_ms: int, end_ms: int
+) -> tuple[list[float], list[list[float]]]:
+    """Day positions and, per leaf, GPUs held from each position on (thinned to about MAX_POINTS steps)."""
     pts = tl[:: max(len(tl) // MAX_POINTS, 1)]
     xs = [start_ms / 86_400_000] + [t / 86_400_000 for t, _ in pts] + [end_ms / 86_400_000]
-    ys = [0.0] + [sum(v.values()) / GPU_MILLI for _, v in pts]
-    return xs, [*ys, ys[-1]]
+    per_leaf = []
+    for q in leaves:
+        ys = [0.0] + [v.get(q, 0) / GPU_MILLI for _, v in pts]
+        per_leaf.append([*ys, ys[-1]])
+    return xs, per_leaf
 
 
 def _allocation(doc: dict[str, Any], recorded: Timeline, whatif: Timeline) -> str:
-    fig, ax = _figure()
-    for side, tl, label in (("recorded", recorded, "recorded"), ("whatif", whatif, "what-if")):
-        lo, hi = doc["cluster"][side]["window_ms"]
-        xs, ys = _steps(tl, int(lo), int(hi))
-        ax.step(xs, ys, where="post", label=label, linewidth=0.9)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    leaves = _leaves(doc)
+    fig, axes = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True)
     gpus = doc["cluster"]["recorded"].get("gpus", 0)
-    ax.axhline(gpus, color="black", linewidth=0.6, linestyle=":", label="capacity")
-    ax.set_xlabel("simulated days")
-    ax.set_ylabel("GPUs held")
-    ax.legend(fontsize="small")
+    for ax, side, tl, label in (
+        (axes[0], "recorded", recorded, "recorded"),
+        (axes[1], "whatif", whatif, "what-if"),
+    ):
+        lo, hi = doc["cluster"][side]["window_ms"]
+        xs, ys = _steps(tl, leaves, int(lo), int(hi))
+        ax.stackplot(xs, ys, labels=leaves, step="post", alpha=0.85)
+        ax.axhline(gpus, color="black", linewidth=0.6, linestyle=":")
+        ax.set_ylabel(f"GPUs held, {label}")
+    axes[0].legend(fontsize="small", loc="lower right")
+    axes[1].set_xlabel("simulated days")
     return _svg(fig, 6)
 
 
@@ -194,7 +209,7 @@ def _section(doc: dict[str, Any], recorded: Timeline, whatif: Timeline, n: int) 
     figs = (
         ("GPU-hours per leaf queue: recorded vs what-if", _bars(doc)),
         ("Wait per leaf queue (p50, and p90 pale)", _waits(doc)),
-        ("GPUs held over time", _allocation(doc, recorded, whatif)),
+        ("GPUs held over time per leaf queue (dotted: capacity)", _allocation(doc, recorded, whatif)),
     )
     parts = [
         f"<h2>What if {html.escape(_changed(doc))}</h2>",
