@@ -8,7 +8,8 @@ recording, each measured end to end (reading the recording, re-running, measurin
 
     python benchmarks/bench_whatif.py [--set KEY=VALUE] [--from-day D] [--days N]
 
-Prints one ``bench: whatif ...`` line with all the wall times in seconds.
+Prints one ``bench: whatif ...`` line with the wall times in seconds (and the CPU seconds of this process:
+on a shared machine wall times move with the load). ``--keep DIR`` keeps the recording.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def main() -> None:
     ap.add_argument("--from-day", type=int, default=120, help="first day of the month (default 120)")
     ap.add_argument("--days", type=int, default=30, help="length in days (default 30)")
     ap.add_argument("--set", dest="change", default="engine.k_value=1", help="the what-if's change")
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="write the recording here (kept) instead of a temp dir"
+    )
     a = ap.parse_args()
 
     tasks = read_pods(DEFAULT_PODS)
@@ -41,16 +45,16 @@ def main() -> None:
     month = [tasks[i] for i in order if lo <= (tasks[i].creation_s or 0) < hi]
     nodes, tenants = read_nodes(DEFAULT_GPU_NODES), load_tenants(DEFAULT_TENANTS)
     with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
-        t0 = time.perf_counter()
+        run = a.keep if a.keep is not None else Path(tmp) / "run"
+        t0, c0 = time.perf_counter(), time.process_time()
         simulate(month, nodes, tenants)
-        sim_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        sim_s, sim_cpu = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         simulate(month, nodes, tenants, log=DirLog(run))
-        record_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        record_s, record_cpu = time.perf_counter() - t0, time.process_time() - c0
+        t0, c0 = time.perf_counter(), time.process_time()
         same = run_whatif(run, [], out=Path(tmp) / "same")
-        same_s = time.perf_counter() - t0
+        same_s, same_cpu = time.perf_counter() - t0, time.process_time() - c0
         identical = all(
             filecmp.cmp(run / f, Path(tmp) / "same" / f, shallow=False)
             for f in ("events.jsonl", "cycles.jsonl", "usage.jsonl")
@@ -61,7 +65,8 @@ def main() -> None:
     rec, wi = changed.recorded.cluster, changed.whatif.cluster
     print(
         f"bench: whatif tasks={len(month)} days={a.from_day}-{a.from_day + a.days}"
-        f" simulate_s={sim_s:.1f} simulate_out_s={record_s:.1f} whatif_nochange_s={same_s:.1f}"
+        f" simulate_s={sim_s:.1f} (cpu {sim_cpu:.1f}) simulate_out_s={record_s:.1f} (cpu {record_cpu:.1f})"
+        f" whatif_nochange_s={same_s:.1f} (cpu in this process {same_cpu:.1f})"
         f" identical={identical} whatif_changed_s={changed_s:.1f} change={a.change}"
         f" gpu_hours={rec['gpu_hours']:.1f}->{wi['gpu_hours']:.1f}"
         f" wait_p90_s={rec['wait_p90_s']:.0f}->{wi['wait_p90_s']:.0f}"
