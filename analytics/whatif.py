@@ -33,14 +33,17 @@ what-if's own (written to ``--out DIR`` or a temporary directory). GPU-hours are
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import itertools
 import json
 import math
+import multiprocessing
 import re
 import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -67,6 +70,7 @@ __all__ = [
     "compare",
     "expand_sweeps",
     "load_recording",
+    "measuring",
     "outcomes",
     "parse_change",
     "parse_window",
@@ -768,20 +772,34 @@ class WhatIfResult:
 def compare(
     rec: Recording,
     changes: Sequence[Change],
-    recorded: Outcomes,
+    recorded: Outcomes | Future[Outcomes],
     window: tuple[int, int] | None = None,
     out: Path | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> WhatIfResult:
-    """Re-run *rec* under *changes* (into *out*, else a temporary directory) and measure it next to *recorded*."""
+    """Re-run *rec* under *changes* (into *out*, else a temporary directory) and measure it next to
+    *recorded* (or the outcome of a future measuring the recording meanwhile, see :func:`measuring`)."""
     if out is not None:
         rerun(rec, changes, out, window, progress)
         mine = outcomes(out, window)
-        return WhatIfResult(list(changes), recorded, mine, rec.censored, rec.rule_jobs, out)
-    with tempfile.TemporaryDirectory(prefix="hourglass-whatif-") as tmp:
-        rerun(rec, changes, Path(tmp), window, progress)
-        mine = outcomes(tmp, window)
-    return WhatIfResult(list(changes), recorded, mine, rec.censored, rec.rule_jobs)
+    else:
+        with tempfile.TemporaryDirectory(prefix="hourglass-whatif-") as tmp:
+            rerun(rec, changes, Path(tmp), window, progress)
+            mine = outcomes(tmp, window)
+    got = recorded if isinstance(recorded, Outcomes) else recorded.result()
+    return WhatIfResult(list(changes), got, mine, rec.censored, rec.rule_jobs, out)
+
+
+def _spawn_pool(workers: int) -> ProcessPoolExecutor:
+    # spawn, not fork: a forked child of a process with threads (polars' pool) can deadlock
+    return ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+@contextlib.contextmanager
+def measuring(path: Path, window: tuple[int, int] | None) -> Iterator[Future[Outcomes]]:
+    """:func:`outcomes` of the recording, measured in another process while this one re-runs it."""
+    with _spawn_pool(1) as pool:
+        yield pool.submit(outcomes, path, window)
 
 
 def run_whatif(
@@ -796,7 +814,8 @@ def run_whatif(
     if len(runs) != 1:
         raise WhatIfError("run_whatif takes one what-if; a comma list is a sweep (use the command)")
     rec = load_recording(path)
-    return compare(rec, runs[0], outcomes(rec.path, window), window, out, progress)
+    with measuring(rec.path, window) as recorded:
+        return compare(rec, runs[0], recorded, window, out, progress)
 
 
 # --------------------------------------------------------------------------- the command
@@ -930,9 +949,7 @@ def _variant(
 
 def run_cli(args: argparse.Namespace) -> int:
     """``hourglass whatif``: re-run with a progress bar (a sweep in parallel), print / write the comparison."""
-    import multiprocessing
     import os
-    from concurrent.futures import ProcessPoolExecutor
 
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -974,14 +991,12 @@ def run_cli(args: argparse.Namespace) -> int:
                 def progress(now_ms: int) -> None:
                     bar.update(job, completed=min(now_ms, horizon), day=now_ms / 86_400_000)
 
-                recorded = outcomes(rec.path, window)
-                results.append(compare(rec, runs[0], recorded, window, args.out, progress))
+                with measuring(rec.path, window) as recorded:
+                    results.append(compare(rec, runs[0], recorded, window, args.out, progress))
             else:
                 job = bar.add_task("sweep", total=len(runs), label=f"sweep of {len(runs)}", day=0.0, days=0.0)
                 workers = args.jobs or os.cpu_count() or 1
-                # spawn, not fork: a forked child of a process with threads (polars' pool) can deadlock
-                spawn = multiprocessing.get_context("spawn")
-                with ProcessPoolExecutor(max_workers=min(workers, len(runs)), mp_context=spawn) as pool:
+                with _spawn_pool(min(workers, len(runs))) as pool:
                     futures = [
                         pool.submit(
                             _variant,
@@ -992,12 +1007,12 @@ def run_cli(args: argparse.Namespace) -> int:
                         )
                         for i, changes in enumerate(runs)
                     ]
-                    recorded = outcomes(rec.path, window)  # measured here while the workers run
+                    measured = outcomes(rec.path, window)  # measured here while the workers run
                     for fut in futures:
                         changes, mine, kept = fut.result()
                         bar.update(job, advance=1)
                         results.append(
-                            WhatIfResult(changes, recorded, mine, rec.censored, rec.rule_jobs, kept)
+                            WhatIfResult(changes, measured, mine, rec.censored, rec.rule_jobs, kept)
                         )
         except WhatIfError as exc:
             err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
