@@ -40,7 +40,6 @@ import json
 import math
 import multiprocessing
 import re
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -50,11 +49,12 @@ from typing import Any, Final
 
 import yaml
 
-from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms
-from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, read_cycles, read_manifest
+from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
+from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
 from analytics.simulate import _WAKE, JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
 from ingest import events as ev
+from ingest.events import dump_event
 from ingest.tenants import TenantsConfig
 from scheduler.engine.decisions import CycleRecord
 
@@ -70,6 +70,7 @@ __all__ = [
     "compare",
     "expand_sweeps",
     "load_recording",
+    "measure",
     "measuring",
     "outcomes",
     "parse_change",
@@ -443,14 +444,39 @@ class _FromRecording(Simulator):
         return self._apply(record, now_ms)
 
 
+class _CaptureLog:
+    """A :class:`~analytics.simlog.SimLog` that keeps what :func:`measure` reads, in memory: each event as
+    the dict its ``events.jsonl`` line decodes to, and the cycle records fed to a tally as they come (so no
+    record is kept, encoded as a delta or read back)."""
+
+    def __init__(self, window: tuple[int, int] | None) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.tally = _CycleTally(window)
+
+    def append_event(self, offset: int, event: ev.EventBase) -> None:
+        """Keep the event's decoded line."""
+        self.events.append(json.loads(dump_event(event)))
+
+    def append_cycle(self, record: CycleRecord) -> None:
+        """Count the record."""
+        self.tally.feed(record)
+
+    def append_usage(self, raw: bytes) -> None:
+        """Usage snapshots are not measured."""
+
+    def close(self, manifest: dict[str, Any]) -> None:
+        """Nothing to finish."""
+
+
 def rerun(
     rec: Recording,
     changes: Sequence[Change],
-    out: Path,
+    out: Path | SimLog,
     window: tuple[int, int] | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> None:
-    """Run the what-if of *changes* and write its run directory to *out* (the ``simulate --out`` format).
+    """Run the what-if of *changes* and write its run directory to *out* (the ``simulate --out`` format),
+    or into the log *out*.
 
     With a *window* ``(FROM, TO)`` the run ends at TO; before FROM it carries out the recorded decisions
     (:class:`_FromRecording`), so the engine under the new settings starts from the recorded state at FROM.
@@ -463,7 +489,7 @@ def rerun(
             f"--window FROM..TO with FROM > 0: the cycle period {plan.period_s} s must divide the recording's"
             f" {recorded_period} s, so that the recorded cycles before FROM fall on the new clock"
         )
-    log = DirLog(out, int(rec.manifest.get("checkpoint_every") or 3600))
+    log = DirLog(out, int(rec.manifest.get("checkpoint_every") or 3600)) if isinstance(out, Path) else out
     inputs = {
         "whatif": {
             "recording": str(rec.path),
@@ -535,20 +561,74 @@ def _probe(shapes: Counter[tuple[int, int]]) -> tuple[int, int] | None:
     return min(shapes.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 
 
-def outcomes(run_dir: Path | str, window: tuple[int, int] | None = None) -> Outcomes:
-    """Measure a run directory over ``[FROM, TO)`` (default: the whole log); the rules are in docs/whatif.md.
+class _CycleTally:
+    """The cycle records' part of the figures, fed one full record at a time (none is kept): the GPU fair
+    share integral (each record's value held until the next record) and the evictions each queue caused."""
 
-    GPU-hours: :func:`analytics.gpuhours.held_gpu_ms`. Waits: first bind minus creation, of pods created in
-    the window that started (nearest-rank percentiles). Evictions suffered: ``PodReleasing`` of the queue's
-    pods in the window; caused: evictions whose message names a workload the same cycle bound or
-    pipelined, counted for that workload's queue. Pending at end: jobs with a pod submitted and neither
-    bound nor deleted at the window's end. Fair share: each cycle record's GPU fair share, held until the
-    next record. Allocation ratio: held GPU-time over capacity GPU-time; fragmented GPUs: the time-mean of
-    idle GPUs on nodes where the run's most common per-pod GPU request does not fit.
-    """
+    def __init__(self, window: tuple[int, int] | None) -> None:
+        self.t1 = window[0] if window is not None else 0
+        self.t2 = window[1] if window is not None else None
+        self.last_ms = 0
+        self.prev: tuple[int, dict[str, int]] | None = None
+        self.fair_ms: Counter[str] = Counter()
+        self.caused: Counter[str] = Counter()
+
+    def _hold(self, until: int) -> None:
+        if self.prev is None:
+            return
+        start, fair = self.prev
+        a = max(start, self.t1)
+        b = until if self.t2 is None else min(until, self.t2)
+        if b > a:
+            for name, v in fair.items():
+                self.fair_ms[name] += v * (b - a)
+
+    def feed(self, rec: CycleRecord) -> None:
+        """Count one full record (records come in cycle order)."""
+        now = rec.logical_time_ms
+        self._hold(now)
+        self.prev = (now, {q.name: int(q.fair_share["gpu"]) for q in rec.queues})
+        self.last_ms = max(self.last_ms, now)
+        if now < self.t1 or (self.t2 is not None and now >= self.t2):
+            return
+        placed = {d.job.rsplit("/", 1)[-1]: d.queue for d in rec.decisions if d.kind in ("Bind", "Pipeline")}
+        for d in rec.decisions:
+            if d.kind == "Evict":
+                m = _BY_WORKLOAD.search(d.message or "")
+                by = placed.get(m.group(1)) if m is not None else None
+                if by is not None:
+                    self.caused[by] += 1
+
+    def finish(self, end_ms: int) -> None:
+        """Hold the last record's fair share until *end_ms* (the window's or the log's end)."""
+        self._hold(end_ms)
+        self.prev = None
+
+
+def outcomes(run_dir: Path | str, window: tuple[int, int] | None = None) -> Outcomes:
+    """Measure a run directory over ``[FROM, TO)`` (default: the whole log); see :func:`measure`."""
     run = Path(run_dir)
+    with (run / EVENTS_FILE).open("rb") as fh:
+        events = [json.loads(line) for line in fh]
+    tally = _CycleTally(window)
+    for rec in read_cycles(run):
+        tally.feed(rec)
+    return measure(events, tally, window)
+
+
+def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[int, int] | None) -> Outcomes:
+    """The figures of one run from its decoded events (``events.jsonl`` dicts) and its fed cycle tally.
+
+    GPU-hours: :func:`analytics.gpuhours.held_gpu_ms_of`, the one definition. Waits: first bind minus
+    creation, of pods created in the window that started (nearest-rank percentiles). Evictions suffered:
+    ``PodReleasing`` of the queue's pods in the window; caused: evictions whose message names a workload the
+    same cycle bound or pipelined, counted for that workload's queue. Pending at end: jobs with a pod
+    submitted and neither bound nor deleted at the window's end. Fair share: each cycle record's GPU fair
+    share, held until the next record. Allocation ratio: held GPU-time over capacity GPU-time; fragmented
+    GPUs: the time-mean of idle GPUs on nodes where the run's most common per-pod GPU request does not fit.
+    """
     lo, hi = window if window is not None else (None, None)
-    held = held_gpu_ms(run, lo, hi)
+    held = held_gpu_ms_of(events, lambda: [tally.last_ms], lo, hi)
 
     parents: dict[str, str | None] = {}
     queue_of: dict[str, str] = {}  # pod uid -> queue
@@ -571,22 +651,15 @@ def outcomes(run_dir: Path | str, window: tuple[int, int] | None = None) -> Outc
     last_t: int | None = None
     frag_now = 0
     frag_of: dict[str, int] = {}
-    end_ms = 0
-    events: list[dict[str, Any]] = []
-    with (run / EVENTS_FILE).open("rb") as fh:
-        for line in fh:
-            e = json.loads(line)
-            events.append(e)
-            if e["type"] == "PodSubmitted":
-                r = e["requests"]
-                if r.get("gpus"):
-                    shapes[(int(r["gpus"]), GPU_MILLI)] += 1
-                elif r.get("gpu_fraction_milli") is not None:
-                    shapes[(int(r.get("gpu_fraction_devices") or 1), int(r["gpu_fraction_milli"]))] += 1
-            end_ms = max(end_ms, e["at_ms"])
-    cycles = list(read_cycles(run))
-    if cycles:
-        end_ms = max(end_ms, cycles[-1].logical_time_ms)
+    end_ms = tally.last_ms
+    for e in events:
+        if e["type"] == "PodSubmitted":
+            r = e["requests"]
+            if r.get("gpus"):
+                shapes[(int(r["gpus"]), GPU_MILLI)] += 1
+            elif r.get("gpu_fraction_milli") is not None:
+                shapes[(int(r.get("gpu_fraction_devices") or 1), int(r["gpu_fraction_milli"]))] += 1
+        end_ms = max(end_ms, e["at_ms"])
     t1 = lo if lo is not None else 0
     t2 = hi if hi is not None else end_ms
     probe = _probe(shapes)
@@ -667,25 +740,8 @@ def outcomes(run_dir: Path | str, window: tuple[int, int] | None = None) -> Outc
                 _point(timeline, at, held_now)
     advance(t2)
 
-    # Fair share: each record's value holds until the next record (the last one until the window's end).
-    fair_ms: Counter[str] = Counter()
-    caused: Counter[str] = Counter()
-    for k, rec in enumerate(cycles):
-        start = rec.logical_time_ms
-        stop = cycles[k + 1].logical_time_ms if k + 1 < len(cycles) else t2
-        a, b = max(start, t1), min(stop, t2)
-        if b > a:
-            for q in rec.queues:
-                fair_ms[q.name] += int(q.fair_share["gpu"]) * (b - a)
-        if not t1 <= start < t2:
-            continue
-        placed = {d.job.rsplit("/", 1)[-1]: d.queue for d in rec.decisions if d.kind in ("Bind", "Pipeline")}
-        for d in rec.decisions:
-            if d.kind == "Evict":
-                m = _BY_WORKLOAD.search(d.message or "")
-                by = placed.get(m.group(1)) if m is not None else None
-                if by is not None:
-                    caused[by] += 1
+    tally.finish(t2)
+    fair_ms, caused = tally.fair_ms, tally.caused
 
     waits: dict[str, list[int]] = defaultdict(list)
     for uid, t in first_bind.items():
@@ -783,9 +839,9 @@ def compare(
         rerun(rec, changes, out, window, progress)
         mine = outcomes(out, window)
     else:
-        with tempfile.TemporaryDirectory(prefix="hourglass-whatif-") as tmp:
-            rerun(rec, changes, Path(tmp), window, progress)
-            mine = outcomes(tmp, window)
+        kept = _CaptureLog(window)
+        rerun(rec, changes, kept, window, progress)
+        mine = measure(kept.events, kept.tally, window)
     got = recorded if isinstance(recorded, Outcomes) else recorded.result()
     return WhatIfResult(list(changes), got, mine, rec.censored, rec.rule_jobs, out)
 
@@ -942,9 +998,9 @@ def _variant(
     if out is not None:
         rerun(rec, changes, out, window)
         return changes, outcomes(out, window), out
-    with tempfile.TemporaryDirectory(prefix="hourglass-whatif-") as tmp:
-        rerun(rec, changes, Path(tmp), window)
-        return changes, outcomes(tmp, window), None
+    kept = _CaptureLog(window)
+    rerun(rec, changes, kept, window)
+    return changes, measure(kept.events, kept.tally, window), None
 
 
 def run_cli(args: argparse.Namespace) -> int:

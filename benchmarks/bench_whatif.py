@@ -1,32 +1,70 @@
 """What-if speed: ``hourglass whatif`` over a month of the shipped trace vs simulating that month.
 
 The month is the busiest 30 days of the shipped Alibaba trace (tasks created in days 120-150: 7,206 of
-8,152 tasks) on the full 1,213-node cluster with the default tenants. It is simulated once with the log
-written (the recording, what ``simulate --out`` does) and once without (``simulate`` alone); then the
-no-change what-if (which must reproduce the recording) and a what-if with another setting run on the
-recording, each measured end to end (reading the recording, re-running, measuring both logs). Run:
+8,152 tasks) on the full 1,213-node cluster with the default tenants. Each step is the real command in a
+fresh process (a second simulation in one process runs ~30 % slower: the first one's heap is still there):
 
-    python benchmarks/bench_whatif.py [--set KEY=VALUE] [--from-day D] [--days N]
+1. ``hourglass simulate --trace-pods MONTH.csv`` (simulating the month);
+2. the same with ``--out DIR`` (the recording);
+3. ``hourglass whatif DIR --json`` (no change: must equal the recording);
+4. ``hourglass whatif DIR --set KEY=VALUE --json``.
 
-Prints one ``bench: whatif ...`` line with the wall times in seconds (and the CPU seconds of this process:
-on a shared machine wall times move with the load). ``--keep DIR`` keeps the recording.
+Run (from the repository root, so that the worktree's packages are the ones imported):
+
+    PYTHONPATH=. python benchmarks/bench_whatif.py [--set KEY=VALUE] [--from-day D] [--days N]
+
+Prints one ``bench: whatif ...`` line: wall seconds of each step and the CPU seconds of its processes
+(``whatif`` measures the recording in a second process, counted too). On a shared machine wall times move
+with the load; compare the CPU figures.
 """
 
 from __future__ import annotations
 
 import argparse
-import filecmp
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-from analytics.simlog import DirLog
-from analytics.simulate import simulate
-from analytics.whatif import run_whatif
-from ingest.tenants import DEFAULT_TENANTS, load_tenants
-from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
+from ingest.trace import DEFAULT_PODS
 
 DAY_S = 86_400
+
+
+def _timed(argv: list[str]) -> tuple[float, float, str]:
+    """(wall s, CPU s of the command's processes, stdout) of ``hourglass ARGV`` in a fresh process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "analytics.cli", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=os.environ,
+    )
+    wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout
+
+
+def _month_csv(path: Path, lo: int, hi: int) -> int:
+    with DEFAULT_PODS.open(newline="") as src, path.open("w", newline="") as dst:
+        reader = csv.DictReader(src)
+        writer = csv.DictWriter(dst, fieldnames=list(reader.fieldnames or []))
+        writer.writeheader()
+        n = 0
+        for row in reader:
+            if lo <= int(float(row["creation_time"])) < hi:
+                writer.writerow(row)
+                n += 1
+    return n
 
 
 def main() -> None:
@@ -34,43 +72,28 @@ def main() -> None:
     ap.add_argument("--from-day", type=int, default=120, help="first day of the month (default 120)")
     ap.add_argument("--days", type=int, default=30, help="length in days (default 30)")
     ap.add_argument("--set", dest="change", default="engine.k_value=1", help="the what-if's change")
-    ap.add_argument(
-        "--keep", type=Path, default=None, help="write the recording here (kept) instead of a temp dir"
-    )
     a = ap.parse_args()
 
-    tasks = read_pods(DEFAULT_PODS)
-    lo, hi = a.from_day * DAY_S, (a.from_day + a.days) * DAY_S
-    order = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation_s or 0, i))
-    month = [tasks[i] for i in order if lo <= (tasks[i].creation_s or 0) < hi]
-    nodes, tenants = read_nodes(DEFAULT_GPU_NODES), load_tenants(DEFAULT_TENANTS)
     with tempfile.TemporaryDirectory() as tmp:
-        run = a.keep if a.keep is not None else Path(tmp) / "run"
-        t0, c0 = time.perf_counter(), time.process_time()
-        simulate(month, nodes, tenants)
-        sim_s, sim_cpu = time.perf_counter() - t0, time.process_time() - c0
-        t0, c0 = time.perf_counter(), time.process_time()
-        simulate(month, nodes, tenants, log=DirLog(run))
-        record_s, record_cpu = time.perf_counter() - t0, time.process_time() - c0
-        t0, c0 = time.perf_counter(), time.process_time()
-        same = run_whatif(run, [], out=Path(tmp) / "same")
-        same_s, same_cpu = time.perf_counter() - t0, time.process_time() - c0
-        identical = all(
-            filecmp.cmp(run / f, Path(tmp) / "same" / f, shallow=False)
-            for f in ("events.jsonl", "cycles.jsonl", "usage.jsonl")
-        )
-        t0 = time.perf_counter()
-        changed = run_whatif(run, [a.change])
-        changed_s = time.perf_counter() - t0
-    rec, wi = changed.recorded.cluster, changed.whatif.cluster
+        pods = Path(tmp) / "month.csv"
+        n = _month_csv(pods, a.from_day * DAY_S, (a.from_day + a.days) * DAY_S)
+        run = Path(tmp) / "run"
+        sim = _timed(["simulate", "--trace-pods", str(pods), "--json"])
+        rec = _timed(["simulate", "--trace-pods", str(pods), "--json", "--out", str(run)])
+        same = _timed(["whatif", str(run), "--json"])
+        changed = _timed(["whatif", str(run), "--set", a.change, "--json"])
+    same_doc: dict[str, Any] = json.loads(same[2])
+    doc: dict[str, Any] = json.loads(changed[2])
+    equal = same_doc["cluster"]["recorded"] == same_doc["cluster"]["whatif"] and all(
+        q["recorded"] == q["whatif"] for q in same_doc["queues"].values()
+    )
+    r, w = doc["cluster"]["recorded"], doc["cluster"]["whatif"]
     print(
-        f"bench: whatif tasks={len(month)} days={a.from_day}-{a.from_day + a.days}"
-        f" simulate_s={sim_s:.1f} (cpu {sim_cpu:.1f}) simulate_out_s={record_s:.1f} (cpu {record_cpu:.1f})"
-        f" whatif_nochange_s={same_s:.1f} (cpu in this process {same_cpu:.1f})"
-        f" identical={identical} whatif_changed_s={changed_s:.1f} change={a.change}"
-        f" gpu_hours={rec['gpu_hours']:.1f}->{wi['gpu_hours']:.1f}"
-        f" wait_p90_s={rec['wait_p90_s']:.0f}->{wi['wait_p90_s']:.0f}"
-        f" nochange_equal={same.recorded.cluster == same.whatif.cluster}"
+        f"bench: whatif tasks={n} days={a.from_day}-{a.from_day + a.days}"
+        f" simulate_s={sim[0]:.1f} (cpu {sim[1]:.1f}) simulate_out_s={rec[0]:.1f} (cpu {rec[1]:.1f})"
+        f" whatif_nochange_s={same[0]:.1f} (cpu {same[1]:.1f}) nochange_equal={equal}"
+        f" whatif_changed_s={changed[0]:.1f} (cpu {changed[1]:.1f}) change={a.change}"
+        f" gpu_hours={r['gpu_hours']:.1f}->{w['gpu_hours']:.1f} wait_p90_s={r['wait_p90_s']:.0f}->{w['wait_p90_s']:.0f}"
     )
 
 
