@@ -799,7 +799,12 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
         "gpus": capacity // GPU_MILLI,
         "window_ms": [t1, t2],
     }
-    return Outcomes(queues, cluster, parents, timeline)
+    # The plots' series over the window: what was held at its start, then every change in it.
+    inside = [p for p in timeline if t1 <= p[0] < t2]
+    before = [p for p in timeline if p[0] < t1]
+    if before:
+        inside.insert(0, (t1, before[-1][1]))
+    return Outcomes(queues, cluster, parents, inside)
 
 
 # --------------------------------------------------------------------------- comparing

@@ -164,10 +164,11 @@ def _steps(
 ) -> tuple[list[float], list[list[float]]]:
     """Day positions and, per leaf, GPUs held from each position on (thinned to about MAX_POINTS steps)."""
     pts = tl[:: max(len(tl) // MAX_POINTS, 1)]
+    first = pts[0][1] if pts and pts[0][0] == start_ms else {}  # held at the window's start
     xs = [start_ms / 86_400_000] + [t / 86_400_000 for t, _ in pts] + [end_ms / 86_400_000]
     per_leaf = []
     for q in leaves:
-        ys = [0.0] + [v.get(q, 0) / GPU_MILLI for _, v in pts]
+        ys = [first.get(q, 0) / GPU_MILLI] + [v.get(q, 0) / GPU_MILLI for _, v in pts]
         per_leaf.append([*ys, ys[-1]])
     return xs, per_leaf
 
