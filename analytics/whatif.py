@@ -24,9 +24,10 @@ the scenario file's keys (``fairshare.k_value``, ``queues.0.gpu.weight``, ``node
 ``engine.usage_refresh_s``. A comma list (``fairshare.k_value=0,0.5,1``) is a sweep: one what-if per value
 (the product over several swept keys), each in its own process.
 
-Both columns are measured by one function, :func:`outcomes`, on a run directory: the recording's and the
-what-if's own (written to ``--out DIR`` or a temporary directory). GPU-hours are
-:func:`analytics.gpuhours.held_gpu_ms`, the one definition; the rest is one pass over each log (see
+Both columns are measured by one function, :func:`measure`, on a run's decoded events and cycle records:
+the recording's (:func:`outcomes` reads its directory, in a second process while the what-if runs) and the
+what-if's own (its ``--out DIR``, else kept in memory by :class:`_CaptureLog`). GPU-hours are
+:func:`analytics.gpuhours.held_gpu_ms_of`, the one definition; the rest is one pass over each log (see
 ``docs/whatif.md`` for every figure's rule).
 """
 
@@ -845,7 +846,7 @@ def compare(
     out: Path | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> WhatIfResult:
-    """Re-run *rec* under *changes* (into *out*, else a temporary directory) and measure it next to
+    """Re-run *rec* under *changes* (into the run directory *out*, else in memory) and measure it next to
     *recorded* (or the outcome of a future measuring the recording meanwhile, see :func:`measuring`)."""
     if out is not None:
         rerun(rec, changes, out, window, progress)
