@@ -512,6 +512,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ingest_arguments(ig)
     ig.set_defaults(func=_cmd_ingest)
+    # -- hourglass whatif (issue 16 items 1-2): one block, so merges stay easy
+    from analytics.whatif import add_arguments as whatif_arguments
+    from analytics.whatif import run_cli as whatif_run
+
+    wi = sub.add_parser(
+        "whatif",
+        help="re-run a recorded simulation under changed settings, recorded vs what-if per queue (docs/whatif.md)",
+    )
+    whatif_arguments(wi)
+    wi.set_defaults(func=whatif_run)
     return p
 
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE
 
-__all__ = ["MILLI_GPU_MS_PER_GPU_HOUR", "held_gpu_ms"]
+__all__ = ["MILLI_GPU_MS_PER_GPU_HOUR", "held_gpu_ms", "held_gpu_ms_of"]
 
 MILLI_GPU_MS_PER_GPU_HOUR: Final = 1000 * 3_600_000
 _GPU_MILLI: Final = 1000
@@ -49,6 +50,30 @@ def held_gpu_ms(run_dir: Path | str, t1: int | None = None, t2: int | None = Non
     not counted. Divide by :data:`MILLI_GPU_MS_PER_GPU_HOUR` for GPU-hours.
     """
     run = Path(run_dir)
+
+    def events() -> Iterator[dict[str, Any]]:
+        with (run / EVENTS_FILE).open() as f:
+            for line in f:
+                yield json.loads(line)
+
+    def cycle_times() -> Iterator[int]:
+        cycles = run / CYCLES_FILE
+        if cycles.exists():
+            with cycles.open() as f:
+                for line in f:
+                    yield int(json.loads(line)["logical_time_ms"])
+
+    return held_gpu_ms_of(events(), cycle_times, t1, t2)
+
+
+def held_gpu_ms_of(
+    events: Iterable[dict[str, Any]],
+    cycle_times: Callable[[], Iterable[int]],
+    t1: int | None = None,
+    t2: int | None = None,
+) -> dict[str, int]:
+    """:func:`held_gpu_ms` of decoded events (the dicts of ``events.jsonl`` lines, in offset order) and the
+    run's cycle times (read after the events: they only say where the log ends)."""
     log_end = 0
     parents: set[str] = set()
     leaves: set[str] = set()
@@ -57,33 +82,28 @@ def held_gpu_ms(run_dir: Path | str, t1: int | None = None, t2: int | None = Non
     # Each run: [group uid, the PodSubmitted queue, milli-GPU, start, end (None: open)].
     runs: list[list[Any]] = []
     open_runs: dict[str, list[int]] = defaultdict(list)  # pod uid -> indices of its open runs
-    with (run / EVENTS_FILE).open() as f:
-        for line in f:
-            e = json.loads(line)
-            kind, at = e["type"], int(e["at_ms"])
-            log_end = max(log_end, at)
-            if kind == "QueueUpserted":
-                leaves.add(e["name"])
-                if e.get("parent") is not None:
-                    parents.add(e["parent"])
-            elif kind == "PodGroupUpserted":
-                group_queue[e["uid"]] = e["queue"]
-            elif kind == "PodSubmitted":
-                submitted[e["uid"]] = e
-            elif kind == "PodBound":
-                sub = submitted.get(e["uid"])
-                job = f"{sub['namespace']}/{sub['pod_group']}" if sub else None
-                queue = sub.get("queue") if sub else None
-                open_runs[e["uid"]].append(len(runs))
-                runs.append([job, queue, _bound_milli(sub, e.get("gpu_devices") or []), at, None])
-            elif kind in ("PodFinished", "PodDeleted"):
-                for i in open_runs.pop(e["uid"], []):  # the first end after a bind closes it
-                    runs[i][4] = at
-    cycles = run / CYCLES_FILE
-    if cycles.exists():
-        with cycles.open() as f:
-            for line in f:
-                log_end = max(log_end, int(json.loads(line)["logical_time_ms"]))
+    for e in events:
+        kind, at = e["type"], int(e["at_ms"])
+        log_end = max(log_end, at)
+        if kind == "QueueUpserted":
+            leaves.add(e["name"])
+            if e.get("parent") is not None:
+                parents.add(e["parent"])
+        elif kind == "PodGroupUpserted":
+            group_queue[e["uid"]] = e["queue"]
+        elif kind == "PodSubmitted":
+            submitted[e["uid"]] = e
+        elif kind == "PodBound":
+            sub = submitted.get(e["uid"])
+            job = f"{sub['namespace']}/{sub['pod_group']}" if sub else None
+            queue = sub.get("queue") if sub else None
+            open_runs[e["uid"]].append(len(runs))
+            runs.append([job, queue, _bound_milli(sub, e.get("gpu_devices") or []), at, None])
+        elif kind in ("PodFinished", "PodDeleted"):
+            for i in open_runs.pop(e["uid"], []):  # the first end after a bind closes it
+                runs[i][4] = at
+    for at in cycle_times():
+        log_end = max(log_end, at)
 
     lo = -math.inf if t1 is None else t1
     hi = math.inf if t2 is None else t2
