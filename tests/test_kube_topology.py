@@ -6,7 +6,8 @@
   ``topologyConstraint`` requires a rack is placed and bound within one rack; a second one that no rack can
   hold (though the cluster has the GPUs free across racks) waits with the topology reason on its pods.
 * Without the CRD, ingest logs one clear line and every other kind keeps flowing; once the CRD is installed
-  the Topology arrives without a restart, and a restart resumes without duplicates.
+  the Topology arrives without a restart, and a restart resumes without duplicates. Without permission on
+  Topologies (a role that predates them), the same: one line naming the missing permission.
 """
 
 from __future__ import annotations
@@ -280,3 +281,59 @@ def test_without_the_topology_crd_ingest_says_so_once_and_keeps_flowing(
                 assert _counts(log, topo) == {("TopologyUpserted", topo): 1, ("TopologyDeleted", topo): 1}
         finally:
             apply_crds(api)
+
+
+def test_without_permission_on_topologies_ingest_says_so_once_and_keeps_flowing(
+    kube_api: Any, kube_namespace: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ingest whose role predates Topologies (no rule for them): 403, one warning, the rest flows."""
+    from kubernetes import client
+
+    ns = kube_namespace
+    user = f"{ns}-ingest"
+    caplog.set_level(logging.INFO, logger="ingest.watcher")
+    with kube_api.api_client() as admin:
+        apply_crds(admin)
+        rbac = client.RbacAuthorizationV1Api(admin)
+        rules = [
+            {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["scheduling.run.ai"], "resources": ["queues"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": ["scheduling.run.ai"],
+                "resources": ["podgroups"],
+                "verbs": ["get", "list", "watch", "create", "patch"],
+            },
+            {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+        ]
+        rbac.create_cluster_role({"metadata": {"name": user}, "rules": rules})
+        rbac.create_cluster_role_binding(
+            {
+                "metadata": {"name": user},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+            }
+        )
+        make_queue(admin, f"{ns}-q")
+        make_pod(admin, ns, "a", queue=f"{ns}-q")
+        with kube_api.api_client() as api:
+            api.set_default_header("Impersonate-User", user)  # the admin acts as the narrow ingest user
+            as_user = KubeApi(api)
+            deadline = time.monotonic() + 30
+            while True:  # the RBAC authorizer sees a new binding after a moment
+                try:
+                    as_user.request("GET", "/api/v1/nodes", {"limit": 1})
+                    break
+                except Exception:
+                    assert time.monotonic() < deadline, "the binding did not take effect"
+                    time.sleep(0.3)
+            with FileLog(tmp_path / "log") as log:
+                ingest = KubeIngest(as_user, log, namespace=ns, watch_timeout_s=5, absent_retry_s=0.3)
+                ingest.start()
+                try:
+                    _pump(ingest, lambda: ("PodSubmitted", "a") in _counts(log, "a"))
+                    _pump(ingest, lambda: ingest.stats.absent_lists >= 3)
+                finally:
+                    ingest.stop()
+                assert not [e for e in _events(log) if e.type.startswith("Topology")]
+        forbidden = [r for r in caplog.records if "403 Forbidden" in r.getMessage()]
+        assert len(forbidden) == 1 and "grant it get, list and watch" in forbidden[0].getMessage()
