@@ -5,6 +5,8 @@
 * Ingest watches Topologies: with the CRD installed, a Topology and rack-labelled nodes, a PodGroup whose
   ``topologyConstraint`` requires a rack is placed and bound within one rack; a second one that no rack can
   hold (though the cluster has the GPUs free across racks) waits with the topology reason on its pods.
+  A PyTorchJob with KAI's ``kai.scheduler/topology`` / ``-required-placement`` annotations gets the
+  constraint on the PodGroup the pod grouper makes, and its gang lands in one rack too.
 * Without the CRD, ingest logs one clear line and every other kind keeps flowing; once the CRD is installed
   the Topology arrives without a restart, and a restart resumes without duplicates. Without permission on
   Topologies (a role that predates them), the same: one line naming the missing permission.
@@ -337,3 +339,76 @@ def test_without_permission_on_topologies_ingest_says_so_once_and_keeps_flowing(
                 assert not [e for e in _events(log) if e.type.startswith("Topology")]
         forbidden = [r for r in caplog.records if "403 Forbidden" in r.getMessage()]
         assert len(forbidden) == 1 and "grant it get, list and watch" in forbidden[0].getMessage()
+
+
+def test_kai_topology_annotations_on_a_pytorchjob_keep_its_gang_in_one_rack(
+    kube_api: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    """KAI's way: the workload carries ``kai.scheduler/topology*`` annotations, the pod grouper copies them."""
+    from kubernetes import client
+
+    from tests.test_kai_workload import PYTORCHJOB_CRD, _ensure_crd, _operator_pods
+
+    ns = kube_namespace
+    sel = {"hourglass-e2e": ns}
+    topo, queue = f"{ns}-dc", f"{ns}-q"
+    racks = {f"{ns}-n1": ("r1", 3), f"{ns}-n2": ("r2", 2), f"{ns}-n3": ("r2", 2), f"{ns}-n4": ("r3", 1)}
+    template = {
+        "spec": {
+            "schedulerName": "hourglass",
+            "nodeSelector": sel,
+            "containers": [
+                {
+                    "name": "pytorch",
+                    "image": "busybox",
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"cpu": "100m"}},
+                }
+            ],
+        }
+    }
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": "ddp",
+            "namespace": ns,
+            "labels": {"kai.scheduler/queue": queue},
+            "annotations": {
+                "kai.scheduler/topology": topo,
+                "kai.scheduler/topology-required-placement": RACK,
+            },
+        },
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": template},
+                "Worker": {"replicas": 3, "template": template},
+            }
+        },
+    }
+    with kube_api.api_client() as api:
+        apply_crds(api)
+        _ensure_crd(api, PYTORCHJOB_CRD)
+        _create_topology(api, topo, [BLOCK, RACK])
+        for node, (rack, gpus) in racks.items():
+            make_node(api, node, gpus=gpus, labels={**sel, BLOCK: "b1", RACK: rack})
+        make_queue(api, queue, gpu_quota=8)
+        core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        created = co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", job)
+        pods = []
+        for pod in _operator_pods(created):
+            core.create_namespaced_pod(ns, pod)
+            pods.append(pod["metadata"]["name"])
+        with FileLog(tmp_path / "log") as log:
+            p = Pipeline(api, ns, log)
+            p.ingest.start()
+            try:
+                p.settle(lambda: all("nodeName" in read_pod(api, ns, n)["spec"] for n in pods))
+            finally:
+                p.ingest.stop()
+            assert not list(log.read(DEFAULT_TOPICS.deadletter, 0, 1000))
+        nodes = {read_pod(api, ns, n)["spec"]["nodeName"] for n in pods}
+        assert nodes == {f"{ns}-n2", f"{ns}-n3"}, nodes
+        groups = co.list_namespaced_custom_object("scheduling.run.ai", "v2alpha2", ns, "podgroups")["items"]
+        (pg,) = [g for g in groups if g["metadata"]["name"].startswith("pg-ddp-")]
+        assert pg["spec"]["minMember"] == 4
+        assert pg["spec"]["topologyConstraint"] == {"topology": topo, "requiredTopologyLevel": RACK}
