@@ -189,7 +189,7 @@ def absent_message(res: Resource, status: int, retry_s: float) -> str:
         " on them, as the Helm chart's ingest ClusterRole does"
     )
     effect = (
-        " (PodGroups whose topology constraint names one wait as 'unknown topology')"
+        " (a PodGroup whose topology constraint names one waits: its topology 'does not exist')"
         if res.kind == "Topology"
         else ""
     )
