@@ -494,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ac = sub.add_parser(
         "apply-crds",
-        help="install or upgrade the Queue / PodGroup CRDs with server-side apply (docs/deploy.md)",
+        help="install or upgrade the Queue / PodGroup / Topology CRDs with server-side apply (docs/deploy.md)",
     )
     crds_arguments(ac)
     ac.set_defaults(func=_cmd_apply_crds)

@@ -1,4 +1,4 @@
-"""``hourglass apply-crds``: install or upgrade the Queue and PodGroup CRDs without dropping a field.
+"""``hourglass apply-crds``: install or upgrade the Queue, PodGroup and Topology CRDs, dropping no field.
 
 Helm installs a chart's ``crds/`` only when they are missing and never upgrades them. This command is the
 upgrade path the chart can run itself (``crdUpgrade.enabled``: a pre-install / pre-upgrade hook Job), and
@@ -6,7 +6,7 @@ the same request as the documented manual step ``kubectl apply --server-side --f
 deploy/crds/``: each CRD is sent as a server-side apply patch (field manager ``hourglass``, conflicts
 forced, so it also takes over CRDs KAI's installer created), then the command waits until every CRD is
 ``Established``. The shipped CRDs are a superset of KAI's and keep unknown fields (docs/deploy.md), so
-existing Queues and PodGroups keep every field.
+existing Queues, PodGroups and Topologies keep every field.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 Watched: Nodes, Pods whose ``spec.schedulerName`` is ours (field selector), bound non-terminal pods of every
 other scheduler (``ForeignPodUpserted``: they hold capacity the engine must see), Queues
-(``scheduling.run.ai/v2``) and PodGroups (``scheduling.run.ai/v2alpha2``). One thread per resource
+(``scheduling.run.ai/v2``), PodGroups (``scheduling.run.ai/v2alpha2``) and KAI's Topologies
+(``kai.scheduler/v1alpha1``). Topologies are optional: while their CRD is not installed (404) or ingest may
+not list them (403), one log line says so, every other kind keeps flowing, and the list is tried again every
+``absent_retry_s``. One thread per resource
 lists and watches (``allowWatchBookmarks``, server-side ``timeoutSeconds``) and hands raw objects to
 the single main loop, which translates them (:mod:`ingest.kube`), groups pods that name no PodGroup
 (:mod:`ingest.podgrouper`, creating / updating the PodGroup object), and appends the events.
@@ -67,6 +70,8 @@ from ingest.events import (
     PodUngated,
     QueueDeleted,
     QueueUpserted,
+    TopologyDeleted,
+    TopologyUpserted,
     VolumeClaim,
     dump_event,
     event_key,
@@ -84,12 +89,15 @@ from ingest.podgrouper import (
 )
 
 __all__ = [
+    "ABSENT_RETRY_S",
     "COMPONENT",
     "RESOURCES",
+    "TOPOLOGIES",
     "IngestStats",
     "KubeApi",
     "KubeIngest",
     "Resource",
+    "absent_message",
     "add_arguments",
     "default_state_path",
     "run_cli",
@@ -105,6 +113,7 @@ _API_VERSIONS: Final = {
     "Node": "v1",
     "Queue": "scheduling.run.ai/v2",
     "PodGroup": "scheduling.run.ai/v2alpha2",
+    "Topology": "kai.scheduler/v1alpha1",
 }
 _EVENT_MESSAGE_MAX = 1024
 _LIST_PAGE = 500
@@ -134,11 +143,16 @@ _PLURALS: Final = {
 
 @dataclass(frozen=True, slots=True)
 class Resource:
-    """One watched resource: its kind and collection path (``{ns}`` filled when namespaced)."""
+    """One watched resource: its kind and collection path (``{ns}`` filled when namespaced).
+
+    ``crd`` names the CustomResourceDefinition of an optional resource: one the cluster may not serve (its
+    CRD is not installed) or ingest may not read, without which every other kind still flows.
+    """
 
     kind: str
     cluster_path: str
     namespaced_path: str | None = None
+    crd: str | None = None
 
     def path(self, namespace: str | None) -> str:
         if namespace and self.namespaced_path:
@@ -147,6 +161,8 @@ class Resource:
 
 
 QUEUES = Resource("Queue", "/apis/scheduling.run.ai/v2/queues")
+# KAI's Topology CRD is optional: a cluster without topology-aware scheduling need not install it.
+TOPOLOGIES = Resource("Topology", "/apis/kai.scheduler/v1alpha1/topologies", crd="topologies.kai.scheduler")
 NODES = Resource("Node", "/api/v1/nodes")
 PODGROUPS = Resource(
     "PodGroup",
@@ -156,8 +172,31 @@ PODGROUPS = Resource(
 PODS = Resource("Pod", "/api/v1/pods", "/api/v1/namespaces/{ns}/pods")
 # Pods of other schedulers, cluster-wide whatever --namespace says: they share the nodes.
 FOREIGN_PODS = Resource("ForeignPod", "/api/v1/pods")
-RESOURCES: Final = (QUEUES, NODES, PODGROUPS, PODS, FOREIGN_PODS)
+RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, PODGROUPS, PODS, FOREIGN_PODS)
 """In initial-sync order: queues before pods, so a pod's queue is known when the pod is checked."""
+ABSENT_RETRY_S: Final = 30.0
+"""How often an optional resource that is not served (or not readable) is listed again."""
+
+
+def absent_message(res: Resource, status: int, retry_s: float) -> str:
+    """The log line for optional resource ``res`` whose list answered ``status`` (404 or 403)."""
+    _, _, group, version, plural = res.cluster_path.split("/")
+    what = (
+        f"the API server does not serve {group}/{version} {plural}: is the CRD {res.crd} installed? (it is in"
+        " deploy/crds and in the Helm chart)"
+        if status == 404
+        else f"ingest may not list {plural} of API group {group} (403 Forbidden): grant it get, list and watch"
+        " on them, as the Helm chart's ingest ClusterRole does"
+    )
+    effect = (
+        " (a PodGroup whose topology constraint names one waits: its topology 'does not exist')"
+        if res.kind == "Topology"
+        else ""
+    )
+    return (
+        f"{res.kind}: {what}. {res.kind} objects are not watched until then{effect}; every other kind keeps"
+        f" flowing. Listing again every {retry_s:g}s"
+    )
 
 
 def default_state_path(log_spec: str) -> Path | None:
@@ -307,6 +346,7 @@ class _Listed:
     kind: str
     items: list[dict[str, Any]]
     rv: str
+    absent: int = 0  # an optional resource that answered 404 (not served) or 403 (not readable); else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +377,7 @@ class IngestStats:
     relists_410: int = 0
     watch_errors: int = 0
     bookmarks: int = 0
+    absent_lists: int = 0  # lists of an optional resource answered 404 / 403
     podgroups_created: int = 0
     podgroups_updated: int = 0
     recovered_events: int = 0  # appended from the write-ahead batch on start
@@ -390,6 +431,7 @@ class KubeIngest:
         watch_timeout_s: int = 60,
         checkpoint_interval_s: float = 5.0,
         clock: Callable[[], int] = _now_ms,
+        absent_retry_s: float = ABSENT_RETRY_S,
     ) -> None:
         self.api = api
         self.log = log
@@ -401,6 +443,7 @@ class KubeIngest:
         self.watch_timeout_s = watch_timeout_s
         self.checkpoint_interval_s = checkpoint_interval_s
         self.clock = clock
+        self.absent_retry_s = absent_retry_s
         self.stats = IngestStats()
         self.rvs: dict[str, str] = {}
         self.objects: dict[str, str] = {}  # "Kind/key" -> digest of the last upsert event emitted
@@ -421,6 +464,7 @@ class KubeIngest:
         self._dirty_since: float | None = None
         self._failed = False  # an append failed: keep the write-ahead state file as it is
         self._owner_get = api.owner_getter()
+        self._absent: dict[str, int] = {}  # optional kind -> the status its last list answered (404 / 403)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -436,9 +480,7 @@ class KubeIngest:
             self._rebuild_from_log()
         for res in RESOURCES:
             if relist or res.kind not in self.rvs:
-                items, rv = self.api.list_all(res, self._ns(res), self._selector(res))
-                self.stats.lists += 1
-                self._process([_Listed(res.kind, items, rv)])
+                self._process([self._list(res)])
         self._save_state(None)
         if watch:
             for res in RESOURCES:
@@ -498,6 +540,26 @@ class KubeIngest:
             )
         return f"spec.schedulerName={self.scheduler_name}" if res is PODS else None
 
+    def _list(self, res: Resource) -> _Listed:
+        """LIST ``res``. An optional resource that is not served (404) or not readable (403) lists as
+        absent, logged once until it comes back; any other error raises."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            items, rv = self.api.list_all(res, self._ns(res), self._selector(res))
+        except ApiException as exc:
+            if res.crd is None or exc.status not in (403, 404):
+                raise
+            self.stats.absent_lists += 1
+            if self._absent.get(res.kind) != exc.status:
+                log.warning(absent_message(res, exc.status, self.absent_retry_s))
+            self._absent[res.kind] = exc.status
+            return _Listed(res.kind, [], "", absent=exc.status)
+        self.stats.lists += 1
+        if self._absent.pop(res.kind, None) is not None:
+            log.info("%s: %s is served and readable now: watching %ss", res.kind, res.crd, res.kind)
+        return _Listed(res.kind, items, rv)
+
     def _watch_loop(self, res: Resource) -> None:
         from kubernetes.client.exceptions import ApiException
 
@@ -506,9 +568,12 @@ class KubeIngest:
         while not self._stopping.is_set():
             try:
                 if rv is None:
-                    items, rv = self.api.list_all(res, self._ns(res), self._selector(res))
-                    self.stats.lists += 1
-                    self._inbox.put(_Listed(res.kind, items, rv))
+                    listed = self._list(res)
+                    self._inbox.put(listed)
+                    if listed.absent:
+                        self._stopping.wait(self.absent_retry_s)
+                        continue
+                    rv = listed.rv
                 gone = False
                 for ev in self.api.watch(
                     res,
@@ -543,6 +608,9 @@ class KubeIngest:
                     self.stats.relists_410 += 1
                     rv = None
                     continue
+                if res.crd is not None and exc.status in (403, 404):
+                    rv = None  # the CRD went away (or the permission): the list says so and waits
+                    continue
                 self._watch_failed(res, exc, backoff)
                 backoff = min(backoff * 2, 30.0)
             except Exception as exc:  # connection reset, timeouts, ...: retry from the same version
@@ -571,6 +639,11 @@ class KubeIngest:
             if isinstance(item, _Bookmark):
                 self.rvs[item.kind] = item.rv
                 self.stats.bookmarks += 1
+            elif isinstance(item, _Listed) and item.absent:
+                # Not served: its objects are gone with the CRD. Not readable: nothing is known, keep them.
+                if item.absent == 404:
+                    self._diff_list(item, batch)
+                self.rvs.pop(item.kind, None)  # the next start lists it again
             elif isinstance(item, _Listed):
                 self._diff_list(item, batch)
                 self.rvs[item.kind] = item.rv
@@ -622,6 +695,10 @@ class KubeIngest:
             self.objects[f"Queue/{ev.name}"] = _event_digest(ev)
         elif isinstance(ev, PodGroupUpserted):
             self.objects[f"PodGroup/{ev.namespace}/{ev.name}"] = _event_digest(ev)
+        elif isinstance(ev, TopologyUpserted):
+            self.objects[f"Topology/{ev.name}"] = _event_digest(ev)
+        elif isinstance(ev, TopologyDeleted):
+            self.objects.pop(f"Topology/{ev.name}", None)
         elif isinstance(ev, NodeRemoved):
             self.objects.pop(f"Node/{ev.name}", None)
         elif isinstance(ev, QueueDeleted):
@@ -747,6 +824,8 @@ class KubeIngest:
             self._emit(batch, kube.queue_deleted(obj, self._at()))
         elif kind == "PodGroup":
             self._emit(batch, kube.podgroup_deleted(obj, self._at()))
+        elif kind == "Topology":
+            self._emit(batch, kube.topology_deleted(obj, self._at()))
 
     def _podgroup_event(self, obj: dict[str, Any]) -> PodGroupUpserted:
         """PodGroupUpserted with the priority value of its PriorityClass, read from the cluster."""
@@ -790,6 +869,8 @@ class KubeIngest:
                 self._warn(batch, kind, obj, "HourglassQueueCappedAtZero", warnings)
             elif kind == "PodGroup":
                 self._upsert(batch, self._podgroup_event(obj), f"PodGroup/{key}")
+            elif kind == "Topology":
+                self._upsert(batch, kube.topology_upserted(obj, self._at()), f"Topology/{key}")
             elif kind == "Pod":
                 self._pod(item, batch)
             elif kind == "ForeignPod":

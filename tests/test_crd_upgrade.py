@@ -43,10 +43,11 @@ def _kai_shaped(doc: dict[str, Any]) -> dict[str, Any]:
     for v in out["spec"]["versions"]:
         props = v["schema"]["openAPIV3Schema"]["properties"]
         props["spec"]["properties"]["futureKaiField"] = {"type": "string"}
-        props["status"]["properties"]["futureKaiStatus"] = {
-            "type": "object",
-            "properties": {"phase": {"type": "string"}},
-        }
+        if "status" in props:  # KAI's Topology has no status
+            props["status"]["properties"]["futureKaiStatus"] = {
+                "type": "object",
+                "properties": {"phase": {"type": "string"}},
+            }
     return out
 
 
@@ -295,6 +296,7 @@ def test_chart_crd_upgrade_hook_applies_the_chart_crds_over_kais(
         assert rule["verbs"] == ["create"] or rule["resourceNames"] == [
             "queues.scheduling.run.ai",
             "podgroups.scheduling.run.ai",
+            "topologies.kai.scheduler",
         ]
 
     # What the Job does, on the files it mounts, over KAI's CRDs and a KAI user's PodGroup.
@@ -311,7 +313,7 @@ def test_chart_crd_upgrade_hook_applies_the_chart_crds_over_kais(
     for name, text in files.items():
         (mounted / name).write_text(text)
     assert main(["apply-crds", "--dir", str(mounted), "--kubeconfig", str(kube_api.kubeconfig)]) == 0
-    assert "2 CRDs applied" in capsys.readouterr().out
+    assert "3 CRDs applied" in capsys.readouterr().out
     ext: Any = client.ApiextensionsV1Api(kai_crds)
     crd = ext.read_custom_resource_definition("podgroups.scheduling.run.ai")
     assert crd.metadata.labels.get("app.kubernetes.io/part-of") == "hourglass"

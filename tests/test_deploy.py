@@ -162,6 +162,7 @@ def test_chart_crds_are_the_deploy_crds(helm: str) -> None:
         chart_crds
         == sorted(p.name for p in CRD_DIR.glob("*.yaml"))
         == [
+            "kai.scheduler_topologies.yaml",
             "scheduling.run.ai_podgroups.yaml",
             "scheduling.run.ai_queues.yaml",
         ]
@@ -171,9 +172,13 @@ def test_chart_crds_are_the_deploy_crds(helm: str) -> None:
             f"deploy/helm/hourglass/crds/{name} differs from deploy/crds/{name}: copy it over"
         )
     crds = by_kind(render(helm, "--include-crds"), "CustomResourceDefinition")
-    assert set(crds) == {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai"}
+    assert set(crds) == {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai", "topologies.kai.scheduler"}
     served = {n: [v["name"] for v in c["spec"]["versions"] if v["served"]] for n, c in crds.items()}
-    assert served == {"queues.scheduling.run.ai": ["v2"], "podgroups.scheduling.run.ai": ["v2alpha2"]}
+    assert served == {
+        "queues.scheduling.run.ai": ["v2"],
+        "podgroups.scheduling.run.ai": ["v2alpha2"],
+        "topologies.kai.scheduler": ["v1alpha1"],
+    }
 
 
 @pytest.mark.parametrize(
@@ -341,8 +346,15 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
         assert not _allows(binder, verb, res, grp), f"binder must not {verb} {res}"
 
     ingest = _rules_of(objs, sas["ingest"]["metadata"]["name"])
-    for res, grp in (("nodes", ""), ("pods", ""), ("queues", GROUP), ("podgroups", GROUP)):
+    for res, grp in (
+        ("nodes", ""),
+        ("pods", ""),
+        ("queues", GROUP),
+        ("podgroups", GROUP),
+        ("topologies", "kai.scheduler"),
+    ):
         assert _allows(ingest, "list", res, grp) and _allows(ingest, "watch", res, grp)
+    assert not _allows(ingest, "create", "topologies", "kai.scheduler")  # read only: KAI's admins write them
     assert _allows(ingest, "create", "podgroups", GROUP) and _allows(ingest, "update", "podgroups", GROUP)
     assert _allows(ingest, "create", "events")
     assert _allows(ingest, "get", "priorityclasses", "scheduling.k8s.io")  # PodGroup priority values
@@ -697,6 +709,7 @@ def test_rendered_chart_is_accepted_and_rbac_holds_on_a_real_apiserver(
         ("ingest", "watch", "pods", ""),
         ("ingest", "list", "nodes", ""),
         ("ingest", "watch", "queues", GROUP),
+        ("ingest", "watch", "topologies", "kai.scheduler"),
         ("ingest", "create", "podgroups", GROUP),
         ("ingest", "create", "events", ""),
         ("ingest", "get", "pytorchjobs", "kubeflow.org"),
@@ -721,6 +734,7 @@ def test_rendered_chart_is_accepted_and_rbac_holds_on_a_real_apiserver(
         ("ingest", "delete", "pods", ""),
         ("ingest", "create", "pods/binding", ""),
         ("ingest", "list", "jobs", "batch"),
+        ("ingest", "update", "topologies", "kai.scheduler"),
     ]
     # The RBAC authorizer reads bindings from an informer: give it a moment to see the new ones.
     deadline = time.monotonic() + 15

@@ -32,6 +32,7 @@ from tests.kubeapi import APISERVER_SH, KubeAPI, _read_env
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "deploy" / "crds"
 QUEUES = "/apis/scheduling.run.ai/v2/queues"
+TOPOLOGIES = "/apis/kai.scheduler/v1alpha1/topologies"
 GPU = "nvidia.com/gpu"
 
 # A minimal stand-in for the Kubeflow training operator's CRD: enough to create a PyTorchJob object,
@@ -85,6 +86,7 @@ def kapi(kube_api: KubeAPI) -> Iterator[KubeApi]:
             QUEUES,
             "/apis/scheduling.run.ai/v2alpha2/podgroups",
             "/apis/kubeflow.org/v1/pytorchjobs",
+            TOPOLOGIES,
         ):
             while True:  # a new CRD serves after a moment
                 try:
@@ -168,6 +170,16 @@ def make_pod(
     }
     got: dict[str, Any] = api.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
     return got
+
+
+def make_topology(api: KubeApi, name: str, levels: list[str]) -> None:
+    body = {
+        "apiVersion": "kai.scheduler/v1alpha1",
+        "kind": "Topology",
+        "metadata": {"name": name},
+        "spec": {"levels": [{"nodeLabel": label} for label in levels]},
+    }
+    api.request("POST", TOPOLOGIES, body=body)
 
 
 def bind(api: KubeApi, ns: str, pod: str, node: str) -> None:
@@ -349,11 +361,18 @@ def test_restart_resumes_from_resource_versions_without_loss_or_duplicates(
     make_node(kapi, f"{ns}-n1")
     make_pod(kapi, ns, "a", gpus=1)
     make_pod(kapi, ns, "b", gpus=1)
+    make_topology(kapi, f"{ns}-t1", ["topology.hourglass.test/rack"])
     state = tmp_path / "state.json"
     with FileLog(tmp_path / "log") as log:
         first = new_ingest(kapi, log, ns, state)
         first.start()
-        pump(first, lambda: {("PodSubmitted", "a"), ("PodSubmitted", "b")} <= set(counts(events_of(log))))
+        pump(
+            first,
+            lambda: (
+                {("PodSubmitted", "a"), ("PodSubmitted", "b"), ("TopologyUpserted", f"{ns}-t1")}
+                <= set(counts(events_of(log)))
+            ),
+        )
         # A pod elsewhere moves the pods resourceVersion past our namespace's last event; the server
         # says so with a BOOKMARK (2 s before the 5 s watch timeout), which moves the stored version on.
         listed_rv = int(json.loads(state.read_text())["resource_versions"]["Pod"])
@@ -375,10 +394,18 @@ def test_restart_resumes_from_resource_versions_without_loss_or_duplicates(
         q = kapi.request("GET", f"{QUEUES}/{ns}-q")
         q["spec"]["resources"]["gpu"]["quota"] = 3
         kapi.request("PUT", f"{QUEUES}/{ns}-q", body=q)
+        delete(kapi, f"{TOPOLOGIES}/{ns}-t1")  # levels are immutable: a new topology replaces it
+        make_topology(kapi, f"{ns}-t2", ["topology.hourglass.test/block", "topology.hourglass.test/rack"])
 
         second = new_ingest(kapi, log, ns, state)
         second.start()
-        want = {("PodSubmitted", "c"), ("PodBound", "a"), ("PodDeleted", "b")}
+        want = {
+            ("PodSubmitted", "c"),
+            ("PodBound", "a"),
+            ("PodDeleted", "b"),
+            ("TopologyDeleted", f"{ns}-t1"),
+            ("TopologyUpserted", f"{ns}-t2"),
+        }
         try:
             pump(
                 second,
@@ -624,10 +651,21 @@ def test_interrupted_write_ahead_batch_is_completed_once_on_start(tmp_path: Path
 
 
 def test_dedupe_state_is_rebuilt_from_the_log_without_a_state_file(tmp_path: Path) -> None:
-    from ingest.events import PodBound, PodDeleted, PodSubmitted, QueueUpserted, dump_event
+    from ingest.events import (
+        PodBound,
+        PodDeleted,
+        PodSubmitted,
+        QueueUpserted,
+        TopologyDeleted,
+        TopologyUpserted,
+        dump_event,
+    )
 
     evs = [
         QueueUpserted(name="q", at_ms=1),
+        TopologyUpserted(name="dc", levels=["rack"], at_ms=1),
+        TopologyUpserted(name="old", levels=["rack"], at_ms=1),
+        TopologyDeleted(name="old", at_ms=1),
         PodSubmitted(name="a", namespace="ns", pod_group="g", at_ms=2, created_at_ms=0),
         PodSubmitted(name="b", namespace="ns", pod_group="g", at_ms=3, created_at_ms=0),
         PodBound(name="a", namespace="ns", node="n1", at_ms=4),
@@ -639,8 +677,15 @@ def test_dedupe_state_is_rebuilt_from_the_log_without_a_state_file(tmp_path: Pat
         ingest = _ingest_without_server(log, tmp_path / "missing.json")
         assert not ingest._load_state()
         ingest._rebuild_from_log()
-    assert set(ingest.objects) == {"Queue/q"}
+    assert set(ingest.objects) == {"Queue/q", "Topology/dc"}
     assert ingest.pods == {
-        "ns/a": {"uid": None, "group": "g", "node": "n1", "releasing": False, "finished": None, "gated": False}
+        "ns/a": {
+            "uid": None,
+            "group": "g",
+            "node": "n1",
+            "releasing": False,
+            "finished": None,
+            "gated": False,
+        }
     }
     assert ingest.last_at_ms == 5
