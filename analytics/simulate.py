@@ -9,7 +9,8 @@ Everything the simulated cluster does is an event of the contract (:mod:`ingest.
 :class:`~scheduler.engine.state.StateBuilder` and written to a :class:`~analytics.simlog.SimLog`, so a run leaves
 the same event log and cycle records a real deployment would:
 
-* t = 0: one ``NodeUpserted`` per node, one ``QueueUpserted`` per queue (parents first);
+* t = 0: one ``NodeUpserted`` per node, one ``QueueUpserted`` per queue (parents first), one
+  ``TopologyUpserted`` per topology (a scenario's; jobs may carry a topology constraint on their pod group);
 * a task's ``creation_time`` (a job's arrival): ``PodGroupUpserted`` + one ``PodSubmitted`` per pod
   (namespace = the queue); a pod group is deleted when its last pod finishes;
 * a cycle every ``period`` simulated seconds, at multiples of the period; its ``Bind`` decisions become
@@ -291,7 +292,8 @@ class Simulator:
     never runs dry). *usage* replaces the built-in decayed-usage accumulator (``k_value`` > 0 only): it is
     called with the exact allocation history and the snapshot time, see :class:`UsageHistory`. *seed*
     salts the task -> queue hash (0 = the plain name), the only input the seed changes: the engine is
-    deterministic, so the same inputs and seed give byte-identical logs.
+    deterministic, so the same inputs and seed give byte-identical logs. *topologies* are logged at t = 0;
+    with them the summary has a ``topology`` section (gang placement per level and queue).
     """
 
     def __init__(
