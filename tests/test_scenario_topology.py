@@ -207,9 +207,15 @@ def test_node_domains_count_on_across_entries_and_nodes_carry_their_hostname(tmp
     }
 
 
-def test_replay_verifies_a_topology_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = tmp_path / "run"
-    _run(_write(tmp_path, _doc({"required_level": RACK}, duration="3h")), out)
+def test_a_topology_run_is_reproducible_and_replays(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, _doc({"required_level": RACK, "preferred_level": HOST}, duration="3h"))
+    out, again = tmp_path / "run", tmp_path / "again"
+    _run(path, out)
+    _run(path, again)
+    assert (again / "events.jsonl").read_bytes() == (out / "events.jsonl").read_bytes()
+    assert (again / "cycles.jsonl").read_bytes() == (out / "cycles.jsonl").read_bytes()
     capsys.readouterr()
     assert main(["replay", str(out), "--verify"]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].endswith(", 0 mismatches")
