@@ -307,6 +307,7 @@ class FixedJob(_Spec):
     cpu_per_pod: NonNeg | None = None
     memory_per_pod: NonNeg | None = None
     priority: int | None = None
+    topology_constraint: TopologyConstraintSpec | None = None  # {} = none, whatever the workload says
 
 
 class FixedWorkload(_PodShape):
@@ -427,6 +428,9 @@ class Scenario(_Spec):
                     )
         for i, w in enumerate(self.workloads):
             self._constraint(w, f"workloads[{i}].topology_constraint")
+            if isinstance(w, FixedWorkload):
+                for k, j in enumerate(w.jobs):
+                    self._constraint(w.shape_of(j), f"workloads[{i}].jobs[{k}].topology_constraint")
 
     def _constraint(self, w: _PodShape, where: str) -> tuple[str | None, str | None, str | None]:
         """(topology, required level, preferred level) of a workload; raises ValueError naming *where*."""
@@ -554,6 +558,9 @@ class Scenario(_Spec):
                     if j.at >= self.duration:
                         continue  # arrives after the end of the run
                     shape = w.shape_of(j)
+                    topology, required, preferred = self._constraint(
+                        shape, f"workloads[{i}].jobs[{k}].topology_constraint"
+                    )
                     jobs.append(
                         JobSpec(
                             name=j.name or f"{prefix}-{k}",

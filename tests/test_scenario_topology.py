@@ -344,3 +344,30 @@ def test_two_topologies_need_the_constraint_to_name_one(tmp_path: Path) -> None:
     run = load_scenario(_write(tmp_path, doc, "ok.yaml")).build()
     assert [t.name for t in run.topologies] == ["dc", "racks"]
     assert {(j.topology, j.required_level) for j in run.jobs if j.queue == "train"} == {("racks", RACK)}
+
+
+def test_a_fixed_job_may_replace_its_workloads_constraint(tmp_path: Path) -> None:
+    doc = _doc({"required_level": RACK})
+    doc["workloads"][1] = {
+        "queue": "batch",
+        "kind": "fixed",
+        "name": "f",
+        "pods": 2,
+        "gpus_per_pod": 1,
+        "topology_constraint": {"required_level": RACK},
+        "jobs": [
+            {"at": 0, "runtime": "1h"},
+            {"at": 0, "runtime": "1h", "topology_constraint": {}},  # no levels: no constraint
+            {"at": 0, "runtime": "1h", "topology_constraint": {"preferred_level": BLOCK}},
+        ],
+    }
+    run = load_scenario(_write(tmp_path, doc)).build()
+    fixed = {
+        j.name: (j.topology, j.required_level, j.preferred_level) for j in run.jobs if j.queue == "batch"
+    }
+    assert fixed == {"f-0": ("dc", RACK, None), "f-1": (None, None, None), "f-2": ("dc", None, BLOCK)}
+    doc["workloads"][1]["jobs"][2]["topology_constraint"] = {"required_level": "sim.io/row"}
+    with pytest.raises(
+        ScenarioError, match=r"workloads\[1\]\.jobs\[2\]\.topology_constraint\.required_level: 'sim.io/row'"
+    ):
+        load_scenario(_write(tmp_path, doc, "bad.yaml"))
