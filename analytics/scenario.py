@@ -133,7 +133,8 @@ class DomainSplit(_Spec):
     prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,40}[A-Za-z0-9])?$")] | None = None
 
     def value_prefix(self) -> str:
-        """``prefix``, or the label's name without its DNS prefix (``topology-rack`` -> ``topology-rack``)."""
+        """``prefix``, or the label's name without its DNS prefix (``cloud.provider.com/topology-rack``
+        gives ``topology-rack``)."""
         return self.prefix if self.prefix is not None else self.label.rsplit("/", 1)[-1]
 
 
