@@ -11,6 +11,11 @@ generators:
 * ``poisson``: arrivals at a mean rate, runtimes from a distribution, both drawn from a seeded generator;
 * ``fixed``: a list of jobs with arrival times.
 
+A scenario may also declare KAI topologies (``topologies``: ordered node-label levels), lay its nodes out
+in domains of those levels (``nodes[].domains``: consecutive nodes share a block, a rack, ...) and give
+workloads a ``topology_constraint`` (required and/or preferred level), which the simulator puts on each
+job's ``PodGroupUpserted``.
+
 :func:`load_scenario` reads and validates a file (every error names the file and the field path, e.g.
 ``s.yaml: workloads[0].runtime: ...``); :func:`apply_overrides` changes fields by dotted path first
 (``fairshare.k_value=0``); :meth:`Scenario.build` turns it into the inputs of
@@ -23,7 +28,7 @@ import math
 import random
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self
@@ -38,6 +43,8 @@ from ingest.tenants import EngineSpec, QueueSpec, TenantsConfig
 from ingest.trace import GPU_MODEL_LABEL
 
 __all__ = [
+    "HOSTNAME_LABEL",
+    "DomainSplit",
     "FairshareSpec",
     "FixedJob",
     "FixedWorkload",
@@ -47,6 +54,8 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "ScenarioRun",
+    "TopologyConstraintSpec",
+    "TopologySpec",
     "apply_overrides",
     "decay_usage",
     "load_scenario",
@@ -58,6 +67,15 @@ GIB: Final = 1 << 30
 _UNITS_MS: Final = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _DURATION: Final = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d|w)\s*")
 MAX_JOBS: Final = 1_000_000  # a guard against a rate typo generating a run that never finishes
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"  # what the kubelet labels every node with
+# A label key: an optional DNS-subdomain prefix and a name (Kubernetes' qualified-name syntax).
+_LABEL_KEY: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE: Final = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+LabelKey = Annotated[str, Field(pattern=_LABEL_KEY, max_length=316)]
+LabelValue = Annotated[str, Field(pattern=_LABEL_VALUE)]
 
 
 class ScenarioError(ValueError):
@@ -106,8 +124,26 @@ class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class DomainSplit(_Spec):
+    """Consecutive nodes of an entry share a domain of one topology level: every ``nodes`` nodes get the
+    next value ``<prefix>-<k>`` of label ``label`` (k counts on across entries with the same label)."""
+
+    label: LabelKey
+    nodes: Annotated[int, Field(ge=1, le=100_000)]
+    prefix: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,40}[A-Za-z0-9])?$")] | None = None
+
+    def value_prefix(self) -> str:
+        """``prefix``, or the label's name without its DNS prefix (``cloud.provider.com/topology-rack``
+        gives ``topology-rack``)."""
+        return self.prefix if self.prefix is not None else self.label.rsplit("/", 1)[-1]
+
+
 class NodeShape(_Spec):
-    """``count`` identical nodes named ``<name_prefix>-<i>`` (i counts on across entries with one prefix)."""
+    """``count`` identical nodes named ``<name_prefix>-<i>`` (i counts on across entries with one prefix).
+
+    ``labels`` are put on every node of the entry; ``domains`` (widest level first) split the entry's
+    nodes into consecutive groups per level, e.g. 4 nodes a rack and 16 a block.
+    """
 
     count: Annotated[int, Field(ge=1, le=100_000)]
     gpus: Annotated[int, Field(ge=0, le=1024)]
@@ -115,12 +151,52 @@ class NodeShape(_Spec):
     memory: Positive = 512  # GiB
     gpu_model: Annotated[str, Field(pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")] = "sim-gpu"
     name_prefix: Annotated[str, Field(min_length=1, max_length=200)] = "node"
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    domains: list[DomainSplit] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _exact_units(self) -> Self:
         _exact(self.cpu, 1000, "cpu")
         _exact(self.memory, GIB, "memory")
+        reserved = sorted({GPU_MODEL_LABEL, HOSTNAME_LABEL} & set(self.labels))
+        if reserved:
+            raise ValueError(f"labels: {reserved[0]!r} is set by the simulator (gpu_model, the node's name)")
+        seen: set[str] = set(self.labels)
+        for i, d in enumerate(self.domains):
+            if d.label in seen or d.label in (GPU_MODEL_LABEL, HOSTNAME_LABEL):
+                raise ValueError(f"domains[{i}].label: {d.label!r} is already set on these nodes")
+            seen.add(d.label)
+            if i and self.domains[i - 1].nodes % d.nodes:
+                prev = self.domains[i - 1]
+                raise ValueError(
+                    f"domains[{i}].nodes: {d.nodes} does not divide {prev.nodes} (domains[{i - 1}].nodes), so a"
+                    f" {d.label} domain would straddle two {prev.label} domains"
+                )
         return self
+
+
+class TopologySpec(_Spec):
+    """A KAI Topology: node-label keys from the widest level to the narrowest."""
+
+    name: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")]
+    levels: Annotated[list[LabelKey], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        for i, level in enumerate(self.levels):
+            if level in self.levels[:i]:
+                raise ValueError(f"levels[{i}]: {level!r} is listed twice")
+        return self
+
+
+class TopologyConstraintSpec(_Spec):
+    """A workload's KAI ``topologyConstraint``: all pods of a job within one domain of ``required_level``
+    (or the job waits), and/or packed into as few domains of ``preferred_level`` as possible. ``topology``
+    may be left out when the scenario declares exactly one."""
+
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
 
 
 class _PodShape(_Spec):
@@ -132,6 +208,7 @@ class _PodShape(_Spec):
     memory_per_pod: NonNeg = 4
     priority: int = 50
     gpu_model: str | None = None  # a required node affinity on the gpu-model label
+    topology_constraint: TopologyConstraintSpec | None = None
 
     @model_validator(mode="after")
     def _valid_request(self) -> Self:
@@ -231,6 +308,7 @@ class FixedJob(_Spec):
     cpu_per_pod: NonNeg | None = None
     memory_per_pod: NonNeg | None = None
     priority: int | None = None
+    topology_constraint: TopologyConstraintSpec | None = None  # {} = none, whatever the workload says
 
 
 class FixedWorkload(_PodShape):
@@ -290,6 +368,7 @@ class Scenario(_Spec):
     eviction_grace: DurationMs = 30_000
     seed: int = 0
     nodes: Annotated[list[NodeShape], Field(min_length=1)]
+    topologies: list[TopologySpec] = Field(default_factory=list)
     queues: Annotated[list[QueueSpec], Field(min_length=1)]
     engine: EngineSpec = Field(default_factory=EngineSpec)
     fairshare: FairshareSpec = Field(default_factory=FairshareSpec)
@@ -320,7 +399,76 @@ class Scenario(_Spec):
                 )
             if not isinstance(w, FixedWorkload) and w.stop is not None and w.stop <= w.start:
                 raise ValueError(f"workloads[{i}]: stop {w.stop} ms is not after start {w.start} ms")
+        self._check_topologies()
         return self
+
+    def _check_topologies(self) -> None:
+        """Topology names are unique, every level is a label some node carries, every domain label is a
+        level of some topology, and every workload's constraint names a topology and levels of it."""
+        names = [t.name for t in self.topologies]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise ValueError(f"topologies[{i}].name: {name!r} is declared twice")
+        carried = {HOSTNAME_LABEL} if self.topologies else set()
+        for shape in self.nodes:
+            carried |= set(shape.labels) | {d.label for d in shape.domains}
+        all_levels = {lv for t in self.topologies for lv in t.levels}
+        for i, shape in enumerate(self.nodes):
+            for k, d in enumerate(shape.domains):
+                if d.label not in all_levels:
+                    raise ValueError(
+                        f"nodes[{i}].domains[{k}].label: {d.label!r} is not a level of any topology"
+                        f" (levels: {sorted(all_levels)})"
+                    )
+        for i, t in enumerate(self.topologies):
+            for k, level in enumerate(t.levels):
+                if level not in carried:
+                    raise ValueError(
+                        f"topologies[{i}].levels[{k}]: no node carries label {level!r}"
+                        " (give it in nodes[].labels or nodes[].domains)"
+                    )
+        for i, w in enumerate(self.workloads):
+            self._constraint(w, f"workloads[{i}].topology_constraint")
+            if isinstance(w, FixedWorkload):
+                for k, j in enumerate(w.jobs):
+                    self._constraint(w.shape_of(j), f"workloads[{i}].jobs[{k}].topology_constraint")
+
+    def _constraint(self, w: _PodShape, where: str) -> tuple[str | None, str | None, str | None]:
+        """(topology, required level, preferred level) of a workload; raises ValueError naming *where*."""
+        c = w.topology_constraint
+        if c is None or (c.required_level is None and c.preferred_level is None):
+            return (None, None, None)
+        by_name = {t.name: t for t in self.topologies}
+        if c.topology is None:
+            if len(self.topologies) != 1:
+                raise ValueError(
+                    f"{where}.topology: name one of the scenario's topologies {sorted(by_name)}"
+                    if self.topologies
+                    else f"{where}: the scenario declares no topologies"
+                )
+            topo = self.topologies[0]
+        elif c.topology not in by_name:
+            raise ValueError(
+                f"{where}.topology: {c.topology!r} is not declared (topologies: {sorted(by_name)})"
+            )
+        else:
+            topo = by_name[c.topology]
+        for field in ("required_level", "preferred_level"):
+            level = getattr(c, field)
+            if level is not None and level not in topo.levels:
+                raise ValueError(
+                    f"{where}.{field}: {level!r} is not a level of topology {topo.name!r} (levels: {topo.levels})"
+                )
+        if (
+            c.required_level is not None
+            and c.preferred_level is not None
+            and topo.levels.index(c.preferred_level) < topo.levels.index(c.required_level)
+        ):
+            raise ValueError(
+                f"{where}.preferred_level: {c.preferred_level!r} is wider than the required level"
+                f" {c.required_level!r}; the preferred level must be at or below the required one"
+            )
+        return (topo.name, c.required_level, c.preferred_level)
 
     def tenants(self) -> TenantsConfig:
         """The tenants view of the scenario (queue tree, engine knobs, cycle period) the simulator runs."""
@@ -343,22 +491,37 @@ class Scenario(_Spec):
         """One ``NodeUpserted`` per node at time 0, in file order."""
         out: list[ev.NodeUpserted] = []
         counters: dict[str, int] = {}
+        domain_next: dict[str, int] = {}  # per domain label: the next value number
         for shape in self.nodes:
-            for _ in range(shape.count):
+            first = {d.label: domain_next.get(d.label, 0) for d in shape.domains}
+            for d in shape.domains:
+                domain_next[d.label] = first[d.label] + -(-shape.count // d.nodes)
+            for j in range(shape.count):
                 k = counters.get(shape.name_prefix, 0)
                 counters[shape.name_prefix] = k + 1
+                name = f"{shape.name_prefix}-{k}"
+                labels = {GPU_MODEL_LABEL: shape.gpu_model} if shape.gpus else {}
+                if self.topologies:
+                    labels[HOSTNAME_LABEL] = name
+                labels.update(shape.labels)
+                for d in shape.domains:
+                    labels[d.label] = f"{d.value_prefix()}-{first[d.label] + j // d.nodes}"
                 out.append(
                     ev.NodeUpserted(
                         at_ms=0,
-                        name=f"{shape.name_prefix}-{k}",
+                        name=name,
                         cpu_millicores=_exact(shape.cpu, 1000, "cpu"),
                         memory_bytes=_exact(shape.memory, GIB, "memory"),
                         gpus=shape.gpus,
                         gpu_model=shape.gpu_model if shape.gpus else None,
-                        labels={GPU_MODEL_LABEL: shape.gpu_model} if shape.gpus else {},
+                        labels=dict(sorted(labels.items())),
                     )
                 )
         return out
+
+    def topology_events(self) -> list[ev.TopologyUpserted]:
+        """One ``TopologyUpserted`` per declared topology at time 0, in file order."""
+        return [ev.TopologyUpserted(at_ms=0, name=t.name, levels=list(t.levels)) for t in self.topologies]
 
     def build(self) -> ScenarioRun:
         """The simulator's inputs: nodes, tenants, the static jobs (poisson, fixed), the keep-pending rules,
@@ -367,6 +530,7 @@ class Scenario(_Spec):
         rules: list[KeepPending] = []
         for i, w in enumerate(self.workloads):
             prefix = w.name or f"{w.queue}-w{i}"
+            topology, required, preferred = self._constraint(w, f"workloads[{i}].topology_constraint")
             if isinstance(w, KeepPendingWorkload):
                 rules.append(
                     KeepPending(
@@ -380,15 +544,24 @@ class Scenario(_Spec):
                         start_ms=w.start,
                         stop_ms=w.stop,
                         affinity=w.affinity(),
+                        topology=topology,
+                        required_level=required,
+                        preferred_level=preferred,
                     )
                 )
             elif isinstance(w, PoissonWorkload):
-                jobs.extend(self._poisson(w, i, prefix))
+                jobs.extend(
+                    replace(j, topology=topology, required_level=required, preferred_level=preferred)
+                    for j in self._poisson(w, i, prefix)
+                )
             else:
                 for k, j in enumerate(w.jobs):
                     if j.at >= self.duration:
                         continue  # arrives after the end of the run
                     shape = w.shape_of(j)
+                    topology, required, preferred = self._constraint(
+                        shape, f"workloads[{i}].jobs[{k}].topology_constraint"
+                    )
                     jobs.append(
                         JobSpec(
                             name=j.name or f"{prefix}-{k}",
@@ -399,10 +572,14 @@ class Scenario(_Spec):
                             pods=shape.pods,
                             priority=shape.priority,
                             affinity=shape.affinity(),
+                            topology=topology,
+                            required_level=required,
+                            preferred_level=preferred,
                         )
                     )
         return ScenarioRun(
             nodes=self.node_events(),
+            topologies=self.topology_events(),
             tenants=self.tenants(),
             jobs=jobs,
             keep_pending=rules,
@@ -460,6 +637,7 @@ class ScenarioRun:
     """What :meth:`Scenario.build` gives the simulator."""
 
     nodes: list[ev.NodeUpserted]
+    topologies: list[ev.TopologyUpserted]
     tenants: TenantsConfig
     jobs: list[JobSpec]
     keep_pending: list[KeepPending]

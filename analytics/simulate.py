@@ -9,7 +9,8 @@ Everything the simulated cluster does is an event of the contract (:mod:`ingest.
 :class:`~scheduler.engine.state.StateBuilder` and written to a :class:`~analytics.simlog.SimLog`, so a run leaves
 the same event log and cycle records a real deployment would:
 
-* t = 0: one ``NodeUpserted`` per node, one ``QueueUpserted`` per queue (parents first);
+* t = 0: one ``NodeUpserted`` per node, one ``QueueUpserted`` per queue (parents first), one
+  ``TopologyUpserted`` per topology (a scenario's; jobs may carry a topology constraint on their pod group);
 * a task's ``creation_time`` (a job's arrival): ``PodGroupUpserted`` + one ``PodSubmitted`` per pod
   (namespace = the queue); a pod group is deleted when its last pod finishes;
 * a cycle every ``period`` simulated seconds, at multiples of the period; its ``Bind`` decisions become
@@ -106,6 +107,9 @@ class JobSpec:
     priority: int = 50
     affinity: tuple[ev.NodeSelectorTerm, ...] = ()
     fails: bool = False
+    topology: str | None = None  # KAI topologyConstraint of the pod group (levels need a topology)
+    required_level: str | None = None
+    preferred_level: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,9 @@ class KeepPending:
     start_ms: int = 0
     stop_ms: int | None = None
     affinity: tuple[ev.NodeSelectorTerm, ...] = ()
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
 
 
 @dataclass(slots=True)
@@ -140,6 +147,9 @@ class _Group:
     rule: int = -1  # the KeepPending rule that submitted it, -1 for none
     live: int = 0  # pods not done
     pending: int = 0  # pods pending right now
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
 
 
 @dataclass(slots=True)
@@ -158,6 +168,7 @@ class _Task:
     first_start_ms: int | None = None
     incarnation: int = 0  # bumped on eviction, so the evicted run's finish is ignored
     node: int = -1
+    first_node: int = -1  # where its first run was placed
     devices: tuple[int, ...] = ()
     per_device: int = 0  # milli-GPU held on each device
     evictions: int = 0
@@ -281,7 +292,8 @@ class Simulator:
     never runs dry). *usage* replaces the built-in decayed-usage accumulator (``k_value`` > 0 only): it is
     called with the exact allocation history and the snapshot time, see :class:`UsageHistory`. *seed*
     salts the task -> queue hash (0 = the plain name), the only input the seed changes: the engine is
-    deterministic, so the same inputs and seed give byte-identical logs.
+    deterministic, so the same inputs and seed give byte-identical logs. *topologies* are logged at t = 0;
+    with them the summary has a ``topology`` section (gang placement per level and queue).
     """
 
     def __init__(
@@ -298,8 +310,10 @@ class Simulator:
         keep_pending: Sequence[KeepPending] = (),
         end_ms: int | None = None,
         usage: UsageFn | None = None,
+        topologies: Sequence[ev.TopologyUpserted] = (),
     ) -> None:
         self.tenants = tenants
+        self.topologies = list(topologies)
         self.period_ms = (period_s if period_s is not None else tenants.cycle_period_s) * 1000
         if self.period_ms <= 0:
             raise ValueError(f"the cycle period must be positive, got {self.period_ms / 1000:g} s")
@@ -434,6 +448,9 @@ class Simulator:
             pods=[],
             rule=rule,
             live=spec.pods,
+            topology=spec.topology,
+            required_level=spec.required_level,
+            preferred_level=spec.preferred_level,
         )
         for name in names:
             t = _Task(
@@ -566,6 +583,9 @@ class Simulator:
                 min_member=len(g.pods),
                 priority=g.priority,
                 created_at_ms=g.created_ms,
+                topology=g.topology,
+                required_topology_level=g.required_level,
+                preferred_topology_level=g.preferred_level,
             )
         )
         for i in g.pods:
@@ -621,6 +641,9 @@ class Simulator:
                     pods=rule.pods,
                     priority=rule.priority,
                     affinity=rule.affinity,
+                    topology=rule.topology,
+                    required_level=rule.required_level,
+                    preferred_level=rule.preferred_level,
                 )
                 self._arrive(self._add_job(spec, r), now_ms)
                 added = True
@@ -722,6 +745,7 @@ class Simulator:
         t.last_reason = None
         if t.first_start_ms is None:
             t.first_start_ms = now_ms
+            t.first_node = t.node
         self._push(now_ms + t.runtime_ms, _FINISH, self.by_uid[d.pod], t.incarnation)
         for v in self.min_runtimes:  # protection expiring can let a pending pod preempt / reclaim
             self._push(now_ms + v, _WAKE)
@@ -749,6 +773,8 @@ class Simulator:
             self._emit(n if n.at_ms == 0 else n.model_copy(update={"at_ms": 0}))
         for q in self.tenants.queue_events():
             self._emit(q)
+        for topo in self.topologies:
+            self._emit(topo if topo.at_ms == 0 else topo.model_copy(update={"at_ms": 0}))
         order = sorted(range(len(self.groups)), key=lambda i: (self.groups[i].created_ms, i))
         for i in order:
             if self.end_ms is None or self.groups[i].created_ms < self.end_ms:
@@ -888,9 +914,66 @@ class Simulator:
                 "events_per_second": round((self.offset + 1) / self.wall_s, 1) if self.wall_s > 0 else 0.0,
             },
         }
+        if self.topologies:
+            summary["topology"] = self._topology_summary()
         return SimulationResult(
             summary=summary, capacity_gpu_milli=cap, leaf_queues=list(self.leaves), timeline=self.timeline
         )
+
+    def _topology_summary(self) -> list[dict[str, Any]]:
+        """Per topology, level and leaf queue: how spread the gangs (jobs of 2 or more pods) were where their
+        pods first ran, over the gangs all of whose pods started. A node without a level's labels counts
+        as a domain of its own at that level."""
+        out: list[dict[str, Any]] = []
+        gangs = [
+            g for g in self.groups if len(g.pods) > 1 and all(self.tasks[i].first_node >= 0 for i in g.pods)
+        ]
+        for topo in self.topologies:
+            levels: list[dict[str, Any]] = []
+            for depth, level in enumerate(topo.levels):
+                keys = topo.levels[: depth + 1]
+                per_queue: dict[str, list[int]] = {name: [] for name in self.leaves}
+                for g in gangs:
+                    seen: set[tuple[str, ...]] = set()
+                    for i in g.pods:
+                        node = self.nodes[self.tasks[i].first_node]
+                        labels = node.labels
+                        if all(k in labels for k in keys):
+                            seen.add(tuple(labels[k] for k in keys))
+                        else:
+                            seen.add(("", node.name))
+                    per_queue[g.queue].append(len(seen))
+                queues = []
+                for name in self.leaves:
+                    counts = per_queue[name]
+                    if not counts:
+                        continue
+                    queues.append(
+                        {
+                            "queue": name,
+                            "gangs": len(counts),
+                            "mean_domains": round(sum(counts) / len(counts), 3),
+                            "max_domains": max(counts),
+                            "within_one": sum(1 for c in counts if c == 1),
+                        }
+                    )
+                levels.append({"level": level, "queues": queues})
+            constrained = Counter(
+                (g.queue, g.required_level, g.preferred_level) for g in self.groups if g.topology == topo.name
+            )
+            out.append(
+                {
+                    "name": topo.name,
+                    "levels": levels,
+                    "constrained_jobs": [
+                        {"queue": q, "required_level": r, "preferred_level": p, "jobs": n}
+                        for (q, r, p), n in sorted(
+                            constrained.items(), key=lambda kv: (kv[0][0], str(kv[0][1:]))
+                        )
+                    ],
+                }
+            )
+        return out
 
     def manifest(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The run manifest for :meth:`SimLog.close`: *inputs* plus config and counts (no wall times)."""
@@ -978,6 +1061,7 @@ def simulate(
     keep_pending: Sequence[KeepPending] = (),
     end_ms: int | None = None,
     usage: UsageFn | None = None,
+    topologies: Sequence[ev.TopologyUpserted] = (),
 ) -> SimulationResult:
     """Run a whole simulation (see the module doc and :class:`Simulator`); closes *log* with the manifest."""
     sim = Simulator(
@@ -992,6 +1076,7 @@ def simulate(
         keep_pending=keep_pending,
         end_ms=end_ms,
         usage=usage,
+        topologies=topologies,
     )
     with gc_tuned():
         result = sim.run()

@@ -200,6 +200,22 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for k, v in rows:
         ct.add_row(k, v)
     console.print(ct)
+    for topo in summary.get("topology", []):
+        tt = Table(title=f"Gang placement, topology {topo['name']}", title_justify="left")
+        for col in ("level", "queue", "gangs", "domains: mean", "max", "within one"):
+            tt.add_column(col, justify="left" if col in ("level", "queue") else "right")
+        for lv in topo["levels"]:
+            for q in lv["queues"]:
+                share = q["within_one"] / q["gangs"]
+                tt.add_row(
+                    lv["level"],
+                    q["queue"],
+                    f"{q['gangs']:,}",
+                    f"{q['mean_domains']:.2f}",
+                    f"{q['max_domains']:,}",
+                    f"{q['within_one']:,} ({share:.0%})",
+                )
+        console.print(tt)
 
 
 def write_plot(result: SimulationResult, path: Path) -> None:
@@ -250,6 +266,7 @@ class _CliRun:
     end_ms: int | None = None
     usage: UsageFn | None = None
     scenario: dict[str, Any] | None = None
+    topologies: list[ev.TopologyUpserted] = field(default_factory=list)
 
 
 def _trace_inputs(args: argparse.Namespace) -> _CliRun:
@@ -315,6 +332,7 @@ def _scenario_inputs(args: argparse.Namespace) -> _CliRun:
         keep_pending=built.keep_pending,
         end_ms=built.end_ms,
         usage=built.usage,
+        topologies=built.topologies,
         scenario={
             "name": scenario.name,
             "file": str(args.config),
@@ -382,6 +400,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 keep_pending=run.keep_pending,
                 end_ms=run.end_ms,
                 usage=run.usage,
+                topologies=run.topologies,
             )
         except ValueError as exc:
             err.print(f"simulate: {exc}", markup=False, highlight=False, soft_wrap=True)
