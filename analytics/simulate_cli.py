@@ -106,7 +106,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
+    """Seconds as s, min, h or d (the summary's and whatif's tables)."""
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
@@ -146,8 +147,8 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             f"{q['gpu_hours']:,.1f}",
             f"{fair:,.1f}",
             ratio,
-            _duration(q["mean_wait_s"]),
-            _duration(q["p95_wait_s"]),
+            duration(q["mean_wait_s"]),
+            duration(q["p95_wait_s"]),
             f"{q['pending_at_end']:,}",
             f"{q['evictions']:,}",
             style=style,
@@ -170,7 +171,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     )
     rows = [
         ("nodes / GPUs", f"{c['nodes']:,} / {c['gpus']:,}"),
-        ("simulated time", _duration(summary["simulated_seconds"])),
+        ("simulated time", duration(summary["simulated_seconds"])),
         (
             "tasks: started / finished / pending at end",
             f"{c['tasks_started']:,} / {c['tasks_finished']:,} / {c['tasks_pending_at_end']:,}",

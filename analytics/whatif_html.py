@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from analytics.report_html import _CSS, _svg, _table
+from analytics.simulate_cli import duration
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -28,7 +29,6 @@ __all__ = [
     "HEAD",
     "PLOTS",
     "Timeline",
-    "duration",
     "fmt",
     "render_html",
     "write_html",
@@ -66,17 +66,6 @@ def fmt(key: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.1f}" if key != "fragmented_gpus" else f"{value:,.2f}"
     return f"{value:,}"
-
-
-def duration(seconds: float) -> str:
-    """Seconds as s, min, h or d."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 HEAD: Final = {

@@ -18,6 +18,8 @@ from typing import Any, Final
 
 import yaml
 
+from ingest.kubeclient import add_kubeconfig_argument
+
 __all__ = ["FIELD_MANAGER", "add_arguments", "apply_crds", "load_crds", "run_cli"]
 
 FIELD_MANAGER: Final = "hourglass"
@@ -69,11 +71,7 @@ def apply_crds(
 def add_arguments(p: Any) -> None:
     """The ``apply-crds`` subcommand's arguments (``p`` is an ``argparse.ArgumentParser``)."""
     p.add_argument("--dir", required=True, help="directory of CRD YAML files (deploy/crds)")
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else the in-cluster service account)",
-    )
+    add_kubeconfig_argument(p)
     p.add_argument(
         "--field-manager", default=FIELD_MANAGER, help=f"server-side apply field manager ({FIELD_MANAGER})"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["api_client"]
+__all__ = ["add_kubeconfig_argument", "api_client"]
 
 
 def api_client(kubeconfig: str | None) -> Any:
@@ -22,3 +22,12 @@ def api_client(kubeconfig: str | None) -> Any:
 
         config.load_incluster_config()
         return client.ApiClient()
+
+
+def add_kubeconfig_argument(p: Any) -> None:
+    """The ``--kubeconfig`` option :func:`api_client` reads (``p`` is an ``argparse.ArgumentParser``)."""
+    p.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else the in-cluster service account)",
+    )

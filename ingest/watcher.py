@@ -77,6 +77,7 @@ from ingest.events import (
     event_key,
     parse_event,
 )
+from ingest.kubeclient import add_kubeconfig_argument
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from ingest.podgrouper import (
     ANNOTATION_SKIP_PODGROUPER,
@@ -1200,11 +1201,7 @@ def _devices(raw: Any) -> list[int]:
 def add_arguments(p: Any) -> None:
     """The ``ingest`` subcommand's arguments (``p`` is an ``argparse.ArgumentParser``)."""
     p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else the in-cluster service account)",
-    )
+    add_kubeconfig_argument(p)
     p.add_argument(
         "--state",
         default=None,

@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from ingest.kube import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
+from ingest.kubeclient import add_kubeconfig_argument
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from ingest.units import decimal_text
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
@@ -956,11 +957,7 @@ class Binder:
 def add_arguments(p: Any) -> None:
     """The ``bind`` subcommand's arguments (``p`` is an ``argparse.ArgumentParser``)."""
     p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
-    p.add_argument(
-        "--kubeconfig",
-        default=None,
-        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config, else the in-cluster service account)",
-    )
+    add_kubeconfig_argument(p)
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.decisions, PREFIX.deadletter as topics")
     p.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default {DEFAULT_GROUP})")
     p.add_argument(

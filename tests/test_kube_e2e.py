@@ -47,7 +47,8 @@ def _queue(api: Any, name: str, gpu_quota: float, parent: str | None = None) -> 
     )
 
 
-def _podgroup(api: Any, ns: str, name: str, queue: str, min_member: int) -> None:
+def _podgroup(api: Any, ns: str, name: str, queue: str, min_member: int, **spec: Any) -> None:
+    """A PodGroup with *spec* fields beyond minMember and queue (e.g. ``topologyConstraint``)."""
     from kubernetes import client
 
     client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -59,7 +60,7 @@ def _podgroup(api: Any, ns: str, name: str, queue: str, min_member: int) -> None
             "apiVersion": "scheduling.run.ai/v2alpha2",
             "kind": "PodGroup",
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"minMember": min_member, "queue": queue},
+            "spec": {"minMember": min_member, "queue": queue, **spec},
         },
     )
 

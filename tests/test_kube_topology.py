@@ -27,7 +27,7 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
 from ingest.watcher import KubeApi, KubeIngest
 from tests.test_binder import apply_crds, make_node, make_pod, make_queue, read_pod
-from tests.test_kube_e2e import Pipeline, _last
+from tests.test_kube_e2e import Pipeline, _last, _podgroup
 
 GROUP, VERSION, PLURAL = "kai.scheduler", "v1alpha1", "topologies"
 CRD_NAME = "topologies.kai.scheduler"
@@ -43,23 +43,6 @@ def _create_topology(api: Any, name: str, levels: list[str] | None) -> None:
     from kubernetes import client
 
     client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, PLURAL, _topology(name, levels))
-
-
-def _podgroup(api: Any, ns: str, name: str, queue: str, min_member: int, constraint: dict[str, str]) -> None:
-    from kubernetes import client
-
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.run.ai",
-        "v2alpha2",
-        ns,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.run.ai/v2alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"minMember": min_member, "queue": queue, "topologyConstraint": constraint},
-        },
-    )
 
 
 def _events(log: Log) -> list[Any]:
@@ -142,7 +125,7 @@ def test_rack_constrained_gang_is_placed_within_one_rack(
         for node, (rack, gpus) in racks.items():
             make_node(api, node, gpus=gpus, labels={**sel, BLOCK: "b1", RACK: rack})
         make_queue(api, queue, gpu_quota=8)
-        _podgroup(api, ns, "train", queue, 4, constraint)
+        _podgroup(api, ns, "train", queue, 4, topologyConstraint=constraint)
         for i in range(4):
             make_pod(
                 api,
@@ -164,7 +147,7 @@ def test_rack_constrained_gang_is_placed_within_one_rack(
             assert {binds[f"{ns}/train-{i}"]["node"] for i in range(4)} == nodes
 
             # A second gang of 4: 4 GPUs are free (3 in r1, 1 in r3) but no rack has 4, so it waits and says why.
-            _podgroup(api, ns, "late", queue, 4, constraint)
+            _podgroup(api, ns, "late", queue, 4, topologyConstraint=constraint)
             for i in range(4):
                 make_pod(
                     api,
