@@ -338,15 +338,19 @@ def run_timed_cycle(
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
     clock: Callable[[], float] = time.perf_counter,
+    opener: Callable[
+        [ClusterState, SessionConfig | None, int, Mapping[str, Mapping[str, float]] | None], Session
+    ] = open_session,
 ) -> tuple[CycleRecord, Session, dict[str, float]]:
     """:func:`scheduler.engine.cycle.run_cycle` plus wall-clock durations for :func:`observe_cycle`.
 
     The record is the same as ``run_cycle``'s (timing only observes the cycle, it never feeds it).
     ``durations`` has ``open_session``, one key per action and :data:`CYCLE_KEY` for the whole cycle.
+    ``opener`` opens the session (the service passes its kept session's, :mod:`scheduler.engine.kept`).
     """
     durations: dict[str, float] = {}
     t0 = clock()
-    ssn = open_session(state, config, now_ms, usage)
+    ssn = opener(state, config, now_ms, usage)
     t1 = clock()
     durations["open_session"] = t1 - t0
     for name in actions:

@@ -37,9 +37,9 @@ from typing import Any, Final
 
 from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
-from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
+from scheduler.engine.kept import KeptSession, run_kept_cycle
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
@@ -160,6 +160,7 @@ class RunStats:
     refolded: int = 0  # records refolded on start
     cycle_seconds: float = 0.0
     fold_seconds: float = 0.0
+    sessions_patched: int = 0  # cycles whose session was the last one's, patched (see scheduler/engine/kept.py)
     last_cycle: CycleRecord | None = field(default=None, repr=False)
 
 
@@ -213,6 +214,7 @@ class Service:
         self.dead_seen: set[tuple[str, int]] = set()
         self.stats = RunStats()
         self.encoder = DeltaEncoder(checkpoint_every)  # a fresh encoder: the first record is a checkpoint
+        self.kept = KeptSession()  # the last cycle's session, patched for the next one
         self._recovered = False
         self._stop = False
 
@@ -389,16 +391,20 @@ class Service:
         t1 = time.perf_counter()
         usage = u.usage if u is not None else None
         usage_id = u.id if u is not None else None
+        # The session is kept between cycles and patched from the new snapshot (scheduler/engine/kept.py):
+        # it equals the one run_cycle opens afresh, so the record is run_cycle's.
         if self.metrics is None:
-            record, _ = run_cycle(self.folder.snapshot(), self.config, now_ms, usage, usage_id)
+            record, _ = run_kept_cycle(self.kept, self.folder.snapshot(), self.config, now_ms, usage, usage_id)
         else:
-            # The same record as run_cycle's; the timings only observe the cycle, they never feed it.
+            # The same record; the timings only observe the cycle, they never feed it.
             record, ssn, durations = run_timed_cycle(
-                self.folder.snapshot(), self.config, now_ms, usage, usage_id
+                self.folder.snapshot(), self.config, now_ms, usage, usage_id, opener=self.kept.open
             )
+            self.kept.close()
             observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn), session=ssn)
         st.cycle_seconds += time.perf_counter() - t1
         st.cycles += 1
+        st.sessions_patched = self.kept.patched
         st.last_cycle = record
         if record.cycle_id in self.recorded_ids:
             st.cycles_skipped += 1
