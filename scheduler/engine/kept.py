@@ -42,9 +42,9 @@ from scheduler.engine.session import (
     TaskInfo,
     zero,
 )
-from scheduler.engine.state import ClusterState, PodStatus
+from scheduler.engine.state import ClusterState, Job, Pod, PodStatus
 
-__all__ = ["KeptSession", "reopen", "run_kept_cycle"]
+__all__ = ["Index", "KeptSession", "reopen", "run_kept_cycle"]
 
 # Every attribute Session.__init__ sets, each reset or rebuilt by reopen. A session carrying any other
 # attribute set in __init__ (a structure added later that reopen does not know) is opened afresh.
@@ -93,6 +93,7 @@ class KeptSession:
 
     def __init__(self) -> None:
         self.session: Session | None = None
+        self._index: Index | None = None
         self._clean = False
         self.fresh = 0
         self.patched = 0
@@ -108,19 +109,20 @@ class KeptSession:
         """The session for a cycle on ``state``: equal to ``open_session(state, config, now_ms, usage)``."""
         cfg = config or SessionConfig()
         use = {k: dict(v) for k, v in (usage or {}).items()}
-        last, self.session = self.session, None
+        last, index, self.session, self._index = self.session, self._index, None, None
         ssn: Session | None = None
-        if last is None or not self._clean:
+        if last is None or index is None or not self._clean:
             self.last_reason = "no finished previous cycle"
         else:
-            ssn, self.last_reason = reopen(last, state, cfg, now_ms, use)
+            ssn, self.last_reason = reopen(last, index, state, cfg, now_ms, use)
         self._clean = False
-        if ssn is None:
+        if ssn is None or index is None:
             ssn = Session(state, cfg, now_ms, use)
+            index = Index(ssn)
             self.fresh += 1
         else:
             self.patched += 1
-        self.session = ssn
+        self.session, self._index = ssn, index
         return ssn
 
     def close(self) -> None:
@@ -130,6 +132,7 @@ class KeptSession:
     def discard(self) -> None:
         """Forget the kept session (the next ``open`` builds afresh)."""
         self.session = None
+        self._index = None
         self._clean = False
 
 
@@ -171,18 +174,51 @@ def _revert(ssn: Session) -> None:
         t.virtual = False
 
 
+class Index:
+    """What :func:`reopen` keeps beside the session to find what changed without walking every pod.
+
+    Keyed by the identity of the snapshot's objects (``id``): the session's tasks by their pod, its job
+    views by their job. Every key is the id of an object the session holds (a task's pod, a job view's
+    spec), so no key can be reused by another object while the session lives.
+    """
+
+    __slots__ = ("anti", "gated", "job_of", "task_of")
+
+    def __init__(self, ssn: Session) -> None:
+        self.task_of: dict[int, TaskInfo | None] = {id(t.pod): t for t in ssn.tasks}  # gated pods: None
+        self.task_of.update((id(p), None) for p in ssn.gated)
+        self.gated: set[int] = {id(p) for p in ssn.gated}
+        self.job_of: dict[int, JobInfo] = {id(j.spec): j for j in ssn.jobs}
+        self.anti: set[int] = {id(t.pod) for t in ssn.tasks if _holds_anti(t.pod)}
+
+
+def _holds_anti(p: Pod) -> bool:
+    """The pod is placed and has a required anti-affinity term (``Session.anti_present``'s test)."""
+    return bool(
+        p.pod_anti_affinity
+        and p.node is not None
+        and p.status in ACTIVE_USED
+        and any(not a.weight for a in p.pod_anti_affinity)
+    )
+
+
+def _uid(x: Pod | Job) -> str:
+    return x.uid
+
+
 def reopen(
     ssn: Session,
+    index: Index,
     state: ClusterState,
     config: SessionConfig,
     now_ms: int,
     usage: dict[str, dict[str, float]],
 ) -> tuple[Session | None, str]:
-    """Turn the session of the last (finished) cycle into the session of ``state``.
+    """Turn the session of the last (finished) cycle into the session of ``state``; ``index`` is kept current.
 
-    Returns ``(session, "")``, or ``(None, reason)`` when it cannot be reused (then ``ssn`` is spent: build
-    afresh). The session returned is a new :class:`Session` object over ``ssn``'s parts, changed in place
-    (``ssn`` must not be used again).
+    Returns ``(session, "")``, or ``(None, reason)`` when it cannot be reused (then ``ssn`` and ``index``
+    are spent: build afresh). The session returned is a new :class:`Session` object over ``ssn``'s parts,
+    changed in place (``ssn`` must not be used again).
     """
     if UNKNOWN_ATTRS:
         return None, f"Session has attributes reopen does not reset: {sorted(UNKNOWN_ATTRS)}"
@@ -194,58 +230,51 @@ def reopen(
     if old.queues != state.queues:
         return None, "queues changed"
     _revert(ssn)
-
-    # Jobs, in the snapshot's order; a changed job gets a new JobInfo (its tasks are re-made below).
-    old_jobs = ssn.job_by_uid
     queues = ssn.queues
-    jobs: list[JobInfo] = []
-    job_by_uid: dict[str, JobInfo] = {}
-    jobs_changed = len(state.jobs) != len(old_jobs)
-    for i, j in enumerate(state.jobs):
-        ji = old_jobs.get(j.uid)
-        if ji is None or ji.spec is not j:
-            ji = JobInfo(j, queues.get(j.queue), i)
-            jobs_changed = True
-        else:
-            ji.index = i
-            if ji.fit_errors:
-                ji.fit_errors = []
-            ji.last_start_ms = j.last_start_ms
-            ji.stale_since_ms = j.stale_since_ms
-        jobs.append(ji)
-        job_by_uid[j.uid] = ji
+    job_by_uid = ssn.job_by_uid
 
-    # Tasks, in the snapshot's order: kept when the pod and its job are the same objects.
-    old_tasks = {t.uid: t for t in ssn.tasks}
-    tasks: list[TaskInfo] = []
-    task_by_uid: dict[str, TaskInfo] = {}
-    gated = []
-    added: list[TaskInfo] = []
-    anti = False
-    for p in state.pods:
-        if p.gated and p.status is PodStatus.PENDING:
-            gated.append(p)
-            continue
-        if (
-            p.pod_anti_affinity
-            and p.node is not None
-            and p.status in ACTIVE_USED
-            and any(not a.weight for a in p.pod_anti_affinity)
-        ):
-            anti = True
-        job = job_by_uid[p.job]
-        t = old_tasks.get(p.uid)
-        if t is None or t.pod is not p or t.job is not job:
-            t = TaskInfo(p, job)
-            added.append(t)
-        tasks.append(t)
-        task_by_uid[p.uid] = t
+    # Jobs that came (new or changed) and went, by identity; set operations run at C speed.
+    new_job_ids = set(map(id, state.jobs))
+    gone_jobs = set(index.job_of).difference(new_job_ids)
+    came_jobs = new_job_ids.difference(index.job_of)
+    replaced: list[JobInfo] = []  # old views of jobs that changed: their tasks are re-made
+    for jid in sorted(gone_jobs, key=lambda i: index.job_of[i].uid):
+        ji = index.job_of.pop(jid)
+        if job_by_uid.get(ji.uid) is ji:
+            del job_by_uid[ji.uid]
+        replaced.append(ji)
+    if came_jobs:
+        by_id = dict(zip(map(id, state.jobs), state.jobs, strict=True))
+        for j in sorted((by_id[i] for i in came_jobs), key=_uid):
+            ji = JobInfo(j, queues.get(j.queue), 0)
+            index.job_of[id(j)] = ji
+            job_by_uid[j.uid] = ji
+
+    # Pods that came and went; tasks of changed jobs are re-made for their (unchanged) pods.
+    new_pod_ids = set(map(id, state.pods))
+    gone_pods = set(index.task_of).difference(new_pod_ids)
+    came_pods = new_pod_ids.difference(index.task_of)
     removed: list[TaskInfo] = []
-    for uid, t in old_tasks.items():
-        if t.status is not t.orig_status:
-            return None, f"task {uid} was not put back"  # a move outside the recorded decisions
-        if task_by_uid.get(uid) is not t:
+    gated_changed = False
+    for pid in gone_pods:
+        t = index.task_of.pop(pid)
+        if pid in index.gated:
+            index.gated.discard(pid)
+            gated_changed = True
+        index.anti.discard(pid)
+        if t is not None:
             removed.append(t)
+    arriving: list[Pod] = []
+    for ji in replaced:
+        for t in ji.tasks:
+            if id(t.pod) in new_pod_ids:
+                removed.append(t)
+                arriving.append(t.pod)
+    if came_pods:
+        by_pid = dict(zip(map(id, state.pods), state.pods, strict=True))
+        arriving.extend(by_pid[i] for i in came_pods)
+    arriving.sort(key=_uid)
+    removed.sort(key=lambda t: t.uid)
 
     # Take the old tasks off their nodes and queue sums, put the new ones on.
     touched: dict[str, NodeInfo] = {}
@@ -261,8 +290,17 @@ def reopen(
     for job in dirty.values():
         job.tasks = [t for t in job.tasks if id(t) not in removed_ids]
     node_by_name = ssn.node_by_name
-    for t in added:
-        p = t.pod
+    for p in arriving:
+        pid = id(p)
+        if p.gated and p.status is PodStatus.PENDING:
+            index.task_of[pid] = None
+            index.gated.add(pid)
+            gated_changed = True
+            continue
+        t = TaskInfo(p, job_by_uid[p.job])
+        index.task_of[pid] = t
+        if _holds_anti(p):
+            index.anti.add(pid)
         if p.node is not None and p.status in ACTIVE_USED:
             node = node_by_name.get(p.node)
             if node is not None:
@@ -275,20 +313,36 @@ def reopen(
     for job in dirty.values():
         if len(job.tasks) > 1:
             job.tasks.sort(key=TaskInfo.sort_key)
-    if jobs_changed:
+
+    # The lists, in the snapshot's order (C-speed maps over the snapshot), and per-cycle job state.
+    if gone_pods or came_pods or replaced:
+        ssn.tasks = [t for t in map(index.task_of.__getitem__, map(id, state.pods)) if t is not None]
+    if gated_changed:
+        gated = index.gated
+        ssn.gated = [p for p in state.pods if id(p) in gated] if gated else []
+    jobs = ssn.jobs
+    if gone_jobs or came_jobs:
+        jobs = ssn.jobs = list(map(index.job_of.__getitem__, map(id, state.jobs)))
         for q in queues.values():
             q.jobs = []
-        for ji in jobs:
+        for i, ji in enumerate(jobs):
+            ji.index = i
             if ji.queue is not None:
                 ji.queue.jobs.append(ji)
+    for ji in jobs:
+        spec = ji.spec
+        ji.last_start_ms = spec.last_start_ms
+        ji.stale_since_ms = spec.stale_since_ms
+        if ji.fit_errors:
+            ji.fit_errors = []
 
     # Nodes whose foreign pods decide devices after ours, or whose foreign pods changed: rebuilt whole.
     rebuild = {name for name in _foreign_rebuilds(old, state, touched) if name in node_by_name}
     if rebuild:
-        for name in rebuild:
+        for name in sorted(rebuild):
             n = node_by_name[name]
             NodeInfo.__init__(n, n.spec, n.index)
-        for t in tasks:
+        for t in ssn.tasks:
             on = t.node
             if on is not None and on.name in rebuild:
                 on.add(t, t.status, +1)
@@ -302,17 +356,13 @@ def reopen(
 
     ssn.now_ms = now_ms
     ssn.state = state
-    ssn.jobs = jobs
-    ssn.job_by_uid = job_by_uid
-    ssn.tasks = tasks
-    ssn.gated = gated
     ssn.version = 0
     ssn.commits = 0
     ssn.action_cache = {}
     ssn.pred_cache = {}
     ssn.static_cache = {}
     ssn._pod_index = None
-    ssn.anti_present = anti
+    ssn.anti_present = bool(index.anti)
     ssn.last_why = Counter()
     ssn.work = Counter()
     ssn.decisions = []
