@@ -23,7 +23,7 @@ import time
 from ingest import events as ev
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session, run_cycle
 from scheduler.engine.decisions import make_record
-from scheduler.engine.kept import KeptSession, run_kept_cycle
+from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.state import StateBuilder
 
 
@@ -115,7 +115,8 @@ def main() -> None:
     print(f"bench: production_fold {size} events={len(events)} seconds={t1 - t0:.3f}", flush=True)
     kept = KeptSession()
     f0 = time.perf_counter()
-    run_kept_cycle(kept, b.snapshot(), now_ms=10**9 - 1)
+    run_kept_cycle(kept, b.snapshot(), now_ms=10**9 - 1, builder=b, changes=Changes(b.offset))
+    changes = Changes(b.offset)
     f1 = time.perf_counter()
     print(f"bench: production_first_cycle {size} seconds={f1 - f0:.3f}", flush=True)
     # The delta: a.delta // 2 running CPU pods finish, as many new pods are submitted.
@@ -142,11 +143,12 @@ def main() -> None:
         )
     c0 = time.perf_counter()
     for e in delta:
+        changes.note(e)  # what the service's Folder does for each event it folds
         b.apply(e)
     c1 = time.perf_counter()
     state = b.snapshot()
     c2 = time.perf_counter()
-    ssn = kept.open(state, now_ms=10**9)
+    ssn = kept.open(state, now_ms=10**9, builder=b, changes=changes)
     c3 = time.perf_counter()
     print(f"bench: production_delta_fold {size} seconds={c1 - c0:.3f}")
     print(f"bench: production_snapshot {size} seconds={c2 - c1:.3f}")
@@ -167,7 +169,7 @@ def main() -> None:
     s1 = time.perf_counter()
     print(f"bench: production_session_fresh {size} seconds={s1 - s0:.3f}", flush=True)
     fresh, _ = run_cycle(state, now_ms=10**9)
-    print(f"bench: production_same_record {size} same={fresh.dumps() == record.dumps()}")
+    print(f"bench: production_same_record {size} same={fresh.dumps() == record.dumps()} patched={kept.patched}")
 
 
 if __name__ == "__main__":

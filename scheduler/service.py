@@ -39,8 +39,8 @@ from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, du
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
 from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
-from scheduler.engine.kept import KeptSession, run_kept_cycle
-from scheduler.engine.session import SessionConfig
+from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
     SchedulerMetrics,
@@ -108,6 +108,7 @@ class Folder:
         self.builder = StateBuilder()
         self.now_ms = 0
         self.folded = 0
+        self.changes = Changes(self.builder.offset)  # what was folded since take_changes (kept sessions)
 
     @property
     def offset(self) -> int:
@@ -125,6 +126,7 @@ class Folder:
         except Exception as exc:  # parse_event promises EventError only; be safe anyway
             return self._dead(record, UNPARSEABLE, f"{type(exc).__name__}: {exc}")
         previous = self.builder.offset
+        self.changes.note(event)
         try:
             self.builder.apply(event, record.offset)
         except Exception as exc:
@@ -136,6 +138,11 @@ class Folder:
 
     def snapshot(self) -> ClusterState:
         return self.builder.snapshot()
+
+    def take_changes(self) -> Changes:
+        """What was folded since the last call (or since the start), and start noting afresh."""
+        out, self.changes = self.changes, Changes(self.builder.offset)
+        return out
 
     def _dead(self, record: Record, reason: str, message: str) -> DeadLetter:
         raw = record.value.decode("utf-8", errors="backslashreplace")
@@ -393,12 +400,18 @@ class Service:
         usage_id = u.id if u is not None else None
         # The session is kept between cycles and patched from the new snapshot (scheduler/engine/kept.py):
         # it equals the one run_cycle opens afresh, so the record is run_cycle's.
+        state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
         if self.metrics is None:
-            record, _ = run_kept_cycle(self.kept, self.folder.snapshot(), self.config, now_ms, usage, usage_id)
+            record, _ = run_kept_cycle(
+                self.kept, state, self.config, now_ms, usage, usage_id, builder=builder, changes=changes
+            )
         else:
             # The same record; the timings only observe the cycle, they never feed it.
+            def opener(*a: Any) -> Session:
+                return self.kept.open(*a, builder=builder, changes=changes)
+
             record, ssn, durations = run_timed_cycle(
-                self.folder.snapshot(), self.config, now_ms, usage, usage_id, opener=self.kept.open
+                state, self.config, now_ms, usage, usage_id, opener=opener
             )
             self.kept.close()
             observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn), session=ssn)

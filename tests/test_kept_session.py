@@ -24,7 +24,7 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.engine.cycle import open_session, run_actions, run_cycle
 from scheduler.engine.decisions import make_record
-from scheduler.engine.kept import KeptSession, run_kept_cycle
+from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import PodStatus, StateBuilder
 from scheduler.service import Service
@@ -257,6 +257,7 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
         b.apply(e)
     pending = events[cut:]
     kept = KeptSession()
+    changes = Changes(b.offset)
     config = SessionConfig()
     t = 1_000_000
     for k in range(cycles):
@@ -264,7 +265,8 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
         usage = {"team-00-00": {"gpu": 0.5}} if k % 3 == 2 else None
         fresh = open_session(state, config, t, usage)
         record, ssn = run_cycle(state, config, t, usage, "u" if usage else None)
-        ours = kept.open(state, config, t, usage)
+        ours = kept.open(state, config, t, usage, builder=b, changes=changes)
+        changes = Changes(b.offset)
         assert fingerprint(ours) == fingerprint(fresh), f"cycle {k}: {kept.last_reason}"
         run_actions(ours)
         mine = make_record(ours, state.events_offset, "u" if usage else None, usage_available=usage is not None)
@@ -272,6 +274,7 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
         assert mine.dumps() == record.dumps(), f"cycle {k}"
         t += 1000
         for e in pending + churn(rng, b, ssn, t, k):
+            changes.note(e)
             b.apply(e)
         pending = []
     assert kept.patched + kept.fresh == cycles
@@ -285,15 +288,18 @@ def test_run_kept_cycle_gives_run_cycles_records() -> None:
                                             queues_per_department=2, seed=3)):
         b.apply(e)
     kept = KeptSession()
+    changes = Changes(b.offset)
     t = 1_000_000
     for k in range(12):
         state = b.snapshot()
         expected, ssn = run_cycle(state, SessionConfig(), t)
-        got, _ = run_kept_cycle(kept, state, SessionConfig(), t)
+        got, _ = run_kept_cycle(kept, state, SessionConfig(), t, builder=b, changes=changes)
+        changes = Changes(b.offset)
         assert got.dumps() == expected.dumps(), f"cycle {k}"
         t += 1000
         for e in churn(random.Random(rng.random()), b, ssn, t, k):
             if not isinstance(e, ev.NodeUpserted | ev.NodeRemoved | ev.QueueUpserted | ev.QueueDeleted):
+                changes.note(e)
                 b.apply(e)
     assert kept.fresh == 1 and kept.patched == 11, kept.last_reason
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
 from scheduler.engine.decisions import CycleRecord, make_record
@@ -37,14 +37,15 @@ from scheduler.engine.session import (
     QUEUE_ALLOCATED,
     JobInfo,
     NodeInfo,
+    QueueInfo,
     Session,
     SessionConfig,
     TaskInfo,
     zero,
 )
-from scheduler.engine.state import ClusterState, Job, Pod, PodStatus
+from scheduler.engine.state import ClusterState, Pod, PodStatus, StateBuilder
 
-__all__ = ["Index", "KeptSession", "reopen", "run_kept_cycle"]
+__all__ = ["Changes", "Index", "KeptSession", "reopen", "run_kept_cycle"]
 
 # Every attribute Session.__init__ sets, each reset or rebuilt by reopen. A session carrying any other
 # attribute set in __init__ (a structure added later that reopen does not know) is opened afresh.
@@ -82,13 +83,63 @@ _INIT_ATTRS: Final = frozenset(vars(Session(ClusterState())))
 UNKNOWN_ATTRS: Final = _INIT_ATTRS - _KNOWN  # empty unless Session grew a structure reopen does not reset
 
 
+# Events that change one pod (and its pod group): the pod is named by namespace / name.
+_POD_EVENTS: Final = frozenset({"PodSubmitted", "PodBound", "PodReleasing", "PodFinished", "PodDeleted", "PodUngated"})
+_GROUP_EVENTS: Final = frozenset({"PodGroupUpserted", "PodGroupDeleted"})
+# Events that change neither pods nor pod groups (nodes, queues and foreign pods are compared whole).
+_OTHER_EVENTS: Final = frozenset(
+    {"NodeUpserted", "QueueUpserted", "QueueDeleted", "ForeignPodUpserted", "TopologyUpserted",
+     "TopologyDeleted", "ClockTick"}
+)
+
+
+MAX_NOTED: Final = 50_000  # pods noted before a Changes gives up and asks for a fresh session
+
+
+class Changes:
+    """The pods and pod groups the events folded since offset ``since`` may have changed (a superset).
+
+    :meth:`note` each event before the builder folds it. An event that may change many pods at once (a
+    node removed) or of a kind not known here sets ``everything``: the next session is built afresh.
+    """
+
+    __slots__ = ("everything", "jobs", "pods", "since")
+
+    def __init__(self, since: int) -> None:
+        self.since = since
+        self.pods: set[str] = set()
+        self.jobs: set[str] = set()
+        self.everything = False
+
+    def note(self, event: object) -> None:
+        """Record what folding ``event`` may change (an ``ingest.events`` model or a fast-path struct)."""
+        if self.everything:
+            return
+        e: Any = event
+        kind = getattr(e, "type", None)
+        if kind in _POD_EVENTS:
+            if len(self.pods) >= MAX_NOTED:  # a rebuild is cheaper (and a fold that never takes stays small)
+                self.everything = True
+                self.pods.clear()
+                self.jobs.clear()
+                return
+            self.pods.add(f"{e.namespace}/{e.name}")
+            if kind == "PodSubmitted":
+                self.jobs.add(f"{e.namespace}/{e.pod_group}")
+        elif kind in _GROUP_EVENTS:
+            self.jobs.add(f"{e.namespace}/{e.name}")
+        elif kind not in _OTHER_EVENTS:
+            self.everything = True
+
+
 class KeptSession:
     """The service's session, kept from one cycle to the next.
 
-    ``open`` gives the session of the next cycle (patched from the last one, or built afresh); ``close``
-    says the cycle finished (its actions returned and the record was made), so the session may be reused.
-    ``fresh`` and ``patched`` count how each session was opened; ``last_reason`` says why the last one
-    was built afresh.
+    ``open`` gives the session of the next cycle: patched from the last one when it is given the builder
+    the snapshot came from and the :class:`Changes` folded since the last cycle's snapshot, else built
+    afresh. ``close`` says the cycle finished (its actions returned and the record was made), so the
+    session may be reused. ``fresh`` and ``patched`` count how sessions were opened; ``last_reason`` says
+    why the last one was built afresh.
     """
 
     def __init__(self) -> None:
@@ -105,20 +156,29 @@ class KeptSession:
         config: SessionConfig | None = None,
         now_ms: int = 0,
         usage: Mapping[str, Mapping[str, float]] | None = None,
+        *,
+        builder: StateBuilder | None = None,
+        changes: Changes | None = None,
     ) -> Session:
-        """The session for a cycle on ``state``: equal to ``open_session(state, config, now_ms, usage)``."""
+        """The session for a cycle on ``state``: equal to ``open_session(state, config, now_ms, usage)``.
+
+        ``builder`` is the builder ``state`` is a snapshot of (nothing folded since), ``changes`` what was
+        folded since the last cycle's snapshot; without them the session is built afresh (and not kept).
+        """
         cfg = config or SessionConfig()
         use = {k: dict(v) for k, v in (usage or {}).items()}
         last, index, self.session, self._index = self.session, self._index, None, None
         ssn: Session | None = None
-        if last is None or index is None or not self._clean:
+        if builder is None or changes is None:
+            self.last_reason = "no builder and changes given"
+        elif last is None or index is None or not self._clean:
             self.last_reason = "no finished previous cycle"
         else:
-            ssn, self.last_reason = reopen(last, index, state, cfg, now_ms, use)
+            ssn, self.last_reason = reopen(last, index, builder, changes, state, cfg, now_ms, use)
         self._clean = False
-        if ssn is None or index is None:
+        if ssn is None:
             ssn = Session(state, cfg, now_ms, use)
-            index = Index(ssn)
+            index = Index(ssn, builder) if builder is not None else None
             self.fresh += 1
         else:
             self.patched += 1
@@ -175,21 +235,16 @@ def _revert(ssn: Session) -> None:
 
 
 class Index:
-    """What :func:`reopen` keeps beside the session to find what changed without walking every pod.
+    """What :func:`reopen` keeps beside the session: its tasks and gated pods by pod uid, the pods that make
+    ``anti_present`` true, and the builder the session's snapshot came from."""
 
-    Keyed by the identity of the snapshot's objects (``id``): the session's tasks by their pod, its job
-    views by their job. Every key is the id of an object the session holds (a task's pod, a job view's
-    spec), so no key can be reused by another object while the session lives.
-    """
+    __slots__ = ("anti", "builder", "gated", "tasks")
 
-    __slots__ = ("anti", "gated", "job_of", "task_of")
-
-    def __init__(self, ssn: Session) -> None:
-        self.task_of: dict[int, TaskInfo | None] = {id(t.pod): t for t in ssn.tasks}  # gated pods: None
-        self.task_of.update((id(p), None) for p in ssn.gated)
-        self.gated: set[int] = {id(p) for p in ssn.gated}
-        self.job_of: dict[int, JobInfo] = {id(j.spec): j for j in ssn.jobs}
-        self.anti: set[int] = {id(t.pod) for t in ssn.tasks if _holds_anti(t.pod)}
+    def __init__(self, ssn: Session, builder: StateBuilder) -> None:
+        self.builder = builder
+        self.tasks: dict[str, TaskInfo] = {t.uid: t for t in ssn.tasks}
+        self.gated: dict[str, Pod] = {p.uid: p for p in ssn.gated}
+        self.anti: set[str] = {t.uid for t in ssn.tasks if _holds_anti(t.pod)}
 
 
 def _holds_anti(p: Pod) -> bool:
@@ -202,13 +257,11 @@ def _holds_anti(p: Pod) -> bool:
     )
 
 
-def _uid(x: Pod | Job) -> str:
-    return x.uid
-
-
 def reopen(
     ssn: Session,
     index: Index,
+    builder: StateBuilder,
+    changes: Changes,
     state: ClusterState,
     config: SessionConfig,
     now_ms: int,
@@ -216,15 +269,22 @@ def reopen(
 ) -> tuple[Session | None, str]:
     """Turn the session of the last (finished) cycle into the session of ``state``; ``index`` is kept current.
 
-    Returns ``(session, "")``, or ``(None, reason)`` when it cannot be reused (then ``ssn`` and ``index``
-    are spent: build afresh). The session returned is a new :class:`Session` object over ``ssn``'s parts,
-    changed in place (``ssn`` must not be used again).
+    ``state`` must be a snapshot of ``builder`` with nothing folded since, and ``changes`` what was folded
+    since the snapshot ``ssn`` opened on. Returns ``(session, "")``, or ``(None, reason)`` when the session
+    cannot be reused (then ``ssn`` and ``index`` are spent: build afresh). The session returned is a new
+    :class:`Session` object over ``ssn``'s parts, changed in place (``ssn`` must not be used again).
     """
+    old = ssn.state
     if UNKNOWN_ATTRS:
         return None, f"Session has attributes reopen does not reset: {sorted(UNKNOWN_ATTRS)}"
+    if index.builder is not builder or changes.since != old.events_offset:
+        return None, "the changes do not start at the last cycle's snapshot"
+    if state.events_offset != builder.offset or len(state.jobs) != len(builder.jobs):
+        return None, "the snapshot is not the builder's current state"
+    if changes.everything:
+        return None, "an event that may change many pods (a node removed, or an unknown kind)"
     if ssn.config != config:
         return None, "config changed"
-    old = ssn.state
     if old.nodes != state.nodes:
         return None, "nodes changed"
     if old.queues != state.queues:
@@ -232,53 +292,69 @@ def reopen(
     _revert(ssn)
     queues = ssn.queues
     job_by_uid = ssn.job_by_uid
+    pods_now, jobs_now = builder.pods, builder.jobs
+    tasks_of, gated = index.tasks, index.gated
 
-    # Jobs that came (new or changed) and went, by identity; set operations run at C speed.
-    new_job_ids = set(map(id, state.jobs))
-    gone_jobs = set(index.job_of).difference(new_job_ids)
-    came_jobs = new_job_ids.difference(index.job_of)
-    replaced: list[JobInfo] = []  # old views of jobs that changed: their tasks are re-made
-    for jid in sorted(gone_jobs, key=lambda i: index.job_of[i].uid):
-        ji = index.job_of.pop(jid)
-        if job_by_uid.get(ji.uid) is ji:
-            del job_by_uid[ji.uid]
-        replaced.append(ji)
-    if came_jobs:
-        by_id = dict(zip(map(id, state.jobs), state.jobs, strict=True))
-        for j in sorted((by_id[i] for i in came_jobs), key=_uid):
-            ji = JobInfo(j, queues.get(j.queue), 0)
-            index.job_of[id(j)] = ji
-            job_by_uid[j.uid] = ji
-
-    # Pods that came and went; tasks of changed jobs are re-made for their (unchanged) pods.
-    new_pod_ids = set(map(id, state.pods))
-    gone_pods = set(index.task_of).difference(new_pod_ids)
-    came_pods = new_pod_ids.difference(index.task_of)
-    removed: list[TaskInfo] = []
-    gated_changed = False
-    for pid in gone_pods:
-        t = index.task_of.pop(pid)
-        if pid in index.gated:
-            index.gated.discard(pid)
-            gated_changed = True
-        index.anti.discard(pid)
+    # Pod groups: those named by the events, and those of the pods named (before and after).
+    pod_uids = set(changes.pods)
+    job_uids = set(changes.jobs)
+    for uid in changes.pods:
+        t = tasks_of.get(uid)
         if t is not None:
-            removed.append(t)
+            job_uids.add(t.job.uid)
+        g = gated.get(uid)
+        if g is not None:
+            job_uids.add(g.job)
+        p = pods_now.get(uid)
+        if p is not None:
+            job_uids.add(p.job)
+    changed_jobs: list[tuple[JobInfo | None, JobInfo | None]] = []  # (old view, new view)
+    for uid in sorted(job_uids):
+        ji = job_by_uid.get(uid)
+        spec = jobs_now.get(uid)
+        if ji is not None and ji.spec is spec:
+            continue
+        nji = None
+        if ji is not None:
+            del job_by_uid[uid]
+            pod_uids.update(t.uid for t in ji.tasks)  # their tasks are re-made for the new view
+            pod_uids.update(u for u, g in gated.items() if g.job == uid)
+        if spec is not None:
+            nji = job_by_uid[uid] = JobInfo(spec, queues.get(spec.queue), ji.index if ji is not None else -1)
+            pod_uids.update(builder.job_pod_uids(uid))
+        changed_jobs.append((ji, nji))
+
+    # Pods: a task is kept while its pod and its job view are the same objects.
+    removed: list[TaskInfo] = []
     arriving: list[Pod] = []
-    for ji in replaced:
-        for t in ji.tasks:
-            if id(t.pod) in new_pod_ids:
-                removed.append(t)
-                arriving.append(t.pod)
-    if came_pods:
-        by_pid = dict(zip(map(id, state.pods), state.pods, strict=True))
-        arriving.extend(by_pid[i] for i in came_pods)
-    arriving.sort(key=_uid)
-    removed.sort(key=lambda t: t.uid)
+    gated_changed = False
+    for uid in sorted(pod_uids):
+        p = pods_now.get(uid)
+        if p is not None and p.job not in job_by_uid:
+            p = None  # its pod group is unknown: the snapshot leaves it out
+        t = tasks_of.get(uid)
+        if t is not None:
+            if p is t.pod and t.job is job_by_uid[t.job.uid]:
+                continue
+            removed.append(t)
+            del tasks_of[uid]
+            index.anti.discard(uid)
+        elif uid in gated:
+            if p is gated[uid]:
+                continue
+            del gated[uid]
+            gated_changed = True
+        if p is None:
+            continue
+        if p.gated and p.status is PodStatus.PENDING:
+            gated[uid] = p
+            gated_changed = True
+            continue
+        arriving.append(p)
 
     # Take the old tasks off their nodes and queue sums, put the new ones on.
     touched: dict[str, NodeInfo] = {}
-    dirty: dict[int, JobInfo] = {}  # kept jobs whose task list changed
+    dirty: dict[int, JobInfo] = {}  # job views whose task list changed
     for t in removed:
         _charge(ssn, t, -1)
         if t.node is not None:
@@ -291,16 +367,9 @@ def reopen(
         job.tasks = [t for t in job.tasks if id(t) not in removed_ids]
     node_by_name = ssn.node_by_name
     for p in arriving:
-        pid = id(p)
-        if p.gated and p.status is PodStatus.PENDING:
-            index.task_of[pid] = None
-            index.gated.add(pid)
-            gated_changed = True
-            continue
-        t = TaskInfo(p, job_by_uid[p.job])
-        index.task_of[pid] = t
+        t = tasks_of[p.uid] = TaskInfo(p, job_by_uid[p.job])
         if _holds_anti(p):
-            index.anti.add(pid)
+            index.anti.add(p.uid)
         if p.node is not None and p.status in ACTIVE_USED:
             node = node_by_name.get(p.node)
             if node is not None:
@@ -314,21 +383,24 @@ def reopen(
         if len(job.tasks) > 1:
             job.tasks.sort(key=TaskInfo.sort_key)
 
-    # The lists, in the snapshot's order (C-speed maps over the snapshot), and per-cycle job state.
-    if gone_pods or came_pods or replaced:
-        ssn.tasks = [t for t in map(index.task_of.__getitem__, map(id, state.pods)) if t is not None]
+    # The lists, in the snapshot's (the builder's) order, and each job view's per-cycle state.
+    if removed or arriving:
+        ssn.tasks = list(filter(None, map(tasks_of.get, pods_now)))
     if gated_changed:
-        gated = index.gated
-        ssn.gated = [p for p in state.pods if id(p) in gated] if gated else []
+        ssn.gated = [p for p in state.pods if p.uid in gated] if gated else []
     jobs = ssn.jobs
-    if gone_jobs or came_jobs:
-        jobs = ssn.jobs = list(map(index.job_of.__getitem__, map(id, state.jobs)))
-        for q in queues.values():
-            q.jobs = []
-        for i, ji in enumerate(jobs):
-            ji.index = i
-            if ji.queue is not None:
-                ji.queue.jobs.append(ji)
+    if changed_jobs:
+        before = len(jobs)
+        jobs = ssn.jobs = list(map(job_by_uid.__getitem__, jobs_now))
+        for i in range(before, len(jobs)):
+            jobs[i].index = i  # new pod groups come last
+        if any(n is None for _, n in changed_jobs) or any(
+            n is not None and (n.index < 0 or n.index >= len(jobs) or jobs[n.index] is not n)
+            for _, n in changed_jobs
+        ):
+            for i, ji in enumerate(jobs):
+                ji.index = i
+        _refile_queue_jobs(changed_jobs)
     for ji in jobs:
         spec = ji.spec
         ji.last_start_ms = spec.last_start_ms
@@ -383,6 +455,28 @@ def reopen(
     return out, ""
 
 
+def _refile_queue_jobs(changed: list[tuple[JobInfo | None, JobInfo | None]]) -> None:
+    """Swap changed job views in their queues' job lists, which stay in job order."""
+    gone: dict[int, set[int]] = {}
+    came: dict[int, list[JobInfo]] = {}
+    queues: dict[int, QueueInfo] = {}
+    for old, new in changed:
+        if old is not None and old.queue is not None:
+            gone.setdefault(id(old.queue), set()).add(id(old))
+            queues[id(old.queue)] = old.queue
+        if new is not None and new.queue is not None:
+            came.setdefault(id(new.queue), []).append(new)
+            queues[id(new.queue)] = new.queue
+    for key, q in queues.items():
+        drop = gone.get(key, set())
+        kept = [j for j in q.jobs if id(j) not in drop] if drop else q.jobs
+        q.jobs = sorted(kept + came.get(key, []), key=_job_index)
+
+
+def _job_index(j: JobInfo) -> int:
+    return j.index
+
+
 def _foreign_rebuilds(old: ClusterState, state: ClusterState, touched: dict[str, NodeInfo]) -> set[str]:
     """Names of nodes to rebuild whole: touched ones holding a foreign pod that asks for GPUs, and every
     node where a foreign pod came, went or changed."""
@@ -413,9 +507,13 @@ def run_kept_cycle(
     usage: Mapping[str, Mapping[str, float]] | None = None,
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
+    *,
+    builder: StateBuilder | None = None,
+    changes: Changes | None = None,
 ) -> tuple[CycleRecord, Session]:
-    """:func:`scheduler.engine.cycle.run_cycle` on the kept session: the same record, opened incrementally."""
-    ssn = kept.open(state, config, now_ms, usage)
+    """:func:`scheduler.engine.cycle.run_cycle` on the kept session (see :meth:`KeptSession.open` for
+    ``builder`` and ``changes``): the same record, the session patched instead of built."""
+    ssn = kept.open(state, config, now_ms, usage, builder=builder, changes=changes)
     run_actions(ssn, actions)
     record = make_record(ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None)
     kept.close()
