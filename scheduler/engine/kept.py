@@ -26,18 +26,20 @@ did not finish), or when the config, the nodes or the queues differ.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
 from scheduler.engine.decisions import CycleRecord, make_record
 from scheduler.engine.session import (
+    ACTIVE_ALLOCATED,
     ACTIVE_USED,
     QUEUE_ALLOCATED,
     JobInfo,
     NodeInfo,
-    QueueInfo,
     Session,
     SessionConfig,
     TaskInfo,
@@ -225,13 +227,30 @@ def _open_node(ssn: Session, t: TaskInfo) -> NodeInfo | None:
     return ssn.node_by_name.get(t.orig_node)
 
 
-def _revert(ssn: Session) -> None:
-    """Put every task the last cycle moved back as the session opened it."""
+def _revert(ssn: Session) -> dict[str, NodeInfo]:
+    """Put every task the last cycle moved back as the session opened it (``Session._set``'s accounting,
+    with the node index left to the caller); return the nodes touched."""
     ssn._pod_index = None  # rebuilt on first use, in the snapshot's order
+    touched: dict[str, NodeInfo] = {}
     moved = {id(op.task): op.task for op in ssn.decisions}
     for t in moved.values():
-        ssn._set(t, t.orig_status, _open_node(ssn, t), t.orig_devices, t.pod.gpu_milli_per_device)
+        node = t.node
+        if node is not None:
+            touched[node.name] = node
+            if t.status in ACTIVE_USED:
+                node.add(t, t.status, -1)
+            if t.status in ACTIVE_ALLOCATED:
+                ssn.queue_charge(t, -1)
+        status, node = t.orig_status, _open_node(ssn, t)
+        t.status, t.node, t.devices, t.portion = status, node, t.orig_devices, t.pod.gpu_milli_per_device
         t.virtual = False
+        if node is not None:
+            touched[node.name] = node
+            if status in ACTIVE_USED:
+                node.add(t, status, +1)
+            if status in ACTIVE_ALLOCATED:
+                ssn.queue_charge(t, +1)
+    return touched
 
 
 class Index:
@@ -289,7 +308,7 @@ def reopen(
         return None, "nodes changed"
     if old.queues != state.queues:
         return None, "queues changed"
-    _revert(ssn)
+    touched = _revert(ssn)
     queues = ssn.queues
     job_by_uid = ssn.job_by_uid
     pods_now, jobs_now = builder.pods, builder.jobs
@@ -353,7 +372,6 @@ def reopen(
         arriving.append(p)
 
     # Take the old tasks off their nodes and queue sums, put the new ones on.
-    touched: dict[str, NodeInfo] = {}
     dirty: dict[int, JobInfo] = {}  # job views whose task list changed
     for t in removed:
         _charge(ssn, t, -1)
@@ -394,13 +412,18 @@ def reopen(
         jobs = ssn.jobs = list(map(job_by_uid.__getitem__, jobs_now))
         for i in range(before, len(jobs)):
             jobs[i].index = i  # new pod groups come last
-        if any(n is None for _, n in changed_jobs) or any(
+        moved = any(n is None for _, n in changed_jobs) or any(
             n is not None and (n.index < 0 or n.index >= len(jobs) or jobs[n.index] is not n)
             for _, n in changed_jobs
-        ):
+        )
+        if moved or not _refile_queue_jobs(changed_jobs):
+            # Pod groups went or moved: renumber all, and refile every queue's job list in job order.
+            for q in queues.values():
+                q.jobs = []
             for i, ji in enumerate(jobs):
                 ji.index = i
-        _refile_queue_jobs(changed_jobs)
+                if ji.queue is not None:
+                    ji.queue.jobs.append(ji)
     for ji in jobs:
         spec = ji.spec
         ji.last_start_ms = spec.last_start_ms
@@ -455,26 +478,26 @@ def reopen(
     return out, ""
 
 
-def _refile_queue_jobs(changed: list[tuple[JobInfo | None, JobInfo | None]]) -> None:
-    """Swap changed job views in their queues' job lists, which stay in job order."""
-    gone: dict[int, set[int]] = {}
-    came: dict[int, list[JobInfo]] = {}
-    queues: dict[int, QueueInfo] = {}
+def _refile_queue_jobs(changed: list[tuple[JobInfo | None, JobInfo | None]]) -> bool:
+    """Swap changed job views in their queues' job lists (kept in job order), when no pod group went or
+    moved: a changed view has its old view's index, a new one comes after all others. False (lists
+    half done) if an old view is not where its index says."""
     for old, new in changed:
         if old is not None and old.queue is not None:
-            gone.setdefault(id(old.queue), set()).add(id(old))
-            queues[id(old.queue)] = old.queue
+            jobs = old.queue.jobs
+            i = bisect.bisect_left(jobs, old.index, key=_INDEX)
+            if i >= len(jobs) or jobs[i] is not old:
+                return False
+            if new is not None and new.queue is old.queue:
+                jobs[i] = new
+                continue
+            del jobs[i]
         if new is not None and new.queue is not None:
-            came.setdefault(id(new.queue), []).append(new)
-            queues[id(new.queue)] = new.queue
-    for key, q in queues.items():
-        drop = gone.get(key, set())
-        kept = [j for j in q.jobs if id(j) not in drop] if drop else q.jobs
-        q.jobs = sorted(kept + came.get(key, []), key=_job_index)
+            bisect.insort(new.queue.jobs, new, key=_INDEX)
+    return True
 
 
-def _job_index(j: JobInfo) -> int:
-    return j.index
+_INDEX: Final = attrgetter("index")
 
 
 def _foreign_rebuilds(old: ClusterState, state: ClusterState, touched: dict[str, NodeInfo]) -> set[str]:
