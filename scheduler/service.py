@@ -4,7 +4,9 @@ Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``do
 
 * A cycle is a pure function of (fold of the events log up to ``events_offset``, config, logical time),
   and its ``cycle_id`` is derived from those inputs (:func:`scheduler.engine.decisions.cycle_id`). Logical time
-  is the ``at_ms`` of the last folded event, never the wall clock.
+  is the ``at_ms`` of the last folded event, never the wall clock. The service keeps its session between
+  cycles and patches it from the pods and pod groups the new events name (:mod:`scheduler.engine.kept`);
+  the patched session equals the one built from the snapshot, so replays (which build afresh) verify.
 * The **decisions topic is the source of truth** for progress. On start, :meth:`Service.recover` reads
   the tail of the decisions topic, takes the last recorded cycle's ``events_offset`` ``E`` and refolds
   the events log from 0 through ``E`` (the fold is deterministic, so this rebuilds exactly the state that

@@ -3,25 +3,29 @@
 Opening a :class:`~scheduler.engine.session.Session` from a snapshot builds one task per pod, charges every
 placed pod to its node and every pod to its queue's sums, and indexes the nodes: 0.5-0.7 s at 140,000 pods
 (``benchmarks/bench_production.py``). Between two cycles of the service only what the new events touched
-differs, so :class:`KeptSession` keeps the last session and, given the next snapshot (:func:`reopen`):
+differs, so :class:`KeptSession` keeps the last session and, given the next snapshot, the builder it came
+from and the :class:`Changes` the service's folder noted for the events folded since (:func:`reopen`):
 
-1. puts every task the last cycle moved back where the session opened it, through the session's single
-   mutation point (``Session._set``), so the nodes' accounting, the queues' allocation, the node index and
-   the tasks are as they were when it opened;
-2. compares the new snapshot with the one the session opened on, object by object: the fold replaces a pod
-   or job whenever it changes it, so an unchanged one is the *same* object. Tasks of removed or changed pods
-   and of changed jobs come off their nodes and queue sums; tasks of new or changed pods go on;
-3. rebuilds in the snapshot's order what is cheap and order-sensitive (the task, job and queue job lists,
-   job indices, each touched job's task order) and resets what a cycle fills (caches, fit errors, job
-   clocks, decisions, counters, the pod index, fair shares).
-
-Nodes holding pods of other schedulers that ask for GPUs (their devices are chosen after ours, see
-``NodeInfo.add_foreign``), and nodes whose foreign pods changed, are rebuilt whole when touched.
+1. puts every task the last cycle moved (its decisions) back as the session opened it, with
+   ``Session._set``'s accounting, so the nodes, the queues' allocation and the node index are as they were;
+2. looks at the pods and pod groups the events named, and only at them: a task is kept while its pod and
+   its job view are the very objects the builder holds (the fold replaces an object whenever it changes
+   it); tasks of removed or changed pods and of changed pod groups come off their nodes and queue sums,
+   tasks of new or changed ones go on;
+3. rebuilds in the snapshot's order what is order-sensitive (the task and job lists by C-speed maps over
+   the builder's keys, indices and queue job lists only where pod groups changed, each touched job's task
+   order) and resets what a cycle fills (caches, fit errors, job clocks, decisions, counters, the pod
+   index, fair shares). Nodes holding pods of other schedulers that ask for GPUs (whose devices are chosen
+   after ours, see ``NodeInfo.add_foreign``), and nodes whose foreign pods changed, are rebuilt whole.
 
 The session it returns equals ``Session(state, config, now_ms, usage)`` built afresh, so the cycle stays a
 pure function of its inputs (``tests/test_kept_session.py`` compares sessions and records of many cycles
-both ways). It opens afresh instead when there is no clean previous session (the first cycle, or one that
-did not finish), or when the config, the nodes or the queues differ.
+both ways, and replays a service run). It builds afresh instead when there is no finished previous cycle,
+when the config, the nodes or the queues differ (rare: they are compared whole, so an unchanged node
+re-announced is fine), when an event may have changed many pods at once (a node removed) or is of a kind
+:class:`Changes` does not know, or when the changes do not lead from the last snapshot to this one.
+Replays and simulations build every session afresh (``run_cycle``): they check the service's records
+with an independent construction.
 """
 
 from __future__ import annotations
