@@ -338,3 +338,46 @@ def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path)
     )
     assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
     assert rep.stdout.strip().splitlines()[-1] == "replay: 30 cycles, 0 mismatches"
+
+
+def test_changes_name_pods_and_groups_and_give_up_on_wide_events() -> None:
+    """What the folder notes: a pod event names its pod, a submission its group too, a group event its
+    group; a removed node (which fails all its pods) or an unknown kind asks for a fresh session."""
+    c = Changes(41)
+    c.note(ev.PodSubmitted(at_ms=1, name="p-0", namespace="ns", pod_group="g", created_at_ms=1))
+    c.note(ev.PodBound(at_ms=2, name="p-1", namespace="ns", node="n", gpu_devices=[]))
+    c.note(ev.PodGroupDeleted(at_ms=3, name="h", namespace="ns"))
+    c.note(ev.NodeUpserted(at_ms=4, name="n", cpu_millicores=1, memory_bytes=1))
+    c.note(ev.ClockTick(at_ms=5))
+    assert (c.since, c.pods, c.jobs, c.everything) == (41, {"ns/p-0", "ns/p-1"}, {"ns/g", "ns/h"}, False)
+    c.note(ev.NodeRemoved(at_ms=6, name="n"))
+    assert c.everything
+    unknown = Changes(0)
+    unknown.note(object())
+    assert unknown.everything
+
+
+def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patches_again() -> None:
+    b = StateBuilder()
+    for e in synthetic_events(SyntheticSpec(nodes=4, gpus_per_node=4, pending_pods=20, running_fraction=0.5,
+                                            departments=1, queues_per_department=2, seed=1)):
+        b.apply(e)
+    kept = KeptSession()
+    reasons = []
+    follow = [
+        [ev.NodeRemoved(at_ms=10, name="node-00003")],
+        [ev.ClockTick(at_ms=11)],
+        [ev.QueueUpserted(at_ms=12, name="dept-00", resources=ev.QueueResources(gpu=ev.QueueResource(quota=0)))],
+        [ev.ClockTick(at_ms=13)],
+    ]
+    changes = Changes(b.offset)
+    for k, batch in enumerate([[], *follow]):
+        for e in batch:
+            changes.note(e)
+            b.apply(e)
+        state = b.snapshot()
+        got, _ = run_kept_cycle(kept, state, SessionConfig(), 1000 + k, builder=b, changes=changes)
+        changes = Changes(b.offset)
+        assert got.dumps() == run_cycle(state, SessionConfig(), 1000 + k)[0].dumps()
+        reasons.append(kept.last_reason.split(" ")[0] if kept.last_reason else "patched")
+    assert reasons == ["no", "an", "patched", "queues", "patched"]
