@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,7 @@ from scheduler.engine.decisions import make_record
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import PodStatus, StateBuilder
+from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
@@ -304,10 +306,12 @@ def test_run_kept_cycle_gives_run_cycles_records() -> None:
     assert kept.fresh == 1 and kept.patched == 11, kept.last_reason
 
 
-def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_metrics", [False, True], ids=["plain", "metrics"])
+def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path, with_metrics: bool) -> None:
     """The real service on the embedded file log, 30 cycles with churn between them (its placements bound,
-    its evictions released, pods coming and going, nodes and queues changing now and then): nearly every
-    session is patched, and ``hourglass replay LOG --verify`` (fresh sessions) reproduces every record."""
+    its evictions released, pods coming and going, nodes and queues changing now and then): most sessions
+    are patched, and ``hourglass replay LOG --verify`` (fresh sessions) reproduces every record. With
+    metrics (``hourglass run --metrics-port``) the cycle is timed and opened the same way."""
     rng = random.Random(11)
     events = synthetic_events(SyntheticSpec(nodes=8, gpus_per_node=4, pending_pods=120, running_fraction=0.5,
                                             departments=2, queues_per_department=2, seed=5,
@@ -315,7 +319,8 @@ def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path)
     directory = tmp_path / "log"
     with FileLog(directory) as log:
         log.append_many(DEFAULT_TOPICS.events, [(e.uid.encode(), dump_event(e)) for e in events])
-        svc = Service(log, DEFAULT_TOPICS, SessionConfig(), batch_size=100_000)
+        metrics = SchedulerMetrics.create() if with_metrics else None
+        svc = Service(log, DEFAULT_TOPICS, SessionConfig(), batch_size=100_000, metrics=metrics)
         assert svc.step()
         t = max(e.at_ms for e in events)
         for k in range(29):
