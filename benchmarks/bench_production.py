@@ -169,9 +169,11 @@ def main() -> None:
     s0, q0 = time.perf_counter(), time.process_time()
     open_session(state, now_ms=10**9)
     s1, q1 = time.perf_counter(), time.process_time()
-    print(f"bench: production_session_fresh {size} cpu_seconds={q1 - q0:.3f} seconds={s1 - s0:.3f}", flush=True)
+    fresh_line = f"production_session_fresh {size} cpu_seconds={q1 - q0:.3f} seconds={s1 - s0:.3f}"
+    print(f"bench: {fresh_line}", flush=True)
     fresh, _ = run_cycle(state, now_ms=10**9)
-    print(f"bench: production_same_record {size} same={fresh.dumps() == record.dumps()} patched={kept.patched}")
+    same = fresh.dumps() == record.dumps()
+    print(f"bench: production_same_record {size} same={same} patched={kept.patched}")
 
 
 if __name__ == "__main__":

@@ -175,7 +175,7 @@ class RunStats:
     refolded: int = 0  # records refolded on start
     cycle_seconds: float = 0.0
     fold_seconds: float = 0.0
-    sessions_patched: int = 0  # cycles whose session was the last one's, patched (see scheduler/engine/kept.py)
+    sessions_patched: int = 0  # cycles run on the last cycle's session, patched (engine/kept.py)
     last_cycle: CycleRecord | None = field(default=None, repr=False)
 
 

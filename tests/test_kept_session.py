@@ -144,8 +144,11 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
     for task in ssn.tasks:
         ns, name = _split(task.uid)
         if task.status is PodStatus.ALLOCATED and task.node is not None and rng.random() < 0.8:
-            out.append(ev.PodBound(at_ms=t, name=name, namespace=ns, node=task.node.name,
-                                   gpu_devices=list(task.devices)))
+            out.append(
+                ev.PodBound(
+                    at_ms=t, name=name, namespace=ns, node=task.node.name, gpu_devices=list(task.devices)
+                )
+            )
         elif task.status is PodStatus.RELEASING and task.orig_status is not PodStatus.RELEASING:
             out.append(ev.PodReleasing(at_ms=t, name=name, namespace=ns, reason="evicted"))
     pods = list(b.pods.values())
@@ -153,8 +156,9 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
         ns, name = _split(p.uid)
         roll = rng.random()
         if roll < 0.4:
-            out.append(ev.PodFinished(at_ms=t, name=name, namespace=ns,
-                                      phase=rng.choice(["Succeeded", "Failed"])))
+            out.append(
+                ev.PodFinished(at_ms=t, name=name, namespace=ns, phase=rng.choice(["Succeeded", "Failed"]))
+            )
         elif roll < 0.7:
             out.append(ev.PodDeleted(at_ms=t, name=name, namespace=ns))
         elif p.node is not None:
@@ -167,29 +171,52 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
     if jobs and rng.random() < 0.3:  # a pod group changes (priority), its pods stay
         j = rng.choice(jobs)
         ns, name = _split(j.uid)
-        out.append(ev.PodGroupUpserted(at_ms=t, name=name, namespace=ns, queue=j.queue,
-                                       min_member=j.min_available, priority=rng.choice([50, 100, 125]),
-                                       created_at_ms=j.created_ms))
+        out.append(
+            ev.PodGroupUpserted(
+                at_ms=t,
+                name=name,
+                namespace=ns,
+                queue=j.queue,
+                min_member=j.min_available,
+                priority=rng.choice([50, 100, 125]),
+                created_at_ms=j.created_ms,
+            )
+        )
     leaves = [q.name for q in b.queues.values() if q.parent is not None] or ["team-00-00"]
     for n in range(rng.randint(0, 3)):  # new pod groups
         name = f"new-{k}-{n}"
         size = rng.choice([1, 1, 2])
         q = rng.choice(leaves)
-        out.append(ev.PodGroupUpserted(at_ms=t, name=name, namespace="churn", queue=q, min_member=size,
-                                       created_at_ms=t))
-        req = rng.choice([
-            ev.PodRequests(cpu_millicores=1000, memory_bytes=2**30, gpus=1),
-            ev.PodRequests(cpu_millicores=500, memory_bytes=2**30),
-            ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_fraction_milli=500),
-            ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_memory_mib=20_000),
-            ev.PodRequests(cpu_millicores=2000, memory_bytes=2**30, gpus=2),
-        ])
+        out.append(
+            ev.PodGroupUpserted(
+                at_ms=t, name=name, namespace="churn", queue=q, min_member=size, created_at_ms=t
+            )
+        )
+        req = rng.choice(
+            [
+                ev.PodRequests(cpu_millicores=1000, memory_bytes=2**30, gpus=1),
+                ev.PodRequests(cpu_millicores=500, memory_bytes=2**30),
+                ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_fraction_milli=500),
+                ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_memory_mib=20_000),
+                ev.PodRequests(cpu_millicores=2000, memory_bytes=2**30, gpus=2),
+            ]
+        )
         for i in range(size):
-            out.append(ev.PodSubmitted(v=2, at_ms=t, name=f"{name}-{i}", namespace="churn", pod_group=name,
-                                       queue=q, requests=req, created_at_ms=t,
-                                       labels={"app": name},
-                                       host_ports=[ev.HostPort(port=8080)] if rng.random() < 0.1 else [],
-                                       scheduling_gates=["wait"] if rng.random() < 0.1 else []))
+            out.append(
+                ev.PodSubmitted(
+                    v=2,
+                    at_ms=t,
+                    name=f"{name}-{i}",
+                    namespace="churn",
+                    pod_group=name,
+                    queue=q,
+                    requests=req,
+                    created_at_ms=t,
+                    labels={"app": name},
+                    host_ports=[ev.HostPort(port=8080)] if rng.random() < 0.1 else [],
+                    scheduling_gates=["wait"] if rng.random() < 0.1 else [],
+                )
+            )
     for p in b.pods.values():
         if p.gated and rng.random() < 0.5:
             ns, name = _split(p.uid)
@@ -198,32 +225,65 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
     roll = rng.random()
     if nodes and roll < 0.1:
         n = rng.choice(nodes)
-        out.append(ev.NodeUpserted(at_ms=t, name=n.name, cpu_millicores=n.cpu, memory_bytes=n.memory,
-                                   gpus=n.gpus, gpu_memory_mib=n.gpu_memory_mib, gpu_model=n.gpu_model,
-                                   labels=dict(n.labels), unschedulable=not n.unschedulable))
+        out.append(
+            ev.NodeUpserted(
+                at_ms=t,
+                name=n.name,
+                cpu_millicores=n.cpu,
+                memory_bytes=n.memory,
+                gpus=n.gpus,
+                gpu_memory_mib=n.gpu_memory_mib,
+                gpu_model=n.gpu_model,
+                labels=dict(n.labels),
+                unschedulable=not n.unschedulable,
+            )
+        )
     elif nodes and roll < 0.15:
         out.append(ev.NodeRemoved(at_ms=t, name=rng.choice(nodes).name))
     elif nodes and roll < 0.4:  # a heartbeat: the same node again
         n = rng.choice(nodes)
-        out.append(ev.NodeUpserted(at_ms=t, name=n.name, cpu_millicores=n.cpu, memory_bytes=n.memory,
-                                   gpus=n.gpus, gpu_memory_mib=n.gpu_memory_mib, gpu_model=n.gpu_model,
-                                   labels=dict(n.labels), unschedulable=n.unschedulable))
+        out.append(
+            ev.NodeUpserted(
+                at_ms=t,
+                name=n.name,
+                cpu_millicores=n.cpu,
+                memory_bytes=n.memory,
+                gpus=n.gpus,
+                gpu_memory_mib=n.gpu_memory_mib,
+                gpu_model=n.gpu_model,
+                labels=dict(n.labels),
+                unschedulable=n.unschedulable,
+            )
+        )
     queues = list(b.queues.values())
     roll = rng.random()
     if queues and roll < 0.1:
         q = rng.choice(queues)
-        out.append(ev.QueueUpserted(at_ms=t, name=q.name, parent=q.parent, priority=q.priority,
-                                    resources=ev.QueueResources(gpu=ev.QueueResource(
-                                        quota=rng.choice([0, 1000, 4000]), over_quota_weight=1))))
+        out.append(
+            ev.QueueUpserted(
+                at_ms=t,
+                name=q.name,
+                parent=q.parent,
+                priority=q.priority,
+                resources=ev.QueueResources(
+                    gpu=ev.QueueResource(quota=rng.choice([0, 1000, 4000]), over_quota_weight=1)
+                ),
+            )
+        )
     elif queues and roll < 0.13:
         out.append(ev.QueueDeleted(at_ms=t, name=rng.choice(leaves)))
     if nodes and rng.random() < 0.3:
         n = rng.choice(nodes)
-        out.append(ev.ForeignPodUpserted(
-            at_ms=t, name=f"ds-{rng.randint(0, 3)}", namespace="kube-system", node=n.name,
-            requests=ev.PodRequests(cpu_millicores=100, memory_bytes=2**20,
-                                    gpus=rng.choice([0, 0, 1])),
-            labels={"app": "ds"}))
+        out.append(
+            ev.ForeignPodUpserted(
+                at_ms=t,
+                name=f"ds-{rng.randint(0, 3)}",
+                namespace="kube-system",
+                node=n.name,
+                requests=ev.PodRequests(cpu_millicores=100, memory_bytes=2**20, gpus=rng.choice([0, 0, 1])),
+                labels={"app": "ds"},
+            )
+        )
     if b.foreign and rng.random() < 0.2:
         ns, name = _split(rng.choice(list(b.foreign)))
         out.append(ev.PodFinished(at_ms=t, name=name, namespace=ns, phase="Succeeded"))
@@ -271,7 +331,9 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
         changes = Changes(b.offset)
         assert fingerprint(ours) == fingerprint(fresh), f"cycle {k}: {kept.last_reason}"
         run_actions(ours)
-        mine = make_record(ours, state.events_offset, "u" if usage else None, usage_available=usage is not None)
+        mine = make_record(
+            ours, state.events_offset, "u" if usage else None, usage_available=usage is not None
+        )
         kept.close()
         assert mine.dumps() == record.dumps(), f"cycle {k}"
         t += 1000
@@ -286,8 +348,11 @@ def test_run_kept_cycle_gives_run_cycles_records() -> None:
     """The service's entry point: records equal run_cycle's, and most sessions are patched, not rebuilt."""
     rng = random.Random(7)
     b = StateBuilder()
-    for e in synthetic_events(SyntheticSpec(nodes=10, gpus_per_node=8, pending_pods=80, departments=2,
-                                            queues_per_department=2, seed=3)):
+    for e in synthetic_events(
+        SyntheticSpec(
+            nodes=10, gpus_per_node=8, pending_pods=80, departments=2, queues_per_department=2, seed=3
+        )
+    ):
         b.apply(e)
     kept = KeptSession()
     changes = Changes(b.offset)
@@ -313,9 +378,20 @@ def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path,
     are patched, and ``hourglass replay LOG --verify`` (fresh sessions) reproduces every record. With
     metrics (``hourglass run --metrics-port``) the cycle is timed and opened the same way."""
     rng = random.Random(11)
-    events = synthetic_events(SyntheticSpec(nodes=8, gpus_per_node=4, pending_pods=120, running_fraction=0.5,
-                                            departments=2, queues_per_department=2, seed=5,
-                                            foreign_fraction=0.25, constrained_fraction=0.3, zones=2))
+    events = synthetic_events(
+        SyntheticSpec(
+            nodes=8,
+            gpus_per_node=4,
+            pending_pods=120,
+            running_fraction=0.5,
+            departments=2,
+            queues_per_department=2,
+            seed=5,
+            foreign_fraction=0.25,
+            constrained_fraction=0.3,
+            zones=2,
+        )
+    )
     directory = tmp_path / "log"
     with FileLog(directory) as log:
         log.append_many(DEFAULT_TOPICS.events, [(e.uid.encode(), dump_event(e)) for e in events])
@@ -364,15 +440,28 @@ def test_changes_name_pods_and_groups_and_give_up_on_wide_events() -> None:
 
 def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patches_again() -> None:
     b = StateBuilder()
-    for e in synthetic_events(SyntheticSpec(nodes=4, gpus_per_node=4, pending_pods=20, running_fraction=0.5,
-                                            departments=1, queues_per_department=2, seed=1)):
+    for e in synthetic_events(
+        SyntheticSpec(
+            nodes=4,
+            gpus_per_node=4,
+            pending_pods=20,
+            running_fraction=0.5,
+            departments=1,
+            queues_per_department=2,
+            seed=1,
+        )
+    ):
         b.apply(e)
     kept = KeptSession()
     reasons = []
     follow = [
         [ev.NodeRemoved(at_ms=10, name="node-00003")],
         [ev.ClockTick(at_ms=11)],
-        [ev.QueueUpserted(at_ms=12, name="dept-00", resources=ev.QueueResources(gpu=ev.QueueResource(quota=0)))],
+        [
+            ev.QueueUpserted(
+                at_ms=12, name="dept-00", resources=ev.QueueResources(gpu=ev.QueueResource(quota=0))
+            )
+        ],
         [ev.ClockTick(at_ms=13)],
     ]
     changes = Changes(b.offset)

@@ -90,12 +90,21 @@ UNKNOWN_ATTRS: Final = _INIT_ATTRS - _KNOWN  # empty unless Session grew a struc
 
 
 # Events that change one pod (and its pod group): the pod is named by namespace / name.
-_POD_EVENTS: Final = frozenset({"PodSubmitted", "PodBound", "PodReleasing", "PodFinished", "PodDeleted", "PodUngated"})
+_POD_EVENTS: Final = frozenset(
+    {"PodSubmitted", "PodBound", "PodReleasing", "PodFinished", "PodDeleted", "PodUngated"}
+)
 _GROUP_EVENTS: Final = frozenset({"PodGroupUpserted", "PodGroupDeleted"})
 # Events that change neither pods nor pod groups (nodes, queues and foreign pods are compared whole).
 _OTHER_EVENTS: Final = frozenset(
-    {"NodeUpserted", "QueueUpserted", "QueueDeleted", "ForeignPodUpserted", "TopologyUpserted",
-     "TopologyDeleted", "ClockTick"}
+    {
+        "NodeUpserted",
+        "QueueUpserted",
+        "QueueDeleted",
+        "ForeignPodUpserted",
+        "TopologyUpserted",
+        "TopologyDeleted",
+        "ClockTick",
+    }
 )
 
 
