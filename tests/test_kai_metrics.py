@@ -48,9 +48,7 @@ def _q(queue: str) -> Labels:
 def _one_cycle(usage: dict[str, dict[str, float]] | None = None) -> SchedulerMetrics:
     """One cycle of tests.test_metrics' cluster; its pods were created 7 ms before the cycle."""
     state = _state()
-    state = dataclasses.replace(
-        state, pods=tuple(evolve(p, created_ms=NOW_MS - 7) for p in state.pods)
-    )
+    state = dataclasses.replace(state, pods=tuple(evolve(p, created_ms=NOW_MS - 7) for p in state.pods))
     m = SchedulerMetrics.create()
     record, ssn = run_cycle(state, now_ms=NOW_MS, usage=usage)
     durations = {"allocate": 0.002, "reclaim": 0.001, CYCLE_KEY: 0.004}
@@ -97,17 +95,22 @@ def test_kai_values_agree_with_hourglass_values() -> None:
 
 
 def test_latency_gauges_are_whole_milliseconds_of_the_last_cycle() -> None:
-    # clock reads: start, session opened, after each of the 5 actions, record built.
-    ticks = iter([0.0, 0.0015, 0.0035, 0.0045, 0.0050, 0.0059, 0.0071, 0.0099])
+    # clock reads: start, proportion starts and ends (within opening the session), session opened, after
+    # each of the 5 actions, record built.
+    ticks = iter([0.0, 0.0002, 0.0013, 0.0015, 0.0035, 0.0045, 0.0050, 0.0059, 0.0071, 0.0099])
     m = SchedulerMetrics.create()
     record, ssn, durations = run_timed_cycle(_state(), now_ms=NOW_MS, clock=lambda: next(ticks))
-    observe_cycle(m, record, durations, capacity=capacity_of(ssn))
+    observe_cycle(m, record, durations, capacity=capacity_of(ssn), session=ssn)
     samples, types, _ = _scrape(m)
     # open 1.5 ms -> 1; the whole cycle 9.9 ms -> 9; close = whole - open - actions = 9.9 - 1.5 - 5.6 = 2.8 -> 2.
     assert samples[("kai_e2e_scheduling_latency_milliseconds", ())] == 9.0
     assert samples[("kai_open_session_latency_milliseconds", ())] == 1.0
     assert samples[("kai_close_session_latency_milliseconds", ())] == 2.0
     assert samples[("kai_action_scheduling_latency_milliseconds", (("action", "allocate"),))] == 2.0
+    # KAI's proportion plugin opening the session is the fair-share division: 1.1 ms -> 1.
+    plugin = (("OnSession", "OnSessionOpen"), ("plugin", "proportion"))
+    assert samples[("kai_plugin_scheduling_latency_milliseconds", plugin)] == 1.0
+    assert types["kai_plugin_scheduling_latency_milliseconds"] == "gauge"
     assert {
         types[n]
         for n in ("kai_e2e_scheduling_latency_milliseconds", "kai_action_scheduling_latency_milliseconds")
@@ -167,6 +170,115 @@ def test_per_action_counters_accumulate_over_cycles_under_kais_exact_names() -> 
     evicted = (("action", "reclaim"), ("namespace", "ns"), ("nodepool", ""), ("podgroup", "old"), ("uid", ""))
     assert samples[("kai_pod_group_evicted_pods_total", evicted)] == 2.0
     assert types["kai_pod_group_evicted_pods"] == "counter"
+
+
+def _job(name: str, gpus: int, node: str | None = None, prio: int = 50) -> dict[str, Any]:
+    task: dict[str, Any] = {"name": f"{name}-0", "status": "running" if node else "pending", "gpus": gpus}
+    if node:
+        task["node"] = node
+    return {"name": name, "queue": "a" if name[0] != "b" else "b", "priority": prio, "tasks": [task]}
+
+
+def _queue(name: str, quota: int) -> dict[str, Any]:
+    return {"name": name, "parent": None, "gpu": {"quota": quota, "limit": None, "over_quota_weight": 1}}
+
+
+#: (case, nodes' GPUs, queues' GPU quotas, jobs, KAI's counters after one cycle: {(name, action): value}).
+#: Jobs named b* are in queue b, the others in queue a; a job with a node is running there.
+SOLVER_CASES: tuple[
+    tuple[str, list[int], dict[str, int], list[dict[str, Any]], dict[tuple[str, str], float]], ...
+] = (
+    (
+        # a is owed 3 GPUs held by b: the scenario with b1 alone (2 GPUs) is filtered by the GPU bound,
+        # the one with b1 and b2 is simulated and passes.
+        "reclaim",
+        [4],
+        {"a": 3, "b": 1},
+        [_job("b1", 2, "n0"), _job("b2", 2, "n0"), _job("a1", 3)],
+        {
+            ("podgroups_acted_on_by_action", "reclaim"): 1,
+            ("scenarios_filtered_by_action", "reclaim"): 1,
+            ("scenarios_simulation_by_action", "reclaim"): 1,
+            ("podgroups_scheduled_by_action", "reclaim"): 1,
+            ("total_preemption_attempts", ""): 0,
+        },
+    ),
+    (
+        # A higher-priority job of the same queue preempts the running one: KAI counts the attempt when it
+        # succeeds.
+        "preempt",
+        [2],
+        {"a": 2},
+        [_job("low", 2, "n0"), _job("high", 2, prio=80)],
+        {
+            ("podgroups_acted_on_by_action", "preempt"): 1,
+            ("scenarios_simulation_by_action", "preempt"): 1,
+            ("scenarios_filtered_by_action", "preempt"): 0,
+            ("podgroups_scheduled_by_action", "preempt"): 1,
+            ("total_preemption_attempts", ""): 1,
+        },
+    ),
+    (
+        # Two 1-GPU jobs on two nodes leave no node for a 2-GPU job: consolidation moves one. The moved job
+        # (evicted and re-placed) is not counted as scheduled, the 2-GPU job is.
+        "consolidation",
+        [2, 2],
+        {"a": 4},
+        [_job("x", 1, "n0"), _job("y", 1, "n1"), _job("wide", 2)],
+        {
+            ("podgroups_acted_on_by_action", "consolidation"): 1,
+            ("scenarios_simulation_by_action", "consolidation"): 1,
+            ("podgroups_scheduled_by_action", "consolidation"): 1,
+            ("total_preemption_attempts", ""): 0,
+        },
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "gpus", "quotas", "jobs", "expected"), SOLVER_CASES, ids=[c[0] for c in SOLVER_CASES]
+)
+def test_solver_work_is_counted_under_kais_names(
+    case: str,
+    gpus: list[int],
+    quotas: dict[str, int],
+    jobs: list[dict[str, Any]],
+    expected: dict[tuple[str, str], float],
+) -> None:
+    from scheduler.conformance import NOW_MS as CONFORMANCE_NOW_MS
+    from scheduler.conformance import load_state
+
+    doc = {
+        "run": {"mode": "single_pass", "phase": "reclaim"},
+        "cluster": {"nodes": [{"name": f"n{i}", "gpus": g} for i, g in enumerate(gpus)]},
+        "queues": [_queue(q, quota) for q, quota in quotas.items()],
+        "jobs": jobs,
+    }
+    state, config = load_state(doc)
+    record, ssn, durations = run_timed_cycle(state, config, now_ms=CONFORMANCE_NOW_MS)
+    # The timed cycle is the plain one: timing and counting never change the record.
+    assert record.dumps() == run_cycle(state, config, now_ms=CONFORMANCE_NOW_MS)[0].dumps()
+    m = SchedulerMetrics.create()
+    observe_cycle(m, record, durations, session=ssn)
+    samples, types, text = _scrape(m)
+    got = {
+        (name, action): samples.get((f"kai_{name}", (("action", action),) if action else ()), 0.0)
+        for name, action in expected
+    }
+    assert got == expected
+    for name in (
+        "podgroups_acted_on_by_action",
+        "scenarios_simulation_by_action",
+        "scenarios_filtered_by_action",
+        "total_preemption_attempts",
+    ):
+        assert types[f"kai_{name}"] == "unknown"  # untyped: KAI's exact name, no _total appended
+        assert f"kai_{name}_total" not in text
+    # Cumulative: a second identical cycle doubles every counter.
+    observe_cycle(m, record, durations, session=ssn)
+    again, _, _ = _scrape(m)
+    for (name, action), value in expected.items():
+        assert again.get((f"kai_{name}", (("action", action),) if action else ()), 0.0) == 2 * value
 
 
 # ----------------------------------------------------------------------------- a real Prometheus
