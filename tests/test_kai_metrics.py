@@ -19,10 +19,19 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fairshare.metrics import FairshareMetrics, serve_registry
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision
 from scheduler.engine.state import evolve
-from scheduler.metrics import CYCLE_KEY, SchedulerMetrics, capacity_of, observe_cycle, run_timed_cycle, serve
+from scheduler.metrics import (
+    CYCLE_KEY,
+    BinderMetrics,
+    SchedulerMetrics,
+    capacity_of,
+    observe_cycle,
+    run_timed_cycle,
+    serve,
+)
 from tests.promserver import PrometheusFactory
 from tests.test_metrics import NOW_MS, _state
 
@@ -45,11 +54,14 @@ def _q(queue: str) -> Labels:
     return (("queue_display_name", ""), ("queue_metadata_name", queue), ("queue_name", queue))
 
 
-def _one_cycle(usage: dict[str, dict[str, float]] | None = None) -> SchedulerMetrics:
-    """One cycle of tests.test_metrics' cluster; its pods were created 7 ms before the cycle."""
+def _one_cycle(
+    usage: dict[str, dict[str, float]] | None = None, m: SchedulerMetrics | None = None
+) -> SchedulerMetrics:
+    """One cycle of tests.test_metrics' cluster (observed into ``m``, or new metrics); its pods were created
+    7 ms before the cycle."""
     state = _state()
     state = dataclasses.replace(state, pods=tuple(evolve(p, created_ms=NOW_MS - 7) for p in state.pods))
-    m = SchedulerMetrics.create()
+    m = m if m is not None else SchedulerMetrics.create()
     record, ssn = run_cycle(state, now_ms=NOW_MS, usage=usage)
     durations = {"allocate": 0.002, "reclaim": 0.001, CYCLE_KEY: 0.004}
     observe_cycle(m, record, durations, capacity=capacity_of(ssn), session=ssn)
@@ -235,19 +247,12 @@ SOLVER_CASES: tuple[
 )
 
 
-@pytest.mark.parametrize(
-    ("case", "gpus", "quotas", "jobs", "expected"), SOLVER_CASES, ids=[c[0] for c in SOLVER_CASES]
-)
-def test_solver_work_is_counted_under_kais_names(
-    case: str,
-    gpus: list[int],
-    quotas: dict[str, int],
-    jobs: list[dict[str, Any]],
-    expected: dict[tuple[str, str], float],
-) -> None:
+def _observe_solver_case(m: SchedulerMetrics, case: str) -> None:
+    """Run one cycle of the SOLVER_CASES row ``case`` (timed, as the service does) and observe it into ``m``."""
     from scheduler.conformance import NOW_MS as CONFORMANCE_NOW_MS
     from scheduler.conformance import load_state
 
+    _, gpus, quotas, jobs, _ = next(c for c in SOLVER_CASES if c[0] == case)
     doc = {
         "run": {"mode": "single_pass", "phase": "reclaim"},
         "cluster": {"nodes": [{"name": f"n{i}", "gpus": g} for i, g in enumerate(gpus)]},
@@ -258,8 +263,15 @@ def test_solver_work_is_counted_under_kais_names(
     record, ssn, durations = run_timed_cycle(state, config, now_ms=CONFORMANCE_NOW_MS)
     # The timed cycle is the plain one: timing and counting never change the record.
     assert record.dumps() == run_cycle(state, config, now_ms=CONFORMANCE_NOW_MS)[0].dumps()
-    m = SchedulerMetrics.create()
     observe_cycle(m, record, durations, session=ssn)
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"), [(c[0], c[4]) for c in SOLVER_CASES], ids=[c[0] for c in SOLVER_CASES]
+)
+def test_solver_work_is_counted_under_kais_names(case: str, expected: dict[tuple[str, str], float]) -> None:
+    m = SchedulerMetrics.create()
+    _observe_solver_case(m, case)
     samples, types, text = _scrape(m)
     got = {
         (name, action): samples.get((f"kai_{name}", (("action", action),) if action else ()), 0.0)
@@ -275,7 +287,7 @@ def test_solver_work_is_counted_under_kais_names(
         assert types[f"kai_{name}"] == "unknown"  # untyped: KAI's exact name, no _total appended
         assert f"kai_{name}_total" not in text
     # Cumulative: a second identical cycle doubles every counter.
-    observe_cycle(m, record, durations, session=ssn)
+    _observe_solver_case(m, case)
     again, _, _ = _scrape(m)
     for (name, action), value in expected.items():
         assert again.get((f"kai_{name}", (("action", action),) if action else ()), 0.0) == 2 * value
@@ -302,6 +314,24 @@ KAI_QUERIES: tuple[tuple[str, str], ...] = (
         "histogram_quantile(0.99, sum by (le) (kai_task_scheduling_latency_milliseconds_bucket))",
     ),
     ("queue fair share vs allocated", "kai_queue_allocated_gpus / on (queue_name) kai_queue_fair_share_gpu"),
+    (
+        "plugin latency",
+        'max by (plugin) (kai_plugin_scheduling_latency_milliseconds{OnSession="OnSessionOpen"})',
+    ),
+    ("podgroups acted on", "sum by (action) (increase(kai_podgroups_acted_on_by_action[1m]))"),
+    ("scenarios simulated", "sum by (action) (kai_scenarios_simulation_by_action)"),
+    ("scenarios filtered", 'kai_scenarios_filtered_by_action{action="reclaim"}'),
+    ("preemption attempts", "increase(kai_total_preemption_attempts[1m])"),
+    ("evicted pods per node pool", "sum by (nodepool, action) (kai_pod_group_evicted_pods_total)"),
+    # The binder's and the fairshare service's own endpoints.
+    (
+        "task bind latency p99",
+        "histogram_quantile(0.99, sum by (le) (kai_task_bind_latency_milliseconds_bucket))",
+    ),
+    (
+        "usage query latency p50",
+        "histogram_quantile(0.5, sum by (le) (kai_usage_query_latency_milliseconds_bucket))",
+    ),
 )
 
 
@@ -317,12 +347,21 @@ def _query(prom_url: str, expr: str) -> list[Any]:
 def test_kais_dashboard_and_doc_queries_return_data_from_a_real_prometheus(
     prometheus_server: PrometheusFactory,
 ) -> None:
-    m = _one_cycle(usage={"team-a": {"gpu": 0.25}})
-    with serve(m) as endpoint:
-        prom = prometheus_server(scrape_targets=[f"127.0.0.1:{endpoint.port}"], scrape_interval_s=1.0)
+    # A reclaim cycle first (solver counters, an eviction, the proportion plugin's gauge), then the
+    # dashboard's cluster, whose queues the per-queue gauges show.
+    m = SchedulerMetrics.create()
+    _observe_solver_case(m, "reclaim")
+    m = _one_cycle(usage={"team-a": {"gpu": 0.25}}, m=m)
+    binder, fairshare = BinderMetrics.create(), FairshareMetrics.create()
+    for seconds in (0.0071, 0.0079):  # two binds of 7 ms (whole ms, as KAI's)
+        binder.task_bind_latency.observe_seconds(seconds)
+    fairshare.usage_query_latency.observe_seconds(0.030)
+    with serve(m) as endpoint, serve(binder) as bind_ep, serve_registry(fairshare.registry) as fs_ep:
+        targets = [f"127.0.0.1:{e.port}" for e in (endpoint, bind_ep, fs_ep)]
+        prom = prometheus_server(scrape_targets=targets, scrape_interval_s=1.0)
         deadline = time.monotonic() + 30
-        while not _query(prom.url, "count_over_time(kai_e2e_scheduling_latency_milliseconds[1m]) >= 3"):
-            assert time.monotonic() < deadline, "Prometheus did not scrape the scheduler 3 times in 30 s"
+        while not _query(prom.url, "count(count_over_time(up[1m]) >= 3) == 3"):
+            assert time.monotonic() < deadline, "Prometheus did not scrape the 3 endpoints 3 times in 30 s"
             time.sleep(0.5)
         results = {where: _query(prom.url, expr) for where, expr in KAI_QUERIES}
     empty = [where for where, res in results.items() if not res]
@@ -336,3 +375,11 @@ def test_kais_dashboard_and_doc_queries_return_data_from_a_real_prometheus(
     assert ratio == {"org": 1.0, "team-a": 1.0, "team-b": 1.0}
     (p99,) = results["task scheduling latency p99"]
     assert 5.0 < float(p99["value"][1]) <= 10.0  # both pods waited 7 ms: the 5..10 ms bucket
+    (bind99,) = results["task bind latency p99"]
+    assert 5.0 < float(bind99["value"][1]) <= 10.0
+    (usage50,) = results["usage query latency p50"]
+    assert 20.0 < float(usage50["value"][1]) <= 40.0
+    plugins = {r["metric"]["plugin"] for r in results["plugin latency"]}
+    assert plugins == {"proportion"}
+    simulated = {r["metric"]["action"]: float(r["value"][1]) for r in results["scenarios simulated"]}
+    assert simulated == {"reclaim": 1.0}
