@@ -58,6 +58,9 @@ KAI_QUEUE_LABELS = ("queue_name", "queue_metadata_name", "queue_display_name")
 #: ``.filtered``.
 SOLVER_ACTIONS: tuple[str, ...] = ("consolidation", "reclaim", "preempt")
 
+#: KAI's node pool of a PodGroup without the ``kai.scheduler/node-pool`` label.
+DEFAULT_NODE_POOL = "default"
+
 #: KAI's ``OnSession`` label values of ``plugin_scheduling_latency_milliseconds``.
 ON_SESSION_OPEN = "OnSessionOpen"
 ON_SESSION_CLOSE = "OnSessionClose"
@@ -151,12 +154,15 @@ class KaiCycleMetrics:
         *,
         work: Mapping[str, int] | None = None,
         plugin_s: Mapping[tuple[str, str], float] | None = None,
+        podgroups: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         """Account one cycle: its timings (``durations`` as in :func:`scheduler.metrics.observe_cycle`,
         ``total_s`` the whole cycle), its decisions, and ``task_latencies_ms``, pod creation to bind per
         bound pod (KAI's task scheduling latency). ``work`` is the cycle's ``Session.work`` (solver
         attempts, simulated and filtered scenarios per action); ``plugin_s`` maps (KAI plugin name, ``OnSession``
-        label) to seconds."""
+        label) to seconds. ``podgroups`` maps a job (``namespace/name``) to its PodGroup's ``metadata.uid`` and
+        node pool, the ``uid`` and ``nodepool`` labels of ``pod_group_evicted_pods_total`` (unknown jobs:
+        empty uid, KAI's default pool)."""
         actions = {k: v for k, v in durations.items() if k not in (open_session_key, cycle_key)}
         # The phases partition the cycle, so what is left after opening the session and running the
         # actions is closing it (building the cycle record), KAI's close-session step.
@@ -171,7 +177,8 @@ class KaiCycleMetrics:
             elif d.kind == "Evict":
                 victims.setdefault(action, set()).add(d.job)
                 namespace, _, name = d.job.rpartition("/")
-                key = (name, namespace, "", "", action)  # (podgroup, namespace, uid, nodepool, action)
+                uid, pool = (podgroups or {}).get(d.job, ("", DEFAULT_NODE_POOL))
+                key = (name, namespace, uid, pool, action)  # (podgroup, namespace, uid, nodepool, action)
                 evicted[key] = evicted.get(key, 0) + 1  # one Evict decision per pod
         # KAI counts the job an action scheduled, not the victims it moved elsewhere (a victim re-placed by
         # consolidation, reclaim or preempt has both an Evict and a Pipeline decision of that action).

@@ -32,7 +32,7 @@ from scheduler.engine.decisions import CycleRecord, make_record
 from scheduler.engine.proportion import RESOURCES, QueueShare
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState
-from scheduler.kai_metrics import ON_SESSION_OPEN, KaiCycleMetrics, kai_queue_families
+from scheduler.kai_metrics import DEFAULT_NODE_POOL, ON_SESSION_OPEN, KaiCycleMetrics, kai_queue_families
 
 __all__ = [
     "CYCLE_KEY",
@@ -308,6 +308,7 @@ def observe_cycle(
         _task_latencies_ms(record, session),
         work=session.work if session is not None else None,
         plugin_s=session.plugin_seconds if isinstance(session, _TimedSession) else None,
+        podgroups=_evicted_podgroups(record, session),
     )
     for d in record.decisions:
         action = d.action or ""
@@ -317,6 +318,18 @@ def observe_cycle(
             metrics.pipelined.labels(action=action).inc()
         elif d.kind == "Evict":
             metrics.evictions.labels(action=action).inc()
+
+
+def _evicted_podgroups(record: CycleRecord, session: Session | None) -> dict[str, tuple[str, str]]:
+    """Per job with an Evict decision: its PodGroup's metadata.uid ("" when unknown) and node pool (KAI's
+    ``default`` without the label), from the cycle's session."""
+    if session is None:
+        return {}
+    out = {}
+    for d in record.decisions:
+        if d.kind == "Evict" and d.job not in out and (job := session.job_by_uid.get(d.job)) is not None:
+            out[d.job] = (job.spec.k8s_uid or "", job.spec.node_pool or DEFAULT_NODE_POOL)
+    return out
 
 
 def _task_latencies_ms(record: CycleRecord, session: Session | None) -> list[float]:

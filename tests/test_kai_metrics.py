@@ -179,7 +179,13 @@ def test_per_action_counters_accumulate_over_cycles_under_kais_exact_names() -> 
     assert samples[("kai_podgroups_scheduled_by_action", (("action", "allocate"),))] == 2.0
     assert samples[("kai_podgroups_scheduled_by_action", (("action", "reclaim"),))] == 1.0
     assert "kai_podgroups_scheduled_by_action_total" not in text  # KAI's name, no suffix added
-    evicted = (("action", "reclaim"), ("namespace", "ns"), ("nodepool", ""), ("podgroup", "old"), ("uid", ""))
+    evicted = (
+        ("action", "reclaim"),
+        ("namespace", "ns"),
+        ("nodepool", "default"),
+        ("podgroup", "old"),
+        ("uid", ""),
+    )
     assert samples[("kai_pod_group_evicted_pods_total", evicted)] == 2.0
     assert types["kai_pod_group_evicted_pods"] == "counter"
 
@@ -247,8 +253,13 @@ SOLVER_CASES: tuple[
 )
 
 
-def _observe_solver_case(m: SchedulerMetrics, case: str) -> None:
-    """Run one cycle of the SOLVER_CASES row ``case`` (timed, as the service does) and observe it into ``m``."""
+def _observe_solver_case(
+    m: SchedulerMetrics, case: str, podgroups: dict[str, dict[str, Any]] | None = None
+) -> None:
+    """Run one cycle of the SOLVER_CASES row ``case`` (timed, as the service does) and observe it into ``m``.
+
+    ``podgroups`` maps job names to PodGroup objects' ``metadata`` extras (uid, labels): each goes through
+    the real path, Kubernetes object -> PodGroupUpserted -> its JSON -> the state fold's Job."""
     from scheduler.conformance import NOW_MS as CONFORMANCE_NOW_MS
     from scheduler.conformance import load_state
 
@@ -260,10 +271,84 @@ def _observe_solver_case(m: SchedulerMetrics, case: str) -> None:
         "jobs": jobs,
     }
     state, config = load_state(doc)
+    if podgroups:
+        state = dataclasses.replace(
+            state,
+            jobs=tuple(
+                _with_podgroup(j, podgroups[j.name]) if j.name in podgroups else j for j in state.jobs
+            ),
+        )
     record, ssn, durations = run_timed_cycle(state, config, now_ms=CONFORMANCE_NOW_MS)
     # The timed cycle is the plain one: timing and counting never change the record.
     assert record.dumps() == run_cycle(state, config, now_ms=CONFORMANCE_NOW_MS)[0].dumps()
     observe_cycle(m, record, durations, session=ssn)
+
+
+def _with_podgroup(job: Any, meta: Any) -> Any:
+    """``job`` as the fold makes it from a PodGroup object with ``meta`` merged into its metadata."""
+    from ingest.events import dump_event, parse_event
+    from ingest.kube import podgroup_upserted
+    from scheduler.engine.state import StateBuilder
+
+    obj = {
+        "metadata": {
+            "name": job.name,
+            "namespace": "ns",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            **meta,
+        },
+        "spec": {"queue": job.queue},
+    }
+    b = StateBuilder()
+    b.apply(parse_event(dump_event(podgroup_upserted(obj, 0))))
+    (folded,) = b.snapshot().jobs
+    return evolve(job, k8s_uid=folded.k8s_uid, node_pool=folded.node_pool)
+
+
+#: (PodGroup metadata extras of the evicted jobs b1, b2 -> the uid and nodepool labels of their series).
+EVICTED_LABEL_CASES = (
+    ({}, {"b1": ("", "default"), "b2": ("", "default")}),
+    (
+        {"b1": {"uid": "1f0e-b1"}, "b2": {"uid": "2a7c-b2", "labels": {"kai.scheduler/node-pool": "pool-a"}}},
+        {"b1": ("1f0e-b1", "default"), "b2": ("2a7c-b2", "pool-a")},
+    ),
+    (
+        {"b1": {"labels": {"kai.scheduler/node-pool": ""}}},  # an empty label is KAI's default pool
+        {"b1": ("", "default"), "b2": ("", "default")},
+    ),
+)
+
+
+@pytest.mark.parametrize(("meta", "expected"), EVICTED_LABEL_CASES)
+def test_evicted_pods_carry_the_podgroups_uid_and_node_pool(
+    meta: dict[str, dict[str, Any]], expected: dict[str, tuple[str, str]]
+) -> None:
+    m = SchedulerMetrics.create()
+    _observe_solver_case(m, "reclaim", podgroups=meta)
+    samples, _, _ = _scrape(m)
+    got = {
+        dict(labels)["podgroup"]: (dict(labels)["uid"], dict(labels)["nodepool"])
+        for (name, labels), value in samples.items()
+        if name == "kai_pod_group_evicted_pods_total" and value == 1.0
+    }
+    assert got == expected
+
+
+def test_the_metric_labels_are_contract_v2_fields_old_events_keep_their_bytes() -> None:
+    from ingest.events import dump_event
+    from ingest.kube import podgroup_upserted
+
+    base = {"name": "g", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"}
+    plain = podgroup_upserted({"metadata": base, "spec": {"queue": "q"}}, 0)
+    assert plain.v == 1 and b"k8s_uid" not in dump_event(plain) and b"node_pool" not in dump_event(plain)
+    labelled = podgroup_upserted(
+        {
+            "metadata": {**base, "uid": "u-1", "labels": {"kai.scheduler/node-pool": "p"}},
+            "spec": {"queue": "q"},
+        },
+        0,
+    )
+    assert (labelled.v, labelled.k8s_uid, labelled.node_pool) == (2, "u-1", "p")
 
 
 @pytest.mark.parametrize(
