@@ -49,7 +49,9 @@ from scheduler.metrics import (
     capacity_of,
     observe_cycle,
     observe_dead_letters,
+    proportion_seconds,
     run_timed_cycle,
+    timed_session_factory,
 )
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
@@ -229,7 +231,12 @@ class Service:
         self.dead_seen: set[tuple[str, int]] = set()
         self.stats = RunStats()
         self.encoder = DeltaEncoder(checkpoint_every)  # a fresh encoder: the first record is a checkpoint
-        self.kept = KeptSession()  # the last cycle's session, patched for the next one
+        # The last cycle's session, patched for the next one; with metrics, its division is timed.
+        self.kept = (
+            KeptSession()
+            if metrics is None
+            else KeptSession(timed_session_factory(time.perf_counter), clock=time.perf_counter)
+        )
         self._recovered = False
         self._stop = False
 
@@ -416,7 +423,10 @@ class Service:
         else:
             # The same record; the timings only observe the cycle, they never feed it.
             def opener(*a: Any) -> Session:
-                return self.kept.open(*a, builder=builder, changes=changes)
+                ssn = self.kept.open(*a, builder=builder, changes=changes)
+                if "divide" in self.kept.timings:  # patched: time the division as a fresh timed one does
+                    ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
+                return ssn
 
             record, ssn, durations = run_timed_cycle(
                 state, self.config, now_ms, usage, usage_id, opener=opener

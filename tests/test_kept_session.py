@@ -410,6 +410,13 @@ def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path,
         assert stats.cycles_appended == 30 and stats.dead_letters == 0
         assert svc.kept.fresh + svc.kept.patched == 30
         assert svc.kept.patched >= 15, svc.kept.last_reason
+        if metrics is not None:  # KAI's proportion plugin latency is observed for patched sessions too
+            assert "divide" in svc.kept.timings or svc.kept.last_reason
+            value = metrics.registry.get_sample_value(
+                "kai_plugin_scheduling_latency_milliseconds",
+                {"plugin": "proportion", "OnSession": "OnSessionOpen"},
+            )
+            assert value is not None and value >= 0
     rep = subprocess.run(
         [sys.executable, "-m", "analytics.cli", "replay", str(directory), "--verify"],
         cwd=ROOT,

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from operator import attrgetter
 from typing import Any, Final
 
@@ -157,13 +157,22 @@ class KeptSession:
     why the last one was built afresh.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        factory: Callable[[ClusterState, SessionConfig, int, dict[str, dict[str, float]]], Session] = Session,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.session: Session | None = None
         self._index: Index | None = None
         self._clean = False
         self.fresh = 0
         self.patched = 0
         self.last_reason = ""
+        # Fresh sessions come from `factory` (metrics pass a timed Session). With a `clock`, `timings` gets
+        # the seconds of a patched session's fair-share division ("divide"); they never feed a decision.
+        self.factory = factory
+        self.clock = clock
+        self.timings: dict[str, float] = {}
 
     def open(
         self,
@@ -183,16 +192,19 @@ class KeptSession:
         cfg = config or SessionConfig()
         use = {k: dict(v) for k, v in (usage or {}).items()}
         last, index, self.session, self._index = self.session, self._index, None, None
+        self.timings.clear()
         ssn: Session | None = None
         if builder is None or changes is None:
             self.last_reason = "no builder and changes given"
         elif last is None or index is None or not self._clean:
             self.last_reason = "no finished previous cycle"
         else:
-            ssn, self.last_reason = reopen(last, index, builder, changes, state, cfg, now_ms, use)
+            ssn, self.last_reason = reopen(
+                last, index, builder, changes, state, cfg, now_ms, use, self.clock, self.timings
+            )
         self._clean = False
         if ssn is None:
-            ssn = Session(state, cfg, now_ms, use)
+            ssn = self.factory(state, cfg, now_ms, use)
             index = Index(ssn, builder) if builder is not None else None
             self.fresh += 1
         else:
@@ -298,13 +310,16 @@ def reopen(
     config: SessionConfig,
     now_ms: int,
     usage: dict[str, dict[str, float]],
+    clock: Callable[[], float] | None = None,
+    timings: dict[str, float] | None = None,
 ) -> tuple[Session | None, str]:
     """Turn the session of the last (finished) cycle into the session of ``state``; ``index`` is kept current.
 
     ``state`` must be a snapshot of ``builder`` with nothing folded since, and ``changes`` what was folded
     since the snapshot ``ssn`` opened on. Returns ``(session, "")``, or ``(None, reason)`` when the session
     cannot be reused (then ``ssn`` and ``index`` are spent: build afresh). The session returned is a new
-    :class:`Session` object over ``ssn``'s parts, changed in place (``ssn`` must not be used again).
+    :class:`Session` object over ``ssn``'s parts, changed in place (``ssn`` must not be used again). With a
+    ``clock``, ``timings["divide"]`` gets the seconds of the fair-share division (observed, never read).
     """
     old = ssn.state
     if UNKNOWN_ATTRS:
@@ -476,18 +491,20 @@ def reopen(
     ssn.decisions = []
     ssn._claimed = None
     ssn._ready_gpu_milli = 0
-    for name in [a for a in vars(ssn) if a not in _INIT_ATTRS]:
-        delattr(ssn, name)  # what actions hung on the session (e.g. placement's node maxima)
-    ssn.total = ssn._total()
+    # A new, plain Session object holding the same parts: caches other modules keep per session (weakly
+    # keyed by the session, e.g. topology's domains and frees) must not carry over from the last cycle,
+    # nor what actions hung on it (e.g. placement's node maxima) or a subclass added (a timed session).
+    out = Session.__new__(Session)
+    out.__dict__.update((k, v) for k, v in vars(ssn).items() if k in _INIT_ATTRS)
+    out.total = out._total()
     for q in queues.values():
         q.share = None
         q.fair_share = zero()
         q._alloc_share = None
-    ssn.shares = ssn._divide(usage)
-    # A new Session object holding the same parts: caches other modules keep per session (weakly keyed
-    # by the session, e.g. topology's domains and frees) must not carry over from the last cycle.
-    out = Session.__new__(Session)
-    out.__dict__.update(vars(ssn))
+    t0 = clock() if clock is not None else 0.0
+    out.shares = out._divide(usage)
+    if clock is not None and timings is not None:
+        timings["divide"] = max(clock() - t0, 0.0)  # observed only (KAI's proportion plugin latency)
     return out, ""
 
 
