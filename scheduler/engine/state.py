@@ -733,6 +733,10 @@ class StateBuilder:
         if active == 0 and job.last_start_ms is not None and not stale:
             self.jobs[job_uid] = evolve(self.jobs[job_uid], last_start_ms=None)
 
+    def job_pod_uids(self, job_uid: str) -> tuple[str, ...]:
+        """The uids of the pods of a pod group the builder holds, in submission order."""
+        return tuple(self._job_pods.get(job_uid, ()))
+
     def fork(self) -> StateBuilder:
         """An independent builder with the same state (what-if runs fold on from here, this one is
         untouched). Cheap: the objects are immutable, only the containers are copied."""
