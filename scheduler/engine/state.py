@@ -7,6 +7,7 @@ inputs always give an equal snapshot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -90,6 +91,21 @@ class Queue:
     reclaim_min_runtime_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class SubGroup:
+    """One of KAI's PodGroup ``subGroups`` (see :mod:`scheduler.engine.subgroups` for what the engine makes
+    of them): a PodSet (no child names it as parent) needs ``max(min_member, 1)`` pods, a SubGroupSet
+    ``min_sub_group`` ready children (None = all). The topology fields are its own constraint."""
+
+    name: str
+    parent: str | None = None
+    min_member: int | None = None
+    min_sub_group: int | None = None
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
 class Job(msgspec.Struct, frozen=True, gc=False):
     """A pod group: the unit of gang scheduling (a frozen msgspec struct, like :class:`Pod`)."""
 
@@ -107,6 +123,10 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     topology: str | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    # KAI's subGroups (empty = one implicit gang of min_available) and the PodGroup's minSubGroup. With
+    # subgroups, min_available is the tree's minimum (subgroups.minimum), not the PodGroup's minMember.
+    subgroups: tuple[SubGroup, ...] = ()
+    min_sub_group: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,6 +322,27 @@ def with_pods(state: ClusterState, pods: Iterable[Pod]) -> ClusterState:
 
 
 # -- the fold -------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def subgroup_minimum(subgroups: tuple[SubGroup, ...], min_sub_group: int | None = None) -> int:
+    """The fewest pods that satisfy a subgroup tree: each PodSet needs ``max(min_member, 1)``, a
+    SubGroupSet (and the PodGroup) the ``min_sub_group`` cheapest of its children (all by default).
+    A tree the contract would reject (a cycle) counts what it can reach from the top."""
+    children: dict[str | None, list[SubGroup]] = {}
+    for sg in subgroups:
+        children.setdefault(sg.parent, []).append(sg)
+
+    def need(name: str | None, k: int | None, depth: int) -> int:
+        kids = children.get(name, [])
+        costs = sorted(
+            need(c.name, c.min_sub_group, depth + 1) if c.name in children else max(c.min_member or 0, 1)
+            for c in kids
+            if depth < len(subgroups)
+        )
+        return sum(costs[: len(costs) if k is None else k])
+
+    return max(need(None, min_sub_group, 0), 1)
+
+
 _PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 DEFAULT_JOB_PRIORITY = 50
 
@@ -533,11 +574,25 @@ class StateBuilder:
                 prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
             preemptible = e.preemptible if e.preemptible is not None else prio < 100
             old_job = self.jobs.get(uid)
+            subgroups = tuple(
+                SubGroup(
+                    name=sg.name,
+                    parent=sg.parent,
+                    min_member=sg.min_member,
+                    min_sub_group=sg.min_sub_group,
+                    topology=sg.topology,
+                    required_level=sg.required_topology_level,
+                    preferred_level=sg.preferred_topology_level,
+                )
+                for sg in e.subgroups
+            )
             self.jobs[uid] = Job(
                 uid=uid,
                 name=e.name,
                 queue=e.queue,
-                min_available=e.min_member,
+                min_available=subgroup_minimum(subgroups, e.min_sub_group) if subgroups else e.min_member,
+                subgroups=subgroups,
+                min_sub_group=e.min_sub_group,
                 priority=prio,
                 preemptible=preemptible,
                 created_ms=e.created_at_ms,
