@@ -396,7 +396,7 @@ class JobInfo:
     )
 
     def __init__(self, spec: Job, queue: QueueInfo | None, index: int) -> None:
-        self.subgroup_cache: subgroups.Tree | None = None
+        self.subgroup_cache: subgroups.Tree[TaskInfo] | None = None
         self.spec = spec
         self.uid = spec.uid
         self.name = spec.name
@@ -421,7 +421,7 @@ class JobInfo:
             return subgroup_minimum(self.spec.subgroups, self.spec.min_sub_group)
         return max(self.spec.min_available, 1)
 
-    def subgroup_tree(self) -> subgroups.Tree | None:
+    def subgroup_tree(self) -> subgroups.Tree[TaskInfo] | None:
         """The job's subgroup tree (:mod:`scheduler.engine.subgroups`), None without subgroups.
 
         Built on first use, once the session has given the job all its tasks.

@@ -21,17 +21,40 @@ Everything is deterministic: children are kept in name order and tasks in task o
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Any, Generic, Protocol, TypeVar
 
-from scheduler.engine.state import Job, PodStatus
+from scheduler.engine.state import Job, Pod, PodStatus
 
-if TYPE_CHECKING:
-    from scheduler.engine.session import JobInfo, TaskInfo
 
-__all__ = ["DEFAULT_SUBGROUP", "SUBGROUP_LABEL", "Group", "Tree", "build"]
+class TaskLike(Protocol):
+    """What the tree reads of a :class:`scheduler.engine.session.TaskInfo` (no import: session uses this
+    module)."""
+
+    pod: Pod
+    status: PodStatus
+    node: Any
+    virtual: bool
+
+    def sort_key(self) -> tuple[int, int, int, str]: ...
+
+
+T = TypeVar("T", bound=TaskLike)
+T_co = TypeVar("T_co", bound=TaskLike, covariant=True)
+
+
+class JobLike(Protocol[T_co]):
+    """What :func:`build` reads of a :class:`scheduler.engine.session.JobInfo`."""
+
+    @property
+    def spec(self) -> Job: ...
+
+    @property
+    def tasks(self) -> Sequence[T_co]: ...
+
+__all__ = ["DEFAULT_SUBGROUP", "SUBGROUP_LABEL", "Group", "JobLike", "TaskLike", "Tree", "build"]
 
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 DEFAULT_SUBGROUP = "default"
@@ -41,7 +64,7 @@ _USED = _ACTIVE | {PodStatus.RELEASING}
 
 
 @dataclass(slots=True)
-class Group:
+class Group(Generic[T]):
     """A node of the tree: the root (name ""), a SubGroupSet (``children``) or a PodSet (``tasks``)."""
 
     name: str
@@ -50,8 +73,8 @@ class Group:
     preferred_level: str | None = None
     min_available: int = 1  # PodSet only
     min_sub_group: int | None = None  # SubGroupSet / root only; None = every child
-    children: list[Group] = field(default_factory=list)
-    tasks: list[TaskInfo] = field(default_factory=list)
+    children: list[Group[T]] = field(default_factory=list)
+    tasks: list[T] = field(default_factory=list)
     is_podset: bool = False
 
     @property
@@ -73,14 +96,14 @@ class Group:
         """Pods of this PodSet in ``statuses``."""
         return sum(1 for t in self.tasks if t.status in statuses)
 
-    def podsets(self) -> Iterator[Group]:
+    def podsets(self) -> Iterator[Group[T]]:
         """The PodSets of this subtree, depth first in name order."""
         if self.is_podset:
             yield self
         for c in self.children:
             yield from c.podsets()
 
-    def all_tasks(self) -> Iterator[TaskInfo]:
+    def all_tasks(self) -> Iterator[T]:
         """Every task of this subtree."""
         for ps in self.podsets():
             yield from ps.tasks
@@ -98,9 +121,9 @@ class Group:
             return alive >= self.min_available
         return sum(1 for c in self.children if c.alive_ready()) >= self.needed_children()
 
-    def shortfalls(self, statuses: frozenset[PodStatus], alive: bool = False) -> list[tuple[Group, int, int]]:
+    def shortfalls(self, statuses: frozenset[PodStatus], alive: bool = False) -> list[tuple[Group[T], int, int]]:
         """The PodSets that keep this subtree from being satisfied: (PodSet, have, need)."""
-        out: list[tuple[Group, int, int]] = []
+        out: list[tuple[Group[T], int, int]] = []
         for ps in self.podsets():
             have = (
                 sum(1 for t in ps.tasks if t.status in _ACTIVE or t.status is PodStatus.PENDING)
@@ -119,18 +142,18 @@ class Group:
 
 
 @dataclass(slots=True)
-class Tree:
+class Tree(Generic[T]):
     """A job's subgroup tree, with the tasks sorted into its PodSets."""
 
-    root: Group
-    podsets: dict[str, Group]
-    dropped: list[TaskInfo]  # pods of unknown subgroups: never placed
+    root: Group[T]
+    podsets: dict[str, Group[T]]
+    dropped: list[T]  # pods of unknown subgroups: never placed
 
-    def tasks_to_allocate(self, include_virtual: bool = False) -> list[TaskInfo]:
+    def tasks_to_allocate(self, include_virtual: bool = False) -> list[T]:
         """KAI's GetTasksToAllocate over the PodSets (module doc)."""
         order = sorted(self.podsets.values(), key=Group.order_key)
         below = [ps for ps in order if ps.count(_ACTIVE) < ps.min_available]
-        out: list[TaskInfo] = []
+        out: list[T] = []
         for ps in below or order:
             pending = sorted(
                 (
@@ -153,20 +176,20 @@ class Tree:
         """Some pod of a known PodSet is pending."""
         return any(t.status is PodStatus.PENDING for ps in self.podsets.values() for t in ps.tasks)
 
-    def podset_of(self, task: TaskInfo) -> Group | None:
+    def podset_of(self, task: T) -> Group[T] | None:
         """The PodSet a task belongs to (None for a dropped pod)."""
         return self.podsets.get(subgroup_name(task))
 
 
-def subgroup_name(task: TaskInfo) -> str:
+def subgroup_name(task: TaskLike) -> str:
     """The subgroup a pod names with its label, ``default`` without one."""
     return task.pod.labels.get(SUBGROUP_LABEL, DEFAULT_SUBGROUP)
 
 
-def build(job: JobInfo) -> Tree:
+def build(job: JobLike[T]) -> Tree[T]:
     """The subgroup tree of a job whose spec has subgroups (call only then)."""
     spec: Job = job.spec
-    root = Group(
+    root: Group[T] = Group(
         name="",
         topology=spec.topology,
         required_level=spec.required_level,
@@ -174,7 +197,7 @@ def build(job: JobInfo) -> Tree:
         min_sub_group=spec.min_sub_group,
     )
     parents = {sg.parent for sg in spec.subgroups if sg.parent is not None}
-    groups: dict[str, Group] = {}
+    groups: dict[str, Group[T]] = {}
     for sg in spec.subgroups:
         groups[sg.name] = Group(
             name=sg.name,
@@ -189,7 +212,7 @@ def build(job: JobInfo) -> Tree:
         parent = root if sg.parent is None else groups.get(sg.parent, root)
         parent.children.append(groups[sg.name])
     podsets = {name: g for name, g in sorted(groups.items()) if g.is_podset}
-    dropped: list[TaskInfo] = []
+    dropped: list[T] = []
     for t in job.tasks:
         ps = podsets.get(subgroup_name(t))
         if ps is None:
@@ -199,7 +222,7 @@ def build(job: JobInfo) -> Tree:
     return Tree(root=root, podsets=podsets, dropped=dropped)
 
 
-def groups_with_constraints(tree: Tree) -> Iterator[Group]:
+def groups_with_constraints(tree: Tree[T]) -> Iterator[Group[T]]:
     """Every group (root first) whose topology constraint must be checked."""
     stack = [tree.root]
     while stack:

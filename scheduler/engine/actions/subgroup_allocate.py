@@ -29,6 +29,8 @@ from scheduler.engine.session import GPU_MILLI, JobInfo, NodeInfo, Session, Stat
 from scheduler.engine.state import PodStatus, Topology
 from scheduler.engine.subgroups import Group, Tree
 
+_Group = Group[TaskInfo]
+
 NAME = "allocate"
 _PLACED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RELEASING})
 
@@ -45,7 +47,7 @@ class _Why:
         self.reasons.append((reason, message, details))
 
 
-def constraint_problem(ssn: Session, group: Group) -> str | None:
+def constraint_problem(ssn: Session, group: _Group) -> str | None:
     """Why a group's constraint cannot be read against the cluster's topologies (None when it can)."""
     if not group.has_constraint:
         return None
@@ -78,7 +80,7 @@ def _free(nodes: Sequence[NodeInfo], gpu: bool, future: bool) -> int:
 
 
 def node_sets(
-    ssn: Session, group: Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], anchors: frozenset[str]
+    ssn: Session, group: _Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], anchors: frozenset[str]
 ) -> Iterator[tuple[Sequence[NodeInfo], str | None]]:
     """The node sets to try for a group, each with its domain name (None = the parent's whole set).
 
@@ -118,7 +120,7 @@ def node_sets(
 
 
 def _largest(
-    ssn: Session, group: Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo]
+    ssn: Session, group: _Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo]
 ) -> tuple[str, int, int, bool] | None:
     """The required-level domain (within ``nodes``) with the most idle capacity: (name, free, need, gpu)."""
     topo = next(t for t in ssn.state.topologies if t.name == group.topology)
@@ -139,7 +141,7 @@ def _largest(
 class _Placer:
     """One attempt to place a job's wanted tasks over its tree (module doc)."""
 
-    def __init__(self, ssn: Session, stmt: Statement, job: JobInfo, tree: Tree, wanted: list[TaskInfo]) -> None:
+    def __init__(self, ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[TaskInfo], wanted: list[TaskInfo]) -> None:
         self.ssn, self.stmt, self.job, self.tree = ssn, stmt, job, tree
         ids = {id(t) for t in wanted}
         self.wanted = {
@@ -148,10 +150,10 @@ class _Placer:
         }
         self.why = _Why()
 
-    def subtree_wanted(self, g: Group) -> list[TaskInfo]:
+    def subtree_wanted(self, g: _Group) -> list[TaskInfo]:
         return [t for ps in g.podsets() for t in self.wanted[ps.name]]
 
-    def place(self, g: Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
+    def place(self, g: _Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
         """Place the group's wanted tasks within ``nodes``; True when it ends satisfied with them placed."""
         tasks = self.subtree_wanted(g)
         if not tasks:
@@ -168,7 +170,7 @@ class _Placer:
             self.topology_reason(g, nodes, tasks, tried, within)
         return False
 
-    def place_in(self, g: Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
+    def place_in(self, g: _Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
         if g.is_podset:
             return self.place_podset(g, nodes, within)
         start = self.stmt.checkpoint()
@@ -188,7 +190,7 @@ class _Placer:
                         return False
         return g.satisfied() and self.stmt.checkpoint() > start
 
-    def place_podset(self, ps: Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
+    def place_podset(self, ps: _Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
         tasks = self.wanted[ps.name]
         cp = self.stmt.checkpoint()
         for placed, task in enumerate(tasks):
@@ -210,7 +212,7 @@ class _Placer:
         return True
 
     def topology_reason(
-        self, g: Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], tried: int, within: str | None
+        self, g: _Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], tried: int, within: str | None
     ) -> None:
         level = g.required_level
         head = (
@@ -238,7 +240,7 @@ class _Placer:
         )
 
 
-def allocate_subgroups(ssn: Session, stmt: Statement, job: JobInfo, tree: Tree) -> bool:
+def allocate_subgroups(ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[TaskInfo]) -> bool:
     """Place a job with subgroups (module doc); records the job's fit error when it cannot."""
     stack = [tree.root]
     while stack:
