@@ -54,6 +54,7 @@ class JobLike(Protocol[T_co]):
     @property
     def tasks(self) -> Sequence[T_co]: ...
 
+
 __all__ = ["DEFAULT_SUBGROUP", "SUBGROUP_LABEL", "Group", "JobLike", "TaskLike", "Tree", "build"]
 
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
@@ -85,7 +86,9 @@ class Group(Generic[T]):
     @property
     def has_constraint(self) -> bool:
         """A topology with at least one level to keep."""
-        return self.topology is not None and (self.required_level is not None or self.preferred_level is not None)
+        return self.topology is not None and (
+            self.required_level is not None or self.preferred_level is not None
+        )
 
     def needed_children(self) -> int:
         """How many direct children must be satisfied."""
@@ -121,7 +124,9 @@ class Group(Generic[T]):
             return alive >= self.min_available
         return sum(1 for c in self.children if c.alive_ready()) >= self.needed_children()
 
-    def shortfalls(self, statuses: frozenset[PodStatus], alive: bool = False) -> list[tuple[Group[T], int, int]]:
+    def shortfalls(
+        self, statuses: frozenset[PodStatus], alive: bool = False
+    ) -> list[tuple[Group[T], int, int]]:
         """The PodSets that keep this subtree from being satisfied: (PodSet, have, need)."""
         out: list[tuple[Group[T], int, int]] = []
         for ps in self.podsets():

@@ -120,9 +120,10 @@ def node_sets(
 
 
 def _largest(
-    ssn: Session, group: _Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo]
+    ssn: Session, group: _Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], anchors: frozenset[str]
 ) -> tuple[str, int, int, bool] | None:
-    """The required-level domain (within ``nodes``) with the most idle capacity: (name, free, need, gpu)."""
+    """The required-level domain (within ``nodes``, holding every ``anchors`` node) with the most idle
+    capacity: (name, free, need, gpu)."""
     topo = next(t for t in ssn.state.topologies if t.name == group.topology)
     assert group.required_level is not None
     depth = topo.levels.index(group.required_level)
@@ -131,7 +132,7 @@ def _largest(
     best: tuple[str, int, int, bool] | None = None
     for d in topology.domains(ssn, topo.levels, depth):
         sub = tuple(n for n in d.nodes if n.name in allowed)
-        if sub:
+        if sub and anchors <= {n.name for n in sub}:
             free = _free(sub, gpu, False)
             if best is None or free > best[1]:
                 best = (d.name, free, need, gpu)
@@ -141,7 +142,9 @@ def _largest(
 class _Placer:
     """One attempt to place a job's wanted tasks over its tree (module doc)."""
 
-    def __init__(self, ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[TaskInfo], wanted: list[TaskInfo]) -> None:
+    def __init__(
+        self, ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[TaskInfo], wanted: list[TaskInfo]
+    ) -> None:
         self.ssn, self.stmt, self.job, self.tree = ssn, stmt, job, tree
         ids = {id(t) for t in wanted}
         self.wanted = {
@@ -167,7 +170,7 @@ class _Placer:
                 return True
             self.stmt.rollback(cp)
         if g.required_level is not None and g.has_constraint:
-            self.topology_reason(g, nodes, tasks, tried, within)
+            self.topology_reason(g, nodes, tasks, tried, within, anchors)
         return False
 
     def place_in(self, g: _Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
@@ -212,25 +215,35 @@ class _Placer:
         return True
 
     def topology_reason(
-        self, g: _Group, nodes: Sequence[NodeInfo], tasks: Sequence[TaskInfo], tried: int, within: str | None
+        self,
+        g: _Group,
+        nodes: Sequence[NodeInfo],
+        tasks: Sequence[TaskInfo],
+        tried: int,
+        within: str | None,
+        anchors: frozenset[str],
     ) -> None:
         level = g.required_level
         head = (
             f"Topology constraint not met: {g.label} requires its {len(tasks)} pod{'' if len(tasks) == 1 else 's'} "
-            f"within one {level} domain of topology {g.topology!r}"
-            + (f" inside {within}" if within else "")
+            f"within one {level} domain of topology {g.topology!r}" + (f" inside {within}" if within else "")
         )
-        best = _largest(self.ssn, g, nodes, tasks)
-        if best is None:
+        best = _largest(self.ssn, g, nodes, tasks, anchors)
+        if best is None and anchors and _largest(self.ssn, g, nodes, tasks, frozenset()) is not None:
+            msg = f"{head}, but its placed pods are on nodes of more than one {level} domain"
+        elif best is None:
             msg = f"{head}, and no node{' of ' + within if within else ''} has the label {level}"
         else:
             name, free, need, gpu = best
             what = "GPUs" if gpu else "CPU cores"
-            msg = f"{head}: the largest free, {name}, has {free / GPU_MILLI if gpu else free / 1000:g} of the " + (
-                f"{need / 1000:g} {what} needed"
+            msg = (
+                f"{head}: the largest free, {name}, has {free / GPU_MILLI if gpu else free / 1000:g} of the "
+                + (f"{need / 1000:g} {what} needed")
             )
             if tried:
-                msg += f"; {tried} {level} domain(s) had the {what} free in total but not on nodes the pods fit"
+                msg += (
+                    f"; {tried} {level} domain(s) had the {what} free in total but not on nodes the pods fit"
+                )
         self.why.add(
             "TopologyConstraint",
             msg,
