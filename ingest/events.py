@@ -358,7 +358,8 @@ def subgroup_problem(subgroups: list[SubGroup], min_sub_group: int | None) -> st
     """What is wrong with a PodGroup's subgroup tree (KAI's webhook rules), or None.
 
     Duplicate names, a parent that is not a subgroup, a parent chain that loops, ``min_sub_group`` on a
-    subgroup without children (or more than it has), ``min_member`` on one with children.
+    subgroup without children (or more than it has). A ``min_member`` on a subgroup with children is
+    ignored, as KAI ignores it (its own Grove grouper writes 0 there).
     """
     if min_sub_group is not None and not subgroups:
         return "min_sub_group needs subgroups"
@@ -384,8 +385,6 @@ def subgroup_problem(subgroups: list[SubGroup], min_sub_group: int | None) -> st
         (sg.name, sg.min_sub_group, f"subgroup {sg.name!r}") for sg in subgroups
     ]:
         kids = children.get(owner, [])
-        if owner is not None and kids and names[owner].min_member is not None:
-            return f"{label} has child subgroups, so it takes min_sub_group, not min_member"
         if min_sub is not None and (not kids or min_sub > len(kids)):
             return f"{label} has min_sub_group {min_sub} but {len(kids)} child subgroup(s)"
     return None

@@ -87,11 +87,6 @@ def test_subgroups_round_trip_as_v2() -> None:
         ),
         ([{"name": "a", "parent": "a"}], {}, "subgroups a -> a form a cycle"),
         ([{"name": "a", "min_member": 1, "min_sub_group": 1}], {}, "mutually exclusive"),
-        (
-            [{"name": "p", "min_member": 2}, {"name": "c", "parent": "p"}],
-            {},
-            "takes min_sub_group, not min_member",
-        ),
         ([{"name": "a"}, {"name": "b"}], {"min_sub_group": 3}, "has min_sub_group 3 but 2 child subgroup(s)"),
         ([{"name": "a", "min_sub_group": 1}], {}, "subgroup 'a' has min_sub_group 1 but 0 child"),
         ([], {"min_sub_group": 1}, "min_sub_group needs subgroups"),
@@ -112,6 +107,15 @@ def test_bad_subgroup_trees_are_dead_lettered(
         parse_event(json.dumps(BASE | {"subgroups": subgroups} | extra))
     assert e.value.reason_code == "schema"
     assert text in e.value.message
+
+
+def test_min_member_on_a_parent_is_ignored() -> None:
+    """KAI ignores minMember on a subgroup with children (its Grove grouper writes 0 there)."""
+    ev = parse_event(
+        BASE | {"subgroups": [{"name": "p", "min_member": 0}, {"name": "c", "parent": "p", "min_member": 2}]}
+    )
+    (job,) = fold([ev]).jobs
+    assert job.min_available == 2
 
 
 def test_service_dead_letters_a_bad_tree_and_keeps_folding() -> None:
