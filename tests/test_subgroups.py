@@ -220,6 +220,17 @@ def test_each_subgroup_scenario_depends_on_its_subgroups(path: Path) -> None:
     assert run_doc(doc)[0]
 
 
+def test_not_ready_message_names_the_short_subgroup() -> None:
+    from scheduler.conformance import NOW_MS, load_state
+
+    path = next(p for p in SCENARIOS if p.stem.startswith("sg-14"))
+    state, config = load_state(json.loads(path.read_text()))
+    rec, _ = run_cycle(state, config, now_ms=NOW_MS)
+    (d,) = [d for d in rec.decisions if d.kind == "Unschedulable"]
+    assert d.reason == "NotReady"
+    assert d.message.endswith("Waiting for 3 pods, currently 2 exist: subgroup a has 1 of 2"), d.message
+
+
 # --------------------------------------------------------------------------- properties
 
 

@@ -1560,7 +1560,7 @@ subgroups(
     _SIX[:3],
     [job("j", sgtasks("j", "r0", 2) + sgtasks("j", "r1", 2) + sgtasks("j", "r2", 2), min_sub_group=2,
          min_available=2, subgroups=[sg("r0", 2), sg("r1", 2), sg("r2", 2)])],
-    {"jobs": {"j": PENDING}},
+    {"jobs": {"j": PENDING}, "message_contains": {"j": "3 subgroups cannot be placed, and minSubGroup needs 2 placed"}},
 )
 subgroups(
     "sg-08-elastic-growth-by-subgroup-order",
@@ -1632,6 +1632,15 @@ subgroups(
          subgroups=[sg("default", 1), sg("b", 2)])],
     {"tasks": placed("j-x-0", "j-b-0", "j-b-1") | placed("j-x-1", status="pending")},
 )
+subgroups(
+    "sg-14-podset-short-of-pods-not-ready",
+    "Subgroup a needs 2 pods but only 1 exists: the job is not ready and waits, naming the subgroup, though "
+    "its 2 pods would fit (one gang of the job's 2 pods would start).",
+    _FOUR,
+    [job("j", sgtasks("j", "a", 1) + sgtasks("j", "b", 1), subgroups=[sg("a", 2), sg("b", 1)])],
+    {"jobs": {"j": PENDING}},  # its NotReady message: tests/test_subgroups.py
+)
+
 
 def main() -> None:
     """(Re)write every scenario file."""

@@ -190,8 +190,23 @@ class _Placer:
                 if not c.satisfied():
                     misses += 1
                     if misses > allowed_misses:
+                        if g.min_sub_group is not None:
+                            self.min_sub_group_reason(g, misses)
                         return False
         return g.satisfied() and self.stmt.checkpoint() > start
+
+    def min_sub_group_reason(self, g: _Group, misses: int) -> None:
+        """A set that cannot reach its minSubGroup: say so, with the last child's reason."""
+        last = self.why.reasons[-1] if self.why.reasons else None
+        n, need = len(g.children), g.needed_children()
+        msg = f"{g.label}: {misses} of its {n} subgroups cannot be placed, and minSubGroup needs {need} placed"
+        details: dict[str, object] = {"min_sub_group": need}
+        if g.name:
+            details["subgroup"] = g.name
+        if last is not None:
+            msg += f"; {last[1]}"
+            details = {**last[2], **details}
+        self.why.add(last[0] if last is not None else "PodSchedulingErrors", msg, **details)
 
     def place_podset(self, ps: _Group, nodes: Sequence[NodeInfo], within: str | None) -> bool:
         tasks = self.wanted[ps.name]
