@@ -199,7 +199,9 @@ class _Placer:
         """A set that cannot reach its minSubGroup: say so, with the last child's reason."""
         last = self.why.reasons[-1] if self.why.reasons else None
         n, need = len(g.children), g.needed_children()
-        msg = f"{g.label}: {misses} of its {n} subgroups cannot be placed, and minSubGroup needs {need} placed"
+        msg = (
+            f"{g.label}: {misses} of its {n} subgroups cannot be placed, and minSubGroup needs {need} placed"
+        )
         details: dict[str, object] = {"min_sub_group": need}
         if g.name:
             details["subgroup"] = g.name
