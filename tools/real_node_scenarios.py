@@ -1641,6 +1641,24 @@ subgroups(
     {"jobs": {"j": PENDING}},  # its NotReady message: tests/test_subgroups.py
 )
 
+subgroups(
+    "sg-15-preempt-shrinks-the-subgroup-above-its-minimum",
+    "A running job of two subgroups, a (minMember 1, 2 pods) and b (minMember 2, 2 pods), and a higher-"
+    "priority pod that needs a whole node: preempt takes a's second pod, the only one above its subgroup's "
+    "minimum, not b's last pod (task order), which would break b's gang.",
+    _FOUR,
+    [job("v", [task("v-a-0", gpus=8, subgroup="a", status="running", node="n1"),
+               task("v-a-1", gpus=8, subgroup="a", status="running", node="n2"),
+               task("v-b-0", gpus=8, subgroup="b", status="running", node="n3"),
+               task("v-b-1", gpus=8, subgroup="b", status="running", node="n4")],
+         min_available=3, subgroups=[sg("a", 1), sg("b", 2)]),
+     job("high", [task("high-0", gpus=8)], priority=100, preemptible=False)],
+    {"tasks": placed("v-a-1", node="n2", status="releasing") | placed("high-0", node="n2", status="pipelined")
+     | placed("v-b-1", node="n4", status="running")},
+    phase="preempt",
+    tags=["with-eviction", "preempt"],
+)
+
 
 def main() -> None:
     """(Re)write every scenario file."""

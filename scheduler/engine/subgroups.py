@@ -181,6 +181,20 @@ class Tree(Generic[T]):
         """Some pod of a known PodSet is pending."""
         return any(t.status is PodStatus.PENDING for ps in self.podsets.values() for t in ps.tasks)
 
+    def tasks_to_evict(self, statuses: frozenset[PodStatus] = _ACTIVE) -> tuple[list[T], bool]:
+        """KAI's GetTasksToEvict over the PodSets: one task (the last in task order) of the last PodSet in
+        PodSet order that is above its minimum, and True (the job has more to give); else every task in
+        ``statuses``, last first, and False (the whole gang goes)."""
+        for ps in sorted(self.podsets.values(), key=Group.order_key, reverse=True):
+            active = sorted((t for t in ps.tasks if t.status in statuses), key=lambda t: t.sort_key())
+            if len(active) > ps.min_available:
+                return [active[-1]], True
+        every = sorted(
+            (t for ps in self.podsets.values() for t in ps.tasks if t.status in statuses),
+            key=lambda t: t.sort_key(),
+        )
+        return every[::-1], False
+
     def podset_of(self, task: T) -> Group[T] | None:
         """The PodSet a task belongs to (None for a dropped pod)."""
         return self.podsets.get(subgroup_name(task))
