@@ -136,6 +136,35 @@ def test_service_dead_letters_a_bad_tree_and_keeps_folding() -> None:
     assert (job.name, job.min_available, job.subgroups) == ("h", 2, (SubGroup("a", min_member=2),))
 
 
+def test_fold_starts_the_stale_clock_when_a_podset_is_short() -> None:
+    """3 of 4 pods still run, the job's total minimum, but subgroup a (minimum 2) has 1: the fold's stale-gang
+    clock starts (the engine evicts after the grace period, scenario sg-09)."""
+
+    def pod_event(name: str, sub: str) -> dict[str, Any]:
+        return {
+            "type": "PodSubmitted",
+            "at_ms": 1,
+            "name": name,
+            "namespace": "ns",
+            "pod_group": "g",
+            "created_at_ms": 1,
+            "labels": {"kai.scheduler/subgroup-name": sub},
+            "requests": {"cpu_millicores": 100},
+        }
+
+    events = [BASE | {"subgroups": [{"name": "a", "min_member": 2}, {"name": "b", "min_member": 1}]}]
+    events += [pod_event(n, n[0]) for n in ("a0", "a1", "b0", "b1")]
+    events += [
+        {"type": "PodBound", "at_ms": 2, "name": n, "namespace": "ns", "node": "n1"}
+        for n in ("a0", "a1", "b0", "b1")
+    ]
+    (job,) = fold([parse_event(e) for e in events]).jobs
+    assert job.stale_since_ms is None
+    events.append({"type": "PodFinished", "at_ms": 7, "name": "a1", "namespace": "ns", "phase": "Failed"})
+    (job,) = fold([parse_event(e) for e in events]).jobs
+    assert (job.min_available, job.stale_since_ms) == (3, 7)
+
+
 # --------------------------------------------------------------------------- kube translation
 
 

@@ -91,6 +91,9 @@ class Queue:
     reclaim_min_runtime_ms: int | None = None
 
 
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # the pod label that puts a pod in a subgroup (KAI)
+
+
 @dataclass(frozen=True, slots=True)
 class SubGroup:
     """One of KAI's PodGroup ``subGroups`` (see :mod:`scheduler.engine.subgroups` for what the engine makes
@@ -341,6 +344,31 @@ def subgroup_minimum(subgroups: tuple[SubGroup, ...], min_sub_group: int | None 
         return sum(costs[: len(costs) if k is None else k])
 
     return max(need(None, min_sub_group, 0), 1)
+
+
+def subgroups_satisfied(
+    subgroups: tuple[SubGroup, ...], min_sub_group: int | None, active: Mapping[str, int]
+) -> bool:
+    """The gang rule of :mod:`scheduler.engine.subgroups` over ``active`` pods per PodSet name (for the
+    fold's stale-gang clock, which has no session)."""
+    children: dict[str | None, list[SubGroup]] = {}
+    for sg in subgroups:
+        children.setdefault(sg.parent, []).append(sg)
+
+    def ok(name: str | None, k: int | None, depth: int) -> bool:
+        kids = children.get(name, []) if depth <= len(subgroups) else []
+        good = sum(
+            1
+            for c in kids
+            if (
+                ok(c.name, c.min_sub_group, depth + 1)
+                if c.name in children
+                else active.get(c.name, 0) >= max(c.min_member or 0, 1)
+            )
+        )
+        return good >= (len(kids) if k is None else min(k, len(kids)))
+
+    return ok(None, min_sub_group, 0)
 
 
 _PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
@@ -722,6 +750,8 @@ class StateBuilder:
         active += 1
         # _touch_job's clocks; with this pod running, active > 0, so last_start_ms stays.
         stale = not succeeded and active < max(job.min_available, 1)
+        if job.subgroups:
+            stale = not succeeded and self._subgroups_short(job_uid, job)
         if stale and job.stale_since_ms is None:
             job = evolve(job, stale_since_ms=e.at_ms)
         elif not stale and job.stale_since_ms is not None:
@@ -776,12 +806,23 @@ class StateBuilder:
         active = sum(1 for p in pods if p.status in (PodStatus.RUNNING, PodStatus.RELEASING))
         succeeded = any(p.status is PodStatus.SUCCEEDED for p in pods)
         stale = not succeeded and 0 < active < max(job.min_available, 1)
+        if job.subgroups:
+            stale = not succeeded and active > 0 and self._subgroups_short(job_uid, job)
         if stale and job.stale_since_ms is None:
             self.jobs[job_uid] = evolve(job, stale_since_ms=at_ms)
         elif not stale and job.stale_since_ms is not None:
             self.jobs[job_uid] = evolve(job, stale_since_ms=None)
         if active == 0 and job.last_start_ms is not None and not stale:
             self.jobs[job_uid] = evolve(self.jobs[job_uid], last_start_ms=None)
+
+    def _subgroups_short(self, job_uid: str, job: Job) -> bool:
+        """Some PodSet the job needs has fewer running (or releasing) pods than its minimum."""
+        counts: dict[str, int] = {}
+        for p in self._job_pod_list(job_uid):
+            if p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
+                name = p.labels.get(SUBGROUP_LABEL, "default")
+                counts[name] = counts.get(name, 0) + 1
+        return not subgroups_satisfied(job.subgroups, job.min_sub_group, counts)
 
     def fork(self) -> StateBuilder:
         """An independent builder with the same state (what-if runs fold on from here, this one is

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Generic, Protocol, TypeVar
 
-from scheduler.engine.state import Job, Pod, PodStatus
+from scheduler.engine.state import SUBGROUP_LABEL, Job, Pod, PodStatus
 
 
 class TaskLike(Protocol):
@@ -57,7 +57,6 @@ class JobLike(Protocol[T_co]):
 
 __all__ = ["DEFAULT_SUBGROUP", "SUBGROUP_LABEL", "Group", "JobLike", "TaskLike", "Tree", "build"]
 
-SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
 DEFAULT_SUBGROUP = "default"
 
 _ACTIVE = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING})
