@@ -257,10 +257,12 @@ class _Placer:
                 f"{head}: the largest free, {name}, has {free / GPU_MILLI if gpu else free / 1000:g} of the "
                 + (f"{need / 1000:g} {what} needed")
             )
-            if tried:
+            if tried and g.is_podset:
                 msg += (
                     f"; {tried} {level} domain(s) had the {what} free in total but not on nodes the pods fit"
                 )
+            elif tried:
+                msg += f"; in the {tried} {level} domain(s) with the {what} free, its subgroups could not all be placed"
         self.why.add(
             "TopologyConstraint",
             msg,
