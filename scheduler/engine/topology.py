@@ -19,10 +19,8 @@ job's leading resource (GPUs, or CPU for a CPU-only gang) on idle capacity; a do
 releasing capacity is short of the gang's total is skipped without trying it. Pods the job already has
 placed (elastic growth, a partly placed gang) pin it: only domains holding all of their nodes are tried.
 
-A job with subgroups is placed by :mod:`scheduler.engine.actions.subgroup_allocate`, which uses
-:func:`domains` and :class:`Domain` for each subgroup's constraint within its parent's domain.
-Not yet topology-aware (docs/topology.md): reclaim, preempt and consolidation, which leave a job with a
-required level to allocate (:func:`scheduler.engine.actions.common.candidate_jobs`). Everything
+Not yet topology-aware (docs/topology.md): subgroups; reclaim, preempt and consolidation, which leave a
+job with a required level to allocate (:func:`scheduler.engine.actions.common.candidate_jobs`). Everything
 here is deterministic: domains are sorted by their label values.
 """
 
