@@ -350,7 +350,9 @@ class SubGroup(_Record):
         if self.min_member is not None and self.min_sub_group is not None:
             raise ValueError(f"subgroup {self.name!r}: min_member and min_sub_group are mutually exclusive")
         if self.topology is None and (self.required_topology_level or self.preferred_topology_level):
-            raise ValueError(f"subgroup {self.name!r}: a required or preferred topology level needs a topology")
+            raise ValueError(
+                f"subgroup {self.name!r}: a required or preferred topology level needs a topology"
+            )
         return self
 
 
@@ -371,7 +373,9 @@ def subgroup_problem(subgroups: list[SubGroup], min_sub_group: int | None) -> st
     children: dict[str | None, list[str]] = {}
     for sg in subgroups:
         if sg.parent is not None and sg.parent not in names:
-            return f"subgroup {sg.name!r} names parent {sg.parent!r}, which is not a subgroup of this PodGroup"
+            return (
+                f"subgroup {sg.name!r} names parent {sg.parent!r}, which is not a subgroup of this PodGroup"
+            )
         children.setdefault(sg.parent, []).append(sg.name)
     for sg in subgroups:
         seen = [sg.name]
@@ -398,7 +402,8 @@ class PodGroupUpserted(EventBase):
     global default class, then 50). ``preemptible`` None means "derive": a job
     is preemptible iff its priority < 100 (kai-spec §2.4).
 
-    v2: ``topology`` names a :class:`TopologyUpserted`; ``required_topology_level`` (all pods within one
+    v2: ``k8s_uid`` and ``node_pool`` are the PodGroup object's ``metadata.uid`` and its
+    ``kai.scheduler/node-pool`` label, for KAI's metric labels. ``topology`` names a :class:`TopologyUpserted`; ``required_topology_level`` (all pods within one
     domain of that level) and ``preferred_topology_level`` (try one domain of that level first) are level
     keys of it (KAI's ``spec.topologyConstraint``). A level needs a topology; a preferred level must be
     at or below the required one (checked against the topology by the engine).
@@ -418,9 +423,21 @@ class PodGroupUpserted(EventBase):
     preferred_topology_level: Name | None = None
     subgroups: list[SubGroup] = Field(default_factory=list)
     min_sub_group: Annotated[int, Field(ge=1)] | None = None
+    # v2, for KAI's metrics only (kai_pod_group_evicted_pods_total's uid and nodepool labels); no decision
+    # reads them: the PodGroup's metadata.uid and its kai.scheduler/node-pool label.
+    k8s_uid: Name | None = None
+    node_pool: Name | None = None
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"topology", "required_topology_level", "preferred_topology_level", "subgroups", "min_sub_group"}
+        {
+            "topology",
+            "required_topology_level",
+            "preferred_topology_level",
+            "subgroups",
+            "min_sub_group",
+            "k8s_uid",
+            "node_pool",
+        }
     )
 
     @model_validator(mode="after")

@@ -139,6 +139,8 @@ class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
     preferred_topology_level: ClassVar[str | None] = None
     subgroups: ClassVar[list[Any]] = []  # read-only empty default, never mutated
     min_sub_group: ClassVar[int | None] = None
+    k8s_uid: ClassVar[str | None] = None
+    node_pool: ClassVar[str | None] = None
 
 
 class PodGroupDeleted(_Ev, tag="PodGroupDeleted", frozen=True, kw_only=True):

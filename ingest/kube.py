@@ -66,6 +66,7 @@ __all__ = [
     "ANNOTATION_TOPOLOGY_REQUIRED",
     "GPU_RESOURCE",
     "LABEL_GPU_RESERVATION",
+    "LABEL_NODE_POOL",
     "LABEL_PREEMPTIBILITY",
     "LABEL_QUEUE",
     "LABEL_TASK_PRIORITY",
@@ -104,6 +105,7 @@ ANNOTATION_GPU_FRACTION: Final = "gpu-fraction"
 ANNOTATION_GPU_MEMORY: Final = "gpu-memory"
 ANNOTATION_GPU_FRACTION_DEVICES: Final = "gpu-fraction-num-devices"
 LABEL_QUEUE: Final = "kai.scheduler/queue"
+LABEL_NODE_POOL: Final = "kai.scheduler/node-pool"  # KAI's node pool of a PodGroup (absent: "default")
 LABEL_TASK_PRIORITY: Final = "kai.scheduler/task-priority"
 LABEL_PREEMPTIBILITY: Final = "kai.scheduler/preemptibility"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -500,6 +502,8 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
     min_sub = spec.get("minSubGroup")
     if min_sub is not None and (isinstance(min_sub, bool) or not isinstance(min_sub, int) or min_sub < 1):
         raise KubeError("PodGroup", key, "spec.minSubGroup", min_sub, "must be an integer >= 1")
+    k8s_uid = meta.get("uid")
+    node_pool = _dict(meta.get("labels")).get(LABEL_NODE_POOL)
     try:
         return PodGroupUpserted(
             name=str(meta.get("name") or ""),
@@ -515,6 +519,9 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
             preferred_topology_level=preferred,
             subgroups=subgroups,
             min_sub_group=min_sub,
+            # For KAI's metric labels only (kai_pod_group_evicted_pods_total).
+            k8s_uid=k8s_uid if isinstance(k8s_uid, str) and k8s_uid else None,
+            node_pool=node_pool if isinstance(node_pool, str) and node_pool else None,
         )
     except ValidationError as exc:
         raise _fail_model("PodGroup", key, exc) from None

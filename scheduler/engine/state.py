@@ -130,6 +130,9 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     # subgroups, min_available is the tree's minimum (subgroups.minimum), not the PodGroup's minMember.
     subgroups: tuple[SubGroup, ...] = ()
     min_sub_group: int | None = None
+    # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
+    k8s_uid: str | None = None
+    node_pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,6 +632,8 @@ class StateBuilder:
                 topology=e.topology,
                 required_level=e.required_topology_level,
                 preferred_level=e.preferred_topology_level,
+                k8s_uid=e.k8s_uid,
+                node_pool=e.node_pool,
             )
         elif kind == "NodeUpserted":
             self.nodes[e.name] = node_from_event(e)
