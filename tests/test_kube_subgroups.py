@@ -30,7 +30,9 @@ from tests.test_kai_workload_groups import LWS_CRD, _play_lws_controller, _ref
 from tests.test_kube_e2e import Pipeline, _decisions
 from tests.test_kube_topology import _create_topology
 
-BLOCK, RACK = "topology.hourglass.test/block", "topology.hourglass.test/rack"
+# Label keys of this test's own (tests/test_kube_topology.py's nodes carry topology.hourglass.test/*, and
+# nodes outlive a test on the shared API server: each test's topology must see only its nodes).
+BLOCK, RACK = "subgroups.hourglass.test/block", "subgroups.hourglass.test/rack"
 GROVE_CRDS = Path(__file__).parent / "fixtures" / "grove-crds.yaml"
 
 
@@ -195,7 +197,7 @@ def test_grove_and_lws_run_with_subgroups_within_their_racks(
             _ensure_crd(api, crd)
         _create_topology(api, topo, [BLOCK, RACK])
         for n, (rack, gpus) in racks.items():
-            make_node(api, f"{ns}-{n}", gpus=gpus, labels={**sel, BLOCK: "b1", RACK: rack})
+            make_node(api, f"{ns}-{n}", gpus=gpus, labels={**sel, BLOCK: f"{ns}-b1", RACK: f"{ns}-{rack}"})
         make_queue(api, queue, gpu_quota=30)
         grove = _play_grove_operator(api, ns, queue, topo, sel)
         co = client.CustomObjectsApi(api)
