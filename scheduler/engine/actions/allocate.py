@@ -143,7 +143,7 @@ def allocate_constrained(
     to :func:`scheduler.engine.actions.subgroup_allocate.allocate_subgroups`."""
     tree = job.subgroup_tree()
     if tree is not None:
-        return allocate_subgroups(ssn, stmt, job, tree)
+        return allocate_subgroups(ssn, stmt, job, tree, failed)
     problem = topology.constraint_error(ssn, job)
     if problem is not None:
         job.fit_error("TopologyConstraint", f"Topology constraint cannot be met: {problem}")

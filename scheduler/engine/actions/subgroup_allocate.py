@@ -143,9 +143,15 @@ class _Placer:
     """One attempt to place a job's wanted tasks over its tree (module doc)."""
 
     def __init__(
-        self, ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[TaskInfo], wanted: list[TaskInfo]
+        self,
+        ssn: Session,
+        stmt: Statement,
+        job: JobInfo,
+        tree: Tree[TaskInfo],
+        wanted: list[TaskInfo],
+        failed: dict[tuple[object, ...], str],
     ) -> None:
-        self.ssn, self.stmt, self.job, self.tree = ssn, stmt, job, tree
+        self.ssn, self.stmt, self.job, self.tree, self.failed = ssn, stmt, job, tree, failed
         ids = {id(t) for t in wanted}
         self.wanted = {
             ps.name: [t for t in sorted(ps.tasks, key=lambda t: t.sort_key()) if id(t) in ids]
@@ -215,7 +221,15 @@ class _Placer:
         cp = self.stmt.checkpoint()
         for placed, task in enumerate(tasks):
             self.ssn.last_why.clear()
-            err = allocate_task(self.ssn, self.stmt, task, nodes, NAME, explain=True)
+            # A task without pod-level constraints that fitted on no node of the cluster while nothing was
+            # tentatively placed fits nowhere for the rest of this allocate pass (capacity only shrinks): the
+            # pass's memo answers instead of another scan of every node.
+            key = _memo_key(task) if nodes is self.ssn.nodes and not task.constrained else None
+            err = self.failed.get(key) if key is not None else None
+            if err is None:
+                err = allocate_task(self.ssn, self.stmt, task, nodes, NAME, explain=True)
+                if err is not None and key is not None and self.stmt.checkpoint() == 0:
+                    self.failed[key] = err
             if err is not None:
                 self.stmt.rollback(cp)
                 have = ps.count(frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED}))
@@ -272,8 +286,30 @@ class _Placer:
         )
 
 
-def allocate_subgroups(ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[TaskInfo]) -> bool:
-    """Place a job with subgroups (module doc); records the job's fit error when it cannot."""
+def _memo_key(task: TaskInfo) -> tuple[object, ...]:
+    """What decides whether a task without pod-level constraints fits a node: its request and node terms."""
+    p = task.pod
+    return (
+        "subgroup-task",
+        task.request,
+        tuple(sorted(p.node_selector.items())),
+        p.allowed_nodes,
+        p.affinity,
+        p.tolerations,
+    )
+
+
+def allocate_subgroups(
+    ssn: Session,
+    stmt: Statement,
+    job: JobInfo,
+    tree: Tree[TaskInfo],
+    failed: dict[tuple[object, ...], str] | None = None,
+) -> bool:
+    """Place a job with subgroups (module doc); records the job's fit error when it cannot.
+
+    ``failed`` is the allocate pass's memo of tasks that fit nowhere (its own keys, see :func:`_memo_key`).
+    """
     stack = [tree.root]
     while stack:
         g = stack.pop(0)
@@ -289,7 +325,7 @@ def allocate_subgroups(ssn: Session, stmt: Statement, job: JobInfo, tree: Tree[T
     if over is not None:
         job.fit_error(over[0], over[1])
         return False
-    placer = _Placer(ssn, stmt, job, tree, tasks)
+    placer = _Placer(ssn, stmt, job, tree, tasks, failed if failed is not None else {})
     cp = stmt.checkpoint()
     if placer.place(tree.root, ssn.nodes, None) and stmt.checkpoint() > cp:
         return True
