@@ -275,8 +275,8 @@ def test_podset_gangs_and_subgroup_racks_are_never_broken(
 ) -> None:
     """After allocate every job with subgroups that got pods has each required PodSet at its minimum, and a
     ``workers`` set that requires a rack has all its placed pods in one rack; a whole cycle (every action)
-    gives the same record twice. (Only allocate is checked for racks: reclaim's re-placement of a victim's
-    evicted pods is not topology-aware yet, for subgroups as for job-level constraints.)"""
+    gives the same record twice. (Only allocate is checked for racks: when reclaim shrinks an elastic
+    victim with subgroups, the solver's re-placement of its pods is not topology-aware yet.)"""
     spec = SyntheticSpec(
         nodes=nodes,
         gpus_per_node=8,
