@@ -30,7 +30,9 @@ def candidate_jobs(
     for job in ssn.jobs:
         if job.queue is None or not job.queue.is_leaf:
             continue
-        if not topology_aware and job.spec.required_level is not None:
+        if not topology_aware and (
+            job.spec.required_level is not None or any(sg.required_level for sg in job.spec.subgroups)
+        ):
             continue
         if not job.has_tasks_to_allocate() or not job.is_ready():
             continue
@@ -101,5 +103,9 @@ def should_pipeline_job(job: JobInfo) -> bool:
     from scheduler.engine.state import PodStatus
 
     has_pipe = any(t.status is PodStatus.PIPELINED for t in job.tasks)
+    if not has_pipe:
+        return False
+    if job.spec.subgroups:
+        return not job.gang_satisfied(frozenset({PodStatus.ALLOCATED, PodStatus.RUNNING}))
     active = sum(1 for t in job.tasks if t.status in (PodStatus.ALLOCATED, PodStatus.RUNNING))
-    return has_pipe and active < job.min_available
+    return active < job.min_available
