@@ -52,7 +52,7 @@ import yaml
 
 from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
-from analytics.simulate import _WAKE, JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
+from analytics.simulate import JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
 from ingest import events as ev
 from ingest.events import dump_event
@@ -424,25 +424,23 @@ class _FromRecording(Simulator):
                 if m is not None and int(m.group(1)) < from_ms:
                     times.append(int(m.group(1)))
         for t in times:
-            self._push(t, _WAKE)
+            self.wake_at(t)
         self.recorded: Iterator[CycleRecord] = read_cycles(recording)
         self.upcoming: CycleRecord | None = next(self.recorded, None)
 
-    def _cycle(self, now_ms: int) -> bool:
-        if now_ms >= self.from_ms:
-            return super()._cycle(now_ms)
-        self._usage_snapshot(now_ms)
+    def cycle(self, now_ms: int, record: CycleRecord | None = None) -> bool:
+        """From *from_ms* on the engine decides; before it, the recorded cycle at *now_ms* is carried out
+        (none recorded at that time: no cycle)."""
+        if now_ms >= self.from_ms or record is not None:
+            return super().cycle(now_ms, record)
         while self.upcoming is not None and self.upcoming.logical_time_ms < now_ms:
             self.upcoming = next(self.recorded, None)
-        record = self.upcoming
-        if record is None or record.logical_time_ms != now_ms:
+        found = self.upcoming
+        if found is None or found.logical_time_ms != now_ms:
+            self.refresh_usage(now_ms)
             return False  # no recorded cycle now: the recording decided nothing at this time
         self.upcoming = next(self.recorded, None)
-        self.log.append_cycle(record)
-        self.logged_ms = max(self.logged_ms, now_ms)
-        self.cycles += 1
-        self.fair_now = {q.name: q.fair_share["gpu"] for q in record.queues}
-        return self._apply(record, now_ms)
+        return super().cycle(now_ms, found)
 
 
 class _CaptureLog:
