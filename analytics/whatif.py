@@ -54,6 +54,13 @@ from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
 from analytics.simulate import JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
+from analytics.whatif_service import (
+    ServiceLogError,
+    ServiceRecording,
+    load_service_recording,
+    service_config,
+)
+from analytics.whatif_service import rerun as rerun_service_log
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.tenants import TenantsConfig
@@ -70,6 +77,7 @@ __all__ = [
     "changed_text",
     "compare",
     "expand_sweeps",
+    "is_service_log",
     "load_recording",
     "measure",
     "measuring",
@@ -78,8 +86,10 @@ __all__ = [
     "parse_window",
     "render",
     "rerun",
+    "rerun_service",
     "run_cli",
     "run_whatif",
+    "service_outcomes",
 ]
 
 GPU_MILLI: Final = 1000
@@ -208,14 +218,23 @@ def _rule_patterns(scenario: dict[str, Any] | None) -> list[tuple[str, re.Patter
     return out
 
 
+def is_service_log(spec: Path | str) -> bool:
+    """True for the log of a running deployment: ``kafka://…`` or a directory without a manifest (an
+    embedded log directory); those are re-run by :mod:`analytics.whatif_service`."""
+    text = str(spec)
+    return text.startswith("kafka://") or (
+        Path(text).is_dir() and not (Path(text) / "manifest.json").is_file()
+    )
+
+
 def load_recording(path: Path | str) -> Recording:
     """Read a ``simulate --out`` directory: its manifest, nodes, jobs and the pods' recorded run times."""
     run = Path(path)
     spec = str(path)
-    if spec.startswith("kafka://") or (run.is_dir() and not (run / "manifest.json").is_file()):
+    if is_service_log(spec):
         raise WhatIfError(
-            f"{spec}: whatif re-runs a recorded simulation (a `hourglass simulate --out DIR` directory); the"
-            " log of a running deployment (embedded log directory, kafka://) is not supported yet"
+            f"{spec}: the log of a running deployment; re-run it with analytics.whatif_service (the command"
+            " does so)"
         )
     if not run.is_dir():
         raise WhatIfError(f"{spec}: no such run directory")
@@ -806,6 +825,46 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
     return Outcomes(queues, cluster, parents, inside)
 
 
+# --------------------------------------------------------------------------- service logs
+
+
+def service_outcomes(rec: ServiceRecording) -> Outcomes:
+    """The figures of a service log as recorded (:func:`measure` on its events and cycle records)."""
+    tally = _CycleTally(None)
+    for r in rec.records:
+        tally.feed(r)
+    return measure(rec.events, tally, None)
+
+
+def rerun_service(
+    rec: ServiceRecording, changes: Sequence[Change], progress: Callable[[int], None] | None = None
+) -> Outcomes:
+    """Re-run a service log under *changes* (engine config fields, :func:`analytics.whatif_service.rerun`)
+    and measure it as :func:`service_outcomes` measures the recording."""
+    try:
+        config = service_config(rec.config, changes)
+    except ServiceLogError as exc:
+        raise WhatIfError(str(exc)) from None
+    events, records = rerun_service_log(rec, config, progress)
+    tally = _CycleTally(None)
+    for r in records:
+        tally.feed(r)
+    return measure(events, tally, None)
+
+
+def _service_censored(rec: ServiceRecording) -> Censored:
+    return Censored(
+        **{k: rec.censored.get(k, 0) for k in ("running_at_end", "evicted_unfinished", "never_started")}
+    )
+
+
+def _load_service(spec: str, config: Any, topics: Any) -> ServiceRecording:
+    try:
+        return load_service_recording(spec, config, topics)
+    except ServiceLogError as exc:
+        raise WhatIfError(str(exc)) from None
+
+
 # --------------------------------------------------------------------------- comparing
 
 
@@ -890,7 +949,23 @@ def run_whatif(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass whatif`` options."""
-    p.add_argument("log", metavar="LOG", help="a run directory written by `hourglass simulate --out DIR`")
+    p.add_argument(
+        "log",
+        metavar="LOG",
+        help="a run directory written by `hourglass simulate --out DIR`, an embedded log directory"
+        " (`hourglass run --log DIR`) or kafka://HOST:PORT",
+    )
+    p.add_argument(
+        "--recorded-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="for a service log: the engine config file `hourglass run` used (JSON/YAML; default: the"
+        " defaults), checked against the recorded cycles",
+    )
+    p.add_argument(
+        "--topic-prefix", default=None, help="for a service log: PREFIX.events, PREFIX.decisions, ..."
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -1030,6 +1105,8 @@ def run_cli(args: argparse.Namespace) -> int:
         window = parse_window(args.window) if args.window is not None else None
         if args.jobs is not None and args.jobs < 1:
             raise WhatIfError(f"--jobs must be >= 1, got {args.jobs}")
+        if is_service_log(args.log):
+            return _service_cli(args, runs, window, err)
         rec = load_recording(args.log)
         for changes in runs:  # every variant's settings are checked before anything runs
             _plan(rec, changes)
@@ -1084,6 +1161,78 @@ def run_cli(args: argparse.Namespace) -> int:
         except WhatIfError as exc:
             err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
             return 2
+    return _output(args, results, str(rec.path), err)
+
+
+def _service_variant(
+    spec: str, config: Path | None, prefix: str | None, changes: list[Change]
+) -> tuple[list[Change], Outcomes]:
+    """One sweep member on a service log in a worker process (the log is read again there)."""
+    rec = _load_service(spec, _recorded_config(config), _topics(prefix))
+    return changes, rerun_service(rec, changes)
+
+
+def _recorded_config(path: Path | None) -> Any:
+    from analytics.replay import ReplayError, load_engine_config
+
+    if path is None:
+        return None
+    try:
+        return load_engine_config(path)
+    except ReplayError as exc:
+        raise WhatIfError(str(exc)) from None
+
+
+def _topics(prefix: str | None) -> Any:
+    from ingest.log import Topics
+
+    return Topics.from_prefix(prefix)
+
+
+def _service_cli(
+    args: argparse.Namespace, runs: list[list[Change]], window: tuple[int, int] | None, err: Any
+) -> int:
+    """``hourglass whatif`` on a service log (:mod:`analytics.whatif_service`)."""
+    import os
+
+    try:
+        if window is not None:
+            raise WhatIfError("--window is not supported on a service log yet: it re-runs the whole log")
+        if args.out is not None:
+            raise WhatIfError(
+                "--out keeps a simulation run directory; a service log's what-if is kept in memory"
+            )
+        rec = _load_service(str(args.log), _recorded_config(args.recorded_config), _topics(args.topic_prefix))
+        for changes in runs:
+            try:
+                service_config(rec.config, changes)
+            except ServiceLogError as exc:
+                raise WhatIfError(str(exc)) from None
+        recorded = service_outcomes(rec)
+        censored = _service_censored(rec)
+        results: list[WhatIfResult] = []
+        if len(runs) == 1:
+            results.append(WhatIfResult(runs[0], recorded, rerun_service(rec, runs[0]), censored, 0))
+        else:
+            workers = min(args.jobs or os.cpu_count() or 1, len(runs))
+            with _spawn_pool(workers) as pool:
+                futures = [
+                    pool.submit(_service_variant, str(args.log), args.recorded_config, args.topic_prefix, c)
+                    for c in runs
+                ]
+                for fut in futures:
+                    changes, mine = fut.result()
+                    results.append(WhatIfResult(changes, recorded, mine, censored, 0))
+    except WhatIfError as exc:
+        err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    return _output(args, results, str(args.log), err)
+
+
+def _output(args: argparse.Namespace, results: list[WhatIfResult], source: str, err: Any) -> int:
+    """Write the HTML page, print the JSON or the tables."""
+    from rich.console import Console
+
     if args.html is not None:
         from analytics.whatif_html import write_html
 
@@ -1091,7 +1240,7 @@ def run_cli(args: argparse.Namespace) -> int:
             write_html(
                 [(r.as_json(), r.recorded.timeline, r.whatif.timeline) for r in results],
                 args.html,
-                str(rec.path),
+                source,
             )
         except (OSError, ImportError) as exc:
             err.print(f"whatif: cannot write {args.html}: {exc}", markup=False, highlight=False)
