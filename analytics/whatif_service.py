@@ -261,9 +261,10 @@ def _split(
                 rec.bind.add(uid, at - times[i])
         elif isinstance(e, ev.PodReleasing):
             keep = False
+            # The first Evict since the pod was bound: later cycles re-decide an eviction still in flight.
             times = evicts.get(uid, [])
-            i = bisect.bisect_right(times, at) - 1
-            if state.get(uid) == "running" and i >= 0 and times[i] >= bound_at.get(uid, 0):
+            i = bisect.bisect_left(times, bound_at.get(uid, 0))
+            if state.get(uid) == "running" and i < len(times) and times[i] <= at:
                 state[uid] = "evicting"
                 rec.evict.add(uid, at - times[i])
                 evicted_at[uid] = at
@@ -373,6 +374,7 @@ class _Pod:
     binds: int = 0
     evictions: int = 0
     binding: bool = False  # a bind is in flight (later cycles decide it again until PodBound arrives)
+    unbinding: bool = False  # an eviction is in flight (likewise until PodReleasing arrives)
 
 
 class _Driver:
@@ -514,6 +516,9 @@ class _Driver:
 
     def _evict(self, uid: str, now: int) -> None:
         p = self.pods[uid]
+        if p.unbinding:
+            return  # decided again while the first eviction is in flight: the binder's delete is a no-op
+        p.unbinding = True
         k = p.evictions
         p.evictions += 1
         at = now + self.rec.evict.of(uid, k)
@@ -521,6 +526,7 @@ class _Driver:
         inc = p.incarnation
 
         def releasing() -> None:
+            p.unbinding = False
             if p.state != "running" or p.incarnation != inc:
                 return
             p.state = "evicting"

@@ -310,7 +310,6 @@ def test_bad_settings_for_a_service_log_are_refused_clearly(
         service_config(ENGINE, parse_change("nodes=3"))
 
 
-@pytest.mark.xfail(reason="being fixed: the Kafka recording batches differently", strict=False)
 def test_a_no_change_whatif_of_a_service_run_on_a_real_kafka_broker(kafka_bootstrap: str) -> None:
     prefix = f"whatif-{uuid.uuid4().hex[:8]}"
     topics = Topics.with_prefix(prefix)
@@ -320,6 +319,10 @@ def test_a_no_change_whatif_of_a_service_run_on_a_real_kafka_broker(kafka_bootst
     rec = load_service_recording(spec, topics=topics)
     recorded = recorded_outcomes(rec)
     assert recorded.cluster["started"] > 0
+    # The service on Kafka may read an instant's events in two batches (a stale cached end offset) and then
+    # cycles twice at that instant; the re-run folds each instant at once. Here the extra cycles only
+    # re-decide a bind or an eviction already in flight, so the outcomes are the same.
     again = rerun_service(rec, [])
     assert again.queues == recorded.queues
     assert again.cluster == recorded.cluster
+    assert again.timeline == recorded.timeline
