@@ -16,6 +16,10 @@ evictions, start times) comes from the engine under the changed settings:
   ("always keep one job waiting"), so their submissions depend on when earlier jobs started: the rule is
   re-run, not its recorded submissions. Jobs of every other workload are taken from the log.
 
+The log of a running deployment (an embedded log directory or ``kafka://…``) is re-run by
+:mod:`analytics.whatif_service` (the real scheduler service over an in-memory log, the binder's delays and
+the pods' runs as recorded) and measured here by the same :func:`measure`.
+
 ``--set KEY=VALUE`` changes the configuration by dotted path: for a scenario run (``simulate --config``)
 the scenario file's keys (``fairshare.k_value``, ``queues.0.gpu.weight``, ``nodes.0.count``,
 ``cycle_period``); for a trace run the tenants file's keys (``engine.k_value``, ``queues.1.gpu.quota``,
