@@ -155,6 +155,7 @@ class ServiceRecording:
     twins: dict[tuple[str, str, int], list[int]]  # (type, uid, at) -> offsets of recorded events
     first_submit: dict[str, bytes]  # pod uid -> its first PodSubmitted
     runs: dict[str, tuple[int, str]]  # pod uid -> (run time, phase) of the run its owner ended
+    released: dict[str, tuple[int, str]]  # pod uid -> (lead before that end, reason) of its PodReleasing
     longest: dict[str, int]  # pod uid -> longest run that was not ended by its owner (censored pods)
     bind: _Lags
     evict: _Lags
@@ -220,13 +221,14 @@ def _split(
                 evicts[d.pod].append(r.logical_time_ms)
 
     rec = ServiceRecording(
-        spec, config, [], records, [], defaultdict(list), {}, {}, defaultdict(int),
+        spec, config, [], records, [], defaultdict(list), {}, {}, {}, defaultdict(int),
         _Lags(), _Lags(), _Lags(), _Lags(), _Lags(), _Lags(), _Lags(), set(), False, {}, set(), Counter(), 0,
     )  # fmt: skip
     bound_at: dict[str, int] = {}
     state: dict[str, str] = {}  # pod -> running | evicting | ended | evicted | deleted
     ended_at: dict[str, int] = {}
     pending_since: dict[str, int] = {}
+    released: dict[str, tuple[int, str]] = {}  # pod -> (time, reason) of a PodReleasing of no Evict
     evicted_at: dict[str, int] = {}  # pod -> when its evicted run ended
     pods_of: dict[str, set[str]] = defaultdict(set)
     live: dict[str, set[str]] = defaultdict(set)  # group -> pods not deleted
@@ -268,6 +270,8 @@ def _split(
                 state[uid] = "evicting"
                 rec.evict.add(uid, at - times[i])
                 evicted_at[uid] = at
+            elif state.get(uid) == "running":
+                released[uid] = (at, e.reason)  # not the scheduler's: its user or owner ends the run
         elif isinstance(e, ev.PodFinished):
             keep = False
             start = bound_at.pop(uid, None)
@@ -278,6 +282,9 @@ def _split(
                 state[uid] = "evicted"
                 evicted_at[uid] = at
             elif start is not None:
+                if uid not in rec.runs and uid in released:
+                    rec.released[uid] = (at - released[uid][0], released[uid][1])
+                released.pop(uid, None)
                 rec.runs.setdefault(uid, (at - start, e.phase))
                 state[uid] = "ended"
                 ended_at[uid] = at
@@ -513,6 +520,16 @@ class _Driver:
                 self._emit_at(at + lag, ev.PodDeleted(at_ms=at + lag, name=name, namespace=ns))
 
         self._push(at, self._order("PodFinished", uid, at), 0, ended)
+        lead = self.rec.released.get(uid)
+        if lead is not None and uid in self.rec.runs:
+            rel = at - lead[0]
+            e = ev.PodReleasing(at_ms=rel, name=name, namespace=ns, reason=lead[1])
+
+            def releasing() -> None:
+                if p.incarnation == inc and p.state == "running":
+                    self.log.append(self.topics.events, uid.encode(), dump_event(e))
+
+            self._push(rel, self._order("PodReleasing", uid, rel), 0, releasing)
 
     def _evict(self, uid: str, now: int) -> None:
         p = self.pods[uid]

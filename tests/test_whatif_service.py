@@ -164,6 +164,31 @@ class Cluster:
 
         self.at(t + self.evict_ms, releasing)
 
+    def delete(self, uid: str, t: int) -> None:
+        """The pod's user deletes it at *t*: gone at once if pending, else it terminates for ``grace_ms``."""
+        ns, _, name = uid.partition("/")
+
+        def go() -> None:
+            group = f"{ns}/{self.spec[uid].pod_group}"
+            if self.state[uid] == "pending":
+                self.state[uid] = "deleted"
+                self.live[group].discard(uid)
+                self.emit(ev.PodDeleted(at_ms=t, name=name, namespace=ns))
+            elif self.state[uid] == "running":
+                self.incarnation[uid] += 1
+                self.state[uid] = "deleted"
+                self.emit(ev.PodReleasing(at_ms=t, name=name, namespace=ns, reason="deletionTimestamp set"))
+
+                def gone() -> None:
+                    end = t + self.grace_ms
+                    self.emit(ev.PodFinished(at_ms=end, name=name, namespace=ns, phase="Failed"))
+                    self.emit(ev.PodDeleted(at_ms=end, name=name, namespace=ns))
+                    self.live[group].discard(uid)
+
+                self.at(t + self.grace_ms, gone)
+
+        self.at(t, go)
+
     def decisions(self) -> list[CycleRecord]:
         out = []
         while self.read_at < self.log.end_offset(self.topics.decisions):
@@ -228,6 +253,50 @@ def _record(log: Log, topics: Topics, backlog: int, end: int) -> None:
 
 def _starts(events: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
     return [(e["type"], e["uid"], e["at_ms"]) for e in events if e["type"] in ("PodBound", "PodReleasing")]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    cluster: dict[str, int]  # the Cluster's delays
+    deletes: tuple[tuple[int, str], ...] = ()  # (time, pod) its user deletes
+    backlog: int = 6
+
+
+CASES = [
+    Case("binder and kubelets without delay", {"bind_ms": 0, "evict_ms": 0, "grace_ms": 0}),
+    Case(
+        "slow binder, long grace, users deleting a pending and a running pod",
+        {"bind_ms": 7_000, "evict_ms": 3_000, "grace_ms": 60_000},
+        ((2 * H, "b/b-5"), (4 * H + 10 * MIN, "b/b-2")),
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_no_change_reproduces_each_pods_binds_evictions_and_starts(case: Case, tmp_path: Path) -> None:
+    from analytics.whatif_service import rerun
+
+    nodes, queues, jobs = _two_queues(case.backlog)
+    with open_log(str(tmp_path / "log")) as log:
+        cluster = Cluster(log, Topics(), ENGINE, FAIR, **case.cluster)
+        for when, pod in case.deletes:
+            cluster.delete(pod, when)
+        cluster.run(nodes, queues, jobs, 10 * H)
+    rec = load_service_recording(str(tmp_path / "log"))
+    assert set(rec.bind.everyone) == {case.cluster["bind_ms"]}
+    events, _ = rerun(rec, rec.config)
+    assert _starts(events) == _starts(rec.events)
+    assert [e for e in events if e["type"] == "PodDeleted"] == [
+        e for e in rec.events if e["type"] == "PodDeleted"
+    ]
+    recorded, again = recorded_outcomes(rec), rerun_service(rec, [])
+    assert recorded.cluster["evictions"] > 0
+    assert (again.queues, again.cluster, again.timeline) == (
+        recorded.queues,
+        recorded.cluster,
+        recorded.timeline,
+    )
 
 
 @pytest.fixture(scope="module")
