@@ -430,7 +430,10 @@ class _Driver:
             self.live[self.rec.group_of.get(e.uid, "")].add(e.uid)
         elif isinstance(e, ev.PodDeleted):
             p = self.pods.get(e.uid)
-            if p is not None and p.state != "evicting":
+            if p is not None and p.state == "evicting":
+                if self.rec.resubmits:
+                    return  # the controller re-creates it: its pod group lives on
+            elif p is not None:
                 p.state = "deleted"
             group = self.rec.group_of.get(e.uid)
             if group is not None and e.uid in self.live[group]:
