@@ -374,6 +374,10 @@ def test_bad_settings_for_a_service_log_are_refused_clearly(
     assert rc == 2 and "k_value takes a float" in capsys.readouterr().err
     rc = main(["whatif", str(embedded), "--window", "1h..2h"])
     assert rc == 2 and "--window" in capsys.readouterr().err
+    other = embedded.parent / "engine.yaml"
+    other.write_text("k_value: 0\n")  # not what the recorded service ran with
+    rc = main(["whatif", str(embedded), "--recorded-config", str(other)])
+    assert rc == 2 and "--engine-config" in capsys.readouterr().err  # replay's opener names the mismatch
     with pytest.raises(ServiceLogError):
         from analytics.whatif_service import service_config
 
@@ -396,3 +400,16 @@ def test_a_no_change_whatif_of_a_service_run_on_a_real_kafka_broker(kafka_bootst
     assert again.queues == recorded.queues
     assert again.cluster == recorded.cluster
     assert again.timeline == recorded.timeline
+
+
+def test_a_sweep_on_a_service_log_runs_each_value(embedded: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--set k_value=0,1``: one what-if per value, each in its own process; the recorded value (1)
+    reproduces the recording."""
+    rc = main(["whatif", str(embedded), "--set", "k_value=0,1", "--json", "--jobs", "2"])
+    body = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    zero, one = body["sweep"]
+    assert zero["changed"] == {"k_value": 0} and one["changed"] == {"k_value": 1}
+    for q in ("a", "b"):
+        assert one["queues"][q]["whatif"] == one["queues"][q]["recorded"]
+    assert zero["queues"]["b"]["whatif"]["gpu_hours"] == 0
