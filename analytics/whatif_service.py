@@ -44,9 +44,9 @@ from typing import Any, Final, Protocol
 from analytics.replay import ReplayError, load_source
 from ingest import events as ev
 from ingest.events import dump_event
-from ingest.log import DEFAULT_TOPICS, Log, Record, Topics, check_read_args
+from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics, check_read_args
 from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import expand_records
+from scheduler.engine.delta import RecordChainError, expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Service
 from scheduler.usage import UsageInput
@@ -177,14 +177,6 @@ class ServiceRecording:
         return self.spec
 
 
-def _is_service_spec(spec: str) -> bool:
-    from pathlib import Path
-
-    return spec.startswith("kafka://") or (
-        Path(spec).is_dir() and not (Path(spec) / "manifest.json").is_file()
-    )
-
-
 def load_service_recording(
     spec: str, config: SessionConfig | None = None, topics: Topics = DEFAULT_TOPICS
 ) -> ServiceRecording:
@@ -197,6 +189,8 @@ def load_service_recording(
         records = list(expand_records(src.records))
         events = list(src.events())
         usage: list[UsageInput] = list(src.usage.values())
+    except (RecordChainError, LogError) as exc:
+        raise ServiceLogError(f"{spec}: {exc}") from None
     finally:
         src.close()
     return _split(spec, src.config, records, events, usage)
