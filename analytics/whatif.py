@@ -1193,6 +1193,31 @@ def _topics(prefix: str | None) -> Any:
     return Topics.from_prefix(prefix)
 
 
+@contextlib.contextmanager
+def _service_bar(rec: ServiceRecording, label: str, err: Any) -> Iterator[Callable[[int], None]]:
+    """A progress bar over the service log's span (days from its first input), on stderr if a terminal."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    start = rec.inputs[0][0] if rec.inputs else 0
+    span = max(rec.end_ms - start, 1)
+    with Progress(
+        TextColumn("what-if {task.fields[label]}"),
+        BarColumn(),
+        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        job = bar.add_task("whatif", total=span, label=label, day=0.0, days=span / 86_400_000)
+
+        def progress(now_ms: int) -> None:
+            done = min(max(now_ms - start, 0), span)
+            bar.update(job, completed=done, day=done / 86_400_000)
+
+        yield progress
+
+
 def _service_cli(
     args: argparse.Namespace, runs: list[list[Change]], window: tuple[int, int] | None, err: Any
 ) -> int:
@@ -1216,7 +1241,9 @@ def _service_cli(
         censored = _service_censored(rec)
         results: list[WhatIfResult] = []
         if len(runs) == 1:
-            results.append(WhatIfResult(runs[0], recorded, rerun_service(rec, runs[0]), censored, 0))
+            with _service_bar(rec, changed_text(runs[0]), err) as progress:
+                mine = rerun_service(rec, runs[0], progress)
+            results.append(WhatIfResult(runs[0], recorded, mine, censored, 0))
         else:
             workers = min(args.jobs or os.cpu_count() or 1, len(runs))
             with _spawn_pool(workers) as pool:
