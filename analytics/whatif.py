@@ -601,6 +601,7 @@ class _CycleTally:
         self.prev: tuple[int, dict[str, int]] | None = None
         self.fair_ms: Counter[str] = Counter()
         self.caused: Counter[str] = Counter()
+        self.evicted: set[str | None] = set()  # pods the previous record evicted
 
     def _hold(self, until: int) -> None:
         if self.prev is None:
@@ -621,8 +622,11 @@ class _CycleTally:
         if now < self.t1 or (self.t2 is not None and now >= self.t2):
             return
         placed = {d.job.rsplit("/", 1)[-1]: d.queue for d in rec.decisions if d.kind in ("Bind", "Pipeline")}
+        before, self.evicted = self.evicted, {d.pod for d in rec.decisions if d.kind == "Evict"}
         for d in rec.decisions:
-            if d.kind == "Evict":
+            # A service decides an eviction again in the next cycle when it folded that cycle's input
+            # before the eviction's PodReleasing (Kafka reads in two batches): counted once.
+            if d.kind == "Evict" and d.pod not in before:
                 m = _BY_WORKLOAD.search(d.message or "")
                 by = placed.get(m.group(1)) if m is not None else None
                 if by is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 import json
+import random
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -125,7 +126,7 @@ class Cluster:
                 ev.PodBound(at_ms=t + self.bind_ms, name=name, namespace=ns, node=node, gpu_devices=devices)
             )
             end = t + self.bind_ms + self.runtime[uid]
-            self.at(end, lambda: self.finish(uid, end, self.incarnation[uid]))
+            self.at(end, functools.partial(self.finish, uid, end, self.incarnation[uid]))
 
         self.at(t + self.bind_ms, bound)
 
@@ -255,12 +256,42 @@ def _starts(events: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
     return [(e["type"], e["uid"], e["at_ms"]) for e in events if e["type"] in ("PodBound", "PodReleasing")]
 
 
+def _mixed(jobs: int) -> tuple[list[ev.NodeUpserted], list[ev.QueueUpserted], list[Job]]:
+    """Six 8-GPU nodes, two queues with a quota of 16 GPUs and one without, jobs of 1-8 GPUs and 20 min to
+    3 h arriving every ~6 min (a fixed seed): placement across nodes and many reclaims."""
+    rng = random.Random(7)
+    nodes = [
+        ev.NodeUpserted(at_ms=0, name=f"gpu-{i}", gpus=8, cpu_millicores=128_000, memory_bytes=2**40)
+        for i in range(6)
+    ]
+    queues = [
+        ev.QueueUpserted(
+            at_ms=0,
+            name=q,
+            resources=ev.QueueResources(gpu=ev.QueueResource(quota=quota, over_quota_weight=1)),
+        )
+        for q, quota in (("a", 16_000), ("b", 16_000), ("c", 0))
+    ]
+    work = [
+        Job(
+            rng.choice("abc"),
+            f"j{i}",
+            i * 400_000 + rng.randrange(0, 300_000),
+            rng.choice([20, 40, 90, 180]) * MIN,
+            rng.choice([1, 2, 4, 8]),
+        )
+        for i in range(jobs)
+    ]
+    return nodes, queues, work
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
     cluster: dict[str, int]  # the Cluster's delays
     deletes: tuple[tuple[int, str], ...] = ()  # (time, pod) its user deletes
     backlog: int = 6
+    mixed: int = 0  # if > 0: this many jobs of :func:`_mixed` instead of the two-queue backlog
 
 
 CASES = [
@@ -270,6 +301,7 @@ CASES = [
         {"bind_ms": 7_000, "evict_ms": 3_000, "grace_ms": 60_000},
         ((2 * H, "b/b-5"), (4 * H + 10 * MIN, "b/b-2")),
     ),
+    Case("three queues, mixed jobs on six nodes, many reclaims", {}, mixed=80),
 ]
 
 
@@ -277,14 +309,14 @@ CASES = [
 def test_no_change_reproduces_each_pods_binds_evictions_and_starts(case: Case, tmp_path: Path) -> None:
     from analytics.whatif_service import rerun
 
-    nodes, queues, jobs = _two_queues(case.backlog)
+    nodes, queues, jobs = _mixed(case.mixed) if case.mixed else _two_queues(case.backlog)
     with open_log(str(tmp_path / "log")) as log:
         cluster = Cluster(log, Topics(), ENGINE, FAIR, **case.cluster)
         for when, pod in case.deletes:
             cluster.delete(pod, when)
         cluster.run(nodes, queues, jobs, 10 * H)
     rec = load_service_recording(str(tmp_path / "log"))
-    assert set(rec.bind.everyone) == {case.cluster["bind_ms"]}
+    assert set(rec.bind.everyone) == {case.cluster.get("bind_ms", 2_000)}
     events, _ = rerun(rec, rec.config)
     assert _starts(events) == _starts(rec.events)
     # Not only the starts: every event of the recording comes back, at its time and in its order.
