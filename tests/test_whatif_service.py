@@ -445,3 +445,27 @@ def test_a_sweep_on_a_service_log_runs_each_value(embedded: Path, capsys: pytest
     for q in ("a", "b"):
         assert one["queues"][q]["whatif"] == one["queues"][q]["recorded"]
     assert zero["queues"]["b"]["whatif"]["gpu_hours"] == 0
+
+
+def test_a_log_recorded_with_another_engine_config_needs_that_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`hourglass run --engine-config F` at kValue 0 and no fair-share service: `whatif --recorded-config F`
+    re-runs it (no change: the recording; `--set gpu_placement=spread`: a what-if of that run)."""
+    nodes, queues, jobs = _mixed(30)
+    with open_log(str(tmp_path / "log")) as log:
+        Cluster(log, Topics(), SessionConfig(k_value=0.0), None).run(nodes, queues, jobs, 6 * H)
+    engine = tmp_path / "engine.yaml"
+    engine.write_text("k_value: 0.0\n")
+    assert main(["whatif", str(tmp_path / "log"), "--json"]) == 2  # the defaults (kValue 1) do not match
+    assert "engine config hash" in capsys.readouterr().err
+    rc = main(["whatif", str(tmp_path / "log"), "--recorded-config", str(engine), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert rc == 0 and body["changed"] == {}
+    assert all(q["recorded"] == q["whatif"] for q in body["queues"].values())
+    assert body["cluster"]["recorded"] == body["cluster"]["whatif"]
+    rc = main(
+        ["whatif", str(tmp_path / "log"), "--recorded-config", str(engine), "--set", "gpu_placement=spread"]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "gpu_placement=spread" in out
