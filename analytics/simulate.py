@@ -650,8 +650,9 @@ class Simulator:
         return added
 
     # -- the engine -----------------------------------------------------------------------------------
-    def _usage_snapshot(self, now_ms: int) -> None:
-        """With k_value > 0: refresh the usage snapshot when one is due (every ``usage_refresh_s``)."""
+    def refresh_usage(self, now_ms: int) -> None:
+        """With k_value > 0: refresh the usage snapshot when one is due (every ``usage_refresh_s``); every
+        :meth:`cycle` does this first. Public hook for a :meth:`cycle` override that decides not to run."""
         if not self.k_on or (self.usage_at is not None and now_ms - self.usage_at < self.refresh_ms):
             return
         if self.usage_fn is None:
@@ -684,13 +685,26 @@ class Simulator:
         self.log.append_usage(usage_record(self.usage_id, now_ms, usage))
         self._push(now_ms + self.refresh_ms, _WAKE)
 
-    def _cycle(self, now_ms: int) -> bool:
-        """Run one cycle at *now_ms*, record it and carry out its decisions; True if it changed anything."""
-        self._usage_snapshot(now_ms)
-        state = self.builder.snapshot()
-        w0 = time.perf_counter()
-        record, _ = run_cycle(state, self.config, now_ms, self.usage, self.usage_id)
-        self.cycle_wall_s += time.perf_counter() - w0
+    def wake_at(self, at_ms: int) -> None:
+        """Make the loop visit *at_ms*: a wake-up, as a min-runtime protection expiring makes one (a cycle
+        runs there if pods are pending, see the module doc). Public hook for drivers built on the simulator
+        (``hourglass whatif`` visits every recorded cycle time before its window)."""
+        self._push(at_ms, _WAKE)
+
+    def cycle(self, now_ms: int, record: CycleRecord | None = None) -> bool:
+        """Run one cycle at *now_ms*, record it and carry out its decisions; True if it changed anything.
+
+        The loop calls this at every cycle it does not skip. Public hook: a subclass may override it, and
+        *record* carries out a given record instead of running the engine (refreshing the usage snapshot
+        when due, logging the record and applying its decisions exactly as for an engine cycle), which is
+        how ``hourglass whatif --window FROM..TO`` replays the recorded cycles before FROM.
+        """
+        self.refresh_usage(now_ms)
+        if record is None:
+            state = self.builder.snapshot()
+            w0 = time.perf_counter()
+            record, _ = run_cycle(state, self.config, now_ms, self.usage, self.usage_id)
+            self.cycle_wall_s += time.perf_counter() - w0
         self.log.append_cycle(record)
         self.logged_ms = max(self.logged_ms, now_ms)
         self.cycles += 1
@@ -800,7 +814,7 @@ class Simulator:
             usage_due = self.k_on and self.usage_at is not None and now - self.usage_at >= self.refresh_ms
             changed = False
             if external or (self.pending and (wake or usage_due)):
-                changed = self._cycle(now)
+                changed = self.cycle(now)
             external = False
             if changed and self.rules:
                 external = self._top_up(now)  # binds emptied a keep-pending rule's queue: refill it now

@@ -16,6 +16,10 @@ evictions, start times) comes from the engine under the changed settings:
   ("always keep one job waiting"), so their submissions depend on when earlier jobs started: the rule is
   re-run, not its recorded submissions. Jobs of every other workload are taken from the log.
 
+The log of a running deployment (an embedded log directory or ``kafka://…``) is re-run by
+:mod:`analytics.whatif_service` (the real scheduler service over an in-memory log, the binder's delays and
+the pods' runs as recorded) and measured here by the same :func:`measure`.
+
 ``--set KEY=VALUE`` changes the configuration by dotted path: for a scenario run (``simulate --config``)
 the scenario file's keys (``fairshare.k_value``, ``queues.0.gpu.weight``, ``nodes.0.count``,
 ``cycle_period``); for a trace run the tenants file's keys (``engine.k_value``, ``queues.1.gpu.quota``,
@@ -52,8 +56,15 @@ import yaml
 
 from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
-from analytics.simulate import _WAKE, JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
+from analytics.simulate import JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
+from analytics.whatif_service import (
+    ServiceLogError,
+    ServiceRecording,
+    load_service_recording,
+    service_config,
+)
+from analytics.whatif_service import rerun as rerun_service_log
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.tenants import TenantsConfig
@@ -70,6 +81,7 @@ __all__ = [
     "changed_text",
     "compare",
     "expand_sweeps",
+    "is_service_log",
     "load_recording",
     "measure",
     "measuring",
@@ -78,8 +90,10 @@ __all__ = [
     "parse_window",
     "render",
     "rerun",
+    "rerun_service",
     "run_cli",
     "run_whatif",
+    "service_outcomes",
 ]
 
 GPU_MILLI: Final = 1000
@@ -208,14 +222,23 @@ def _rule_patterns(scenario: dict[str, Any] | None) -> list[tuple[str, re.Patter
     return out
 
 
+def is_service_log(spec: Path | str) -> bool:
+    """True for the log of a running deployment: ``kafka://…`` or a directory without a manifest (an
+    embedded log directory); those are re-run by :mod:`analytics.whatif_service`."""
+    text = str(spec)
+    return text.startswith("kafka://") or (
+        Path(text).is_dir() and not (Path(text) / "manifest.json").is_file()
+    )
+
+
 def load_recording(path: Path | str) -> Recording:
     """Read a ``simulate --out`` directory: its manifest, nodes, jobs and the pods' recorded run times."""
     run = Path(path)
     spec = str(path)
-    if spec.startswith("kafka://") or (run.is_dir() and not (run / "manifest.json").is_file()):
+    if is_service_log(spec):
         raise WhatIfError(
-            f"{spec}: whatif re-runs a recorded simulation (a `hourglass simulate --out DIR` directory); the"
-            " log of a running deployment (embedded log directory, kafka://) is not supported yet"
+            f"{spec}: the log of a running deployment; re-run it with analytics.whatif_service (the command"
+            " does so)"
         )
     if not run.is_dir():
         raise WhatIfError(f"{spec}: no such run directory")
@@ -424,25 +447,23 @@ class _FromRecording(Simulator):
                 if m is not None and int(m.group(1)) < from_ms:
                     times.append(int(m.group(1)))
         for t in times:
-            self._push(t, _WAKE)
+            self.wake_at(t)
         self.recorded: Iterator[CycleRecord] = read_cycles(recording)
         self.upcoming: CycleRecord | None = next(self.recorded, None)
 
-    def _cycle(self, now_ms: int) -> bool:
-        if now_ms >= self.from_ms:
-            return super()._cycle(now_ms)
-        self._usage_snapshot(now_ms)
+    def cycle(self, now_ms: int, record: CycleRecord | None = None) -> bool:
+        """From *from_ms* on the engine decides; before it, the recorded cycle at *now_ms* is carried out
+        (none recorded at that time: no cycle)."""
+        if now_ms >= self.from_ms or record is not None:
+            return super().cycle(now_ms, record)
         while self.upcoming is not None and self.upcoming.logical_time_ms < now_ms:
             self.upcoming = next(self.recorded, None)
-        record = self.upcoming
-        if record is None or record.logical_time_ms != now_ms:
+        found = self.upcoming
+        if found is None or found.logical_time_ms != now_ms:
+            self.refresh_usage(now_ms)
             return False  # no recorded cycle now: the recording decided nothing at this time
         self.upcoming = next(self.recorded, None)
-        self.log.append_cycle(record)
-        self.logged_ms = max(self.logged_ms, now_ms)
-        self.cycles += 1
-        self.fair_now = {q.name: q.fair_share["gpu"] for q in record.queues}
-        return self._apply(record, now_ms)
+        return super().cycle(now_ms, found)
 
 
 class _CaptureLog:
@@ -580,6 +601,7 @@ class _CycleTally:
         self.prev: tuple[int, dict[str, int]] | None = None
         self.fair_ms: Counter[str] = Counter()
         self.caused: Counter[str] = Counter()
+        self.evicted: set[str | None] = set()  # pods the previous record evicted
 
     def _hold(self, until: int) -> None:
         if self.prev is None:
@@ -600,8 +622,11 @@ class _CycleTally:
         if now < self.t1 or (self.t2 is not None and now >= self.t2):
             return
         placed = {d.job.rsplit("/", 1)[-1]: d.queue for d in rec.decisions if d.kind in ("Bind", "Pipeline")}
+        before, self.evicted = self.evicted, {d.pod for d in rec.decisions if d.kind == "Evict"}
         for d in rec.decisions:
-            if d.kind == "Evict":
+            # A service decides an eviction again in the next cycle when it folded that cycle's input
+            # before the eviction's PodReleasing (Kafka reads in two batches): counted once.
+            if d.kind == "Evict" and d.pod not in before:
                 m = _BY_WORKLOAD.search(d.message or "")
                 by = placed.get(m.group(1)) if m is not None else None
                 if by is not None:
@@ -808,6 +833,46 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
     return Outcomes(queues, cluster, parents, inside)
 
 
+# --------------------------------------------------------------------------- service logs
+
+
+def service_outcomes(rec: ServiceRecording) -> Outcomes:
+    """The figures of a service log as recorded (:func:`measure` on its events and cycle records)."""
+    tally = _CycleTally(None)
+    for r in rec.records:
+        tally.feed(r)
+    return measure(rec.events, tally, None)
+
+
+def rerun_service(
+    rec: ServiceRecording, changes: Sequence[Change], progress: Callable[[int], None] | None = None
+) -> Outcomes:
+    """Re-run a service log under *changes* (engine config fields, :func:`analytics.whatif_service.rerun`)
+    and measure it as :func:`service_outcomes` measures the recording."""
+    try:
+        config = service_config(rec.config, changes)
+    except ServiceLogError as exc:
+        raise WhatIfError(str(exc)) from None
+    events, records = rerun_service_log(rec, config, progress)
+    tally = _CycleTally(None)
+    for r in records:
+        tally.feed(r)
+    return measure(events, tally, None)
+
+
+def _service_censored(rec: ServiceRecording) -> Censored:
+    return Censored(
+        **{k: rec.censored.get(k, 0) for k in ("running_at_end", "evicted_unfinished", "never_started")}
+    )
+
+
+def _load_service(spec: str, config: Any, topics: Any) -> ServiceRecording:
+    try:
+        return load_service_recording(spec, config, topics)
+    except ServiceLogError as exc:
+        raise WhatIfError(str(exc)) from None
+
+
 # --------------------------------------------------------------------------- comparing
 
 
@@ -892,7 +957,23 @@ def run_whatif(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass whatif`` options."""
-    p.add_argument("log", metavar="LOG", help="a run directory written by `hourglass simulate --out DIR`")
+    p.add_argument(
+        "log",
+        metavar="LOG",
+        help="a run directory written by `hourglass simulate --out DIR`, an embedded log directory"
+        " (`hourglass run --log DIR`) or kafka://HOST:PORT",
+    )
+    p.add_argument(
+        "--recorded-config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="for a service log: the engine config file `hourglass run` used (JSON/YAML; default: the"
+        " defaults), checked against the recorded cycles",
+    )
+    p.add_argument(
+        "--topic-prefix", default=None, help="for a service log: PREFIX.events, PREFIX.decisions, ..."
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -1032,6 +1113,8 @@ def run_cli(args: argparse.Namespace) -> int:
         window = parse_window(args.window) if args.window is not None else None
         if args.jobs is not None and args.jobs < 1:
             raise WhatIfError(f"--jobs must be >= 1, got {args.jobs}")
+        if is_service_log(args.log):
+            return _service_cli(args, runs, window, err)
         rec = load_recording(args.log)
         for changes in runs:  # every variant's settings are checked before anything runs
             _plan(rec, changes)
@@ -1086,6 +1169,105 @@ def run_cli(args: argparse.Namespace) -> int:
         except WhatIfError as exc:
             err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
             return 2
+    return _output(args, results, str(rec.path), err)
+
+
+def _service_variant(
+    spec: str, config: Path | None, prefix: str | None, changes: list[Change]
+) -> tuple[list[Change], Outcomes]:
+    """One sweep member on a service log in a worker process (the log is read again there)."""
+    rec = _load_service(spec, _recorded_config(config), _topics(prefix))
+    return changes, rerun_service(rec, changes)
+
+
+def _recorded_config(path: Path | None) -> Any:
+    from analytics.replay import ReplayError, load_engine_config
+
+    if path is None:
+        return None
+    try:
+        return load_engine_config(path)
+    except ReplayError as exc:
+        raise WhatIfError(str(exc)) from None
+
+
+def _topics(prefix: str | None) -> Any:
+    from ingest.log import Topics
+
+    return Topics.from_prefix(prefix)
+
+
+@contextlib.contextmanager
+def _service_bar(rec: ServiceRecording, label: str, err: Any) -> Iterator[Callable[[int], None]]:
+    """A progress bar over the service log's span (days from its first input), on stderr if a terminal."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    start = rec.inputs[0][0] if rec.inputs else 0
+    span = max(rec.end_ms - start, 1)
+    with Progress(
+        TextColumn("what-if {task.fields[label]}"),
+        BarColumn(),
+        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    ) as bar:
+        job = bar.add_task("whatif", total=span, label=label, day=0.0, days=span / 86_400_000)
+
+        def progress(now_ms: int) -> None:
+            done = min(max(now_ms - start, 0), span)
+            bar.update(job, completed=done, day=done / 86_400_000)
+
+        yield progress
+
+
+def _service_cli(
+    args: argparse.Namespace, runs: list[list[Change]], window: tuple[int, int] | None, err: Any
+) -> int:
+    """``hourglass whatif`` on a service log (:mod:`analytics.whatif_service`)."""
+    import os
+
+    try:
+        if window is not None:
+            raise WhatIfError("--window is not supported on a service log yet: it re-runs the whole log")
+        if args.out is not None:
+            raise WhatIfError(
+                "--out keeps a simulation run directory; a service log's what-if is kept in memory"
+            )
+        rec = _load_service(str(args.log), _recorded_config(args.recorded_config), _topics(args.topic_prefix))
+        for changes in runs:
+            try:
+                service_config(rec.config, changes)
+            except ServiceLogError as exc:
+                raise WhatIfError(str(exc)) from None
+        recorded = service_outcomes(rec)
+        censored = _service_censored(rec)
+        results: list[WhatIfResult] = []
+        if len(runs) == 1:
+            with _service_bar(rec, changed_text(runs[0]), err) as progress:
+                mine = rerun_service(rec, runs[0], progress)
+            results.append(WhatIfResult(runs[0], recorded, mine, censored, 0))
+        else:
+            workers = min(args.jobs or os.cpu_count() or 1, len(runs))
+            with _spawn_pool(workers) as pool:
+                futures = [
+                    pool.submit(_service_variant, str(args.log), args.recorded_config, args.topic_prefix, c)
+                    for c in runs
+                ]
+                for fut in futures:
+                    changes, mine = fut.result()
+                    results.append(WhatIfResult(changes, recorded, mine, censored, 0))
+    except WhatIfError as exc:
+        err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    return _output(args, results, str(args.log), err)
+
+
+def _output(args: argparse.Namespace, results: list[WhatIfResult], source: str, err: Any) -> int:
+    """Write the HTML page, print the JSON or the tables."""
+    from rich.console import Console
+
     if args.html is not None:
         from analytics.whatif_html import write_html
 
@@ -1093,7 +1275,7 @@ def run_cli(args: argparse.Namespace) -> int:
             write_html(
                 [(r.as_json(), r.recorded.timeline, r.whatif.timeline) for r in results],
                 args.html,
-                str(rec.path),
+                source,
             )
         except (OSError, ImportError) as exc:
             err.print(f"whatif: cannot write {args.html}: {exc}", markup=False, highlight=False)

@@ -237,9 +237,10 @@ def test_bad_settings_are_named(
     assert message in captured.err and captured.out == ""
 
 
-def test_logs_that_are_not_run_directories_are_refused(
+def test_logs_that_cannot_be_read_are_refused_clearly(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """An unreachable broker, a directory that is neither a run nor a log directory, a missing path."""
     for spec in ("kafka://127.0.0.1:9", str(tmp_path), str(tmp_path / "missing")):
         assert main(["whatif", spec]) == 2
         err = capsys.readouterr().err
