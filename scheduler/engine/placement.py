@@ -14,7 +14,10 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from scheduler.engine import predicates
+from scheduler.engine.columns import BoolArray, Columns, columns
 from scheduler.engine.labels import node_terms_match, untolerated_taint
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
@@ -284,12 +287,16 @@ def ordered_fits(
     """Nodes the task fits, best first, and a histogram of why the others did not fit."""
     fits: list[Fit] = []
     why: Counter[str] = Counter()
-    for n in nodes:
-        r = fit(ssn, task, n, allow_idle)
-        if isinstance(r, Fit):
-            fits.append(r)
-        else:
-            why[r] += 1
+    cols = columns(ssn) if COLUMNS and len(nodes) >= COLUMNS_MIN_NODES else None
+    if cols is not None:
+        _scan_columns(ssn, cols, task, nodes, allow_idle, fits, why)
+    else:
+        for n in nodes:
+            r = fit(ssn, task, n, allow_idle)
+            if isinstance(r, Fit):
+                fits.append(r)
+            else:
+                why[r] += 1
     choose = DEVICE_CHOOSERS.get(ssn.config.node_scoring)
     if choose is not None:
         fits = [choose(ssn, task, f) for f in fits]
@@ -301,6 +308,92 @@ def ordered_fits(
         order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))
         fits = [fits[i] for i in order]
     return fits, why
+
+
+COLUMNS = True  # tests switch it off to check the vector checks against the per-node scan
+COLUMNS_MIN_NODES = 16  # below this many nodes the per-node scan is as fast: no arrays
+
+_NO_CPU = "node(s) didn't have enough resources: CPU"
+_NO_MEMORY = "node(s) didn't have enough resources: memory"
+_TOO_MANY_PODS = "node(s) had too many pods"
+_NO_GPUS = "node(s) didn't have enough resources: GPUs"
+
+
+def _static_columns(cols: Columns, task: TaskInfo) -> tuple[BoolArray, list[str | None]]:
+    """:func:`static_reason` on every node (by rank), kept per task signature: specs are fixed in a session."""
+    pod, req = task.pod, task.request
+    key = (
+        pod.allowed_nodes,
+        tuple(sorted(pod.node_selector.items())),
+        pod.affinity,
+        pod.tolerations,
+        bool(req.gpus or req.is_shared),
+        req.gpu_memory_mib,
+    )
+    got = cols.static.get(key)
+    if got is None:
+        reasons = [static_reason(task, n) for n in cols.nodes]
+        got = (np.array([r is None for r in reasons], dtype=np.bool_), reasons)
+        cols.static[key] = got
+    return got
+
+
+def _scan_columns(
+    ssn: Session,
+    cols: Columns,
+    task: TaskInfo,
+    nodes: Sequence[NodeInfo],
+    allow_idle: bool,
+    fits: list[Fit],
+    why: Counter[str],
+) -> None:
+    """:func:`fit` on every node of `nodes`, with the checks that read only capacity done as vector ops.
+
+    Each node gets the code of the first check it fails, in :func:`fit`'s order: the static checks, future
+    CPU, future memory and — for a whole-GPU or CPU-only task without pod predicates — the pod count and
+    whole free devices. Only nodes that pass them all are asked :func:`fit` (for their ``Fit``, or for a
+    reason the later checks give); the others count under their code's reason.
+    """
+    ranks = cols.ranks(nodes)
+    ok, reasons = _static_columns(cols, task)
+    req = task.request
+    code = np.zeros(len(nodes), dtype=np.int8)
+    if not req.is_shared and not (task.constrained or ssn.anti_present):
+        if req.gpus:
+            code[cols.whole_future[ranks] < req.gpus] = 5
+        code[cols.pods_used[ranks] + 1 > cols.max_pods[ranks]] = 4
+    code[cols.future_memory[ranks] < req.memory] = 3
+    code[cols.future_cpu[ranks] < req.cpu] = 2
+    code[~ok[ranks]] = 1
+    for i in np.flatnonzero(code == 0).tolist():
+        r = fit(ssn, task, nodes[i], allow_idle)
+        if isinstance(r, Fit):
+            fits.append(r)
+        else:
+            why[r] += 1
+    counts = np.bincount(code, minlength=6).tolist()
+    if counts[1]:
+        for rank in ranks[code == 1].tolist():
+            why[reasons[rank] or ""] += 1
+    for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS)):
+        if counts[c]:
+            why[reason] += counts[c]
+
+
+def _shared_candidates(ssn: Session, task: TaskInfo) -> list[NodeInfo] | None:
+    """Nodes where a shared-GPU task fits an existing shared device, by (free whole devices, name).
+
+    One vector op over the columns' ``room``; None when the columns are off (the caller scans instead).
+    """
+    cols = columns(ssn) if COLUMNS else None
+    if cols is None:
+        return None
+    req = task.request
+    cand = np.flatnonzero(cols.shared_room_mask(req.gpu_fraction_milli, req.gpu_memory_mib))
+    if len(cand) > 1:
+        cand = cand[np.argsort(cols.whole_future[cand], kind="stable")]  # cand ascends by rank already
+    by_rank = cols.nodes
+    return [by_rank[r] for r in cand.tolist()]
 
 
 def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
@@ -316,6 +409,22 @@ def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
     idx = ssn.free_index
     req = task.request
     if task.shared:
+        cands = _shared_candidates(ssn, task)
+        if cands is not None:
+            # best key (not idle, fewest free, name): the first idle fit in this order, else the first fit
+            first: Fit | None = None
+            for n in cands:
+                f = fit(ssn, task, n, allow_idle)
+                if isinstance(f, Fit):
+                    if f.idle:
+                        return f
+                    if first is None:
+                        if not allow_idle:
+                            return f  # no fit can be idle
+                        first = f
+            if first is not None:
+                return first
+            return _fast_binpack_scan(ssn, task, allow_idle, idx.buckets, req.gpu_fraction_devices)
         best: tuple[int, int, int] | None = None
         best_fit: Fit | None = None
         for r in idx.shared:
@@ -332,10 +441,18 @@ def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
         need = req.gpu_fraction_devices
     else:
         need = req.gpus
+    return _fast_binpack_scan(ssn, task, allow_idle, idx.buckets, need)
+
+
+def _fast_binpack_scan(
+    ssn: Session, task: TaskInfo, allow_idle: bool, buckets: list[list[int]], need: int
+) -> Fit | None:
+    """The first idle fit scanning free-device buckets upward from `need`, else the first fit."""
+    by_rank = ssn.free_index.by_rank
     fallback: Fit | None = None
-    for k in range(max(need, 0), len(idx.buckets)):
-        for r in idx.buckets[k]:
-            f = fit(ssn, task, idx.by_rank[r], allow_idle)
+    for k in range(max(need, 0), len(buckets)):
+        for r in buckets[k]:
+            f = fit(ssn, task, by_rank[r], allow_idle)
             if isinstance(f, Fit):
                 if f.idle:
                     return f
