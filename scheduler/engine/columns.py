@@ -27,17 +27,6 @@ BoolArray = npt.NDArray[np.bool_]
 NO_ROOM = np.iinfo(np.int64).min  # `room` of a node without a shared device that has pods on it
 
 
-def _room(n: NodeInfo) -> int:
-    """Most milli-GPU left on a device holding shared pods that are not all releasing (NO_ROOM if none)."""
-    best = int(NO_ROOM)
-    shared, alloc, pipe = n.dev_shared, n.dev_alloc, n.dev_pipe
-    for d in range(n.gpus):
-        held = alloc[d] + pipe[d]
-        if shared[d] > 0 and held > 0 and GPU_MILLI - held > best:
-            best = GPU_MILLI - held
-    return best
-
-
 class Columns:
     """Per-node capacity columns for one session, rows in node-name order (see the module docstring)."""
 
@@ -54,14 +43,11 @@ class Columns:
         self.gpus = np.array([x.gpus for x in nodes], dtype=np.int64)
         self.gpu_memory = np.array([x.gpu_memory_mib or 0 for x in nodes], dtype=np.int64)
         self.max_pods = np.array([x.spec.max_pods for x in nodes], dtype=np.int64)
-        self.future_cpu = np.zeros(n, dtype=np.int64)
-        self.future_memory = np.zeros(n, dtype=np.int64)
-        self.idle_cpu = np.zeros(n, dtype=np.int64)
-        self.idle_memory = np.zeros(n, dtype=np.int64)
-        self.pods_used = np.zeros(n, dtype=np.int64)
-        self.whole_future = np.zeros(n, dtype=np.int64)
-        self.whole_idle = np.zeros(n, dtype=np.int64)
-        self.room = np.zeros(n, dtype=np.int64)
+        self.future_cpu = np.zeros(n, dtype=np.int64)  # NodeInfo.future(0)
+        self.future_memory = np.zeros(n, dtype=np.int64)  # NodeInfo.future(1)
+        self.pods_used = np.zeros(n, dtype=np.int64)  # NodeInfo.pods_used()
+        self.whole_future = np.zeros(n, dtype=np.int64)  # len(NodeInfo.whole_future_devices())
+        self.room = np.zeros(n, dtype=np.int64)  # see the module docstring
         for r in range(n):
             self._row(r)
         idx.dirty = set()
@@ -71,14 +57,24 @@ class Columns:
 
     def _row(self, r: int) -> None:
         x = self.nodes[r]
-        self.future_cpu[r] = x.future(0)
-        self.future_memory[r] = x.future(1)
-        self.idle_cpu[r] = x.idle(0)
-        self.idle_memory[r] = x.idle(1)
-        self.pods_used[r] = x.pods_used()
-        self.whole_future[r] = len(x.whole_future_devices())
-        self.whole_idle[r] = len(x.whole_idle_devices())
-        self.room[r] = _room(x)
+        spec = x.spec
+        self.future_cpu[r] = spec.cpu - x.alloc[0] - x.pipe[0]
+        self.future_memory[r] = spec.memory - x.alloc[1] - x.pipe[1]
+        whole = shared_devices = 0
+        room = int(NO_ROOM)
+        shared, alloc, pipe = x.dev_shared, x.dev_alloc, x.dev_pipe
+        for d in range(x.gpus):
+            a, p = alloc[d], pipe[d]
+            if a == 0 and p == 0:
+                whole += 1
+            if shared[d] > 0:
+                shared_devices += 1
+                held = a + p
+                if held > 0 and GPU_MILLI - held > room:
+                    room = GPU_MILLI - held
+        self.pods_used[r] = x.pods + shared_devices
+        self.whole_future[r] = whole
+        self.room[r] = room
 
     def sync(self) -> None:
         """Rewrite the rows of the nodes moved since the last query."""
