@@ -41,6 +41,9 @@ _REQUESTS = [
     ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_fraction_milli=700),
     ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_fraction_milli=300, gpu_fraction_devices=2),
     ev.PodRequests(cpu_millicores=500, memory_bytes=2**30, gpu_memory_mib=20_000),
+    ev.PodRequests(
+        cpu_millicores=500, memory_bytes=2**30, gpu_memory_mib=40_900
+    ),  # a whole device of the 40,960 MiB nodes (floored to 40,900)
     ev.PodRequests(cpu_millicores=3000, memory_bytes=8 * 2**30),
     ev.PodRequests(cpu_millicores=12_000, memory_bytes=2**30),
 ]

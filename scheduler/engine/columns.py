@@ -93,20 +93,25 @@ class Columns:
         self._ranks_for = (nodes, len(nodes), out)
         return out
 
-    def shared_room_mask(self, fraction_milli: int | None, memory_mib: int | None) -> BoolArray:
-        """Nodes with a device already shared (not all releasing) that has room for the task's portion.
+    def portions(self, fraction_milli: int | None, memory_mib: int | None) -> tuple[IntArray, BoolArray]:
+        """Milli-GPU a shared task takes on one device of each node, and where that is known.
 
-        The portion is the fraction, or the GPU-memory request over each node's per-device memory (a node
-        that advertises none has no portion, hence no room), as ``fits_existing_shared`` computes it.
+        The fraction, or the GPU-memory request over the node's per-device memory rounded up as
+        ``NodeInfo.memory_portion`` rounds it; unknown on nodes that advertise no GPU memory.
         """
         if fraction_milli is not None:
-            out: BoolArray = self.room >= fraction_milli
-            return out
+            return np.full(self.size, fraction_milli, dtype=np.int64), np.ones(self.size, dtype=np.bool_)
         if memory_mib is None:
-            return np.zeros(self.size, dtype=np.bool_)
-        has = self.gpu_memory > 0
-        portion = -(-memory_mib * 100 // np.where(has, self.gpu_memory, 1)) * 10
-        mask: BoolArray = has & (self.room >= portion)
+            return np.zeros(self.size, dtype=np.int64), np.zeros(self.size, dtype=np.bool_)
+        known: BoolArray = self.gpu_memory > 0
+        portion: IntArray = -(-memory_mib * 100 // np.where(known, self.gpu_memory, 1)) * 10
+        return portion, known
+
+    def shared_room_mask(self, fraction_milli: int | None, memory_mib: int | None) -> BoolArray:
+        """Nodes with a device already shared (not all releasing) that has room for the task's portion
+        (what ``placement.fits_existing_shared`` asks of each node)."""
+        portion, known = self.portions(fraction_milli, memory_mib)
+        mask: BoolArray = known & (self.room >= portion)
         return mask
 
 

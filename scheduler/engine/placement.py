@@ -205,7 +205,9 @@ def kai_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]
     # gpusharingorder runs only with binpack at both levels (KAI enables it iff placementStrategy.gpu is
     # binpack): with node-level spread, fractional pods spread over nodes and pack only within one.
     sharing_bonus = (
-        task.shared and ssn.config.gpu_sharing_placement == "binpack" and ssn.config.gpu_placement == "binpack"
+        task.shared
+        and ssn.config.gpu_sharing_placement == "binpack"
+        and ssn.config.gpu_placement == "binpack"
     )
     cpu_only = task.is_cpu_only()
     out = []
@@ -317,6 +319,7 @@ _NO_CPU = "node(s) didn't have enough resources: CPU"
 _NO_MEMORY = "node(s) didn't have enough resources: memory"
 _TOO_MANY_PODS = "node(s) had too many pods"
 _NO_GPUS = "node(s) didn't have enough resources: GPUs"
+_NO_GPU_MEMORY = "node(s) didn't have enough resources: GPU memory"
 
 
 def _static_columns(cols: Columns, task: TaskInfo) -> tuple[BoolArray, list[str | None]]:
@@ -350,18 +353,28 @@ def _scan_columns(
     """:func:`fit` on every node of `nodes`, with the checks that read only capacity done as vector ops.
 
     Each node gets the code of the first check it fails, in :func:`fit`'s order: the static checks, future
-    CPU, future memory and — for a whole-GPU or CPU-only task without pod predicates — the pod count and
-    whole free devices. Only nodes that pass them all are asked :func:`fit` (for their ``Fit``, or for a
-    reason the later checks give); the others count under their code's reason.
+    CPU, future memory and, for a task without pod predicates, the device checks: for a whole-GPU or
+    CPU-only task the pod count and whole free devices, for a one-device shared task its portion and a
+    device that is whole or shared with room. Only nodes that pass them all are asked :func:`fit` (for
+    their ``Fit``, or for a reason the later checks give); the others count under their code's reason.
     """
     ranks = cols.ranks(nodes)
     ok, reasons = _static_columns(cols, task)
     req = task.request
     code = np.zeros(len(nodes), dtype=np.int8)
-    if not req.is_shared and not (task.constrained or ssn.anti_present):
+    if task.constrained or ssn.anti_present:
+        pass  # pod predicates come next in fit(): nodes that pass capacity go to fit()
+    elif not req.is_shared:
         if req.gpus:
             code[cols.whole_future[ranks] < req.gpus] = 5
         code[cols.pods_used[ranks] + 1 > cols.max_pods[ranks]] = 4
+    elif req.gpu_fraction_devices == 1:
+        # _fit_shared's first checks: the portion fits a device; some device is whole or shared with room
+        portion, known = cols.portions(req.gpu_fraction_milli, req.gpu_memory_mib)
+        portion, known = portion[ranks], known[ranks]
+        no_device = known & (cols.whole_future[ranks] == 0) & (cols.room[ranks] < portion)
+        code[no_device] = 5
+        code[known & (portion > GPU_MILLI)] = 6
     code[cols.future_memory[ranks] < req.memory] = 3
     code[cols.future_cpu[ranks] < req.cpu] = 2
     code[~ok[ranks]] = 1
@@ -371,11 +384,11 @@ def _scan_columns(
             fits.append(r)
         else:
             why[r] += 1
-    counts = np.bincount(code, minlength=6).tolist()
+    counts = np.bincount(code, minlength=7).tolist()
     if counts[1]:
         for rank in ranks[code == 1].tolist():
             why[reasons[rank] or ""] += 1
-    for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS)):
+    for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS), (6, _NO_GPU_MEMORY)):
         if counts[c]:
             why[reason] += counts[c]
 
