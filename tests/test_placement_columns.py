@@ -30,6 +30,8 @@ CONFIGS = [
     SessionConfig(gpu_sharing_placement="spread"),
     SessionConfig(gpu_placement="spread", gpu_sharing_placement="spread", cpu_placement="spread"),
     SessionConfig(gpu_sharing_placement="none"),
+    SessionConfig(gpu_placement="none", cpu_placement="none"),
+    SessionConfig(cpu_placement="spread"),
 ]
 
 _REQUESTS = [
@@ -66,7 +68,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[object], SessionConfig]:
                 ),
             )
         )
-    n = draw(st.integers(1, 12))
+    n = draw(st.integers(1, 24))
     gpus_of: list[int] = []
     for i in range(n):
         gpus = draw(st.sampled_from([0, 1, 2, 4, 8]))
@@ -88,7 +90,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[object], SessionConfig]:
         )
     names = [e.name for e in out if isinstance(e, ev.NodeUpserted)]
     at = 1
-    for k in range(draw(st.integers(0, 16))):  # running pods, some releasing
+    for k in range(draw(st.integers(0, 40))):  # running pods, some releasing
         node = draw(st.integers(0, n - 1))
         g = gpus_of[node]
         kind = draw(st.sampled_from(["cpu", "whole", "fraction"] if g else ["cpu"]))
@@ -189,8 +191,9 @@ def _fits(ssn: Session, allow_idle: bool) -> list[object]:
         for nodes in (ssn.nodes, subset):
             fits, why = placement.ordered_fits(ssn, t, nodes, allow_idle)
             out.append(([(f.node.name, f.idle, f.devices, f.portion, f.new_shared_group) for f in fits], why))
-        best = placement.best_fit(ssn, t, ssn.nodes, allow_idle)
-        out.append(None if best is None else (best.node.name, best.idle, best.devices, best.portion))
+        for nodes in (ssn.nodes, subset):  # a subset skips the bin-pack fast path: vector scores
+            best = placement.best_fit(ssn, t, nodes, allow_idle)
+            out.append(None if best is None else (best.node.name, best.idle, best.devices, best.portion))
     return out
 
 
@@ -233,6 +236,10 @@ def test_whole_cycle_records_are_identical(cluster: tuple[list[object], SessionC
         assert kept.pods_used[r] == node.pods_used()
         assert kept.whole_future[r] == len(node.whole_future_devices())
         assert kept.room[r] == (max(rooms) if rooms else NO_ROOM)
+        assert kept.idle_cpu[r] == node.idle(0)
+        assert kept.idle_memory[r] == node.idle(1)
+        assert kept.whole_idle[r] == len(node.whole_idle_devices())
+        assert kept.gpus_left[r] == placement._gpus_left_milli(node)
 
 
 def test_fast_path_and_columns_agree_with_the_plain_scan_on_the_synthetic_mix() -> None:
@@ -246,3 +253,97 @@ def test_fast_path_and_columns_agree_with_the_plain_scan_on_the_synthetic_mix() 
         placement.FAST_PATH = False
         scan, _ = _cycle(events, SessionConfig())
     assert vector == scan
+
+
+def test_conformance_scenarios_decide_the_same_with_columns_at_any_size() -> None:
+    """The KAI scenarios are small clusters, under ``COLUMNS_MIN_NODES``: force the columns on for them."""
+    from pathlib import Path
+
+    from scheduler.conformance import run_file, scenario_files
+
+    root = Path(__file__).parent / "conformance"
+    files = list(scenario_files(root / "kai")) + list(scenario_files(root / "hourglass"))
+    assert files
+    for path in files:
+        with _columns(True):
+            vector = run_file(path)
+        with _columns(False):
+            scan = run_file(path)
+        assert (vector.passed, vector.error, vector.diffs) == (scan.passed, scan.error, scan.diffs), path
+
+
+def _node(name: str, gpus: int, cpu: int = 16_000) -> ev.NodeUpserted:
+    return ev.NodeUpserted(at_ms=0, name=name, cpu_millicores=cpu, memory_bytes=64 * 2**30, gpus=gpus)
+
+
+def _pod(
+    name: str, req: ev.PodRequests, node: str | None = None, devices: tuple[int, ...] = ()
+) -> list[object]:
+    out: list[object] = [
+        ev.PodGroupUpserted(at_ms=1, name=name, namespace="d", queue="q", created_at_ms=1),
+        ev.PodSubmitted(
+            at_ms=1, name=f"{name}-0", namespace="d", pod_group=name, requests=req, created_at_ms=1
+        ),
+    ]
+    if node is not None:
+        out.append(
+            ev.PodBound(at_ms=1, name=f"{name}-0", namespace="d", node=node, gpu_devices=list(devices))
+        )
+    return out
+
+
+_GPU = ev.PodRequests(cpu_millicores=1000, memory_bytes=2**30, gpus=1)
+_QUEUE = ev.QueueUpserted(at_ms=0, name="q", resources=ev.QueueResources(gpu=ev.QueueResource(quota=None)))
+
+
+@pytest.mark.parametrize(
+    ("what", "config", "events", "best"),
+    [
+        (
+            "spread counts the room left on a shared GPU (1.8 of 2 GPUs beats 3 of 4)",
+            SessionConfig(gpu_placement="spread"),
+            [
+                _node("a", 2),
+                _node("b", 4),
+                *_pod("f", ev.PodRequests(cpu_millicores=100, gpu_fraction_milli=200), "a", (0,)),
+                *_pod("w", _GPU, "b", (0,)),
+                *_pod("p", _GPU),
+            ],
+            "a",
+        ),
+        (
+            "a GPU that is only releasing is not idle: the idle node's +100 beats bin-packing",
+            SessionConfig(),
+            [
+                _node("a", 2),
+                _node("b", 4),
+                *_pod("w", _GPU, "a", (0,)),
+                *_pod("r", _GPU, "a", (1,)),
+                ev.PodReleasing(at_ms=2, name="r-0", namespace="d", reason="deleted"),
+                *_pod("p", _GPU),
+            ],
+            "b",
+        ),
+        (
+            "a CPU-only task: +10 on a node without GPUs beats bin-packing's 9",
+            SessionConfig(),
+            [
+                _node("a", 0, cpu=64000),
+                _node("b", 2, cpu=4000),
+                *_pod("p", ev.PodRequests(cpu_millicores=1000, memory_bytes=2**30)),
+            ],
+            "a",
+        ),
+    ],
+)
+def test_vector_scores_pick_the_node_the_scan_picks(
+    what: str, config: SessionConfig, events: list[object], best: str
+) -> None:
+    picks = []
+    for on in (True, False):
+        with _columns(on):
+            ssn = _session([_QUEUE, *events], config)
+            task = next(t for t in ssn.tasks if t.status is PodStatus.PENDING)
+            got = placement.best_fit(ssn, task, list(ssn.nodes))  # a new list: no bin-pack fast path
+            picks.append(None if got is None else got.node.name)
+    assert picks == [best, best], what

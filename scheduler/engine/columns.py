@@ -43,11 +43,16 @@ class Columns:
         self.gpus = np.array([x.gpus for x in nodes], dtype=np.int64)
         self.gpu_memory = np.array([x.gpu_memory_mib or 0 for x in nodes], dtype=np.int64)
         self.max_pods = np.array([x.spec.max_pods for x in nodes], dtype=np.int64)
+        self.cpu = np.array([x.spec.cpu for x in nodes], dtype=np.int64)
         self.future_cpu = np.zeros(n, dtype=np.int64)  # NodeInfo.future(0)
         self.future_memory = np.zeros(n, dtype=np.int64)  # NodeInfo.future(1)
+        self.idle_cpu = np.zeros(n, dtype=np.int64)  # NodeInfo.idle(0)
+        self.idle_memory = np.zeros(n, dtype=np.int64)  # NodeInfo.idle(1)
         self.pods_used = np.zeros(n, dtype=np.int64)  # NodeInfo.pods_used()
         self.whole_future = np.zeros(n, dtype=np.int64)  # len(NodeInfo.whole_future_devices())
+        self.whole_idle = np.zeros(n, dtype=np.int64)  # len(NodeInfo.whole_idle_devices())
         self.room = np.zeros(n, dtype=np.int64)  # see the module docstring
+        self.gpus_left = np.zeros(n, dtype=np.int64)  # placement._gpus_left_milli
         for r in range(n):
             self._row(r)
         idx.dirty = set()
@@ -58,23 +63,35 @@ class Columns:
     def _row(self, r: int) -> None:
         x = self.nodes[r]
         spec = x.spec
-        self.future_cpu[r] = spec.cpu - x.alloc[0] - x.pipe[0]
-        self.future_memory[r] = spec.memory - x.alloc[1] - x.pipe[1]
-        whole = shared_devices = 0
+        alloc, rel, pipe = x.alloc, x.rel, x.pipe
+        self.future_cpu[r] = spec.cpu - alloc[0] - pipe[0]
+        self.future_memory[r] = spec.memory - alloc[1] - pipe[1]
+        over = pipe[0] - rel[0]
+        self.idle_cpu[r] = spec.cpu - alloc[0] - rel[0] - (over if over > 0 else 0)
+        over = pipe[1] - rel[1]
+        self.idle_memory[r] = spec.memory - alloc[1] - rel[1] - (over if over > 0 else 0)
+        whole = whole_idle = shared_devices = left = 0
         room = int(NO_ROOM)
-        shared, alloc, pipe = x.dev_shared, x.dev_alloc, x.dev_pipe
+        shared, d_alloc, d_pipe, d_rel = x.dev_shared, x.dev_alloc, x.dev_pipe, x.dev_rel
         for d in range(x.gpus):
-            a, p = alloc[d], pipe[d]
-            if a == 0 and p == 0:
+            a, p = d_alloc[d], d_pipe[d]
+            is_whole = a == 0 and p == 0
+            if is_whole:
                 whole += 1
+                if d_rel[d] == 0:
+                    whole_idle += 1
             if shared[d] > 0:
                 shared_devices += 1
                 held = a + p
                 if held > 0 and GPU_MILLI - held > room:
                     room = GPU_MILLI - held
+                if not is_whole and held < GPU_MILLI:
+                    left += GPU_MILLI - held
         self.pods_used[r] = x.pods + shared_devices
         self.whole_future[r] = whole
+        self.whole_idle[r] = whole_idle
         self.room[r] = room
+        self.gpus_left[r] = GPU_MILLI * whole + left
 
     def sync(self) -> None:
         """Rewrite the rows of the nodes moved since the last query."""

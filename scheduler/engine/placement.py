@@ -393,6 +393,85 @@ def _scan_columns(
             why[reason] += counts[c]
 
 
+def _vector_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
+    """Whether :func:`_vector_best` knows every check and score for this task: the kai scorer (no device
+    chooser, no preferences), a whole-GPU or CPU-only task without pod predicates, enough nodes."""
+    cfg = ssn.config
+    return (
+        COLUMNS
+        and len(nodes) >= COLUMNS_MIN_NODES
+        and NODE_SCORERS.get(cfg.node_scoring) is kai_scores
+        and cfg.node_scoring not in DEVICE_CHOOSERS
+        and not task.constrained  # includes preferences, extended resources, ports, volumes
+        and not ssn.anti_present
+        and not task.request.is_shared
+        and columns(ssn) is not None
+    )
+
+
+def _vector_best(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool) -> Fit | None:
+    """:func:`ordered_fits` ``[0]`` for a task :func:`_vector_applies` to, computed over the columns.
+
+    Feasibility (static checks, future CPU / memory, pod count, whole free devices), fitting on idle
+    capacity, and :func:`kai_scores` are vector ops with the scalar code's integer and float arithmetic,
+    in the same order; the best score wins, ties to the node name. Only the winner is asked :func:`fit`,
+    for its ``Fit``. None when the task fits nowhere (the caller then scans for the reasons).
+    """
+    cols = columns(ssn)
+    if cols is None:
+        return None
+    ranks = cols.ranks(nodes)
+    ok, _ = _static_columns(cols, task)
+    req = task.request
+    feasible = (
+        ok[ranks]
+        & (cols.future_cpu[ranks] >= req.cpu)
+        & (cols.future_memory[ranks] >= req.memory)
+        & (cols.pods_used[ranks] + 1 <= cols.max_pods[ranks])
+    )
+    if req.gpus:
+        feasible &= cols.whole_future[ranks] >= req.gpus
+    pos = np.flatnonzero(feasible)
+    if len(pos) == 0:
+        return None
+    at = int(pos[0])
+    if len(pos) > 1:
+        r = ranks[pos]
+        cpu_only = task.is_cpu_only()
+        cfg = ssn.config
+        strategy = cfg.cpu_placement if cpu_only else cfg.gpu_placement
+        total = cols.cpu[r] if cpu_only else cols.gpus[r] * GPU_MILLI
+        has_total = total > 0
+        safe_total = np.where(has_total, total, 1)
+        if strategy == "none":
+            score = np.zeros(len(r), dtype=np.float64)
+        elif strategy == "spread":
+            left = cols.future_cpu[r] if cpu_only else cols.gpus_left[r]
+            score = np.where(has_total, left / safe_total, 0.0)
+        else:
+            free = cols.future_cpu[r] if cpu_only else cols.whole_future[r] * GPU_MILLI
+            frees = free[has_total]
+            lo, hi = (int(frees.min()), int(frees.max())) if len(frees) else (0, 0)
+            if hi == 0:
+                score = np.zeros(len(r), dtype=np.float64)
+            elif lo == hi:
+                score = np.where(has_total, 9.0, 0.0)
+            else:
+                score = np.where(has_total, 9.0 * (1 - (free - lo) / (hi - lo)), 0.0)
+        if allow_idle:
+            idle = (cols.idle_cpu[r] >= req.cpu) & (cols.idle_memory[r] >= req.memory)
+            if req.gpus:
+                idle &= cols.whole_idle[r] >= req.gpus
+            score = score + np.where(idle, 100.0, 0.0)
+        if cpu_only:
+            score = score + np.where(cols.gpus[r] == 0, 10.0, 0.0)
+        top = np.flatnonzero(score == score.max())
+        at = int(pos[top[int(np.argmin(r[top]))]])
+    best = fit(ssn, task, nodes[at], allow_idle)
+    assert isinstance(best, Fit), "vector feasibility disagrees with fit()"
+    return best
+
+
 def _shared_candidates(ssn: Session, task: TaskInfo) -> list[NodeInfo] | None:
     """Nodes where a shared-GPU task fits an existing shared device, by (free whole devices, name).
 
@@ -560,7 +639,13 @@ def allocate_task(
     if err is not None:
         return f"Scheduling conditions were not met for pod {task.name}:\nMaxNodePoolResources: {err}."
     fast = _fast_path_applies(ssn, task, nodes)
-    best = _fast_best(ssn, task, not pipeline_only) if fast else None
+    if fast:
+        best = _fast_best(ssn, task, not pipeline_only)
+    elif _vector_applies(ssn, task, nodes):
+        fast = True
+        best = _vector_best(ssn, task, nodes, not pipeline_only)
+    else:
+        best = None
     if best is None:
         if fast and not explain:
             return "no nodes with enough resources were found"
@@ -598,5 +683,7 @@ def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle
     """
     if _fast_path_applies(ssn, task, nodes):
         return _fast_best(ssn, task, allow_idle)
+    if _vector_applies(ssn, task, nodes):
+        return _vector_best(ssn, task, nodes, allow_idle)
     fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
     return fits[0] if fits else None
