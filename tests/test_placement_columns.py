@@ -325,6 +325,21 @@ _QUEUE = ev.QueueUpserted(at_ms=0, name="q", resources=ev.QueueResources(gpu=ev.
             "b",
         ),
         (
+            "a shared task under spread: idle on a fuller node beats only releasing capacity on an emptier one",
+            SessionConfig(gpu_placement="spread"),
+            [
+                _node("a", 2),
+                _node("b", 2),
+                *_pod("r0", _GPU, "a", (0,)),
+                *_pod("r1", _GPU, "a", (1,)),
+                ev.PodReleasing(at_ms=2, name="r0-0", namespace="d", reason="deleted"),
+                ev.PodReleasing(at_ms=2, name="r1-0", namespace="d", reason="deleted"),
+                *_pod("w", _GPU, "b", (0,)),
+                *_pod("p", ev.PodRequests(cpu_millicores=100, gpu_fraction_milli=500)),
+            ],
+            "b",
+        ),
+        (
             "a CPU-only task: +10 on a node without GPUs beats bin-packing's 9",
             SessionConfig(),
             [

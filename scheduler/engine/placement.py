@@ -15,9 +15,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from scheduler.engine import predicates
-from scheduler.engine.columns import BoolArray, Columns, columns
+from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
 from scheduler.engine.labels import node_terms_match, untolerated_taint
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
@@ -359,9 +360,30 @@ def _scan_columns(
     their ``Fit``, or for a reason the later checks give); the others count under their code's reason.
     """
     ranks = cols.ranks(nodes)
+    code, reasons = _first_failed(ssn, cols, task, ranks)
+    for i in np.flatnonzero(code == 0).tolist():
+        r = fit(ssn, task, nodes[i], allow_idle)
+        if isinstance(r, Fit):
+            fits.append(r)
+        else:
+            why[r] += 1
+    counts = np.bincount(code, minlength=7).tolist()
+    if counts[1]:
+        for rank in ranks[code == 1].tolist():
+            why[reasons[rank] or ""] += 1
+    for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS), (6, _NO_GPU_MEMORY)):
+        if counts[c]:
+            why[reason] += counts[c]
+
+
+def _first_failed(
+    ssn: Session, cols: Columns, task: TaskInfo, ranks: IntArray
+) -> tuple[npt.NDArray[np.int8], list[str | None]]:
+    """Per node (rows `ranks`) the code of the first vector check it fails, 0 if none (see
+    :func:`_scan_columns`), and the static reasons by rank for code 1."""
     ok, reasons = _static_columns(cols, task)
     req = task.request
-    code = np.zeros(len(nodes), dtype=np.int8)
+    code = np.zeros(len(ranks), dtype=np.int8)
     if task.constrained or ssn.anti_present:
         pass  # pod predicates come next in fit(): nodes that pass capacity go to fit()
     elif not req.is_shared:
@@ -378,19 +400,7 @@ def _scan_columns(
     code[cols.future_memory[ranks] < req.memory] = 3
     code[cols.future_cpu[ranks] < req.cpu] = 2
     code[~ok[ranks]] = 1
-    for i in np.flatnonzero(code == 0).tolist():
-        r = fit(ssn, task, nodes[i], allow_idle)
-        if isinstance(r, Fit):
-            fits.append(r)
-        else:
-            why[r] += 1
-    counts = np.bincount(code, minlength=7).tolist()
-    if counts[1]:
-        for rank in ranks[code == 1].tolist():
-            why[reasons[rank] or ""] += 1
-    for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS), (6, _NO_GPU_MEMORY)):
-        if counts[c]:
-            why[reason] += counts[c]
+    return code, reasons
 
 
 def _vector_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
@@ -469,6 +479,65 @@ def _vector_best(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_
         at = int(pos[top[int(np.argmin(r[top]))]])
     best = fit(ssn, task, nodes[at], allow_idle)
     assert isinstance(best, Fit), "vector feasibility disagrees with fit()"
+    return best
+
+
+def _walk_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
+    """Whether :func:`_walk_best` applies: a shared-GPU task without pod predicates under the kai scorer
+    with node-level spread or none (scores that do not depend on which other nodes fit)."""
+    cfg = ssn.config
+    return (
+        COLUMNS
+        and task.request.is_shared
+        and cfg.gpu_placement in ("spread", "none")
+        and len(nodes) >= COLUMNS_MIN_NODES
+        and NODE_SCORERS.get(cfg.node_scoring) is kai_scores
+        and cfg.node_scoring not in DEVICE_CHOOSERS
+        and not task.constrained
+        and not ssn.anti_present
+        and columns(ssn) is not None
+    )
+
+
+def _walk_best(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool) -> Fit | None:
+    """:func:`ordered_fits` ``[0]`` for a task :func:`_walk_applies` to, asking :func:`fit` of few nodes.
+
+    A node's kai score is its placement score, plus 100 if the task fits there on idle capacity (no
+    sharing bonus without node-level binpack). The placement score is a vector op; whether the fit is idle
+    is known only from :func:`fit` (it depends on the device chosen). So nodes passing the vector checks
+    are walked by their best possible score (as if idle), then name, and the walk stops once no later node
+    can beat the best score found: the same winner as scoring every node, with the same floats.
+    """
+    cols = columns(ssn)
+    if cols is None:
+        return None
+    ranks = cols.ranks(nodes)
+    code, _ = _first_failed(ssn, cols, task, ranks)
+    pos = np.flatnonzero(code == 0)
+    if len(pos) == 0:
+        return None
+    r = ranks[pos]
+    total = cols.gpus[r] * GPU_MILLI
+    if ssn.config.gpu_placement == "spread":
+        base = np.where(total > 0, cols.gpus_left[r] / np.where(total > 0, total, 1), 0.0)
+    else:
+        base = np.zeros(len(r), dtype=np.float64)
+    if_idle = base + 100.0 if allow_idle else base
+    order = np.lexsort((r, -if_idle))
+    best: Fit | None = None
+    best_score = 0.0
+    best_rank = 0
+    for k in order.tolist():
+        rank = int(r[k])
+        bound = float(if_idle[k])
+        if best is not None and (bound < best_score or (bound == best_score and rank > best_rank)):
+            break
+        f = fit(ssn, task, nodes[int(pos[k])], allow_idle)
+        if not isinstance(f, Fit):
+            continue
+        score = bound if f.idle else float(base[k])
+        if best is None or score > best_score or (score == best_score and rank < best_rank):
+            best, best_score, best_rank = f, score, rank
     return best
 
 
@@ -644,6 +713,9 @@ def allocate_task(
     elif _vector_applies(ssn, task, nodes):
         fast = True
         best = _vector_best(ssn, task, nodes, not pipeline_only)
+    elif _walk_applies(ssn, task, nodes):
+        fast = True
+        best = _walk_best(ssn, task, nodes, not pipeline_only)
     else:
         best = None
     if best is None:
@@ -685,5 +757,7 @@ def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle
         return _fast_best(ssn, task, allow_idle)
     if _vector_applies(ssn, task, nodes):
         return _vector_best(ssn, task, nodes, allow_idle)
+    if _walk_applies(ssn, task, nodes):
+        return _walk_best(ssn, task, nodes, allow_idle)
     fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
     return fits[0] if fits else None
