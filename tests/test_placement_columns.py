@@ -133,6 +133,17 @@ def clusters(draw: st.DrawFn) -> tuple[list[object], SessionConfig]:
             extra["node_selector"] = {"pool": draw(st.sampled_from(["x", "y"]))}
         if draw(st.booleans()):
             extra["tolerations"] = [ev.Toleration(key="t", operator="Exists")]
+        if draw(st.integers(0, 4)) == 0:
+            pool = draw(st.sampled_from(["x", "y"]))
+            extra["node_affinity"] = [
+                ev.NodeSelectorTerm(
+                    match_expressions=[
+                        ev.NodeSelectorRequirement(key="pool", operator="NotIn", values=[pool])
+                    ]
+                )
+            ]
+        if draw(st.integers(0, 5)) == 0:
+            extra["allowed_nodes"] = draw(st.lists(st.sampled_from(names), max_size=3, unique=True))
         out.append(
             ev.PodGroupUpserted(
                 at_ms=at,

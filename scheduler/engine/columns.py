@@ -59,6 +59,7 @@ class Columns:
         # static_reason per task signature: (passes, reason per rank)
         self.static: dict[tuple[object, ...], tuple[BoolArray, list[str | None]]] = {}
         self._ranks_for: tuple[Sequence[NodeInfo], int, IntArray] | None = None
+        self.session_nodes: Sequence[NodeInfo] | None = None  # Session.nodes, set by columns()
 
     def _row(self, r: int) -> None:
         x = self.nodes[r]
@@ -102,12 +103,14 @@ class Columns:
             dirty.clear()
 
     def ranks(self, nodes: Sequence[NodeInfo]) -> IntArray:
-        """The rows of `nodes`, in their order (kept for the last sequence asked, e.g. ``Session.nodes``)."""
+        """The rows of `nodes`, in their order (kept for ``Session.nodes``, which a session never reorders;
+        any other sequence is read afresh: a caller may reuse and refill its list)."""
         got = self._ranks_for
         if got is not None and got[0] is nodes and got[1] == len(nodes):
             return got[2]
         out = self.rank_of_index[np.fromiter((x.index for x in nodes), dtype=np.int64, count=len(nodes))]
-        self._ranks_for = (nodes, len(nodes), out)
+        if nodes is self.session_nodes:
+            self._ranks_for = (nodes, len(nodes), out)
         return out
 
     def portions(self, fraction_milli: int | None, memory_mib: int | None) -> tuple[IntArray, BoolArray]:
@@ -141,5 +144,6 @@ def columns(ssn: Session) -> Columns | None:
         idx.columns = cols
     if cols.size != len(ssn.nodes):
         return None
+    cols.session_nodes = ssn.nodes
     cols.sync()
     return cols
