@@ -9,7 +9,7 @@ rack or block (required or preferred), and prints what topology costs per cycle.
 ``bench: NAME key=value ... seconds=S``.
 
     python benchmarks/bench_cycle.py [--nodes N] [--pods P] [--foreign F] [--constrained C] [--filters]
-                                     [--topology F]
+                                     [--topology F] [--placement binpack|spread] [--actions A,B]
 """
 
 from __future__ import annotations
@@ -19,30 +19,42 @@ import time
 
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
 from scheduler.engine.decisions import make_record
+from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 
-def run(spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDER) -> float:
-    """One cycle on `spec`'s workload; prints its figures and returns the full cycle's seconds."""
+def run(
+    spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDER, placement: str = "binpack"
+) -> float:
+    """One cycle on `spec`'s workload; prints its figures and returns the full cycle's seconds.
+
+    `placement` is the node-level placement strategy for GPU and CPU pods (binpack | spread). Each action's
+    line also gives its CPU time (``cpu_seconds``, this process only), steadier than wall time on a busy
+    machine.
+    """
     events = synthetic_events(spec)
     size = (
         f"workload={label} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node} pending={spec.pending_pods} "
         f"foreign={spec.foreign_fraction:g} constrained={spec.constrained_fraction:g} "
-        f"topology={spec.topology_fraction:g} actions={'+'.join(actions)}"
+        f"topology={spec.topology_fraction:g} placement={placement} actions={'+'.join(actions)}"
     )
+    config = SessionConfig(gpu_placement=placement, cpu_placement=placement)
     t0 = time.perf_counter()
     state = fold(events)
     t1 = time.perf_counter()
-    ssn = open_session(state, now_ms=10**9)
+    ssn = open_session(state, config, now_ms=10**9)
     t2 = time.perf_counter()
     print(f"bench: fold {size} events={len(events)} rate={len(events) / (t1 - t0):.0f} seconds={t1 - t0:.3f}")
     print(f"bench: session {size} seconds={t2 - t1:.3f}")
     for name in actions:
-        a0 = time.perf_counter()
+        a0, c0 = time.perf_counter(), time.process_time()
         ACTIONS[name](ssn)
-        work = "".join(f"{k.split('.', 1)[1]}={v} " for k, v in sorted(ssn.work.items()) if k.startswith(f"{name}."))
-        print(f"bench: {name} {size} {work}seconds={time.perf_counter() - a0:.3f}")
+        cpu = time.process_time() - c0
+        work = "".join(
+            f"{k.split('.', 1)[1]}={v} " for k, v in sorted(ssn.work.items()) if k.startswith(f"{name}.")
+        )
+        print(f"bench: {name} {size} {work}cpu_seconds={cpu:.3f} seconds={time.perf_counter() - a0:.3f}")
     r0 = time.perf_counter()
     rec = make_record(ssn, state.events_offset)
     t3 = time.perf_counter()
@@ -68,6 +80,9 @@ def main() -> None:
         "--actions",
         default=",".join(DEFAULT_ORDER),
         help="actions to run, in order (reclaim does not finish at 1,000 nodes yet: see docs/benchmarks.md)",
+    )
+    ap.add_argument(
+        "--placement", choices=("binpack", "spread"), default="binpack", help="node placement, GPU and CPU"
     )
     a = ap.parse_args()
     actions = tuple(x for x in a.actions.split(",") if x)
@@ -98,6 +113,7 @@ def main() -> None:
             ),
             "custom" if a.foreign or a.constrained else "plain",
             actions,
+            a.placement,
         )
         return
     plain = run(base, "plain", actions)

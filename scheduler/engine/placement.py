@@ -14,7 +14,11 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 from scheduler.engine import predicates
+from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
 from scheduler.engine.labels import node_terms_match, untolerated_taint
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
@@ -202,7 +206,9 @@ def kai_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]
     # gpusharingorder runs only with binpack at both levels (KAI enables it iff placementStrategy.gpu is
     # binpack): with node-level spread, fractional pods spread over nodes and pack only within one.
     sharing_bonus = (
-        task.shared and ssn.config.gpu_sharing_placement == "binpack" and ssn.config.gpu_placement == "binpack"
+        task.shared
+        and ssn.config.gpu_sharing_placement == "binpack"
+        and ssn.config.gpu_placement == "binpack"
     )
     cpu_only = task.is_cpu_only()
     out = []
@@ -284,12 +290,16 @@ def ordered_fits(
     """Nodes the task fits, best first, and a histogram of why the others did not fit."""
     fits: list[Fit] = []
     why: Counter[str] = Counter()
-    for n in nodes:
-        r = fit(ssn, task, n, allow_idle)
-        if isinstance(r, Fit):
-            fits.append(r)
-        else:
-            why[r] += 1
+    cols = columns(ssn) if COLUMNS and len(nodes) >= COLUMNS_MIN_NODES else None
+    if cols is not None:
+        _scan_columns(ssn, cols, task, nodes, allow_idle, fits, why)
+    else:
+        for n in nodes:
+            r = fit(ssn, task, n, allow_idle)
+            if isinstance(r, Fit):
+                fits.append(r)
+            else:
+                why[r] += 1
     choose = DEVICE_CHOOSERS.get(ssn.config.node_scoring)
     if choose is not None:
         fits = [choose(ssn, task, f) for f in fits]
@@ -301,6 +311,252 @@ def ordered_fits(
         order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))
         fits = [fits[i] for i in order]
     return fits, why
+
+
+COLUMNS = True  # tests switch it off to check the vector checks against the per-node scan
+COLUMNS_MIN_NODES = 16  # below this many nodes the per-node scan is as fast: no arrays
+
+_NO_CPU = "node(s) didn't have enough resources: CPU"
+_NO_MEMORY = "node(s) didn't have enough resources: memory"
+_TOO_MANY_PODS = "node(s) had too many pods"
+_NO_GPUS = "node(s) didn't have enough resources: GPUs"
+_NO_GPU_MEMORY = "node(s) didn't have enough resources: GPU memory"
+
+
+def _static_columns(cols: Columns, task: TaskInfo) -> tuple[BoolArray, list[str | None]]:
+    """:func:`static_reason` on every node (by rank), kept per task signature: specs are fixed in a session."""
+    pod, req = task.pod, task.request
+    key = (
+        pod.allowed_nodes,
+        tuple(sorted(pod.node_selector.items())),
+        pod.affinity,
+        pod.tolerations,
+        bool(req.gpus or req.is_shared),
+        req.gpu_memory_mib,
+    )
+    got = cols.static.get(key)
+    if got is None:
+        reasons = [static_reason(task, n) for n in cols.nodes]
+        got = (np.array([r is None for r in reasons], dtype=np.bool_), reasons)
+        cols.static[key] = got
+    return got
+
+
+def _scan_columns(
+    ssn: Session,
+    cols: Columns,
+    task: TaskInfo,
+    nodes: Sequence[NodeInfo],
+    allow_idle: bool,
+    fits: list[Fit],
+    why: Counter[str],
+) -> None:
+    """:func:`fit` on every node of `nodes`, with the checks that read only capacity done as vector ops.
+
+    Each node gets the code of the first check it fails, in :func:`fit`'s order: the static checks, future
+    CPU, future memory and, for a task without pod predicates, the device checks: for a whole-GPU or
+    CPU-only task the pod count and whole free devices, for a one-device shared task its portion and a
+    device that is whole or shared with room. Only nodes that pass them all are asked :func:`fit` (for
+    their ``Fit``, or for a reason the later checks give); the others count under their code's reason.
+    """
+    ranks = cols.ranks(nodes)
+    code, reasons = _first_failed(ssn, cols, task, ranks)
+    for i in np.flatnonzero(code == 0).tolist():
+        r = fit(ssn, task, nodes[i], allow_idle)
+        if isinstance(r, Fit):
+            fits.append(r)
+        else:
+            why[r] += 1
+    counts = np.bincount(code, minlength=7).tolist()
+    if counts[1]:
+        for rank in ranks[code == 1].tolist():
+            why[reasons[rank] or ""] += 1
+    for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS), (6, _NO_GPU_MEMORY)):
+        if counts[c]:
+            why[reason] += counts[c]
+
+
+def _first_failed(
+    ssn: Session, cols: Columns, task: TaskInfo, ranks: IntArray
+) -> tuple[npt.NDArray[np.int8], list[str | None]]:
+    """Per node (rows `ranks`) the code of the first vector check it fails, 0 if none (see
+    :func:`_scan_columns`), and the static reasons by rank for code 1."""
+    ok, reasons = _static_columns(cols, task)
+    req = task.request
+    code = np.zeros(len(ranks), dtype=np.int8)
+    if task.constrained or ssn.anti_present:
+        pass  # pod predicates come next in fit(): nodes that pass capacity go to fit()
+    elif not req.is_shared:
+        if req.gpus:
+            code[cols.whole_future[ranks] < req.gpus] = 5
+        code[cols.pods_used[ranks] + 1 > cols.max_pods[ranks]] = 4
+    elif req.gpu_fraction_devices == 1:
+        # _fit_shared's first checks: the portion fits a device; some device is whole or shared with room
+        portion, known = cols.portions(req.gpu_fraction_milli, req.gpu_memory_mib)
+        portion, known = portion[ranks], known[ranks]
+        no_device = known & (cols.whole_future[ranks] == 0) & (cols.room[ranks] < portion)
+        code[no_device] = 5
+        code[known & (portion > GPU_MILLI)] = 6
+    code[cols.future_memory[ranks] < req.memory] = 3
+    code[cols.future_cpu[ranks] < req.cpu] = 2
+    code[~ok[ranks]] = 1
+    return code, reasons
+
+
+def _vector_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
+    """Whether :func:`_vector_best` knows every check and score for this task: the kai scorer (no device
+    chooser, no preferences), a whole-GPU or CPU-only task without pod predicates, enough nodes."""
+    cfg = ssn.config
+    return (
+        COLUMNS
+        and len(nodes) >= COLUMNS_MIN_NODES
+        and NODE_SCORERS.get(cfg.node_scoring) is kai_scores
+        and cfg.node_scoring not in DEVICE_CHOOSERS
+        and not task.constrained  # includes preferences, extended resources, ports, volumes
+        and not ssn.anti_present
+        and not task.request.is_shared
+        and columns(ssn) is not None
+    )
+
+
+def _vector_best(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool) -> Fit | None:
+    """:func:`ordered_fits` ``[0]`` for a task :func:`_vector_applies` to, computed over the columns.
+
+    Feasibility (static checks, future CPU / memory, pod count, whole free devices), fitting on idle
+    capacity, and :func:`kai_scores` are vector ops with the scalar code's integer and float arithmetic,
+    in the same order; the best score wins, ties to the node name. Only the winner is asked :func:`fit`,
+    for its ``Fit``. None when the task fits nowhere (the caller then scans for the reasons).
+    """
+    cols = columns(ssn)
+    if cols is None:
+        return None
+    ranks = cols.ranks(nodes)
+    ok, _ = _static_columns(cols, task)
+    req = task.request
+    feasible = (
+        ok[ranks]
+        & (cols.future_cpu[ranks] >= req.cpu)
+        & (cols.future_memory[ranks] >= req.memory)
+        & (cols.pods_used[ranks] + 1 <= cols.max_pods[ranks])
+    )
+    if req.gpus:
+        feasible &= cols.whole_future[ranks] >= req.gpus
+    pos = np.flatnonzero(feasible)
+    if len(pos) == 0:
+        return None
+    at = int(pos[0])
+    if len(pos) > 1:
+        r = ranks[pos]
+        cpu_only = task.is_cpu_only()
+        cfg = ssn.config
+        strategy = cfg.cpu_placement if cpu_only else cfg.gpu_placement
+        total = cols.cpu[r] if cpu_only else cols.gpus[r] * GPU_MILLI
+        has_total = total > 0
+        safe_total = np.where(has_total, total, 1)
+        if strategy == "none":
+            score = np.zeros(len(r), dtype=np.float64)
+        elif strategy == "spread":
+            left = cols.future_cpu[r] if cpu_only else cols.gpus_left[r]
+            score = np.where(has_total, left / safe_total, 0.0)
+        else:
+            free = cols.future_cpu[r] if cpu_only else cols.whole_future[r] * GPU_MILLI
+            frees = free[has_total]
+            lo, hi = (int(frees.min()), int(frees.max())) if len(frees) else (0, 0)
+            if hi == 0:
+                score = np.zeros(len(r), dtype=np.float64)
+            elif lo == hi:
+                score = np.where(has_total, 9.0, 0.0)
+            else:
+                score = np.where(has_total, 9.0 * (1 - (free - lo) / (hi - lo)), 0.0)
+        if allow_idle:
+            idle = (cols.idle_cpu[r] >= req.cpu) & (cols.idle_memory[r] >= req.memory)
+            if req.gpus:
+                idle &= cols.whole_idle[r] >= req.gpus
+            score = score + np.where(idle, 100.0, 0.0)
+        if cpu_only:
+            score = score + np.where(cols.gpus[r] == 0, 10.0, 0.0)
+        top = np.flatnonzero(score == score.max())
+        at = int(pos[top[int(np.argmin(r[top]))]])
+    best = fit(ssn, task, nodes[at], allow_idle)
+    if not isinstance(best, Fit):  # cannot happen (the property test checks it); the scan decides if it does
+        fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
+        return fits[0] if fits else None
+    return best
+
+
+def _walk_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
+    """Whether :func:`_walk_best` applies: a shared-GPU task without pod predicates under the kai scorer
+    with node-level spread or none (scores that do not depend on which other nodes fit)."""
+    cfg = ssn.config
+    return (
+        COLUMNS
+        and task.request.is_shared
+        and cfg.gpu_placement in ("spread", "none")
+        and len(nodes) >= COLUMNS_MIN_NODES
+        and NODE_SCORERS.get(cfg.node_scoring) is kai_scores
+        and cfg.node_scoring not in DEVICE_CHOOSERS
+        and not task.constrained
+        and not ssn.anti_present
+        and columns(ssn) is not None
+    )
+
+
+def _walk_best(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool) -> Fit | None:
+    """:func:`ordered_fits` ``[0]`` for a task :func:`_walk_applies` to, asking :func:`fit` of few nodes.
+
+    A node's kai score is its placement score, plus 100 if the task fits there on idle capacity (no
+    sharing bonus without node-level binpack). The placement score is a vector op; whether the fit is idle
+    is known only from :func:`fit` (it depends on the device chosen). So nodes passing the vector checks
+    are walked by their best possible score (as if idle), then name, and the walk stops once no later node
+    can beat the best score found: the same winner as scoring every node, with the same floats.
+    """
+    cols = columns(ssn)
+    if cols is None:
+        return None
+    ranks = cols.ranks(nodes)
+    code, _ = _first_failed(ssn, cols, task, ranks)
+    pos = np.flatnonzero(code == 0)
+    if len(pos) == 0:
+        return None
+    r = ranks[pos]
+    total = cols.gpus[r] * GPU_MILLI
+    if ssn.config.gpu_placement == "spread":
+        base = np.where(total > 0, cols.gpus_left[r] / np.where(total > 0, total, 1), 0.0)
+    else:
+        base = np.zeros(len(r), dtype=np.float64)
+    if_idle = base + 100.0 if allow_idle else base
+    order = np.lexsort((r, -if_idle))
+    best: Fit | None = None
+    best_score = 0.0
+    best_rank = 0
+    for k in order.tolist():
+        rank = int(r[k])
+        bound = float(if_idle[k])
+        if best is not None and (bound < best_score or (bound == best_score and rank > best_rank)):
+            break
+        f = fit(ssn, task, nodes[int(pos[k])], allow_idle)
+        if not isinstance(f, Fit):
+            continue
+        score = bound if f.idle else float(base[k])
+        if best is None or score > best_score or (score == best_score and rank < best_rank):
+            best, best_score, best_rank = f, score, rank
+    return best
+
+
+def _shared_candidates(ssn: Session, task: TaskInfo) -> list[NodeInfo] | None:
+    """Nodes where a shared-GPU task fits an existing shared device, by (free whole devices, name).
+
+    One vector op over the columns' ``room``; None when the columns are off (the caller scans instead).
+    """
+    cols = columns(ssn) if COLUMNS else None
+    if cols is None:
+        return None
+    req = task.request
+    cand = np.flatnonzero(cols.shared_room_mask(req.gpu_fraction_milli, req.gpu_memory_mib))
+    if len(cand) > 1:
+        cand = cand[np.argsort(cols.whole_future[cand], kind="stable")]  # cand ascends by rank already
+    by_rank = cols.nodes
+    return [by_rank[r] for r in cand.tolist()]
 
 
 def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
@@ -316,6 +572,22 @@ def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
     idx = ssn.free_index
     req = task.request
     if task.shared:
+        cands = _shared_candidates(ssn, task)
+        if cands is not None:
+            # best key (not idle, fewest free, name): the first idle fit in this order, else the first fit
+            first: Fit | None = None
+            for n in cands:
+                f = fit(ssn, task, n, allow_idle)
+                if isinstance(f, Fit):
+                    if f.idle:
+                        return f
+                    if first is None:
+                        if not allow_idle:
+                            return f  # no fit can be idle
+                        first = f
+            if first is not None:
+                return first
+            return _fast_binpack_scan(ssn, task, allow_idle, idx.buckets, req.gpu_fraction_devices)
         best: tuple[int, int, int] | None = None
         best_fit: Fit | None = None
         for r in idx.shared:
@@ -332,10 +604,18 @@ def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
         need = req.gpu_fraction_devices
     else:
         need = req.gpus
+    return _fast_binpack_scan(ssn, task, allow_idle, idx.buckets, need)
+
+
+def _fast_binpack_scan(
+    ssn: Session, task: TaskInfo, allow_idle: bool, buckets: list[list[int]], need: int
+) -> Fit | None:
+    """The first idle fit scanning free-device buckets upward from `need`, else the first fit."""
+    by_rank = ssn.free_index.by_rank
     fallback: Fit | None = None
-    for k in range(max(need, 0), len(idx.buckets)):
-        for r in idx.buckets[k]:
-            f = fit(ssn, task, idx.by_rank[r], allow_idle)
+    for k in range(max(need, 0), len(buckets)):
+        for r in buckets[k]:
+            f = fit(ssn, task, by_rank[r], allow_idle)
             if isinstance(f, Fit):
                 if f.idle:
                     return f
@@ -430,7 +710,16 @@ def allocate_task(
     if err is not None:
         return f"Scheduling conditions were not met for pod {task.name}:\nMaxNodePoolResources: {err}."
     fast = _fast_path_applies(ssn, task, nodes)
-    best = _fast_best(ssn, task, not pipeline_only) if fast else None
+    if fast:
+        best = _fast_best(ssn, task, not pipeline_only)
+    elif _vector_applies(ssn, task, nodes):
+        fast = True
+        best = _vector_best(ssn, task, nodes, not pipeline_only)
+    elif _walk_applies(ssn, task, nodes):
+        fast = True
+        best = _walk_best(ssn, task, nodes, not pipeline_only)
+    else:
+        best = None
     if best is None:
         if fast and not explain:
             return "no nodes with enough resources were found"
@@ -468,5 +757,9 @@ def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle
     """
     if _fast_path_applies(ssn, task, nodes):
         return _fast_best(ssn, task, allow_idle)
+    if _vector_applies(ssn, task, nodes):
+        return _vector_best(ssn, task, nodes, allow_idle)
+    if _walk_applies(ssn, task, nodes):
+        return _walk_best(ssn, task, nodes, allow_idle)
     fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
     return fits[0] if fits else None

@@ -527,6 +527,10 @@ class FreeIndex:
         # CPU-only placement: nodes without GPUs [0] and with GPUs [1], each by (future CPU, rank).
         self.cpu: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
         self.cpu_at: dict[str, int] = {}
+        # Placement's numpy columns (scheduler.engine.columns), built on first use; `dirty` holds the ranks
+        # of nodes moved since they last read them (None until they exist).
+        self.columns: object | None = None
+        self.dirty: set[int] | None = None
         for n in self.by_rank:
             k = len(n.whole_future_devices())
             self.level[n.name] = k
@@ -540,6 +544,8 @@ class FreeIndex:
 
     def update(self, n: NodeInfo) -> None:
         r = self.rank[n.name]
+        if self.dirty is not None:
+            self.dirty.add(r)
         k = len(n.whole_future_devices())
         old = self.level[n.name]
         if k != old:
