@@ -10,6 +10,7 @@ success the victims are evicted and the reclaimer's tasks are pipelined onto the
 from __future__ import annotations
 
 from scheduler.engine import minruntime
+from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.signatures import run_per_job
 from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
@@ -84,8 +85,10 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
 
 def run(ssn: Session) -> None:
     """The reclaim action."""
+    budget = SearchBudget.of(ssn, NAME)
     run_per_job(
         ssn,
         lambda s, job: can_reclaim(s, job, job_init_resources(s, job)),
         lambda s, job: attempt(s, job, JobIndex.of(s)),
+        lambda: budget.stopped,
     )

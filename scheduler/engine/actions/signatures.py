@@ -96,15 +96,17 @@ def run_per_job(
     ssn: Session,
     gate: Callable[[Session, JobInfo], bool],
     attempt: Callable[[Session, JobInfo], bool],
+    cut: Callable[[], bool] | None = None,
 ) -> None:
     """The reclaim / preempt loop: candidate jobs in queue order, each tried once.
 
     A job no easier than one that already failed in its queue is skipped (scheduling signatures). A job
     stopped by `gate` (a cheap pre-check) is not recorded as failed: only a solver failure says the
-    signature is hopeless.
+    signature is hopeless. Nor is a job whose search the budget cut (`cut()` true after its attempt): it
+    was not proven hopeless, and the jobs after it get their own attempt (and explanation).
     """
     order = JobsByQueue(ssn, candidate_jobs(ssn))
     failed = FailedJobs(ssn, per_queue=True)
     while (job := order.pop()) is not None:
-        if failed.worth_trying(job) and gate(ssn, job) and not attempt(ssn, job):
+        if failed.worth_trying(job) and gate(ssn, job) and not attempt(ssn, job) and not (cut and cut()):
             failed.record(job)
