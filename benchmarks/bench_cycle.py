@@ -9,7 +9,10 @@ rack or block (required or preferred), and prints what topology costs per cycle.
 ``bench: NAME key=value ... seconds=S``.
 
     python benchmarks/bench_cycle.py [--nodes N] [--pods P] [--foreign F] [--constrained C] [--filters]
-                                     [--topology F]
+                                     [--topology F] [--solver-job-budget N|none] [--solver-action-budget N|none]
+
+``--solver-job-budget`` / ``--solver-action-budget`` set the reclaim / preempt search budget (engine config
+fields of the same names, docs/service.md; ``none`` = unbounded, the search before issue 12's budget).
 """
 
 from __future__ import annotations
@@ -19,11 +22,17 @@ import time
 
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
 from scheduler.engine.decisions import make_record
+from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 
-def run(spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDER) -> float:
+def run(
+    spec: SyntheticSpec,
+    label: str,
+    actions: tuple[str, ...] = DEFAULT_ORDER,
+    config: SessionConfig | None = None,
+) -> float:
     """One cycle on `spec`'s workload; prints its figures and returns the full cycle's seconds."""
     events = synthetic_events(spec)
     size = (
@@ -31,17 +40,21 @@ def run(spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDE
         f"foreign={spec.foreign_fraction:g} constrained={spec.constrained_fraction:g} "
         f"topology={spec.topology_fraction:g} actions={'+'.join(actions)}"
     )
+    if config is not None:
+        size += f" solver_job_budget={config.solver_job_budget} solver_action_budget={config.solver_action_budget}"
     t0 = time.perf_counter()
     state = fold(events)
     t1 = time.perf_counter()
-    ssn = open_session(state, now_ms=10**9)
+    ssn = open_session(state, config=config, now_ms=10**9)
     t2 = time.perf_counter()
     print(f"bench: fold {size} events={len(events)} rate={len(events) / (t1 - t0):.0f} seconds={t1 - t0:.3f}")
     print(f"bench: session {size} seconds={t2 - t1:.3f}")
     for name in actions:
         a0 = time.perf_counter()
         ACTIONS[name](ssn)
-        work = "".join(f"{k.split('.', 1)[1]}={v} " for k, v in sorted(ssn.work.items()) if k.startswith(f"{name}."))
+        work = "".join(
+            f"{k.split('.', 1)[1]}={v} " for k, v in sorted(ssn.work.items()) if k.startswith(f"{name}.")
+        )
         print(f"bench: {name} {size} {work}seconds={time.perf_counter() - a0:.3f}")
     r0 = time.perf_counter()
     rec = make_record(ssn, state.events_offset)
@@ -50,6 +63,19 @@ def run(spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDE
     print(f"bench: record {size} decisions={len(rec.decisions)} binds={binds} seconds={t3 - r0:.3f}")
     print(f"bench: cycle {size} binds={binds} seconds={t3 - t1:.3f}")
     return t3 - t1
+
+
+def _budget(text: str) -> int | None:
+    """A search budget argument: a whole number, or ``none`` for no bound."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'none', not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a budget is >= 0, not {value}")
+    return value
 
 
 def main() -> None:
@@ -67,9 +93,12 @@ def main() -> None:
     ap.add_argument(
         "--actions",
         default=",".join(DEFAULT_ORDER),
-        help="actions to run, in order (reclaim does not finish at 1,000 nodes yet: see docs/benchmarks.md)",
+        help="actions to run, in order",
     )
+    ap.add_argument("--solver-job-budget", type=_budget, default=SessionConfig.solver_job_budget)
+    ap.add_argument("--solver-action-budget", type=_budget, default=SessionConfig.solver_action_budget)
     a = ap.parse_args()
+    cfg = SessionConfig(solver_job_budget=a.solver_job_budget, solver_action_budget=a.solver_action_budget)
     actions = tuple(x for x in a.actions.split(",") if x)
     base = SyntheticSpec(nodes=a.nodes, gpus_per_node=a.gpus, pending_pods=a.pods)
     if a.topology:
@@ -98,6 +127,7 @@ def main() -> None:
             ),
             "custom" if a.foreign or a.constrained else "plain",
             actions,
+            cfg,
         )
         return
     plain = run(base, "plain", actions)

@@ -81,9 +81,9 @@ def test_contended_workload_needs_the_figures_the_table_assumes(monkeypatch: pyt
         (None, None, True, ()),
         (19, None, True, ()),  # what the longest attempt uses: nothing is cut
         (256, 1024, True, ()),  # the defaults
-        (19, 46, True, ()),  # the action's total (7 + 1 + 19 + 19) just fits
+        (19, 44, True, ()),  # the failed simulations (6 + 0 + 19 + 19) just fit
         (6, None, False, ("reclaim search stopped after 6 scenarios: the per-job budget of 6",)),
-        (None, 10, False, ("reclaim search stopped after ", "the reclaim action's budget of 10 scenarios")),
+        (None, 10, False, ("reclaim search stopped after ", "the reclaim action's budget of 10 failed scenarios")),
         (0, None, False, ("reclaim search stopped after 0 scenarios: the per-job budget of 0",)),
     ],
 )
@@ -108,20 +108,20 @@ def test_budget_cuts_only_what_it_must_and_says_so(
     if job_budget is not None:
         assert all(d.details["scenarios"] <= job_budget for d in cut.values())
     if action_budget is not None:
-        assert work["reclaim.simulations"] <= action_budget
+        assert work.get("reclaim.wasted", 0) <= action_budget
 
 
 def test_after_the_action_budget_every_later_job_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
     counts = _Counts(monkeypatch)
     decisions, work = _cycle(_busy(CONTENDED), SessionConfig(solver_job_budget=None, solver_action_budget=5))
-    assert work["reclaim.simulations"] == 5
+    assert work["reclaim.wasted"] == 5
     cut = _cut(decisions)
     reclaim_attempts = [uid for action, uid, _, _ in counts.attempts if action == "reclaim"]
     # The first attempt spends the budget; every attempt after it is refused without a search.
     assert len(reclaim_attempts) >= 2
     later = [cut[uid] for uid in reclaim_attempts[1:] if uid in cut]
     assert later and all(
-        "after 0 scenarios" in d.message and "action's budget of 5" in d.message for d in later
+        "after 0 scenarios" in d.message and "action's budget of 5 failed scenarios" in d.message for d in later
     )
 
 
@@ -146,7 +146,7 @@ def test_budget_property(spec: SyntheticSpec, job_budget: int, action_budget: in
     base, base_work = _cycle(state, SessionConfig().unbudgeted())
     got, work = _cycle(state, SessionConfig(solver_job_budget=job_budget, solver_action_budget=action_budget))
     for action in ("reclaim", "preempt"):
-        assert work.get(f"{action}.simulations", 0) <= action_budget
+        assert work.get(f"{action}.wasted", 0) <= action_budget
     cut = _cut(got)
     assert all(d.details["scenarios"] <= job_budget for d in cut.values())
     if not work.get("reclaim.cut", 0) and not work.get("preempt.cut", 0):

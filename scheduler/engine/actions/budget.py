@@ -7,8 +7,11 @@ time (``maxJobSearchDuration`` / ``maxActionSearchDuration`` of its scenario sea
 this engine must stay a pure function of its inputs, so the budget here counts simulated scenarios instead:
 
 * ``SessionConfig.solver_job_budget``: scenarios one job's attempt may simulate;
-* ``SessionConfig.solver_action_budget``: scenarios one action (reclaim or preempt) may simulate in a cycle,
-  all its jobs together. Once it is used up, later jobs are not searched at all.
+* ``SessionConfig.solver_action_budget``: scenarios one action (reclaim or preempt) may simulate *in vain*
+  in a cycle -- simulations that found no solution, all its jobs together. A simulation that solves its
+  job is never counted here, so an action that succeeds at once for thousands of jobs (KAI's benchmark
+  shapes) is not bounded; the searches of jobs that cannot be helped are. Once it is used up, later jobs
+  are not searched at all.
 
 ``None`` means no bound (a config recorded before the fields existed replays that way). A job whose search
 the budget stopped gets an Unschedulable reason ``SearchBudgetExhausted`` saying so, never a silent skip.
@@ -40,7 +43,7 @@ class SearchBudget:
         self.action = action
         self.job_limit = ssn.config.solver_job_budget
         self.action_limit = ssn.config.solver_action_budget
-        self.used = 0  # scenarios simulated by the action in this session
+        self.wasted = 0  # simulations of the action in this session that found no solution
         self.job_used = 0  # ... by the current attempt
         self.stopped = False  # the current attempt was cut
 
@@ -51,7 +54,7 @@ class SearchBudget:
 
     def spent(self) -> bool:
         """Whether the action's budget for the cycle is used up (no later job may simulate anything)."""
-        return self.action_limit is not None and self.used >= self.action_limit
+        return self.action_limit is not None and self.wasted >= self.action_limit
 
     def allow(self) -> bool:
         """Whether one more scenario may be simulated; counts it if so, marks the attempt cut if not."""
@@ -59,14 +62,18 @@ class SearchBudget:
             self.stopped = True
             return False
         self.job_used += 1
-        self.used += 1
         return True
+
+    def failed(self) -> None:
+        """Count an allowed simulation that found no solution against the action's budget."""
+        self.wasted += 1
+        self.ssn.work[f"{self.action}.wasted"] += 1
 
     def explain(self, job: JobInfo) -> None:
         """Record on `job` that its search was stopped by the budget (call only when :attr:`stopped`)."""
         if self.spent():
             why = (
-                f"the {self.action} action's budget of {self.action_limit} scenarios for this cycle "
+                f"the {self.action} action's budget of {self.action_limit} failed scenarios for this cycle "
                 "(solver_action_budget) was used up"
             )
         else:

@@ -383,9 +383,15 @@ class Solver:
         """Re-place victims and the preemptor (pipeline only, queue order); validate. Rolls back on failure.
 
         Refused, with nothing done, when the search budget is used up (see :mod:`.budget`)."""
-        ssn = self.ssn
         if not self.budget.allow():
             return False
+        if self._simulate_once(stmt, scenario, evicted):
+            return True
+        self.budget.failed()
+        return False
+
+    def _simulate_once(self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo]) -> bool:
+        ssn = self.ssn
         ssn.work[f"{self.action}.simulations"] += 1
         cp = stmt.checkpoint()
         victim_uids = {t.job.uid for t in evicted}
