@@ -50,6 +50,7 @@ __all__ = [
     "ReplaySource",
     "ReplaySummary",
     "add_arguments",
+    "as_recorded",
     "diff_records",
     "engine_config",
     "load_engine_config",
@@ -134,6 +135,14 @@ def engine_config(manifest: dict[str, Any]) -> SessionConfig:
         raise ReplayError(
             f"manifest engine_config hashes to {config_hash(config)}, but engine_config_hash says {want}"
         )
+    return config
+
+
+def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
+    """`config`, or `config` without the search budget when cycles recorded before the budget existed (their
+    hash is the budget-less config's) are replayed: they searched without one."""
+    if config_hash(config) != recorded_hash and config_hash(config.unbudgeted()) == recorded_hash:
+        return config.unbudgeted()
     return config
 
 
@@ -371,8 +380,8 @@ def load_source(
             f"{spec}: {topics.decisions} holds a record that is not a cycle record: {exc}"
         ) from exc
     cfg = config or SessionConfig()
-    if records and records[0].config_hash == config_hash(cfg.unbudgeted()) != config_hash(cfg):
-        cfg = cfg.unbudgeted()  # recorded before the search budget existed: replay without one
+    if records:
+        cfg = as_recorded(cfg, records[0].config_hash)
     if records and records[0].config_hash != config_hash(cfg):
         log.close()
         raise ReplayError(

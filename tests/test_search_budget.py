@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.explain import advice
-from analytics.replay import ReplayError, engine_config, load_engine_config
+from analytics.replay import ReplayError, as_recorded, engine_config, load_engine_config
 from scheduler.engine.actions import solver
 from scheduler.engine.actions.budget import REASON
 from scheduler.engine.cycle import open_session, result_state, run_actions, settle
@@ -178,6 +178,10 @@ def test_configs_recorded_without_the_budget_keep_their_hash_and_replay_unbounde
     manifest = {"engine_config": old, "engine_config_hash": old_hash}
     replayed = engine_config(manifest)
     assert replayed.solver_job_budget is None and replayed.solver_action_budget is None
+    # A log's cycles carry only the hash: the default config matches them once its budget is dropped.
+    assert as_recorded(cfg, old_hash) == cfg.unbudgeted()
+    assert as_recorded(cfg, config_hash(cfg)) == cfg
+    assert as_recorded(cfg, "0123456789abcdef") == cfg  # a real mismatch is left to the caller's error
     fixture = json.loads((Path(__file__).parent / "fixtures" / "v1-run" / "manifest.json").read_text())
     assert engine_config(fixture).solver_action_budget is None
 
