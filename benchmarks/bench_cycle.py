@@ -95,8 +95,8 @@ def main() -> None:
         default=",".join(DEFAULT_ORDER),
         help="actions to run, in order",
     )
-    ap.add_argument("--solver-job-budget", type=_budget, default=SessionConfig.solver_job_budget)
-    ap.add_argument("--solver-action-budget", type=_budget, default=SessionConfig.solver_action_budget)
+    ap.add_argument("--solver-job-budget", type=_budget, default=SessionConfig().solver_job_budget)
+    ap.add_argument("--solver-action-budget", type=_budget, default=SessionConfig().solver_action_budget)
     a = ap.parse_args()
     cfg = SessionConfig(solver_job_budget=a.solver_job_budget, solver_action_budget=a.solver_action_budget)
     actions = tuple(x for x in a.actions.split(",") if x)
