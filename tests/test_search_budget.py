@@ -111,18 +111,21 @@ def test_budget_cuts_only_what_it_must_and_says_so(
         assert work.get("reclaim.wasted", 0) <= action_budget
 
 
-def test_after_the_action_budget_every_later_job_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
-    counts = _Counts(monkeypatch)
+def test_after_a_cut_every_later_job_is_told() -> None:
     decisions, work = _cycle(_busy(CONTENDED), SessionConfig(solver_job_budget=None, solver_action_budget=5))
-    assert work["reclaim.wasted"] == 5
+    assert work["reclaim.wasted"] == 5 and work["reclaim.attempts"] == 1
     cut = _cut(decisions)
-    reclaim_attempts = [uid for action, uid, _, _ in counts.attempts if action == "reclaim"]
-    # The first attempt spends the budget; every attempt after it is refused without a search.
-    assert len(reclaim_attempts) >= 2
-    later = [cut[uid] for uid in reclaim_attempts[1:] if uid in cut]
-    assert later and all(
-        "after 0 scenarios" in d.message and "action's budget of 5 failed scenarios" in d.message for d in later
+    first = [d for d in cut.values() if "like" not in d.details]
+    assert len(first) == 1 and first[0].message.startswith(
+        "reclaim search stopped after 5 scenarios: the reclaim action's budget of 5 failed scenarios"
     )
+    # The jobs after it with the same signature are not searched again, but each is told why.
+    later = [d for d in cut.values() if "like" in d.details]
+    assert len(later) == work["reclaim.cut"] - 1 >= 2
+    for d in later:
+        assert d.details["like"] == first[0].job and d.details["scenarios"] == 0
+        assert d.message.startswith("reclaim search skipped: the search for ")
+        assert "not proven unschedulable" in d.message
 
 
 @settings(max_examples=12, deadline=None)

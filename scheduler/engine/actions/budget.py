@@ -88,3 +88,19 @@ class SearchBudget:
             job_budget=self.job_limit,
             action_budget=self.action_limit,
         )
+
+    def explain_like(self, job: JobInfo, rep: JobInfo) -> None:
+        """Record on `job` that it was not searched: `rep`, of its queue, with the same scheduling signature
+        and no harder, had its search cut by the budget this cycle."""
+        self.ssn.work[f"{self.action}.cut"] += 1
+        job.fit_error(
+            REASON,
+            f"{self.action} search skipped: the search for {rep.name}, of the same queue and scheduling "
+            "signature and no harder, was stopped by the search budget this cycle; the job was not proven "
+            "unschedulable and is tried again next cycle",
+            action=self.action,
+            scenarios=0,
+            job_budget=self.job_limit,
+            action_budget=self.action_limit,
+            like=rep.uid,
+        )

@@ -109,5 +109,5 @@ def run(ssn: Session) -> None:
         ssn,
         lambda s, job: can_reclaim(s, job, job_init_resources(s, job)),
         lambda s, job: attempt(s, job, JobIndex.of(s)),
-        lambda: budget.stopped,
+        budget,
     )
