@@ -82,6 +82,10 @@ class FailedJobs:
         scope = job.queue.name if self.per_queue and job.queue is not None else ""
         return (scope, signature(job))
 
+    def __bool__(self) -> bool:
+        """Whether any job was recorded (else no signature needs computing)."""
+        return bool(self._reps)
+
     def worth_trying(self, job: JobInfo) -> bool:
         return self.representative(job) is None
 
@@ -115,9 +119,9 @@ def run_per_job(
     failed = FailedJobs(ssn, per_queue=True)
     cut = FailedJobs(ssn, per_queue=True)
     while (job := order.pop()) is not None:
-        if not failed.worth_trying(job) or not gate(ssn, job):
+        if (failed and not failed.worth_trying(job)) or not gate(ssn, job):
             continue
-        if budget is not None and (rep := cut.representative(job)) is not None:
+        if budget is not None and cut and (rep := cut.representative(job)) is not None:
             budget.explain_like(job, rep)
             continue
         if attempt(ssn, job):
