@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from analytics.explain import advice
 from analytics.replay import ReplayError, as_recorded, engine_config, load_engine_config
+from ingest.tenants import EngineSpec
 from scheduler.engine.actions import solver
 from scheduler.engine.actions.budget import REASON
 from scheduler.engine.cycle import open_session, result_state, run_actions, settle
@@ -202,3 +203,11 @@ def test_bad_budget_is_a_clear_error(tmp_path: Path, value: object) -> None:
 def test_explain_advises_on_a_cut_search() -> None:
     text = advice(REASON, {"action": "preempt"}, None, None, [])
     assert "preempt search was stopped by the engine's search budget" in text and "solver_job_budget" in text
+
+
+def test_tenants_engine_section_sets_the_budget() -> None:
+    assert SessionConfig.from_engine_spec(EngineSpec()).solver_job_budget == SessionConfig().solver_job_budget
+    cfg = SessionConfig.from_engine_spec(EngineSpec(solver_job_budget=8, solver_action_budget=None))
+    assert (cfg.solver_job_budget, cfg.solver_action_budget) == (8, None)
+    with pytest.raises(ValueError, match="solver_job_budget"):
+        EngineSpec(solver_job_budget=-1)

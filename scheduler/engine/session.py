@@ -564,6 +564,8 @@ class SessionConfig:
             k_value=e.k_value,
             default_preempt_min_runtime_ms=e.default_preempt_min_runtime_s * 1000,
             default_reclaim_min_runtime_ms=e.default_reclaim_min_runtime_s * 1000,
+            solver_job_budget=e.solver_job_budget,
+            solver_action_budget=e.solver_action_budget,
         )
 
 
