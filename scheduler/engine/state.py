@@ -107,6 +107,9 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     topology: str | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
+    k8s_uid: str | None = None
+    node_pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +549,8 @@ class StateBuilder:
                 topology=e.topology,
                 required_level=e.required_topology_level,
                 preferred_level=e.preferred_topology_level,
+                k8s_uid=e.k8s_uid,
+                node_pool=e.node_pool,
             )
         elif kind == "NodeUpserted":
             self.nodes[e.name] = node_from_event(e)
@@ -727,6 +732,10 @@ class StateBuilder:
             self.jobs[job_uid] = evolve(job, stale_since_ms=None)
         if active == 0 and job.last_start_ms is not None and not stale:
             self.jobs[job_uid] = evolve(self.jobs[job_uid], last_start_ms=None)
+
+    def job_pod_uids(self, job_uid: str) -> tuple[str, ...]:
+        """The uids of the pods of a pod group the builder holds, in submission order."""
+        return tuple(self._job_pods.get(job_uid, ()))
 
     def fork(self) -> StateBuilder:
         """An independent builder with the same state (what-if runs fold on from here, this one is

@@ -308,7 +308,7 @@ class Solver:
             kept = self._kept(t, scenario.requested)
             have += 0 if kept else self.ssn.task_vec(t)[0]
             slots.add((t,), kept)
-        if recorded and have >= need and slots.ok() and self._simulate_scenario(stmt, scenario):
+        if recorded and self._bounds_ok(have, need, slots) and self._simulate_scenario(stmt, scenario):
             return scenario
         if self.budget.stopped:
             return None
@@ -320,11 +320,19 @@ class Solver:
             slots.add(group, kept)
             # Cheap bounds, checked before any re-placement: enough GPUs in total (KAI's idle-GPU scenario
             # filter), and enough whole free devices per node for the whole-GPU tasks.
-            if have >= need and slots.ok() and self._simulate_scenario(stmt, scenario):
+            if self._bounds_ok(have, need, slots) and self._simulate_scenario(stmt, scenario):
                 return scenario
             if self.budget.stopped:
                 return None
         return None
+
+    def _bounds_ok(self, have: int, need: int, slots: _Slots) -> bool:
+        """The cheap bounds of a scenario; a scenario they refuse is counted as filtered (KAI's
+        ``scenarios_filtered_by_action``, in ``ssn.work``: no decision reads it)."""
+        if have >= need and slots.ok():
+            return True
+        self.ssn.work[f"{self.action}.filtered"] += 1
+        return False
 
     def _kept(self, t: TaskInfo, requested: Vec) -> bool:
         """The victim task must be re-placed for the scenario to pass, with the same milli-GPU wherever it
