@@ -406,6 +406,12 @@ def advice(
         return "the queue is at its limit: wait for its own pods to finish, or raise the queue's limit."
     if reason == "NonPreemptibleOverQuota":
         return "use a preemptible priority class to go over quota, or raise the queue's quota."
+    if reason == "SearchBudgetExhausted":
+        return (
+            f"the {details.get('action') or 'reclaim'} search was stopped by the engine's search budget before"
+            " it found victims or proved there are none; it is tried again next cycle. If this persists, raise"
+            " solver_job_budget / solver_action_budget in the engine config (docs/service.md)."
+        )
     if reason == "TopologyConstraint":
         level = details.get("level")
         if not level:  # the constraint names a topology or level the cluster does not have

@@ -50,6 +50,7 @@ __all__ = [
     "ReplaySource",
     "ReplaySummary",
     "add_arguments",
+    "as_recorded",
     "diff_records",
     "engine_config",
     "load_engine_config",
@@ -122,14 +123,26 @@ def _show(value: Any) -> str:
 def engine_config(manifest: dict[str, Any]) -> SessionConfig:
     """The run's :class:`SessionConfig` from its manifest; checks it against the recorded config hash."""
     try:
-        config = SessionConfig(**manifest["engine_config"])
-    except (KeyError, TypeError) as exc:
+        fields = dict(manifest["engine_config"])
+        # A run recorded before the search budget existed searched without one.
+        fields.setdefault("solver_job_budget", None)
+        fields.setdefault("solver_action_budget", None)
+        config = SessionConfig(**fields)
+    except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"manifest has no usable engine_config: {exc}") from exc
     want = manifest.get("engine_config_hash")
     if want is not None and config_hash(config) != want:
         raise ReplayError(
             f"manifest engine_config hashes to {config_hash(config)}, but engine_config_hash says {want}"
         )
+    return config
+
+
+def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
+    """`config`, or `config` without the search budget when cycles recorded before the budget existed (their
+    hash is the budget-less config's) are replayed: they searched without one."""
+    if config_hash(config) != recorded_hash and config_hash(config.unbudgeted()) == recorded_hash:
+        return config.unbudgeted()
     return config
 
 
@@ -316,7 +329,7 @@ def load_engine_config(path: Path | str) -> SessionConfig:
         raise ReplayError(f"{p}: unknown engine config field(s) {unknown}; known: {sorted(known)}")
     try:
         return SessionConfig(**data)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ReplayError(f"{p}: {exc}") from exc
 
 
@@ -367,6 +380,8 @@ def load_source(
             f"{spec}: {topics.decisions} holds a record that is not a cycle record: {exc}"
         ) from exc
     cfg = config or SessionConfig()
+    if records:
+        cfg = as_recorded(cfg, records[0].config_hash)
     if records and records[0].config_hash != config_hash(cfg):
         log.close()
         raise ReplayError(

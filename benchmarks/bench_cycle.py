@@ -10,6 +10,10 @@ rack or block (required or preferred), and prints what topology costs per cycle.
 
     python benchmarks/bench_cycle.py [--nodes N] [--pods P] [--foreign F] [--constrained C] [--filters]
                                      [--topology F] [--placement binpack|spread] [--actions A,B]
+                                     [--solver-job-budget N|none] [--solver-action-budget N|none]
+
+``--solver-job-budget`` / ``--solver-action-budget`` set the reclaim / preempt search budget (engine config
+fields of the same names, docs/service.md; ``none`` = unbounded, the search before issue 12's budget).
 """
 
 from __future__ import annotations
@@ -25,25 +29,28 @@ from scheduler.synthetic import SyntheticSpec, synthetic_events
 
 
 def run(
-    spec: SyntheticSpec, label: str, actions: tuple[str, ...] = DEFAULT_ORDER, placement: str = "binpack"
+    spec: SyntheticSpec,
+    label: str,
+    actions: tuple[str, ...] = DEFAULT_ORDER,
+    config: SessionConfig | None = None,
 ) -> float:
     """One cycle on `spec`'s workload; prints its figures and returns the full cycle's seconds.
 
-    `placement` is the node-level placement strategy for GPU and CPU pods (binpack | spread). Each action's
-    line also gives its CPU time (``cpu_seconds``, this process only), steadier than wall time on a busy
-    machine.
+    `config` carries the node-level placement (binpack | spread) and the search budget. Each action's line
+    also gives its CPU time (``cpu_seconds``, this process only), steadier than wall time on a busy machine.
     """
+    config = config or SessionConfig()
     events = synthetic_events(spec)
     size = (
         f"workload={label} nodes={spec.nodes} gpus_per_node={spec.gpus_per_node} pending={spec.pending_pods} "
         f"foreign={spec.foreign_fraction:g} constrained={spec.constrained_fraction:g} "
-        f"topology={spec.topology_fraction:g} placement={placement} actions={'+'.join(actions)}"
+        f"topology={spec.topology_fraction:g} placement={config.gpu_placement} actions={'+'.join(actions)}"
     )
-    config = SessionConfig(gpu_placement=placement, cpu_placement=placement)
+    size += f" solver_job_budget={config.solver_job_budget} solver_action_budget={config.solver_action_budget}"
     t0 = time.perf_counter()
     state = fold(events)
     t1 = time.perf_counter()
-    ssn = open_session(state, config, now_ms=10**9)
+    ssn = open_session(state, config=config, now_ms=10**9)
     t2 = time.perf_counter()
     print(f"bench: fold {size} events={len(events)} rate={len(events) / (t1 - t0):.0f} seconds={t1 - t0:.3f}")
     print(f"bench: session {size} seconds={t2 - t1:.3f}")
@@ -64,6 +71,19 @@ def run(
     return t3 - t1
 
 
+def _budget(text: str) -> int | None:
+    """A search budget argument: a whole number, or ``none`` for no bound."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or 'none', not {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a budget is >= 0, not {value}")
+    return value
+
+
 def main() -> None:
     """Parse the size, run the cycle(s), print ``bench:`` lines."""
     ap = argparse.ArgumentParser()
@@ -79,22 +99,31 @@ def main() -> None:
     ap.add_argument(
         "--actions",
         default=",".join(DEFAULT_ORDER),
-        help="actions to run, in order (reclaim does not finish at 1,000 nodes yet: see docs/benchmarks.md)",
+        help="actions to run, in order",
     )
     ap.add_argument(
         "--placement", choices=("binpack", "spread"), default="binpack", help="node placement, GPU and CPU"
     )
+    ap.add_argument("--solver-job-budget", type=_budget, default=SessionConfig().solver_job_budget)
+    ap.add_argument("--solver-action-budget", type=_budget, default=SessionConfig().solver_action_budget)
     a = ap.parse_args()
+    cfg = SessionConfig(
+        gpu_placement=a.placement,
+        cpu_placement=a.placement,
+        solver_job_budget=a.solver_job_budget,
+        solver_action_budget=a.solver_action_budget,
+    )
     actions = tuple(x for x in a.actions.split(",") if x)
     base = SyntheticSpec(nodes=a.nodes, gpus_per_node=a.gpus, pending_pods=a.pods)
     if a.topology:
-        plain = run(base, "plain", actions)
+        plain = run(base, "plain", actions, cfg)
         topo = run(
             SyntheticSpec(
                 nodes=a.nodes, gpus_per_node=a.gpus, pending_pods=a.pods, topology_fraction=a.topology
             ),
             "topology",
             actions,
+            cfg,
         )
         print(
             f"bench: topology_cost nodes={a.nodes} pending={a.pods} topology={a.topology:g} "
@@ -113,10 +142,10 @@ def main() -> None:
             ),
             "custom" if a.foreign or a.constrained else "plain",
             actions,
-            a.placement,
+            cfg,
         )
         return
-    plain = run(base, "plain", actions)
+    plain = run(base, "plain", actions, cfg)
     real = run(
         SyntheticSpec(
             nodes=a.nodes,
@@ -127,6 +156,7 @@ def main() -> None:
         ),
         "filters",
         actions,
+        cfg,
     )
     print(
         f"bench: filters_cost nodes={a.nodes} pending={a.pods} foreign=0.2 constrained=0.3 "

@@ -159,6 +159,10 @@ class EngineSpec(_Spec):
     usage_refresh_s: Annotated[int, Field(ge=1)] = 3600
     default_preempt_min_runtime_s: Seconds = 0
     default_reclaim_min_runtime_s: Seconds = 0
+    # The reclaim / preempt search budget in simulated scenarios, null = unbounded (SessionConfig's fields of
+    # the same names and defaults; docs/service.md, "Search budget").
+    solver_job_budget: Annotated[int, Field(ge=0, strict=True)] | None = 256
+    solver_action_budget: Annotated[int, Field(ge=0, strict=True)] | None = 1024
 
 
 class AssignmentSpec(_Spec):

@@ -134,7 +134,12 @@ class CycleRecord(_Model):
 
 def config_hash(config: SessionConfig) -> str:
     """A short stable hash of the engine configuration."""
-    blob = json.dumps(asdict(config), sort_keys=True, separators=(",", ":")).encode()
+    fields = asdict(config)
+    # Fields added later are left out at their "absent" value, so older configs keep their hash.
+    for name in ("solver_job_budget", "solver_action_budget"):
+        if fields[name] is None:
+            del fields[name]
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from scheduler.engine import hostports as host_ports
@@ -585,6 +585,21 @@ class SessionConfig:
     default_preempt_min_runtime_ms: int = 0
     default_reclaim_min_runtime_ms: int = 0
     node_scoring: str = "kai"  # kai | fragmentation (see scheduler/engine/placement.py)
+    # Reclaim / preempt search budget in simulated scenarios (scheduler/engine/actions/budget.py): per job
+    # attempt, and per action per cycle. None: unbounded -- what a config recorded before these fields
+    # existed means (config_hash leaves a None budget out, so its hash is unchanged).
+    solver_job_budget: int | None = 256
+    solver_action_budget: int | None = 1024
+
+    def __post_init__(self) -> None:
+        for name in ("solver_job_budget", "solver_action_budget"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise ValueError(f"{name} must be a whole number of scenarios >= 0 or null, not {v!r}")
+
+    def unbudgeted(self) -> SessionConfig:
+        """This config with no search budget: the behaviour of a config recorded without the fields."""
+        return replace(self, solver_job_budget=None, solver_action_budget=None)
 
     @classmethod
     def from_engine_spec(cls, e: EngineSpec) -> SessionConfig:
@@ -597,6 +612,8 @@ class SessionConfig:
             k_value=e.k_value,
             default_preempt_min_runtime_ms=e.default_preempt_min_runtime_s * 1000,
             default_reclaim_min_runtime_ms=e.default_reclaim_min_runtime_s * 1000,
+            solver_job_budget=e.solver_job_budget,
+            solver_action_budget=e.solver_action_budget,
         )
 
 

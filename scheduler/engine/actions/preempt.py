@@ -9,6 +9,7 @@ validator judges each scenario; on success the victims are evicted and the preem
 from __future__ import annotations
 
 from scheduler.engine import minruntime
+from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import non_preemptible_over_quota, tasks_vec
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.signatures import run_per_job
@@ -72,4 +73,5 @@ def within_quota(ssn: Session, job: JobInfo) -> bool:
 
 def run(ssn: Session) -> None:
     """The preempt action."""
-    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, JobIndex.of(s)))
+    budget = SearchBudget.of(ssn, NAME)
+    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, JobIndex.of(s)), budget)

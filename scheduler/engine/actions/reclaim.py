@@ -9,12 +9,21 @@ success the victims are evicted and the reclaimer's tasks are pipelined onto the
 
 from __future__ import annotations
 
+from typing import cast
+
 from scheduler.engine import minruntime
+from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.signatures import run_per_job
 from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
 from scheduler.engine.ordering import job_init_resources
-from scheduler.engine.reclaimable import can_reclaim, loss_always_refused, reclaimable, snapshot
+from scheduler.engine.reclaimable import (
+    QueueSnapshot,
+    can_reclaim,
+    loss_always_refused,
+    reclaimable,
+    snapshot,
+)
 from scheduler.engine.session import JobInfo, Session, TaskInfo
 
 NAME = "reclaim"
@@ -49,7 +58,7 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     `index` is the action's :class:`JobIndex` (built here when the caller tries a single job).
     """
     index = index or JobIndex.of(ssn)
-    snap = snapshot(ssn)
+    snap = _snapshot(ssn)
 
     def validate(s: Session, scenario: Scenario) -> bool:
         victims = scenario.victims()
@@ -82,10 +91,23 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     return True
 
 
+def _snapshot(ssn: Session) -> QueueSnapshot:
+    """The queue allocation snapshot, shared by consecutive attempts while nothing moved (the session's
+    version counts every move, virtual ones included), e.g. the many attempts a spent budget refuses."""
+    found = ssn.action_cache.get("reclaim.snapshot")
+    if isinstance(found, tuple) and found[0] == ssn.version:
+        return cast(QueueSnapshot, found[1])
+    snap = snapshot(ssn)
+    ssn.action_cache["reclaim.snapshot"] = (ssn.version, snap)
+    return snap
+
+
 def run(ssn: Session) -> None:
     """The reclaim action."""
+    budget = SearchBudget.of(ssn, NAME)
     run_per_job(
         ssn,
         lambda s, job: can_reclaim(s, job, job_init_resources(s, job)),
         lambda s, job: attempt(s, job, JobIndex.of(s)),
+        budget,
     )

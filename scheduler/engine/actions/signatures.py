@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import candidate_jobs
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
@@ -81,9 +82,17 @@ class FailedJobs:
         scope = job.queue.name if self.per_queue and job.queue is not None else ""
         return (scope, signature(job))
 
+    def __bool__(self) -> bool:
+        """Whether any job was recorded (else no signature needs computing)."""
+        return bool(self._reps)
+
     def worth_trying(self, job: JobInfo) -> bool:
+        return self.representative(job) is None
+
+    def representative(self, job: JobInfo) -> JobInfo | None:
+        """The recorded job that makes `job` not worth trying (same signature, `job` not easier), if any."""
         rep = self._reps.get(self._key(job))
-        return rep is None or easier(self.ssn, job, rep)
+        return None if rep is None or easier(self.ssn, job, rep) else rep
 
     def record(self, job: JobInfo) -> None:
         key = self._key(job)
@@ -96,15 +105,28 @@ def run_per_job(
     ssn: Session,
     gate: Callable[[Session, JobInfo], bool],
     attempt: Callable[[Session, JobInfo], bool],
+    budget: SearchBudget | None = None,
 ) -> None:
     """The reclaim / preempt loop: candidate jobs in queue order, each tried once.
 
     A job no easier than one that already failed in its queue is skipped (scheduling signatures). A job
     stopped by `gate` (a cheap pre-check) is not recorded as failed: only a solver failure says the
-    signature is hopeless.
+    signature is hopeless. Nor is a job whose search the `budget` cut: it was not proven hopeless. It is
+    kept in a table of its own instead, and a later job of its queue no easier than it is not searched
+    either (the budget would be spent on the same search) but told why, naming the job that was cut.
     """
     order = JobsByQueue(ssn, candidate_jobs(ssn))
     failed = FailedJobs(ssn, per_queue=True)
+    cut = FailedJobs(ssn, per_queue=True)
     while (job := order.pop()) is not None:
-        if failed.worth_trying(job) and gate(ssn, job) and not attempt(ssn, job):
+        if (failed and not failed.worth_trying(job)) or not gate(ssn, job):
+            continue
+        if budget is not None and cut and (rep := cut.representative(job)) is not None:
+            budget.explain_like(job, rep)
+            continue
+        if attempt(ssn, job):
+            continue
+        if budget is not None and budget.stopped:
+            cut.record(job)
+        else:
             failed.record(job)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine.actions.allocate import allocate_job, task_signature
+from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import over_capacity, tasks_vec
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.ordering import JobCache, JobsByQueue, Run, task_order, turns
@@ -247,9 +248,11 @@ class Solver:
         self._shared_init = JobCache(set())
         self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
+        self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
+        self.budget.begin_job()
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
@@ -260,6 +263,11 @@ class Solver:
         held = sum(self.index.gpu_held.get(n, 0) for n in victims.leaves)
         if need and self._idle_gpus() + held < need:
             return None
+        if self.budget.spent():
+            # Nothing may be simulated any more this cycle: say so rather than search in vain.
+            self.budget.stopped = True
+            self.budget.explain(job)
+            return None
         before = job.count(ACTIVE_USED)
         # Only the victims the search reaches and the preemptor change while solving (see _VictimStream).
         self._shared_init = JobCache({job.uid})
@@ -269,6 +277,8 @@ class Solver:
         solved = False
         for k in range(1, len(tasks) + 1):
             scenario = self._solve_partial(stmt, job, tasks[:k], recorded, victims)
+            if self.budget.stopped:
+                break  # the search budget ran out (the statement holds only discarded work)
             if scenario is None:
                 continue
             recorded = list(scenario.evicted)
@@ -278,6 +288,8 @@ class Solver:
         if solved and job.active_allocated() >= job.min_available and job.count(ACTIVE_USED) > before:
             return stmt
         stmt.discard()
+        if self.budget.stopped:
+            self.budget.explain(job)
         return None
 
     # -- scenarios for one partial job -------------------------------------------------------------------
@@ -301,6 +313,8 @@ class Solver:
             slots.add((t,), kept)
         if recorded and self._bounds_ok(have, need, slots) and self._simulate_scenario(stmt, scenario):
             return scenario
+        if self.budget.stopped:
+            return None
         while (group := stream.next_group()) is not None:
             self._shared_init.mark(group[0].job.uid)
             scenario.potential.extend(group)
@@ -311,6 +325,8 @@ class Solver:
             # filter), and enough whole free devices per node for the whole-GPU tasks.
             if self._bounds_ok(have, need, slots) and self._simulate_scenario(stmt, scenario):
                 return scenario
+            if self.budget.stopped:
+                return None
         return None
 
     def _bounds_ok(self, have: int, need: int, slots: _Slots) -> bool:
@@ -364,6 +380,8 @@ class Solver:
             if self._simulate(stmt, scenario, [*scenario.recorded, *group]):
                 return True
             stmt.rollback(node_cp)
+            if self.budget.stopped:
+                break
         stmt.rollback(cp)
         return False
 
@@ -373,7 +391,17 @@ class Solver:
                 stmt.evict(t, self.action, self.reason(t), virtual=True)
 
     def _simulate(self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo]) -> bool:
-        """Re-place victims and the preemptor (pipeline only, queue order); validate. Rolls back on failure."""
+        """Re-place victims and the preemptor (pipeline only, queue order); validate. Rolls back on failure.
+
+        Refused, with nothing done, when the search budget is used up (see :mod:`.budget`)."""
+        if not self.budget.allow():
+            return False
+        if self._simulate_once(stmt, scenario, evicted):
+            return True
+        self.budget.failed()
+        return False
+
+    def _simulate_once(self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo]) -> bool:
         ssn = self.ssn
         ssn.work[f"{self.action}.simulations"] += 1
         cp = stmt.checkpoint()
