@@ -167,7 +167,7 @@ def allocate_constrained(
 
 def run(ssn: Session) -> None:
     """The allocate action."""
-    order = JobsByQueue(ssn, candidate_jobs(ssn, topology_aware=True))
+    order = JobsByQueue(ssn, candidate_jobs(ssn))
     failed: dict[tuple[object, ...], str] = {}
     while (job := order.pop()) is not None:
         stmt = ssn.statement()

@@ -18,19 +18,14 @@ def human(r: int, v: int) -> str:
     return f"{v / 1e9:g}"
 
 
-def candidate_jobs(
-    ssn: Session, *, preemptible_only: bool = False, topology_aware: bool = False
-) -> list[JobInfo]:
+def candidate_jobs(ssn: Session, *, preemptible_only: bool = False) -> list[JobInfo]:
     """Jobs an action may try: queue exists and is a leaf, job is ready and has pending tasks.
 
-    A job with a required topology level is left to the actions that keep it (``topology_aware``: allocate
-    only, for now), so reclaim, preempt and consolidation never place it across domains (docs/topology.md).
+    Every action keeps a job's topology constraint (docs/topology.md), so none is left out for having one.
     """
     out = []
     for job in ssn.jobs:
         if job.queue is None or not job.queue.is_leaf:
-            continue
-        if not topology_aware and job.spec.required_level is not None:
             continue
         if not job.has_tasks_to_allocate() or not job.is_ready():
             continue
