@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from scheduler.engine.session import GPU_MILLI, JobInfo, NodeInfo, Session, TaskInfo
 from scheduler.engine.state import PodStatus, Topology
 
-__all__ = ["Domain", "DomainRoom", "Plan", "constrained", "constraint_error", "domains", "plan"]
+__all__ = ["Domain", "DomainRoom", "Plan", "constrained", "constraint_error", "domains", "landing", "plan"]
 
 _PLACED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RELEASING})
 
@@ -295,3 +295,40 @@ class DomainRoom:
     def ok(self) -> bool:
         """Some domain may hold the gang."""
         return max(self.free, default=0) >= self.need
+
+
+_LANDED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED})
+
+
+def landing(ssn: Session, job: JobInfo) -> dict[str, object] | None:
+    """Where a job with a topology constraint sits now: what its cycle record's Bind / Pipeline carry.
+
+    ``{"topology", "domain", "required_level", "preferred_level", "domains", "within_preferred"}``:
+    ``domain`` is the narrowest domain holding them all (``zone=z1/block=b2/rack=r3``), ``domains`` maps
+    each level of the topology, widest first, to the label value all the job's placed pods (running,
+    allocated, pipelined) share at that level and every wider one, or None where they span domains (or a
+    node lacks the label); ``within_preferred`` says whether they share a preferred-level domain (None
+    without a preferred level). None for a job without a usable constraint.
+    """
+    spec = job.spec
+    if not constrained(job) or constraint_error(ssn, job) is not None:
+        return None
+    topo = next(t for t in ssn.state.topologies if t.name == spec.topology)
+    nodes = {t.node.name: t.node for t in job.tasks if t.node is not None and t.status in _LANDED}
+    out: dict[str, str | None] = {}
+    same = bool(nodes)
+    for level in topo.levels:
+        values = {n.spec.labels.get(level) for n in nodes.values()}
+        value = next(iter(values)) if len(values) == 1 else None
+        same = same and value is not None
+        out[level] = value if same else None
+    within = None if spec.preferred_level is None else out.get(spec.preferred_level) is not None
+    shared = [f"{k}={v}" for k, v in out.items() if v is not None]
+    return {
+        "topology": topo.name,
+        "domain": "/".join(shared) or None,
+        "required_level": spec.required_level,
+        "preferred_level": spec.preferred_level,
+        "domains": out,
+        "within_preferred": within,
+    }
