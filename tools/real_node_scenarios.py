@@ -1429,6 +1429,29 @@ topology(
     tags=["with-eviction", "reclaim"],
 )
 topology(
+    "topo-act-07-reclaim-failed-required-gang-does-not-block-twin",
+    "KAI's scheduling signatures include the topology constraint: j1 (2x8 GPUs, requires one rack) fails to "
+    "reclaim since no rack can be freed, yet the same gang without a constraint, j2, is still tried and "
+    "reclaims a3 and a4 across racks. (Without j1's constraint j1 reclaims them and j2 waits.)",
+    _FOUR,
+    [
+        busy("f1", "n1"),
+        busy("f2", "n3"),
+        job("a3", [task("a3-0", gpus=8, status="running", node="n2")], queue="a"),
+        job("a4", [task("a4-0", gpus=8, status="running", node="n4")], queue="a"),
+        gang("j1", 2, queue="b", required_topology_level="rack", priority=100),
+        job("j2", [task(f"j2-{i}", gpus=8) for i in range(2)], queue="b", priority=100),
+    ],
+    {
+        "jobs": {"j1": PENDING},
+        "task_sets": [{"tasks": ["j2-0", "j2-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n2": 1, "n4": 1}}],
+        "tasks": {"a3-0": _EVICTED, "a4-0": _EVICTED},
+    },
+    phase="reclaim",
+    queues=[queue("q", quota=16), queue("a", quota=0), queue("b", quota=32)],
+    tags=["with-eviction", "reclaim"],
+)
+topology(
     "topo-act-04-reclaim-preferred-rack-lands-in-freed-rack",
     "Only 4 GPUs are idle (n1, rack r1) and the 2x4-GPU gang prefers one rack: reclaim evicts a3 on n3 and "
     "places both pods there, in rack r2. Without the preference binpack puts one pod on n1's idle GPUs and "
