@@ -33,6 +33,7 @@ from typing import Any, Literal
 from fairshare.config import FairshareConfig, FairshareConfigError
 from fairshare.decay import DecayedUsage, roll_up
 from fairshare.ledger import EventLedger
+from fairshare.metrics import FairshareMetrics
 from fairshare.settings import add_settings_arguments, cli_overrides, load_settings
 from fairshare.snapshot import SNAPSHOT_KEY, SnapshotError, UsageSnapshot, WindowSpec
 from fairshare.source import SourceUnavailable, UsageSource
@@ -91,6 +92,8 @@ class FairshareService:
         batch_size: int = 5000,
         full_every: int = 100,
         sleep: Callable[[float], None] = time.sleep,
+        metrics: FairshareMetrics | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         if source_name == "prometheus" and source is None:
             raise ValueError("the prometheus source needs a UsageSource instance")
@@ -106,6 +109,9 @@ class FairshareService:
         self.batch_size = batch_size
         self.full_every = full_every
         self._sleep = sleep
+        # KAI's usage_query_latency_milliseconds (``--metrics-port``): each successful usage computation.
+        self.metrics = metrics
+        self._timer = timer
         self.position = 0  # next events offset to read
         self.state: DecayedUsage | None = None
         self._since_full = 0
@@ -236,10 +242,13 @@ class FairshareService:
             return None
         if self.state is not None and as_of == self.state.as_of_ms and self.source is self.ledger:
             return None  # no new event: the logical time and the usage are unchanged
+        started = self._timer()
         try:
             snap = self._compute(as_of)
         except SourceUnavailable as err:
             return self._unavailable(f"{self.source_name} source unavailable: {err}")
+        if self.metrics is not None:  # as KAI: only a fetch that returned usage is observed
+            self.metrics.usage_query_latency.observe_seconds(self._timer() - started)
         self.last_good = snap
         return snap if self._publish(snap) else None
 
@@ -284,6 +293,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--once", action="store_true", help="compute and publish once, then exit")
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.usage, ... as topics")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics (KAI's kai_usage_query_latency_milliseconds) on this port",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
+    )
     add_settings_arguments(p, config_aliases=("--config",))
 
 
@@ -317,7 +335,9 @@ def cli_main(args: argparse.Namespace) -> int:
         try:
             source = PrometheusSource(PrometheusSourceConfig.model_validate(prom or {}))
         except ValidationError as err:
-            print(f"fairshare: invalid prometheus settings in {args.fairshare_config}: {err}", file=sys.stderr)
+            print(
+                f"fairshare: invalid prometheus settings in {args.fairshare_config}: {err}", file=sys.stderr
+            )
             return 2
     elif prom is not None:
         print("fairshare: the config has prometheus settings but --source is eventlog", file=sys.stderr)
@@ -328,9 +348,26 @@ def cli_main(args: argparse.Namespace) -> int:
     except LogError as err:
         print(f"fairshare: {err}", file=sys.stderr)
         return 2
+    metrics = server = None
+    if args.metrics_port is not None:
+        from fairshare.metrics import serve_registry
+
+        metrics = FairshareMetrics.create()
+        try:
+            server = serve_registry(metrics.registry, args.metrics_host, args.metrics_port)
+        except OSError as err:
+            log.close()
+            print(
+                f"fairshare: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {err}",
+                file=sys.stderr,
+            )
+            return 2
+        _log.info("fairshare: metrics on %s", server.url)
     with log:
         try:
-            service = FairshareService(log, cfg, topics=topics, source_name=args.source, source=source)
+            service = FairshareService(
+                log, cfg, topics=topics, source_name=args.source, source=source, metrics=metrics
+            )
             signal.signal(signal.SIGTERM, lambda *_: service.stop())
             try:
                 st = service.run(interval_s=args.interval, max_steps=1 if args.once else None)
@@ -339,6 +376,9 @@ def cli_main(args: argparse.Namespace) -> int:
         except LogError as err:  # the usage topic cannot be read or written: nothing sensible to serve
             print(f"fairshare: {err}", file=sys.stderr)
             return 2
+        finally:
+            if server is not None:
+                server.close()
     last = service.last_published
     print(
         f"fairshare: {st.events_read} events read ({st.bad_records} bad), {st.computed} computations,"

@@ -333,7 +333,8 @@ class PodGroupUpserted(EventBase):
     global default class, then 50). ``preemptible`` None means "derive": a job
     is preemptible iff its priority < 100 (kai-spec §2.4).
 
-    v2: ``topology`` names a :class:`TopologyUpserted`; ``required_topology_level`` (all pods within one
+    v2: ``k8s_uid`` and ``node_pool`` are the PodGroup object's ``metadata.uid`` and its
+    ``kai.scheduler/node-pool`` label, for KAI's metric labels. ``topology`` names a :class:`TopologyUpserted`; ``required_topology_level`` (all pods within one
     domain of that level) and ``preferred_topology_level`` (try one domain of that level first) are level
     keys of it (KAI's ``spec.topologyConstraint``). A level needs a topology; a preferred level must be
     at or below the required one (checked against the topology by the engine).
@@ -351,9 +352,13 @@ class PodGroupUpserted(EventBase):
     topology: Name | None = None
     required_topology_level: Name | None = None
     preferred_topology_level: Name | None = None
+    # v2, for KAI's metrics only (kai_pod_group_evicted_pods_total's uid and nodepool labels); no decision
+    # reads them: the PodGroup's metadata.uid and its kai.scheduler/node-pool label.
+    k8s_uid: Name | None = None
+    node_pool: Name | None = None
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"topology", "required_topology_level", "preferred_topology_level"}
+        {"topology", "required_topology_level", "preferred_topology_level", "k8s_uid", "node_pool"}
     )
 
     @model_validator(mode="after")

@@ -137,6 +137,8 @@ class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
     topology: ClassVar[str | None] = None
     required_topology_level: ClassVar[str | None] = None
     preferred_topology_level: ClassVar[str | None] = None
+    k8s_uid: ClassVar[str | None] = None
+    node_pool: ClassVar[str | None] = None
 
 
 class PodGroupDeleted(_Ev, tag="PodGroupDeleted", frozen=True, kw_only=True):

@@ -65,6 +65,7 @@ __all__ = [
     "ANNOTATION_TOPOLOGY_REQUIRED",
     "GPU_RESOURCE",
     "LABEL_GPU_RESERVATION",
+    "LABEL_NODE_POOL",
     "LABEL_PREEMPTIBILITY",
     "LABEL_QUEUE",
     "LABEL_TASK_PRIORITY",
@@ -103,6 +104,7 @@ ANNOTATION_GPU_FRACTION: Final = "gpu-fraction"
 ANNOTATION_GPU_MEMORY: Final = "gpu-memory"
 ANNOTATION_GPU_FRACTION_DEVICES: Final = "gpu-fraction-num-devices"
 LABEL_QUEUE: Final = "kai.scheduler/queue"
+LABEL_NODE_POOL: Final = "kai.scheduler/node-pool"  # KAI's node pool of a PodGroup (absent: "default")
 LABEL_TASK_PRIORITY: Final = "kai.scheduler/task-priority"
 LABEL_PREEMPTIBILITY: Final = "kai.scheduler/preemptibility"
 GPU_RESOURCE: Final = "nvidia.com/gpu"
@@ -495,6 +497,8 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
     if pcn is not None and not isinstance(pcn, str):
         raise KubeError("PodGroup", key, "spec.priorityClassName", pcn, "must be a string")
     topology, required, preferred = topology_constraint(obj)
+    k8s_uid = meta.get("uid")
+    node_pool = _dict(meta.get("labels")).get(LABEL_NODE_POOL)
     try:
         return PodGroupUpserted(
             name=str(meta.get("name") or ""),
@@ -508,6 +512,9 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
             topology=topology,
             required_topology_level=required,
             preferred_topology_level=preferred,
+            # For KAI's metric labels only (kai_pod_group_evicted_pods_total).
+            k8s_uid=k8s_uid if isinstance(k8s_uid, str) and k8s_uid else None,
+            node_pool=node_pool if isinstance(node_pool, str) and node_pool else None,
         )
     except ValidationError as exc:
         raise _fail_model("PodGroup", key, exc) from None

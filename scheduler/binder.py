@@ -44,6 +44,7 @@ from ingest.kubeclient import add_kubeconfig_argument
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from ingest.units import decimal_text
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.metrics import BinderMetrics
 from scheduler.podgroup_status import (
     ClearConditions,
     ConditionMemory,
@@ -589,8 +590,13 @@ class Binder:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         sharing: GpuSharing | None = None,
+        metrics: BinderMetrics | None = None,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.log = log
+        # KAI's task_bind_latency_milliseconds (``--metrics-port``); ``timer`` times each bind.
+        self.metrics = metrics
+        self._timer = timer
         self.sharing = sharing  # GPU sharing at run time (scheduler/reservation.py); None: annotations only
         self._synced_at = 0.0
         self.kube = kube
@@ -876,7 +882,14 @@ class Binder:
         for bad in p.invalid:
             self._dead_letter(offset, bad.target, bad.reason_code, bad.message, bad.raw)
         for a in p.actions:
-            self._apply(offset, a, record.cycle_id)
+            if isinstance(a, BindPod) and self.metrics is not None:
+                started = self._timer()
+                try:
+                    self._apply(offset, a, record.cycle_id)
+                finally:  # as KAI's deferred observation: failed binds are timed too
+                    self.metrics.task_bind_latency.observe_seconds(self._timer() - started)
+            else:
+                self._apply(offset, a, record.cycle_id)
         cond_actions, conditions = plan_conditions(record, self.conditions)
         for c in cond_actions:
             self._condition(c)
@@ -1004,6 +1017,15 @@ def add_arguments(p: Any) -> None:
         action="store_true",
         help="exit when every record is applied (or the API server stays unreachable: exit code 1)",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics (KAI's kai_task_bind_latency_milliseconds) on this port",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
+    )
 
 
 def run_cli(args: Any) -> int:
@@ -1038,6 +1060,20 @@ def run_cli(args: Any) -> int:
             sync_interval_s=args.reservation_sync_interval,
         )
         sharing = GpuSharing(kube_api.core, kube_api._call, cfg)
+    metrics = None
+    server = None
+    if args.metrics_port is not None:
+        from scheduler.metrics import serve
+
+        metrics = BinderMetrics.create()
+        try:
+            server = serve(metrics, args.metrics_host, args.metrics_port)
+        except OSError as e:
+            print(
+                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
+            )
+            log_.close()
+            return 2
     with log_:
         binder = Binder(
             log_,
@@ -1048,12 +1084,16 @@ def run_cli(args: Any) -> int:
             event_interval_s=args.event_interval,
             poll_interval_s=args.poll_interval,
             sharing=sharing,
+            metrics=metrics,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
         try:
             st = binder.run(stop_when_idle=args.stop_when_idle)
         except KeyboardInterrupt:
             st = binder.stats
+        finally:
+            if server is not None:
+                server.close()
         behind = binder.position < log_.end_offset(topics.decisions)
     print(
         f"bind: {st.records} records applied, {st.bound} bound ({st.already_bound} already), {st.evicted}"

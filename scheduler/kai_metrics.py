@@ -6,12 +6,20 @@ from the same cycle records and timings as the ``hourglass_*`` metrics, so both 
 
 * per queue, from the latest cycle record (what KAI's scheduler sets each cycle, and what KAI's
   queue-controller exports from Queue status): fair share, normalised usage, quota, allocation;
-* per cycle: KAI's latency gauges in whole milliseconds, its cumulative per-action counters, and the
-  task scheduling latency histogram (pod creation to the binding cycle, KAI's 5..2560 ms buckets).
+* per cycle: KAI's latency gauges in whole milliseconds (the cycle, opening and closing the session, each
+  action, and the proportion plugin's session opening: the fair-share division), its cumulative per-action
+  counters (podgroups scheduled and acted on, scenarios simulated and filtered, from the cycle's decisions
+  and ``Session.work``), and the task scheduling latency histogram (pod creation to the binding cycle,
+  KAI's 5..2560 ms buckets).
+
+The binder's ``kai_task_bind_latency_milliseconds`` and the fairshare service's
+``kai_usage_query_latency_milliseconds`` are served by those processes (``scheduler/metrics.py``
+``BinderMetrics``, ``fairshare/metrics.py``).
 
 Names carry KAI's default ``--metrics-namespace`` prefix, ``kai_``. KAI's Go client exposes a counter under
 exactly its declared name; the Python client would append ``_total``, so
-``kai_podgroups_scheduled_by_action`` is exposed untyped with KAI's exact name (PromQL's ``rate`` and
+``kai_podgroups_scheduled_by_action`` (and the other counters whose names do not end in ``_total``) is
+exposed untyped with KAI's exact name (PromQL's ``rate`` and
 ``increase`` work on it as on KAI's); ``kai_pod_group_evicted_pods_total`` already ends in ``_total``
 and is a counter.
 """
@@ -22,20 +30,16 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily
 
+from fairshare.metrics import KAI_LATENCY_BUCKETS_MS, KaiLatencyHistogram, whole_ms
 from scheduler.engine.decisions import CycleRecord
 
 __all__ = [
-    "KAI_LATENCY_BUCKETS_MS",
+    "KAI_LATENCY_BUCKETS_MS",  # re-exported from fairshare.metrics
     "KAI_NAMESPACE",
     "KAI_QUEUE_LABELS",
+    "SOLVER_ACTIONS",
     "KaiCycleMetrics",
     "kai_queue_families",
 ]
@@ -48,8 +52,18 @@ KAI_NAMESPACE = "kai"
 #: display names, so ``queue_display_name`` is empty).
 KAI_QUEUE_LABELS = ("queue_name", "queue_metadata_name", "queue_display_name")
 
-#: KAI's latency histogram buckets: ``prometheus.ExponentialBuckets(5, 2, 10)``, 5 ms to 2560 ms.
-KAI_LATENCY_BUCKETS_MS: tuple[float, ...] = tuple(5.0 * 2**i for i in range(10))
+
+#: The actions that search victims scenario by scenario (KAI's solver): their attempts, simulated and
+#: filtered scenarios are counted in ``Session.work`` as ``"<action>.attempts"`` / ``.simulations`` /
+#: ``.filtered``.
+SOLVER_ACTIONS: tuple[str, ...] = ("consolidation", "reclaim", "preempt")
+
+#: KAI's node pool of a PodGroup without the ``kai.scheduler/node-pool`` label.
+DEFAULT_NODE_POOL = "default"
+
+#: KAI's ``OnSession`` label values of ``plugin_scheduling_latency_milliseconds``.
+ON_SESSION_OPEN = "OnSessionOpen"
+ON_SESSION_CLOSE = "OnSessionClose"
 
 _MILLI = 1000  # engine milli-GPU / millicores per GPU / core
 _BYTES_PER_GB = 1_000_000_000  # KAI's resource_info.MemoryToGB (decimal GB)
@@ -107,11 +121,6 @@ def kai_queue_families(record: CycleRecord | None) -> Iterator[Metric]:
     yield from (fs_cpu, fs_mem, fs_gpu, use_cpu, use_mem, use_gpu)
 
 
-def _ms(seconds: float) -> float:
-    """Whole milliseconds, truncated, as KAI's ``Duration.Milliseconds()``."""
-    return float(int(seconds * 1000))
-
-
 @dataclass(eq=False)
 class KaiCycleMetrics:
     """KAI's per-cycle latency gauges and cumulative counters; a collector on the scheduler's registry."""
@@ -123,9 +132,16 @@ class KaiCycleMetrics:
     _action_ms: dict[str, float] = field(default_factory=dict)
     _scheduled: dict[str, int] = field(default_factory=dict)
     _evicted: dict[tuple[str, str, str, str, str], int] = field(default_factory=dict)
-    _task_buckets: list[int] = field(default_factory=lambda: [0] * len(KAI_LATENCY_BUCKETS_MS))
-    _task_count: int = 0
-    _task_sum: float = 0.0
+    _task: KaiLatencyHistogram = field(
+        default_factory=lambda: KaiLatencyHistogram(
+            _n("task_scheduling_latency_milliseconds"), "Task scheduling latency in milliseconds"
+        )
+    )
+    _plugin_ms: dict[tuple[str, str], float] = field(default_factory=dict)
+    _acted_on: dict[str, int] = field(default_factory=dict)
+    _simulated: dict[str, int] = field(default_factory=dict)
+    _filtered: dict[str, int] = field(default_factory=dict)
+    _preemption_attempts: int = 0
 
     def observe(
         self,
@@ -135,41 +151,67 @@ class KaiCycleMetrics:
         open_session_key: str,
         cycle_key: str,
         task_latencies_ms: Sequence[float] = (),
+        *,
+        work: Mapping[str, int] | None = None,
+        plugin_s: Mapping[tuple[str, str], float] | None = None,
+        podgroups: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         """Account one cycle: its timings (``durations`` as in :func:`scheduler.metrics.observe_cycle`,
         ``total_s`` the whole cycle), its decisions, and ``task_latencies_ms``, pod creation to bind per
-        bound pod (KAI's task scheduling latency)."""
+        bound pod (KAI's task scheduling latency). ``work`` is the cycle's ``Session.work`` (solver
+        attempts, simulated and filtered scenarios per action); ``plugin_s`` maps (KAI plugin name, ``OnSession``
+        label) to seconds. ``podgroups`` maps a job (``namespace/name``) to its PodGroup's ``metadata.uid`` and
+        node pool, the ``uid`` and ``nodepool`` labels of ``pod_group_evicted_pods_total`` (unknown jobs:
+        empty uid, KAI's default pool)."""
         actions = {k: v for k, v in durations.items() if k not in (open_session_key, cycle_key)}
         # The phases partition the cycle, so what is left after opening the session and running the
         # actions is closing it (building the cycle record), KAI's close-session step.
         close = total_s - durations.get(open_session_key, 0.0) - sum(actions.values())
-        scheduled: dict[str, set[str]] = {}
+        placed: dict[str, set[str]] = {}
+        victims: dict[str, set[str]] = {}
         evicted: dict[tuple[str, str, str, str, str], int] = {}
         for d in record.decisions:
             action = d.action or ""
             if d.kind in ("Bind", "Pipeline"):
-                scheduled.setdefault(action, set()).add(d.job)
+                placed.setdefault(action, set()).add(d.job)
             elif d.kind == "Evict":
+                victims.setdefault(action, set()).add(d.job)
                 namespace, _, name = d.job.rpartition("/")
-                key = (name, namespace, "", "", action)  # (podgroup, namespace, uid, nodepool, action)
+                uid, pool = (podgroups or {}).get(d.job, ("", DEFAULT_NODE_POOL))
+                key = (name, namespace, uid, pool, action)  # (podgroup, namespace, uid, nodepool, action)
                 evicted[key] = evicted.get(key, 0) + 1  # one Evict decision per pod
+        # KAI counts the job an action scheduled, not the victims it moved elsewhere (a victim re-placed by
+        # consolidation, reclaim or preempt has both an Evict and a Pipeline decision of that action).
+        scheduled = {a: jobs - victims.get(a, set()) for a, jobs in placed.items()}
+        scheduled = {a: jobs for a, jobs in scheduled.items() if jobs}
+        preempted = scheduled.get("preempt", set())
+        work = work or {}
         with self._lock:
-            self._e2e_ms = _ms(total_s)
+            for (plugin, on), seconds in sorted((plugin_s or {}).items()):
+                self._plugin_ms[(plugin, on)] = whole_ms(seconds)
+            for action in SOLVER_ACTIONS:
+                for into, kind in (
+                    (self._acted_on, "attempts"),
+                    (self._simulated, "simulations"),
+                    (self._filtered, "filtered"),
+                ):
+                    n = int(work.get(f"{action}.{kind}", 0))
+                    if n or action in into:
+                        into[action] = into.get(action, 0) + n
+            # KAI counts a preemption attempt only when the preempt action found victims for a job.
+            self._preemption_attempts += len(preempted)
+            self._e2e_ms = whole_ms(total_s)
             if open_session_key in durations:
-                self._open_ms = _ms(durations[open_session_key])
-            self._close_ms = _ms(max(close, 0.0))
+                self._open_ms = whole_ms(durations[open_session_key])
+            self._close_ms = whole_ms(max(close, 0.0))
             for name in sorted(actions):
-                self._action_ms[name] = _ms(actions[name])
+                self._action_ms[name] = whole_ms(actions[name])
             for action, jobs in scheduled.items():
                 self._scheduled[action] = self._scheduled.get(action, 0) + len(jobs)
             for key, n in evicted.items():
                 self._evicted[key] = self._evicted.get(key, 0) + n
-            for ms in task_latencies_ms:
-                self._task_count += 1
-                self._task_sum += ms
-                for i, bound in enumerate(KAI_LATENCY_BUCKETS_MS):
-                    if ms <= bound:
-                        self._task_buckets[i] += 1
+        for ms in task_latencies_ms:
+            self._task.observe_ms(ms)
 
     def collect(self) -> Iterator[Metric]:
         """The families, in KAI's names and units."""
@@ -178,7 +220,21 @@ class KaiCycleMetrics:
             action_ms = dict(self._action_ms)
             scheduled = dict(self._scheduled)
             evicted = dict(self._evicted)
-            task = (list(self._task_buckets), self._task_count, self._task_sum)
+            plugin_ms = dict(self._plugin_ms)
+            per_action = (
+                ("podgroups_acted_on_by_action", "Count of podgroups tried per action", dict(self._acted_on)),
+                (
+                    "scenarios_simulation_by_action",
+                    "Count of scenarios simulated per action",
+                    dict(self._simulated),
+                ),
+                (
+                    "scenarios_filtered_by_action",
+                    "Count of scenarios filtered per action",
+                    dict(self._filtered),
+                ),
+            )
+            preemption_attempts = self._preemption_attempts
         for name, value, doc in (
             (
                 "e2e_scheduling_latency_milliseconds",
@@ -208,6 +264,25 @@ class KaiCycleMetrics:
         for name in sorted(action_ms):
             act.add_metric([name], action_ms[name])
         yield act
+        plug = GaugeMetricFamily(
+            _n("plugin_scheduling_latency_milliseconds"),
+            "Plugin scheduling latency in milliseconds, as a gauge",
+            labels=["plugin", "OnSession"],
+        )
+        for plugin_on in sorted(plugin_ms):
+            plug.add_metric(list(plugin_on), plugin_ms[plugin_on])
+        yield plug
+        for name, doc, counts in per_action:
+            # Untyped under KAI's exact name, as podgroups_scheduled_by_action (see the module docstring).
+            fam = UnknownMetricFamily(_n(name), doc, labels=["action"])
+            for action in sorted(counts):
+                fam.add_metric([action], float(counts[action]))
+            yield fam
+        attempts = UnknownMetricFamily(
+            _n("total_preemption_attempts"), "Total preemption attempts in the cluster till now"
+        )
+        attempts.add_metric([], float(preemption_attempts))
+        yield attempts
         sched = UnknownMetricFamily(
             _n("podgroups_scheduled_by_action"), "Count of podgroups scheduled per action", labels=["action"]
         )
@@ -222,19 +297,4 @@ class KaiCycleMetrics:
         for key in sorted(evicted):
             ev.add_metric(list(key), float(evicted[key]))
         yield ev
-        buckets, count, total = task
-        hist = HistogramMetricFamily(
-            _n("task_scheduling_latency_milliseconds"), "Task scheduling latency in milliseconds"
-        )
-        hist.add_metric(
-            [],
-            [(_le(b), float(n)) for b, n in zip(KAI_LATENCY_BUCKETS_MS, buckets, strict=True)]
-            + [("+Inf", float(count))],
-            total,
-        )
-        yield hist
-
-
-def _le(bound: float) -> str:
-    """A bucket bound as Go's client writes it (``5``, ``10``, ..., ``2560``)."""
-    return str(int(bound)) if bound == int(bound) else str(bound)
+        yield from self._task.collect()

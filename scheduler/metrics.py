@@ -22,22 +22,23 @@ import time
 from collections import Counter as TallyCounter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
+from fairshare.metrics import KaiLatencyHistogram, RegistryServer, serve_registry
+from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
 from scheduler.engine.decisions import CycleRecord, make_record
-from scheduler.engine.proportion import RESOURCES
+from scheduler.engine.proportion import RESOURCES, QueueShare
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState
-from scheduler.kai_metrics import KaiCycleMetrics, kai_queue_families
+from scheduler.kai_metrics import DEFAULT_NODE_POOL, ON_SESSION_OPEN, KaiCycleMetrics, kai_queue_families
 
 __all__ = [
     "CYCLE_KEY",
     "ENGINE_PER_BASE_UNIT",
     "LATENCY_BUCKETS",
+    "BinderMetrics",
     "MetricsServer",
     "SchedulerMetrics",
     "capacity_of",
@@ -299,7 +300,15 @@ def observe_cycle(
         if name != CYCLE_KEY:
             metrics.action_seconds.labels(action=name).observe(durations[name])
     metrics.kai.observe(
-        record, durations, total, "open_session", CYCLE_KEY, _task_latencies_ms(record, session)
+        record,
+        durations,
+        total,
+        "open_session",
+        CYCLE_KEY,
+        _task_latencies_ms(record, session),
+        work=session.work if session is not None else None,
+        plugin_s=session.plugin_seconds if isinstance(session, _TimedSession) else None,
+        podgroups=_evicted_podgroups(record, session),
     )
     for d in record.decisions:
         action = d.action or ""
@@ -309,6 +318,18 @@ def observe_cycle(
             metrics.pipelined.labels(action=action).inc()
         elif d.kind == "Evict":
             metrics.evictions.labels(action=action).inc()
+
+
+def _evicted_podgroups(record: CycleRecord, session: Session | None) -> dict[str, tuple[str, str]]:
+    """Per job with an Evict decision: its PodGroup's metadata.uid ("" when unknown) and node pool (KAI's
+    ``default`` without the label), from the cycle's session."""
+    if session is None:
+        return {}
+    out = {}
+    for d in record.decisions:
+        if d.kind == "Evict" and d.job not in out and (job := session.job_by_uid.get(d.job)) is not None:
+            out[d.job] = (job.spec.k8s_uid or "", job.spec.node_pool or DEFAULT_NODE_POOL)
+    return out
 
 
 def _task_latencies_ms(record: CycleRecord, session: Session | None) -> list[float]:
@@ -330,6 +351,42 @@ def _task_latencies_ms(record: CycleRecord, session: Session | None) -> list[flo
     return out
 
 
+class _TimedSession(Session):
+    """A :class:`Session` that notes when its fair-share division (KAI's proportion plugin) starts and ends.
+
+    The clock is read at the edge, around the session's own steps; nothing read here feeds a decision, so
+    the session and its record are those of a plain :class:`Session`.
+    """
+
+    def __init__(
+        self,
+        state: ClusterState,
+        config: SessionConfig | None,
+        now_ms: int,
+        usage: dict[str, dict[str, float]],
+        clock: Callable[[], float],
+    ) -> None:
+        self._clock = clock
+        self._proportion_start: float | None = None
+        #: (KAI plugin name, ``OnSession`` label) -> seconds.
+        self.plugin_seconds: dict[tuple[str, str], float] = {}
+        super().__init__(state, config, now_ms, usage)
+
+    def _account_queues(self) -> None:
+        # KAI's proportion plugin opens by summing each queue's allocated and requested resources ...
+        self._proportion_start = self._clock()
+        super()._account_queues()
+
+    def _divide(self, usage: dict[str, dict[str, float]]) -> dict[str, QueueShare]:
+        # ... and then divides the cluster into fair shares.
+        shares = super()._divide(usage)
+        if self._proportion_start is not None:
+            self.plugin_seconds[("proportion", ON_SESSION_OPEN)] = max(
+                self._clock() - self._proportion_start, 0.0
+            )
+        return shares
+
+
 def run_timed_cycle(
     state: ClusterState,
     config: SessionConfig | None = None,
@@ -346,7 +403,8 @@ def run_timed_cycle(
     """
     durations: dict[str, float] = {}
     t0 = clock()
-    ssn = open_session(state, config, now_ms, usage)
+    # open_session's Session, timed around its fair-share division (KAI's proportion plugin).
+    ssn = _TimedSession(state, config, now_ms, {k: dict(v) for k, v in (usage or {}).items()}, clock)
     t1 = clock()
     durations["open_session"] = t1 - t0
     for name in actions:
@@ -366,38 +424,34 @@ def observe_dead_letters(metrics: SchedulerMetrics, reasons: Iterable[str]) -> N
 
 
 @dataclass(eq=False)
-class MetricsServer:
-    """A running ``/metrics`` endpoint; :meth:`close` stops it and frees the port."""
+class BinderMetrics:
+    """The binder's metrics (``hourglass bind --metrics-port``) on a private registry; :meth:`create`."""
 
-    host: str
-    port: int
-    _server: WSGIServer = field(repr=False)
-    _thread: threading.Thread = field(repr=False)
+    registry: CollectorRegistry
+    #: KAI's ``task_bind_latency_milliseconds``: each bind of a pod, from the start of its API calls
+    #: (GPU-sharing preparation included, as KAI's includes creating the BindRequest) to their end.
+    task_bind_latency: KaiLatencyHistogram
 
-    @property
-    def url(self) -> str:
-        """Base URL of the endpoint (append ``/metrics``)."""
-        return f"http://{self.host}:{self.port}"
-
-    def close(self) -> None:
-        """Stop serving and release the socket; idempotent."""
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=10)
-        self._server.server_close()
-
-    def __enter__(self) -> MetricsServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    @classmethod
+    def create(cls) -> BinderMetrics:
+        """A fresh registry with ``kai_task_bind_latency_milliseconds`` registered."""
+        reg = CollectorRegistry(auto_describe=True)
+        hist = KaiLatencyHistogram(
+            "kai_task_bind_latency_milliseconds", "Task bind latency histogram in milliseconds"
+        )
+        reg.register(hist)
+        return cls(registry=reg, task_bind_latency=hist)
 
 
-def serve(metrics: SchedulerMetrics, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+#: A running ``/metrics`` endpoint (``.url``, ``.port``, ``.close()``); the scheduler's, the binder's and the
+#: fairshare service's are the same kind (:class:`fairshare.metrics.RegistryServer`).
+MetricsServer = RegistryServer
+
+
+def serve(metrics: SchedulerMetrics | BinderMetrics, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
     """Serve ``metrics`` over HTTP on ``host:port`` (port 0 picks a free port) in a daemon thread.
 
     Loopback by default: exposing the endpoint beyond the machine is an explicit choice (``0.0.0.0`` in a
     pod, where Prometheus scrapes it through the Service).
     """
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
-    return MetricsServer(host=host, port=int(server.server_port), _server=server, _thread=thread)
+    return serve_registry(metrics.registry, host, port)

@@ -133,25 +133,41 @@ def test_chart_renders_every_part_with_defaults(helm: str) -> None:
         "limit": -1,
         "overQuotaWeight": 1,
     }
-    # The metrics Service selects exactly the scheduler's pods, on the port the container exposes.
-    (svc,) = by_kind(objs, "Service").values()
-    sched = next(d for d in by_kind(objs, "Deployment").values() if component(d) == "scheduler")
-    pod_labels = sched["spec"]["template"]["metadata"]["labels"]
-    assert svc["spec"]["selector"].items() <= pod_labels.items()
-    (port,) = sched["spec"]["template"]["spec"]["containers"][0]["ports"]
-    assert svc["spec"]["ports"][0]["targetPort"] == port["name"] == "metrics"
+    # One metrics Service per component with /metrics (scheduler, binder, fairshare); each selects exactly
+    # its component's pods, on the port the container exposes.
+    services = by_kind(objs, "Service")
+    deployments = {component(d): d for d in by_kind(objs, "Deployment").values()}
+    assert {component(s) for s in services.values()} == {"scheduler", "binder", "fairshare"}
+    for svc in services.values():
+        dep = deployments[component(svc)]
+        pod_labels = dep["spec"]["template"]["metadata"]["labels"]
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+        (port,) = dep["spec"]["template"]["spec"]["containers"][0]["ports"]
+        assert svc["spec"]["ports"][0]["targetPort"] == port["name"] == "metrics"
+        assert svc["spec"]["ports"][0]["port"] == port["containerPort"]
+    # Three processes, three distinct ports: they may share a node's network namespace in tests.
+    assert len({s["spec"]["ports"][0]["port"] for s in services.values()}) == 3
     # No ServiceMonitor unless the cluster serves the Prometheus Operator API ("auto").
     assert not by_kind(objs, "ServiceMonitor")
 
 
 def test_service_monitor_follows_the_cluster_api_and_the_switch(helm: str) -> None:
     api = ["--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"]
-    (sm,) = by_kind(
+    monitors = by_kind(
         render(helm, *api, "--set", "serviceMonitor.labels.release=prom"), "ServiceMonitor"
     ).values()
-    assert sm["metadata"]["labels"]["release"] == "prom"
-    assert sm["spec"]["endpoints"][0]["port"] == "metrics"
-    assert sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] == "scheduler"
+    assert {sm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/component"] for sm in monitors} == {
+        "scheduler",
+        "binder",
+        "fairshare",
+    }
+    for sm in monitors:
+        assert sm["metadata"]["labels"]["release"] == "prom"
+        assert sm["spec"]["endpoints"][0]["port"] == "metrics"
+    # A component without a metrics endpoint gets no ServiceMonitor.
+    off = render(helm, *api, "--set", "binder.metrics.enabled=false")
+    assert "binder" not in {component(sm) for sm in by_kind(off, "ServiceMonitor").values()}
+    assert "binder" not in {component(s) for s in by_kind(off, "Service").values()}
     assert not by_kind(render(helm, *api, "--set", "serviceMonitor.enabled=false"), "ServiceMonitor")
     assert by_kind(render(helm, "--set", "serviceMonitor.enabled=true"), "ServiceMonitor")
 
@@ -209,7 +225,7 @@ def test_every_deployment_runs_a_real_subcommand(helm: str, values: list[str]) -
         parsed = parse_cli(args)
         assert parsed.command == args[0]
         assert parsed.log.startswith("kafka://")
-        if component(dep) == "scheduler":
+        if component(dep) in ("scheduler", "binder", "fairshare"):
             # /metrics must listen beyond loopback, on the port the Service targets.
             (port,) = container["ports"]
             assert (parsed.metrics_host, parsed.metrics_port) == ("0.0.0.0", port["containerPort"])
@@ -935,6 +951,11 @@ def test_compose_stack_references_existing_files_and_real_commands() -> None:
         loaded.append(load_settings(COMPOSE_DIR / host, cli_overrides(args), environ={}).settings)
     assert loaded[0] == loaded[1] and loaded[0].k_value > 0
     assert f"scheduler:{sched.metrics_port}" in targets
+    # ... and the binder and fairshare on theirs (KAI's bind and usage-query latency).
+    for name in ("binder", "fairshare"):
+        args = parse_cli(list(services[name]["command"]))
+        assert args.metrics_host == "0.0.0.0"
+        assert f"{name}:{args.metrics_port}" in targets
     # Grafana gets the dashboard through the provisioning provider's path.
     grafana_mounts = dict(v.split(":")[:2] for v in services["grafana"]["volumes"])
     provider = yaml.safe_load((COMPOSE_DIR / "grafana/provisioning/dashboards/hourglass.yaml").read_text())

@@ -384,7 +384,13 @@ def v2_events(draw: st.DrawFn) -> tuple[list[bytes], list[bytes]]:
             if key == "scheduling_gates":
                 gated.append(e)
         elif e["type"] == "PodGroupUpserted" and draw(st.integers(0, 3)) == 0:
-            e = {**e, "topology": "t", "required_topology_level": "rack"}  # a v2 topology constraint
+            # a v2 topology constraint, or the v2 metric labels (metadata.uid, node pool)
+            extra = (
+                {"topology": "t", "required_topology_level": "rack"}
+                if draw(st.booleans())
+                else {"k8s_uid": "0b6f-uid", "node_pool": "pool-a"}
+            )
+            e = {**e, **extra}
             is_v2 = True
         elif e["type"] in ("NodeRemoved", "PodGroupUpserted") and draw(st.integers(0, 3)) == 0:
             e = {**e, "v": 2}  # v1 content that says v 2
@@ -446,8 +452,9 @@ def test_v2_events_defer_and_a_mixed_fold_equals_the_reference(case: tuple[list[
 # The JSON schema of every model the fast path mirrors, as of the last time ingest/fastdecode.py was
 # checked against it. A changed type, constraint or literal in events.py (which the import-time drift
 # check does not see: it compares names, defaults and validators) changes this fingerprint.
-# contract v2: v1 fields unchanged, v2 fields (PodGroupUpserted's topology constraint too) not mirrored
-MIRRORED_SCHEMAS = "98a760bcd1ed132d"
+# contract v2: v1 fields unchanged, v2 fields (PodGroupUpserted's topology constraint, k8s_uid and node_pool
+# too) not mirrored
+MIRRORED_SCHEMAS = "ac10e68aeccde41f"
 
 
 def test_mirrored_models_have_not_changed_since_the_structs_were_checked() -> None:

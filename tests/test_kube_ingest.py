@@ -589,10 +589,26 @@ def test_sigkilled_ingest_command_restarts_without_loss_or_duplicates(
         "5",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def logged() -> Counter[tuple[str, str]]:
+        if not logdir.is_dir():  # not created yet
+            return Counter()
+        with FileLog(logdir, readonly=True) as log:
+            return counts(mine(events_of(log), ns))
+
+    def wait_for(what: str, done: Callable[[], bool], proc: subprocess.Popen[bytes]) -> None:
+        # Progress seen in the log, not a fixed sleep: a loaded machine starts Python slowly.
+        deadline = time.monotonic() + 90
+        while not done():
+            assert proc.poll() is None, f"ingest exited early: {proc.stderr.read() if proc.stderr else ''}"
+            assert time.monotonic() < deadline, f"ingest did not log {what} in 90 s"
+            time.sleep(0.2)
+
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        time.sleep(3)  # started and watching
-        for i in range(30):
+        make_pod(kapi, ns, "p0")
+        wait_for("p0", lambda: ("PodSubmitted", "p0") in logged(), proc)  # started and watching
+        for i in range(1, 30):
             make_pod(kapi, ns, f"p{i}")
             if i == 14:
                 time.sleep(0.5)
@@ -603,11 +619,21 @@ def test_sigkilled_ingest_command_restarts_without_loss_or_duplicates(
             proc.kill()
             proc.wait(timeout=10)
     delete(kapi, f"/api/v1/namespaces/{ns}/pods/p3")
-    out = subprocess.run(
-        [*cmd, "--max-seconds", "8"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    restarted = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "events appended" in out.stdout
+    try:
+        wanted = {("PodSubmitted", f"p{i}") for i in range(30)} | {("PodDeleted", "p3")}
+        wait_for("every pod and p3's deletion", lambda: wanted <= logged().keys(), restarted)
+        time.sleep(1)  # a duplicate, if any, would come with the rest of the batch
+        restarted.send_signal(signal.SIGTERM)
+        stdout, stderr = restarted.communicate(timeout=60)
+    finally:
+        if restarted.poll() is None:
+            restarted.kill()
+            restarted.wait(timeout=10)
+    assert restarted.returncode == 0, stderr[-3000:]
+    assert "events appended" in stdout
     with FileLog(logdir, readonly=True) as log:
         c = counts(mine(events_of(log), ns))
     submitted = {name for (typ, name) in c if typ == "PodSubmitted"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -216,3 +217,16 @@ def test_explain_names_the_domain_of_a_placed_gang(preferred_run: tuple[Path, di
     text = _cli("explain", "--store", str(out), f"{row['job']}-0")
     met = "met" if row["within_preferred"] else "not met"
     assert f"Topology dc: the gang's placed pods are within {row['domain']}; it prefers one {RACK} ({met}" in text
+
+
+def test_the_topology_query_in_docs_report_md_rederives_the_report(
+    preferred_run: tuple[Path, dict[str, Any]],
+) -> None:
+    out, _ = preferred_run
+    text = (Path(__file__).resolve().parent.parent / "docs" / "report.md").read_text()
+    sql = next(b for b in re.findall(r"```sql\n(.*?)```", text, re.S) if "gang_placements" in b)
+    rows = json.loads(_cli("sql", "--store", str(out), "--format", "json", sql.strip().rstrip(";")))
+    report = json.loads(_cli("report", "--store", str(out), "--format", "json"))
+    assert [(r["queue"], r["got"], r["wanted"]) for r in rows] == [
+        (p["queue"], p["got_preferred_level"], p["with_preferred_level"]) for p in report["placements"]
+    ]

@@ -603,7 +603,8 @@ class Session:
         # Some pod on a node has required anti-affinity: every placement checks it (symmetry).
         self.anti_present = False
         self.last_why: Counter[str] = Counter()  # per-node reasons of the last task that fitted nowhere
-        # Work counters for benchmarks ("reclaim.attempts", "reclaim.simulations", ...); no decision reads them.
+        # Work counters ("reclaim.attempts", "reclaim.simulations", "reclaim.filtered", ...) for benchmarks and
+        # KAI's solver metrics (scheduler/kai_metrics.py); no decision reads them.
         self.work: Counter[str] = Counter()
         for p in state.pods:
             if p.gated and p.status is PodStatus.PENDING:

@@ -107,6 +107,9 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     topology: str | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
+    k8s_uid: str | None = None
+    node_pool: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -546,6 +549,8 @@ class StateBuilder:
                 topology=e.topology,
                 required_level=e.required_topology_level,
                 preferred_level=e.preferred_topology_level,
+                k8s_uid=e.k8s_uid,
+                node_pool=e.node_pool,
             )
         elif kind == "NodeUpserted":
             self.nodes[e.name] = node_from_event(e)

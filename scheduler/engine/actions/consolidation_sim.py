@@ -288,6 +288,8 @@ class _Solver:
         self, stmt: Statement, sc: _Scenario, pending: Sequence[TaskInfo], victims: list[TaskInfo]
     ) -> list[list[TaskInfo]] | None:
         """Simulate with `victims` evicted; on success, the victim groups to record for the next prefix."""
+        # KAI's scenarios_simulation_by_action; no decision reads it.
+        self.ssn.work[f"{ACTION}.simulations"] += 1
         if not self._simulate(stmt, pending, victims, self._nodes(victims)):
             return None
         # allPodsReallocated: no victim of the scenario may be left releasing.
@@ -370,6 +372,7 @@ def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
         return None
     if topology.constrained(preemptor) and topology.constraint_error(ssn, preemptor) is not None:
         return None  # allocate told the job why; moving pods cannot help
+    ssn.work[f"{ACTION}.attempts"] += 1  # KAI's podgroups_acted_on_by_action; no decision reads it
     before = preemptor.count(ACTIVE_USED)
     solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor))
     recorded: list[list[TaskInfo]] = []

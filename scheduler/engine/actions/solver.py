@@ -308,13 +308,7 @@ class Solver:
             slots.add((t,), kept)
             if room is not None and not kept:
                 room.add(t.node.name if t.node is not None else None, self.ssn.task_vec(t)[0])
-        if (
-            recorded
-            and have >= need
-            and slots.ok()
-            and (room is None or room.ok())
-            and self._simulate_scenario(stmt, scenario)
-        ):
+        if recorded and self._bounds_ok(have, need, slots, room) and self._simulate_scenario(stmt, scenario):
             return scenario
         while (group := stream.next_group()) is not None:
             self._shared_init.mark(group[0].job.uid)
@@ -328,14 +322,17 @@ class Solver:
             # Cheap bounds, checked before any re-placement: enough GPUs in total (KAI's idle-GPU scenario
             # filter), enough whole free devices per node for the whole-GPU tasks, and for a gang with a
             # required topology level enough in one domain (KAI's topology-aware idle-GPU filter).
-            if (
-                have >= need
-                and slots.ok()
-                and (room is None or room.ok())
-                and self._simulate_scenario(stmt, scenario)
-            ):
+            if self._bounds_ok(have, need, slots, room) and self._simulate_scenario(stmt, scenario):
                 return scenario
         return None
+
+    def _bounds_ok(self, have: int, need: int, slots: _Slots, room: topology.DomainRoom | None) -> bool:
+        """The cheap bounds of a scenario; a scenario they refuse is counted as filtered (KAI's
+        ``scenarios_filtered_by_action``, in ``ssn.work``: no decision reads it)."""
+        if have >= need and slots.ok() and (room is None or room.ok()):
+            return True
+        self.ssn.work[f"{self.action}.filtered"] += 1
+        return False
 
     def _domain_room(self, job: JobInfo, pending: list[TaskInfo]) -> topology.DomainRoom | None:
         """The per-domain bound for a GPU gang with a required topology level (None: no such bound)."""
