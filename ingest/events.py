@@ -69,6 +69,7 @@ __all__ = [
     "QueueResources",
     "QueueUpserted",
     "ReasonCode",
+    "SubGroup",
     "Taint",
     "Toleration",
     "TopologyDeleted",
@@ -78,6 +79,7 @@ __all__ = [
     "dump_event",
     "event_key",
     "parse_event",
+    "subgroup_problem",
 ]
 
 SUPPORTED_VERSIONS: Final = (1, 2)
@@ -325,6 +327,73 @@ class TopologyDeleted(EventBase):
 # --------------------------------------------------------------------------- pod groups
 
 
+class SubGroup(_Record):
+    """One entry of KAI's ``spec.subGroups`` (contract v2, in :class:`PodGroupUpserted`).
+
+    A subgroup that another one names as ``parent`` is a *SubGroupSet* (structural: ``min_sub_group`` of its
+    direct children must be ready, all of them by default); the others are *PodSets*, the gangs pods join
+    through the pod label ``kai.scheduler/subgroup-name``, each with ``min_member`` pods (KAI uses
+    ``max(minMember, 1)``). ``min_member`` and ``min_sub_group`` are mutually exclusive, as in KAI's CRD. The
+    topology fields are the subgroup's own ``topologyConstraint``, nested in its parent's.
+    """
+
+    name: Name
+    parent: Name | None = None
+    min_member: Annotated[int, Field(ge=0)] | None = None
+    min_sub_group: Annotated[int, Field(ge=0)] | None = None
+    topology: Name | None = None
+    required_topology_level: Name | None = None
+    preferred_topology_level: Name | None = None
+
+    @model_validator(mode="after")
+    def _one_minimum(self) -> Self:
+        if self.min_member is not None and self.min_sub_group is not None:
+            raise ValueError(f"subgroup {self.name!r}: min_member and min_sub_group are mutually exclusive")
+        if self.topology is None and (self.required_topology_level or self.preferred_topology_level):
+            raise ValueError(
+                f"subgroup {self.name!r}: a required or preferred topology level needs a topology"
+            )
+        return self
+
+
+def subgroup_problem(subgroups: list[SubGroup], min_sub_group: int | None) -> str | None:
+    """What is wrong with a PodGroup's subgroup tree (KAI's webhook rules), or None.
+
+    Duplicate names, a parent that is not a subgroup, a parent chain that loops, ``min_sub_group`` on a
+    subgroup without children (or more than it has). A ``min_member`` on a subgroup with children is
+    ignored, as KAI ignores it (its own Grove grouper writes 0 there).
+    """
+    if min_sub_group is not None and not subgroups:
+        return "min_sub_group needs subgroups"
+    names: dict[str, SubGroup] = {}
+    for sg in subgroups:
+        if sg.name in names:
+            return f"subgroup {sg.name!r} is listed twice"
+        names[sg.name] = sg
+    children: dict[str | None, list[str]] = {}
+    for sg in subgroups:
+        if sg.parent is not None and sg.parent not in names:
+            return (
+                f"subgroup {sg.name!r} names parent {sg.parent!r}, which is not a subgroup of this PodGroup"
+            )
+        children.setdefault(sg.parent, []).append(sg.name)
+    for sg in subgroups:
+        seen = [sg.name]
+        cur = sg.parent
+        while cur is not None:
+            if cur in seen:
+                return f"subgroups {' -> '.join([*seen, cur])} form a cycle"
+            seen.append(cur)
+            cur = names[cur].parent
+    for owner, min_sub, label in [(None, min_sub_group, "the PodGroup")] + [
+        (sg.name, sg.min_sub_group, f"subgroup {sg.name!r}") for sg in subgroups
+    ]:
+        kids = children.get(owner, [])
+        if min_sub is not None and (not kids or min_sub > len(kids)):
+            return f"{label} has min_sub_group {min_sub} but {len(kids)} child subgroup(s)"
+    return None
+
+
 class PodGroupUpserted(EventBase):
     """A pod group (gang) was created or changed.
 
@@ -352,19 +421,36 @@ class PodGroupUpserted(EventBase):
     topology: Name | None = None
     required_topology_level: Name | None = None
     preferred_topology_level: Name | None = None
+    subgroups: list[SubGroup] = Field(default_factory=list)
+    min_sub_group: Annotated[int, Field(ge=1)] | None = None
     # v2, for KAI's metrics only (kai_pod_group_evicted_pods_total's uid and nodepool labels); no decision
     # reads them: the PodGroup's metadata.uid and its kai.scheduler/node-pool label.
     k8s_uid: Name | None = None
     node_pool: Name | None = None
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
-        {"topology", "required_topology_level", "preferred_topology_level", "k8s_uid", "node_pool"}
+        {
+            "topology",
+            "required_topology_level",
+            "preferred_topology_level",
+            "subgroups",
+            "min_sub_group",
+            "k8s_uid",
+            "node_pool",
+        }
     )
 
     @model_validator(mode="after")
     def _level_needs_topology(self) -> Self:
         if self.topology is None and (self.required_topology_level or self.preferred_topology_level):
             raise ValueError("a required or preferred topology level needs a topology")
+        return self
+
+    @model_validator(mode="after")
+    def _subgroup_tree(self) -> Self:
+        problem = subgroup_problem(self.subgroups, self.min_sub_group)
+        if problem is not None:
+            raise ValueError(problem)
         return self
 
 

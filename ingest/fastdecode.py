@@ -137,6 +137,8 @@ class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
     topology: ClassVar[str | None] = None
     required_topology_level: ClassVar[str | None] = None
     preferred_topology_level: ClassVar[str | None] = None
+    subgroups: ClassVar[list[Any]] = []  # read-only empty default, never mutated
+    min_sub_group: ClassVar[int | None] = None
     k8s_uid: ClassVar[str | None] = None
     node_pool: ClassVar[str | None] = None
 
@@ -267,8 +269,8 @@ _REPRODUCED: Final[dict[str, frozenset[str]]] = {
     "NodeSelectorRequirement": frozenset({"_values_fit_operator"}),
     "Toleration": frozenset({"_consistent"}),
     "PodBound": frozenset({"_default_uid", "_distinct_devices"}),
-    # Checks only the v2 topology fields, which a struct never carries (always None here).
-    "PodGroupUpserted": frozenset({"_default_uid", "_level_needs_topology"}),
+    # Check only the v2 topology and subgroup fields, which a struct never carries (always empty here).
+    "PodGroupUpserted": frozenset({"_default_uid", "_level_needs_topology", "_subgroup_tree"}),
 }
 
 

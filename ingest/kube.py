@@ -40,6 +40,7 @@ from ingest.events import (
     QueueResource,
     QueueResources,
     QueueUpserted,
+    SubGroup,
     Taint,
     Toleration,
     TopologyDeleted,
@@ -497,6 +498,10 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
     if pcn is not None and not isinstance(pcn, str):
         raise KubeError("PodGroup", key, "spec.priorityClassName", pcn, "must be a string")
     topology, required, preferred = topology_constraint(obj)
+    subgroups = _subgroups(key, spec)
+    min_sub = spec.get("minSubGroup")
+    if min_sub is not None and (isinstance(min_sub, bool) or not isinstance(min_sub, int) or min_sub < 1):
+        raise KubeError("PodGroup", key, "spec.minSubGroup", min_sub, "must be an integer >= 1")
     k8s_uid = meta.get("uid")
     node_pool = _dict(meta.get("labels")).get(LABEL_NODE_POOL)
     try:
@@ -512,12 +517,59 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
             topology=topology,
             required_topology_level=required,
             preferred_topology_level=preferred,
+            subgroups=subgroups,
+            min_sub_group=min_sub,
             # For KAI's metric labels only (kai_pod_group_evicted_pods_total).
             k8s_uid=k8s_uid if isinstance(k8s_uid, str) and k8s_uid else None,
             node_pool=node_pool if isinstance(node_pool, str) and node_pool else None,
         )
     except ValidationError as exc:
         raise _fail_model("PodGroup", key, exc) from None
+
+
+def _subgroups(key: str, spec: dict[str, Any]) -> list[SubGroup]:
+    """``spec.subGroups`` as contract records (the tree itself is checked by :class:`PodGroupUpserted`)."""
+    raw = spec.get("subGroups")
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise KubeError("PodGroup", key, "spec.subGroups", raw, "must be a list")
+    out: list[SubGroup] = []
+    for i, item in enumerate(raw):
+        where = f"spec.subGroups[{i}]"
+        if not isinstance(item, dict):
+            raise KubeError("PodGroup", key, where, item, "must be an object")
+        tc = item.get("topologyConstraint") or {}
+        if not isinstance(tc, dict):
+            raise KubeError("PodGroup", key, f"{where}.topologyConstraint", tc, "must be an object")
+        for field in ("name", "parent"):
+            if item.get(field) is not None and not isinstance(item.get(field), str):
+                raise KubeError("PodGroup", key, f"{where}.{field}", item.get(field), "must be a string")
+        for field in ("minMember", "minSubGroup"):
+            v = item.get(field)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise KubeError("PodGroup", key, f"{where}.{field}", v, "must be an integer >= 0")
+        values: list[str | None] = []
+        for field, _ in _CONSTRAINT_FIELDS:
+            v = tc.get(field)
+            if v is not None and not isinstance(v, str):
+                raise KubeError("PodGroup", key, f"{where}.topologyConstraint.{field}", v, "must be a string")
+            values.append(v or None)
+        try:
+            out.append(
+                SubGroup(
+                    name=item.get("name") or "",
+                    parent=item.get("parent") or None,
+                    min_member=item.get("minMember"),
+                    min_sub_group=item.get("minSubGroup"),
+                    topology=values[0],
+                    required_topology_level=values[1],
+                    preferred_topology_level=values[2],
+                )
+            )
+        except ValidationError as exc:
+            raise KubeError("PodGroup", key, where, item.get("name"), validation_message(exc)) from None
+    return out
 
 
 _CONSTRAINT_FIELDS: Final = (

@@ -9,7 +9,10 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
   Job, one gang ``pg-<job>-<uid>`` of N. CronJob: one per run, the pod's Job, ``pg-<job>-<job uid>``.
 * JobSet: :func:`_jobset` (``batch-min-member`` on the JobSet overrides the size).
 * LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<i>`` of ``leaderWorkerTemplate.size``
-  (:func:`_lws`).
+  (:func:`_lws`), with KAI's subgroups ``leader`` (1) and ``workers`` (size - 1) (:func:`_lws_subgroups`;
+  LWS ``subGroupPolicy`` segments are not built).
+* Grove (PodCliqueSet, PodClique, ...): the PodGang of the pod's ``grove.io/podgang`` label, one subgroup
+  per PodClique with its ``minReplicas`` and pack constraint (:func:`_grove`).
 * Knative Service: one gang per Revision of its ``min-scale``, inference. Notebook: build.
 * Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
   with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
@@ -22,6 +25,11 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 
 Topology: ``kai.scheduler/topology``, ``-required-placement`` and ``-preferred-placement`` annotations on the
 top owner (the pod when it has none) become the PodGroup's ``spec.topologyConstraint``.
+
+Subgroups: a plan's ``subgroups`` become ``spec.subGroups``; ``pod_subgroup`` is the subgroup the pod joins,
+which the watcher gives the pod as KAI's ``kai.scheduler/subgroup-name`` label in its ``PodSubmitted`` event
+(the Pod object itself is not patched). JobSet gets none: KAI's JobSet grouper makes one PodGroup per
+replicatedJob (InOrder) or one for all (AnyOrder), without subgroups.
 
 Queue: label ``kai.scheduler/queue`` on the top owner, then on the pod, then label ``project``, then
 ``default-queue``. Priority class: label ``priorityClassName`` on the top owner or the pod, then
@@ -53,6 +61,7 @@ __all__ = [
     "ANNOTATION_MIN_MEMBER",
     "ANNOTATION_SKIP_PODGROUPER",
     "DEFAULT_QUEUE",
+    "LABEL_SUBGROUP",
     "MANAGED_BY",
     "OwnerGetter",
     "PodGroupPlan",
@@ -80,6 +89,20 @@ LABEL_KNATIVE_REVISION: Final = "serving.knative.dev/revision"
 ANNOTATION_KNATIVE_MIN_SCALE: Final = "autoscaling.knative.dev/min-scale"
 LABEL_SPARK_APP_NAME: Final = "spark-app-name"
 LABEL_SPARK_APP_SELECTOR: Final = "spark-app-selector"
+#: Grove: the PodGang a pod belongs to (set by the Grove operator), and the PodGang's topology name.
+LABEL_GROVE_PODGANG: Final = "grove.io/podgang"
+ANNOTATION_GROVE_TOPOLOGY: Final = "grove.io/topology-name"
+GROVE_PODGANG_API: Final = "scheduler.grove.io/v1alpha1"
+_GROVE_KINDS: Final = frozenset(
+    {
+        ("grove.io", "PodCliqueSet"),
+        ("grove.io", "PodGangSet"),
+        ("grove.io", "PodClique"),
+        ("grove.io", "PodCliqueScalingGroup"),
+    }
+)
+#: The pod label that puts a pod in a subgroup of its PodGroup (KAI).
+LABEL_SUBGROUP: Final = "kai.scheduler/subgroup-name"
 _MAX_OWNER_DEPTH = 10
 
 #: (API group, kind) whose pods KAI groups by the next owner down (or the pod itself): KAI's
@@ -113,6 +136,10 @@ class PodGroupPlan:
     top_owner_kind: str = "Pod"
     # spec.topologyConstraint from the workload's kai.scheduler/topology* annotations (empty = none).
     topology_constraint: dict[str, str] = field(default_factory=dict)
+    # spec.subGroups (KAI's CRD form: name, minMember, parent, topologyConstraint) and the subgroup this pod
+    # joins (its kai.scheduler/subgroup-name label); empty / None = no subgroups.
+    subgroups: tuple[dict[str, Any], ...] = ()
+    pod_subgroup: str | None = None
 
 
 _TOPOLOGY_ANNOTATIONS: Final = (
@@ -351,6 +378,119 @@ def _lws(lws: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, i
     return name, min_member
 
 
+def _lws_subgroups(min_member: int, pod: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], str]:
+    """KAI's LWS subgroups (no segmentation): ``leader`` (1 pod) and ``workers`` (the rest of the gang, when
+    there is one), and the pod's subgroup (worker-index 0 is the leader)."""
+    subgroups: list[dict[str, Any]] = [{"name": "leader", "minMember": 1}]
+    if min_member > 1:
+        subgroups.append({"name": "workers", "minMember": min_member - 1})
+    is_leader = _labels(pod).get(LABEL_LWS_WORKER_INDEX) == "0"
+    return tuple(subgroups), "leader" if is_leader else "workers"
+
+
+def _pack_constraint(obj: dict[str, Any], topology: str, pod_key: str, where: str) -> dict[str, str]:
+    """A Grove ``topologyConstraint.packConstraint`` ({required, preferred}) as KAI's topologyConstraint."""
+    pack = _sub(_sub(obj, "topologyConstraint"), "packConstraint")
+    out = {}
+    for grove_key, kai_key in (
+        ("required", "requiredTopologyLevel"),
+        ("preferred", "preferredTopologyLevel"),
+    ):
+        value = pack.get(grove_key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise _grouping_error(
+                pod_key, f"{where}.topologyConstraint.packConstraint.{grove_key}", value, "must be a string"
+            )
+        out[kai_key] = value
+    if out and not topology:
+        raise _grouping_error(
+            pod_key,
+            f"{where}.topologyConstraint",
+            out,
+            f"needs a topology name (annotation {ANNOTATION_GROVE_TOPOLOGY} or {ANNOTATION_TOPOLOGY} on the PodGang)",
+        )
+    return {"topology": topology, **out} if out else {}
+
+
+def _grove(
+    pod: dict[str, Any], get: OwnerGetter | None, pod_key: str
+) -> tuple[dict[str, Any], int, tuple[dict[str, Any], ...], str | None, dict[str, str]]:
+    """Grove: the PodGang named by the pod's ``grove.io/podgang`` label is the PodGroup (KAI's Grove grouper).
+
+    Returns (PodGang, minMember, subgroups, the pod's subgroup, the PodGang's topologyConstraint). Each of
+    ``spec.podgroups`` (one per PodClique) is a subgroup of ``minReplicas`` pods, holding the pods its
+    ``podReferences`` name; ``spec.topologyConstraintGroupConfigs`` with ``podGroupNames`` become their
+    parents; ``topologyConstraint.packConstraint`` (required / preferred level) at each of these levels
+    becomes that level's constraint on the topology named by the PodGang's ``grove.io/topology-name`` (else
+    ``kai.scheduler/topology``) annotation. minMember is the sum of the podgroups' minReplicas.
+    """
+    namespace = str(_meta(pod).get("namespace") or "")
+    gang_name = _labels(pod).get(LABEL_GROVE_PODGANG)
+    if not gang_name:
+        raise _grouping_error(
+            pod_key,
+            f"metadata.labels[{LABEL_GROVE_PODGANG}]",
+            None,
+            "is required on a Grove pod (the PodGang it belongs to)",
+        )
+    gang = get(GROVE_PODGANG_API, "PodGang", namespace, gang_name) if get is not None else None
+    if gang is None:
+        raise _grouping_error(
+            pod_key, f"PodGang {namespace}/{gang_name}", gang_name, "no readable PodGang yet"
+        )
+    gang = {"apiVersion": GROVE_PODGANG_API, "kind": "PodGang", **gang}
+    ann = _annotations(gang)
+    topology = ann.get(ANNOTATION_GROVE_TOPOLOGY) or ann.get(ANNOTATION_TOPOLOGY) or ""
+    spec = _sub(gang, "spec")
+    where = f"PodGang {namespace}/{gang_name} spec"
+    constraint = _pack_constraint(spec, topology, pod_key, where)
+    parents: dict[str, str] = {}
+    subgroups: list[dict[str, Any]] = []
+    for i, cfg in enumerate(spec.get("topologyConstraintGroupConfigs") or []):
+        names = cfg.get("podGroupNames") if isinstance(cfg, dict) else None
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("name"), str):
+            raise _grouping_error(
+                pod_key, f"{where}.topologyConstraintGroupConfigs[{i}].name", cfg, "is required"
+            )
+        if not names:
+            continue
+        for n in names:
+            parents[str(n)] = cfg["name"]
+        entry: dict[str, Any] = {"name": cfg["name"]}
+        tc = _pack_constraint(cfg, topology, pod_key, f"{where}.topologyConstraintGroupConfigs[{i}]")
+        if tc:
+            entry["topologyConstraint"] = tc
+        subgroups.append(entry)
+    pod_name = str(_meta(pod).get("name") or "")
+    pod_subgroup: str | None = None
+    total = 0
+    for i, pg in enumerate(spec.get("podgroups") or []):
+        pg_where = f"{where}.podgroups[{i}]"
+        if not isinstance(pg, dict) or not isinstance(pg.get("name"), str) or not pg.get("name"):
+            raise _grouping_error(pod_key, f"{pg_where}.name", pg, "is required")
+        minimum = pg.get("minReplicas")
+        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum <= 0:
+            raise _grouping_error(pod_key, f"{pg_where}.minReplicas", minimum, "must be an integer > 0")
+        total += minimum
+        entry = {"name": pg["name"], "minMember": minimum}
+        if pg["name"] in parents:
+            entry["parent"] = parents[pg["name"]]
+        tc = _pack_constraint(pg, topology, pod_key, pg_where)
+        if tc:
+            entry["topologyConstraint"] = tc
+        subgroups.append(entry)
+        for ref in pg.get("podReferences") or []:
+            if (
+                isinstance(ref, dict)
+                and ref.get("name") == pod_name
+                and ref.get("namespace", namespace) == namespace
+            ):
+                pod_subgroup = pg["name"]
+    return gang, max(total, 1), tuple(subgroups), pod_subgroup, constraint
+
+
 def _knative_revision(
     service: dict[str, Any], owners: list[dict[str, Any]], pod: dict[str, Any], get: OwnerGetter | None
 ) -> dict[str, Any]:
@@ -401,6 +541,9 @@ def plan_pod_group(
     label_owner = top  # the object whose labels come before the pod's (queue, priority, preemptibility)
     min_member = 1
     default_priority = "train"
+    subgroups: tuple[dict[str, Any], ...] = ()
+    pod_subgroup: str | None = None
+    constraint: dict[str, str] | None = None  # the workload's own (Grove); else from KAI's annotations
     pod_labels = _labels(pod)
     if (
         (top is None or kind == "Pod")
@@ -432,6 +575,14 @@ def plan_pod_group(
         min_member = _min_member_override(top, pod_key) or min_member
     elif kind == "LeaderWorkerSet" and group_api == "leaderworkerset.x-k8s.io":
         name, min_member = _lws(top, pod, pod_key)
+        subgroups, pod_subgroup = _lws_subgroups(min_member, pod)
+    elif (group_api, kind) in _GROVE_KINDS:
+        podgang, min_member, subgroups, pod_subgroup, constraint = _grove(pod, get, pod_key)
+        name = f"pg-{_meta(podgang).get('name')}-{_meta(podgang).get('uid')}"
+        owner_ref, label_owner = _owner_ref(podgang), podgang
+        pcn = _sub(podgang, "spec").get("priorityClassName")
+        if isinstance(pcn, str) and pcn:
+            default_priority = pcn
     elif kind == "Service" and group_api == "serving.knative.dev":
         # Knative: one gang per Revision of at least its min-scale pods; inference by default (KAI).
         rev = _knative_revision(top, owners, pod, get)
@@ -500,7 +651,11 @@ def plan_pod_group(
         preemptibility=pre,
         owner=owner_ref,
         top_owner_kind=kind,
-        topology_constraint=_topology_constraint(label_owner if label_owner is not None else pod),
+        topology_constraint=constraint
+        if constraint is not None
+        else _topology_constraint(label_owner if label_owner is not None else pod),
+        subgroups=subgroups,
+        pod_subgroup=pod_subgroup,
     )
 
 
@@ -514,6 +669,8 @@ def _spec(plan: PodGroupPlan) -> dict[str, Any]:
         spec["preemptibility"] = plan.preemptibility
     if plan.topology_constraint:
         spec["topologyConstraint"] = dict(plan.topology_constraint)
+    if plan.subgroups:
+        spec["subGroups"] = [dict(sg) for sg in plan.subgroups]
     return spec
 
 

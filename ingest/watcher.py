@@ -37,6 +37,7 @@ source_offset, reason_code, message, raw}``, ``source_topic`` = ``kube:<Kind>``,
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
@@ -81,6 +82,7 @@ from ingest.kubeclient import add_kubeconfig_argument
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from ingest.podgrouper import (
     ANNOTATION_SKIP_PODGROUPER,
+    LABEL_SUBGROUP,
     PodGroupPlan,
     plan_pod_group,
     podgroup_manifest,
@@ -337,6 +339,13 @@ class KubeApi:
             return self.get(f"{base}/namespaces/{namespace}/{plural}/{name}")
 
         return get
+
+
+def _with_label(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
+    """A copy of ``obj`` with one more label (the pod-grouper's subgroup, as KAI labels the pod)."""
+    meta = dict(obj.get("metadata") or {})
+    meta["labels"] = {**(meta.get("labels") or {}), key: value}
+    return {**obj, "metadata": meta}
 
 
 # --------------------------------------------------------------------------- inbox items
@@ -915,7 +924,9 @@ class KubeIngest:
                         "is required when pod grouping is off (--no-pod-grouping)",
                     )
                 try:
-                    group = self._group(obj, batch)
+                    group, subgroup = self._group(obj, batch)
+                    if subgroup is not None:
+                        obj = _with_label(obj, LABEL_SUBGROUP, subgroup)
                 except ApiException as exc:
                     if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
                         raise kube.KubeError(
@@ -990,8 +1001,12 @@ class KubeIngest:
         log.warning("pod %s: not submitted yet (%s), retrying in 2s", kube.object_key(item.obj), exc)
         self._retry[kube.object_key(item.obj)] = (time.monotonic() + 2.0, item)
 
-    def _group(self, pod: dict[str, Any], batch: _Batch) -> str:
-        """Create or update the pod's PodGroup (KAI pod-grouper) and emit its upsert now."""
+    def _group(self, pod: dict[str, Any], batch: _Batch) -> tuple[str, str | None]:
+        """Create or update the pod's PodGroup (KAI pod-grouper) and emit its upsert now.
+
+        Returns the PodGroup's name and the subgroup the pod joins (None without subgroups, or when the pod
+        already names one with its own ``kai.scheduler/subgroup-name`` label).
+        """
         from kubernetes.client.exceptions import ApiException
 
         owners = resolve_owners(pod, self._owner_get)
@@ -1006,8 +1021,11 @@ class KubeIngest:
                 " the pod-grouper and the pod must name it",
             )
         plan = plan_pod_group(pod, owners, self._owner_get)
+        own = ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_SUBGROUP)
+        subgroup = None if own else plan.pod_subgroup
+        plan = dataclasses.replace(plan, pod_subgroup=None)  # the PodGroup is the same for all its pods
         if self._planned.get((plan.namespace, plan.name)) == plan:
-            return plan.name
+            return plan.name, subgroup
         base = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{plan.namespace}/podgroups"
         try:
             obj = self.api.request("POST", base, body=podgroup_manifest(plan))
@@ -1030,7 +1048,7 @@ class KubeIngest:
             self._upsert(batch, self._podgroup_event(obj), f"PodGroup/{plan.namespace}/{plan.name}")
         except kube.KubeError as err:
             self._reject(batch, "PodGroup", obj, err)
-        return plan.name
+        return plan.name, subgroup
 
     # ------------------------------------------------------------------ Kubernetes Events
 

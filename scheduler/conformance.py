@@ -27,12 +27,15 @@ from scheduler.engine.state import (
     PodRequest,
     PodStatus,
     Queue,
+    SubGroup,
     Taint,
     Topology,
     placement_fields,
     ports_from_event,
     request_from_event,
+    subgroup_minimum,
 )
+from scheduler.engine.subgroups import SUBGROUP_LABEL
 
 NOW_MS = 1_000_000_000_000  # a fixed logical "now" for scenarios; ages count back from it
 PHASES = {
@@ -140,13 +143,12 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
                 uid=j["name"],
                 name=j["name"],
                 queue=j["queue"],
-                min_available=j.get("min_available", len(j["tasks"])),
                 priority=prio,
                 preemptible=j.get("preemptible", prio < 100),
                 created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
                 stale_since_ms=None if stale is None else NOW_MS - int(stale * 1000),
                 deleting=j.get("deleting", False),
-                **_constraint(j),
+                **({"min_available": j.get("min_available", len(j["tasks"]))} | _constraint(j)),
             )
         )
         for idx, t in enumerate(j["tasks"]):
@@ -203,7 +205,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
                     index=idx,
                     created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
                     allowed_nodes=tuple(t["allowed_nodes"]) if t.get("allowed_nodes") is not None else None,
-                    **_placement(t),
+                    **_placement(_with_subgroup_label(t)),
                 )
             )
     # Devices the scenario placed on are taken in order; make sure the node has that many.
@@ -259,6 +261,13 @@ def _placement(t: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _with_subgroup_label(t: dict[str, Any]) -> dict[str, Any]:
+    """A task's ``subgroup`` as KAI's pod label ``kai.scheduler/subgroup-name``."""
+    if "subgroup" not in t:
+        return t
+    return {**t, "labels": {**t.get("labels", {}), SUBGROUP_LABEL: t["subgroup"]}}
+
+
 def _name(t: Topology) -> str:
     return t.name
 
@@ -271,7 +280,13 @@ def _topology(t: dict[str, Any]) -> Topology:
     return Topology(ev.name, tuple(ev.levels))
 
 
-_CONSTRAINT_KEYS = ("topology", "required_topology_level", "preferred_topology_level")
+_CONSTRAINT_KEYS = (
+    "topology",
+    "required_topology_level",
+    "preferred_topology_level",
+    "subgroups",
+    "min_sub_group",
+)
 
 
 def _constraint(j: dict[str, Any]) -> dict[str, Any]:
@@ -284,11 +299,31 @@ def _constraint(j: dict[str, Any]) -> dict[str, Any]:
     ev = PodGroupUpserted.model_validate(
         {"at_ms": 0, "name": "scenario", "namespace": "default", "queue": "q", "created_at_ms": 0} | given
     )
-    return {
+    out: dict[str, Any] = {
         "topology": ev.topology,
         "required_level": ev.required_topology_level,
         "preferred_level": ev.preferred_topology_level,
     }
+    if ev.subgroups:
+        subgroups = tuple(
+            SubGroup(
+                name=sg.name,
+                parent=sg.parent,
+                min_member=sg.min_member,
+                min_sub_group=sg.min_sub_group,
+                topology=sg.topology,
+                required_level=sg.required_topology_level,
+                preferred_level=sg.preferred_topology_level,
+            )
+            for sg in ev.subgroups
+        )
+        out |= {
+            "subgroups": subgroups,
+            "min_sub_group": ev.min_sub_group,
+            # KAI ignores the PodGroup's minMember when it has subgroups.
+            "min_available": subgroup_minimum(subgroups, ev.min_sub_group),
+        }
+    return out
 
 
 def _foreign(f: dict[str, Any]) -> ForeignPod:

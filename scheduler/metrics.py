@@ -307,7 +307,7 @@ def observe_cycle(
         CYCLE_KEY,
         _task_latencies_ms(record, session),
         work=session.work if session is not None else None,
-        plugin_s=session.plugin_seconds if isinstance(session, _TimedSession) else None,
+        plugin_s=getattr(session, "plugin_seconds", None),  # a _TimedSession's, or what its opener set
         podgroups=_evicted_podgroups(record, session),
     )
     for d in record.decisions:
@@ -387,6 +387,25 @@ class _TimedSession(Session):
         return shares
 
 
+def timed_session_factory(
+    clock: Callable[[], float] = time.perf_counter,
+) -> Callable[[ClusterState, SessionConfig, int, dict[str, dict[str, float]]], Session]:
+    """Sessions built as :func:`run_timed_cycle` builds them (fair-share division timed), for a kept
+    session's fresh builds (:class:`scheduler.engine.kept.KeptSession`)."""
+
+    def build(
+        state: ClusterState, config: SessionConfig, now_ms: int, usage: dict[str, dict[str, float]]
+    ) -> Session:
+        return _TimedSession(state, config, now_ms, usage, clock)
+
+    return build
+
+
+def proportion_seconds(seconds: float) -> dict[tuple[str, str], float]:
+    """``plugin_seconds`` of a session whose fair-share division took ``seconds`` (KAI's proportion plugin)."""
+    return {("proportion", ON_SESSION_OPEN): seconds}
+
+
 def run_timed_cycle(
     state: ClusterState,
     config: SessionConfig | None = None,
@@ -395,16 +414,27 @@ def run_timed_cycle(
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
     clock: Callable[[], float] = time.perf_counter,
+    opener: Callable[
+        [ClusterState, SessionConfig | None, int, Mapping[str, Mapping[str, float]] | None], Session
+    ]
+    | None = None,
 ) -> tuple[CycleRecord, Session, dict[str, float]]:
     """:func:`scheduler.engine.cycle.run_cycle` plus wall-clock durations for :func:`observe_cycle`.
 
     The record is the same as ``run_cycle``'s (timing only observes the cycle, it never feeds it).
     ``durations`` has ``open_session``, one key per action and :data:`CYCLE_KEY` for the whole cycle.
+    ``opener`` opens the session instead of a fresh timed one (the service passes its kept session's,
+    :mod:`scheduler.engine.kept`; the session may carry ``plugin_seconds`` as a :class:`_TimedSession` does).
     """
     durations: dict[str, float] = {}
     t0 = clock()
-    # open_session's Session, timed around its fair-share division (KAI's proportion plugin).
-    ssn = _TimedSession(state, config, now_ms, {k: dict(v) for k, v in (usage or {}).items()}, clock)
+    if opener is None:
+        # open_session's Session, timed around its fair-share division (KAI's proportion plugin).
+        ssn: Session = _TimedSession(
+            state, config, now_ms, {k: dict(v) for k, v in (usage or {}).items()}, clock
+        )
+    else:
+        ssn = opener(state, config, now_ms, usage)
     t1 = clock()
     durations["open_session"] = t1 - t0
     for name in actions:

@@ -4,7 +4,9 @@ Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``do
 
 * A cycle is a pure function of (fold of the events log up to ``events_offset``, config, logical time),
   and its ``cycle_id`` is derived from those inputs (:func:`scheduler.engine.decisions.cycle_id`). Logical time
-  is the ``at_ms`` of the last folded event, never the wall clock.
+  is the ``at_ms`` of the last folded event, never the wall clock. The service keeps its session between
+  cycles and patches it from the pods and pod groups the new events name (:mod:`scheduler.engine.kept`);
+  the patched session equals the one built from the snapshot, so replays (which build afresh) verify.
 * The **decisions topic is the source of truth** for progress. On start, :meth:`Service.recover` reads
   the tail of the decisions topic, takes the last recorded cycle's ``events_offset`` ``E`` and refolds
   the events log from 0 through ``E`` (the fold is deterministic, so this rebuilds exactly the state that
@@ -37,17 +39,19 @@ from typing import Any, Final
 
 from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
-from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
-from scheduler.engine.session import SessionConfig
+from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
     SchedulerMetrics,
     capacity_of,
     observe_cycle,
     observe_dead_letters,
+    proportion_seconds,
     run_timed_cycle,
+    timed_session_factory,
 )
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
@@ -103,11 +107,14 @@ class Folder:
     event's ``at_ms`` (the cycle's logical time).
     """
 
-    def __init__(self, topic: str = DEFAULT_TOPICS.events) -> None:
+    def __init__(self, topic: str = DEFAULT_TOPICS.events, track_changes: bool = False) -> None:
         self.topic = topic
         self.builder = StateBuilder()
         self.now_ms = 0
         self.folded = 0
+        # What was folded since take_changes, for the service's kept session (off for replays: it costs
+        # ~0.2 us an event).
+        self.changes = Changes(self.builder.offset) if track_changes else None
 
     @property
     def offset(self) -> int:
@@ -125,6 +132,8 @@ class Folder:
         except Exception as exc:  # parse_event promises EventError only; be safe anyway
             return self._dead(record, UNPARSEABLE, f"{type(exc).__name__}: {exc}")
         previous = self.builder.offset
+        if self.changes is not None:
+            self.changes.note(event)
         try:
             self.builder.apply(event, record.offset)
         except Exception as exc:
@@ -136,6 +145,14 @@ class Folder:
 
     def snapshot(self) -> ClusterState:
         return self.builder.snapshot()
+
+    def take_changes(self) -> Changes | None:
+        """What was folded since the last call (or since the start), and start noting afresh; None when
+        the folder does not track changes."""
+        out = self.changes
+        if out is not None:
+            self.changes = Changes(self.builder.offset)
+        return out
 
     def _dead(self, record: Record, reason: str, message: str) -> DeadLetter:
         raw = record.value.decode("utf-8", errors="backslashreplace")
@@ -160,6 +177,7 @@ class RunStats:
     refolded: int = 0  # records refolded on start
     cycle_seconds: float = 0.0
     fold_seconds: float = 0.0
+    sessions_patched: int = 0  # cycles run on the last cycle's session, patched (engine/kept.py)
     last_cycle: CycleRecord | None = field(default=None, repr=False)
 
 
@@ -203,7 +221,7 @@ class Service:
         self._monotonic = monotonic
         self._last_cycle_at = monotonic()
         self._waiting = False  # the last cycle (run or recovered) left an Unschedulable / Pipeline decision
-        self.folder = Folder(topics.events)
+        self.folder = Folder(topics.events, track_changes=True)
         self.position = 0  # next events offset to read
         self.cycled_offset = -1  # events offset of the last cycle run (or found recorded)
         self.usage_position = 0  # next usage-topic offset to read
@@ -213,6 +231,12 @@ class Service:
         self.dead_seen: set[tuple[str, int]] = set()
         self.stats = RunStats()
         self.encoder = DeltaEncoder(checkpoint_every)  # a fresh encoder: the first record is a checkpoint
+        # The last cycle's session, patched for the next one; with metrics, its division is timed.
+        self.kept = (
+            KeptSession()
+            if metrics is None
+            else KeptSession(timed_session_factory(time.perf_counter), clock=time.perf_counter)
+        )
         self._recovered = False
         self._stop = False
 
@@ -389,16 +413,29 @@ class Service:
         t1 = time.perf_counter()
         usage = u.usage if u is not None else None
         usage_id = u.id if u is not None else None
+        # The session is kept between cycles and patched from the new snapshot (scheduler/engine/kept.py):
+        # it equals the one run_cycle opens afresh, so the record is run_cycle's.
+        state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
         if self.metrics is None:
-            record, _ = run_cycle(self.folder.snapshot(), self.config, now_ms, usage, usage_id)
-        else:
-            # The same record as run_cycle's; the timings only observe the cycle, they never feed it.
-            record, ssn, durations = run_timed_cycle(
-                self.folder.snapshot(), self.config, now_ms, usage, usage_id
+            record, _ = run_kept_cycle(
+                self.kept, state, self.config, now_ms, usage, usage_id, builder=builder, changes=changes
             )
+        else:
+            # The same record; the timings only observe the cycle, they never feed it.
+            def opener(*a: Any) -> Session:
+                ssn = self.kept.open(*a, builder=builder, changes=changes)
+                if "divide" in self.kept.timings:  # patched: time the division as a fresh timed one does
+                    ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
+                return ssn
+
+            record, ssn, durations = run_timed_cycle(
+                state, self.config, now_ms, usage, usage_id, opener=opener
+            )
+            self.kept.close()
             observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn), session=ssn)
         st.cycle_seconds += time.perf_counter() - t1
         st.cycles += 1
+        st.sessions_patched = self.kept.patched
         st.last_cycle = record
         if record.cycle_id in self.recorded_ids:
             st.cycles_skipped += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import cast
 
 from ingest import events as ev
 
@@ -32,6 +33,10 @@ class SyntheticSpec:
     # 0 = no Topology and no labels: the workload is then exactly the classic one.
     topology_fraction: float = 0.0
     topology_shape: tuple[int, int, int] = (4, 8, 8)
+    # Subgroups (issue 15 item 3): share of multi-pod gangs split into a leader PodSet (1 pod) and worker
+    # PodSets (the rest, in one or two replicas), some with minSubGroup, some with a required rack on the
+    # workers when there is a topology. 0 = no subgroups (the classic workload).
+    subgroup_fraction: float = 0.0
 
 
 TOPOLOGY_LEVELS = ("topology/zone", "topology/block", "topology/rack", "kubernetes.io/hostname")
@@ -51,6 +56,28 @@ def topology_labels(i: int, nodes: int, shape: tuple[int, int, int]) -> dict[str
     }
 
 
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"
+
+
+def _subgroups(rng: random.Random, n: int, topo: bool) -> tuple[dict[str, object], list[str | None]]:
+    """PodGroup fields and each pod's subgroup for a gang of n pods: a leader and one or two worker
+    replicas (under a ``workers`` SubGroupSet, with a required rack or minSubGroup 1 now and then)."""
+    replicas = 2 if n >= 5 and rng.random() < 0.5 else 1
+    sizes = [(n - 1) // replicas + (1 if r < (n - 1) % replicas else 0) for r in range(replicas)]
+    subs = [ev.SubGroup(name="leader", min_member=1)]
+    workers: dict[str, object] = {"name": "workers"}
+    if topo and rng.random() < 0.5:
+        workers |= {"topology": "dc", "required_topology_level": "topology/rack"}
+    if replicas > 1 and rng.random() < 0.5:
+        workers["min_sub_group"] = 1
+    subs.append(ev.SubGroup.model_validate(workers))
+    pod_sub: list[str | None] = ["leader"]
+    for r, size in enumerate(sizes):
+        subs.append(ev.SubGroup(name=f"w{r}", parent="workers", min_member=rng.randint(1, size)))
+        pod_sub += [f"w{r}"] * size
+    return {"subgroups": subs}, pod_sub
+
+
 def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
     """Nodes, a 2-level queue tree, and jobs: whole-GPU pods, multi-GPU gangs and fractional pods."""
     rng = random.Random(spec.seed)
@@ -59,6 +86,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
     real = spec.foreign_fraction > 0 or spec.constrained_fraction > 0
     topo = spec.topology_fraction > 0
     topo_rng = random.Random(spec.seed + 1)  # its own stream: the workload is the same with or without it
+    sg_rng = random.Random(spec.seed + 2)  # the subgroups' own stream, likewise
     if topo:
         out.append(ev.TopologyUpserted(at_ms=t, name="dc", levels=list(TOPOLOGY_LEVELS)))
     for i in range(spec.nodes):
@@ -173,6 +201,10 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
             level = topo_rng.choice(("topology/rack", "topology/block"))
             kind_key = topo_rng.choice(("required_topology_level", "preferred_topology_level"))
             constraint = {"topology": "dc", kind_key: level}
+        groups: dict[str, object] = {}
+        pod_sub: list[str | None] = [None] * n
+        if spec.subgroup_fraction > 0 and n > 1 and sg_rng.random() < spec.subgroup_fraction:
+            groups, pod_sub = _subgroups(sg_rng, n, topo)
         out.append(
             ev.PodGroupUpserted(
                 uid=f"default/{name}",
@@ -184,9 +216,15 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                 priority=prio,
                 created_at_ms=t,
                 **constraint,  # type: ignore[arg-type]
+                **groups,  # type: ignore[arg-type]
             )
         )
         for k in range(n):
+            pod_extra = extra
+            sub = pod_sub[k]
+            if sub is not None:
+                labels = {**cast(dict[str, str], extra.get("labels", {})), SUBGROUP_LABEL: sub}
+                pod_extra = {**extra, "labels": labels}
             out.append(
                 ev.PodSubmitted(
                     uid=f"default/{name}-{k}",
@@ -197,7 +235,7 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
                     queue=queue,
                     requests=req,
                     created_at_ms=t,
-                    **extra,  # type: ignore[arg-type]
+                    **pod_extra,  # type: ignore[arg-type]
                 )
             )
         pods += n

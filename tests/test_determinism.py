@@ -50,6 +50,8 @@ specs = st.builds(
     # Topology-constrained gangs (required / preferred rack or block).
     topology_fraction=st.sampled_from([0.0, 0.0, 0.5, 1.0]),
     topology_shape=st.sampled_from([(1, 2, 2), (2, 2, 2)]),
+    # Hierarchical PodGroups: leader + worker PodSets, minSubGroup, a required rack on the workers.
+    subgroup_fraction=st.sampled_from([0.0, 0.0, 0.5, 1.0]),
 )
 
 
@@ -69,7 +71,8 @@ from tests.test_determinism import _records
 from scheduler.synthetic import SyntheticSpec
 for seed in (1, 2, 3):
     for r in _records(SyntheticSpec(nodes=6, gpus_per_node=4, pending_pods=40, departments=2,
-                                    queues_per_department=2, seed=seed, topology_fraction=0.5 * (seed - 1))):
+                                    queues_per_department=2, seed=seed, topology_fraction=0.5 * (seed - 1),
+                                    subgroup_fraction=0.5 * (seed - 1))):
         sys.stdout.buffer.write(r + b"\\n")
 """
 

@@ -1602,6 +1602,215 @@ topology(
 )
 
 
+# ---------------------------------------------------------------- subgroups (issue 15 item 3)
+# KAI's hierarchical PodGroups (kai-spec §2.2): PodSets with their own minMember, SubGroupSets with
+# minSubGroup, per-subgroup topology. Each scenario is written so that dropping the subgroups (one gang of
+# the job's min_available) gives a different outcome.
+
+
+def sg(name: str, min_member: int | None = None, parent: str | None = None, **kw: Any) -> dict[str, Any]:
+    """A ``subgroups[]`` entry; topology keys as in the contract (topology defaults to ``dc`` with a level)."""
+    out: dict[str, Any] = {"name": name}
+    if min_member is not None:
+        out["min_member"] = min_member
+    if parent is not None:
+        out["parent"] = parent
+    if ("required_topology_level" in kw or "preferred_topology_level" in kw) and "topology" not in kw:
+        kw["topology"] = "dc"
+    return out | kw
+
+
+def sgtasks(job_name: str, sub: str, n: int, gpus: int = 8, **kw: Any) -> list[dict[str, Any]]:
+    """n pods of a subgroup, named ``<job>-<sub>-<i>``."""
+    return [task(f"{job_name}-{sub}-{i}", gpus=gpus, subgroup=sub, **kw) for i in range(n)]
+
+
+def subgroups(name: str, intent: str, nodes: list[dict[str, Any]], jobs: list[dict[str, Any]],
+              expect: dict[str, Any], **kw: Any) -> None:
+    run = kw.pop("run", None)
+    scenario(name, "subgroups", intent, nodes, jobs, expect, topologies=kw.pop("topologies", TOPO),
+             tags=["subgroups", *kw.pop("tags", [])], **kw)
+    if run:
+        S[-1]["run"] |= run
+
+
+def placed(*names: str, node: str | None = None, status: str = "allocated") -> dict[str, Any]:
+    return {n: ({"status": status, "node": node} if node else {"status": status}) for n in names}
+
+
+_FOUR = [tnode(f"n{i}", "z1", "b1", "r1" if i <= 2 else "r2") for i in range(1, 5)]
+subgroups(
+    "sg-01-every-podset-minimum-before-extras",
+    "prefill (minMember 1, 2 pods) and decode (minMember 2): with room for 3 pods, decode gets both of its "
+    "pods and prefill one; one gang of 3 would have taken the first three pods in task order (both prefill).",
+    _FOUR[:3],
+    [job("j", sgtasks("j", "prefill", 2) + sgtasks("j", "decode", 2), min_available=3,
+         subgroups=[sg("prefill", 1), sg("decode", 2)])],
+    {"tasks": placed("j-prefill-0", "j-decode-0", "j-decode-1") | placed("j-prefill-1", status="pending")},
+)
+subgroups(
+    "sg-02-subgroup-that-cannot-fit-holds-the-gang",
+    "decode's two pods ask for 16 GPUs each, more than any node has: the whole job waits, prefill too, even "
+    "though the PodGroup's own minMember is 1 (unused with subgroups); the message names the subgroup.",
+    _FOUR,
+    [job("j", sgtasks("j", "prefill", 2) + sgtasks("j", "decode", 2, gpus=16), min_available=1,
+         subgroups=[sg("prefill", 2), sg("decode", 2)])],
+    {"jobs": {"j": PENDING}, "message_contains": {"j": "subgroup decode: 0 of 2 pods placeable"}},
+)
+subgroups(
+    "sg-03-podgroup-min-member-unused",
+    "Two PodSets of minMember 1 with two pods each and a PodGroup minMember of 4: with room for two pods the "
+    "job starts with one pod of each subgroup (KAI ignores the PodGroup's minMember when it has subgroups).",
+    _FOUR[:2],
+    [job("j", sgtasks("j", "a", 2) + sgtasks("j", "b", 2), min_available=4,
+         subgroups=[sg("a", 1), sg("b", 1)])],
+    {"tasks": placed("j-a-0", "j-b-0") | placed("j-a-1", "j-b-1", status="pending")},
+)
+_B1 = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"), tnode("n3", "z1", "b1", "r1"),
+       tnode("n4", "z1", "b1", "r2"), tnode("n5", "z1", "b1", "r2"),
+       tnode("n6", "z1", "b2", "r3"), tnode("n7", "z1", "b2", "r3")]
+subgroups(
+    "sg-04-subgroup-racks-nested-in-job-block",
+    "The job requires one block, prefill and decode one rack each: decode (first by name) takes r2, the "
+    "rack with the least room that fits, prefill r1, both in block b1; the job's block alone would put the "
+    "four pods on n1..n4, prefill across racks.",
+    _B1,
+    [job("j", sgtasks("j", "decode", 2) + sgtasks("j", "prefill", 2), topology="dc",
+         required_topology_level="block",
+         subgroups=[sg("decode", 2, required_topology_level="rack"),
+                    sg("prefill", 2, required_topology_level="rack")])],
+    {"task_sets": [{"tasks": ["j-decode-0", "j-decode-1"], "status_counts": {"allocated": 2},
+                    "node_counts": {"n4": 1, "n5": 1}},
+                   {"tasks": ["j-prefill-0", "j-prefill-1"], "status_counts": {"allocated": 2},
+                    "node_counts": {"n1": 1, "n2": 1}}]},
+)
+subgroups(
+    "sg-05-subgroup-required-rack-too-small",
+    "prefill requires one rack for its 3 pods of 8 GPUs, but every rack has 2 nodes: the job waits, naming "
+    "the subgroup and its level, though the cluster has room for the pods across racks.",
+    _FOUR,
+    [job("j", sgtasks("j", "prefill", 3) + sgtasks("j", "decode", 1),
+         subgroups=[sg("prefill", 3, required_topology_level="rack"), sg("decode", 1)])],
+    {"jobs": {"j": PENDING},
+     "message_contains": {"j": "subgroup prefill requires its 3 pods within one rack domain of topology 'dc'"}},
+)
+_SIX = [tnode(f"n{i}", "z1", "b1", f"r{(i + 1) // 2}") for i in range(1, 6)]
+subgroups(
+    "sg-06-min-sub-group-two-of-three",
+    "Three replicas of 2 pods under a PodGroup with minSubGroup 2 and room for 5 pods: two replicas start "
+    "and the third, which cannot be whole, is not placed at all; one gang of 6 would wait.",
+    _SIX,
+    [job("j", sgtasks("j", "r0", 2) + sgtasks("j", "r1", 2) + sgtasks("j", "r2", 2), min_sub_group=2,
+         subgroups=[sg("r0", 2), sg("r1", 2), sg("r2", 2)])],
+    {"tasks": placed("j-r0-0", "j-r0-1", "j-r1-0", "j-r1-1") | placed("j-r2-0", "j-r2-1", status="pending")},
+)
+subgroups(
+    "sg-07-min-sub-group-not-met-waits",
+    "The same job with room for 3 pods: only one replica can be whole, minSubGroup 2 is not met and nothing "
+    "starts (a PodGroup minMember of 2 would have started two pods).",
+    _SIX[:3],
+    [job("j", sgtasks("j", "r0", 2) + sgtasks("j", "r1", 2) + sgtasks("j", "r2", 2), min_sub_group=2,
+         min_available=2, subgroups=[sg("r0", 2), sg("r1", 2), sg("r2", 2)])],
+    {"jobs": {"j": PENDING}, "message_contains": {"j": "3 subgroups cannot be placed, and minSubGroup needs 2 placed"}},
+)
+subgroups(
+    "sg-08-elastic-growth-by-subgroup-order",
+    "Both subgroups have their minimum running (prefill 2 of min 1, decode 1 of min 1) and one node is "
+    "free: the elastic extra goes to decode, the subgroup with the lower running/minMember ratio, not to "
+    "the next prefill pod in task order.",
+    _FOUR[:4],
+    [job("j", [task("j-prefill-0", gpus=8, subgroup="prefill", status="running", node="n1"),
+               task("j-prefill-1", gpus=8, subgroup="prefill", status="running", node="n2"),
+               task("j-prefill-2", gpus=8, subgroup="prefill"),
+               task("j-decode-0", gpus=8, subgroup="decode", status="running", node="n3"),
+               task("j-decode-1", gpus=8, subgroup="decode")],
+         subgroups=[sg("prefill", 1), sg("decode", 1)])],
+    {"tasks": placed("j-decode-1", node="n4") | placed("j-prefill-2", status="pending")},
+)
+subgroups(
+    "sg-09-stale-gang-per-subgroup",
+    "Subgroup a (minMember 2) lost a pod, b (minMember 1) runs 2: 3 pods run, as many as the job's total "
+    "minimum, but a is below its own, so after the grace period every running pod is evicted.",
+    _FOUR,
+    [job("j", [task("j-a-0", gpus=8, subgroup="a", status="running", node="n1"),
+               task("j-a-1", gpus=8, subgroup="a", status="failed", node="n2"),
+               task("j-b-0", gpus=8, subgroup="b", status="running", node="n3"),
+               task("j-b-1", gpus=8, subgroup="b", status="running", node="n4")],
+         min_available=3, stale_for_seconds=61, subgroups=[sg("a", 2), sg("b", 1)])],
+    {"tasks": placed("j-a-0", node="n1", status="releasing") | placed("j-b-0", node="n3", status="releasing")
+     | placed("j-b-1", node="n4", status="releasing")},
+    phase="stale_gang_eviction",
+    run={"stale_grace_period_seconds": 60},
+)
+_SEVEN = [tnode(f"n{i}", "z1", "b1", "r1" if i <= 3 else "r2") for i in range(1, 8)]
+subgroups(
+    "sg-10-subgroupset-constraint-leader-free",
+    "A leader (minMember 1, no constraint) and a SubGroupSet `workers` requiring one rack over its two "
+    "PodSets of 2: the leader binpacks onto n1 and the four workers go to r2, the only rack with 4 free "
+    "nodes; without subgroups the five pods take n1..n5.",
+    _SEVEN,
+    [job("j", sgtasks("j", "leader", 1) + sgtasks("j", "w0", 2) + sgtasks("j", "w1", 2),
+         subgroups=[sg("leader", 1), sg("workers", required_topology_level="rack"),
+                    sg("w0", 2, parent="workers"), sg("w1", 2, parent="workers")])],
+    {"tasks": placed("j-leader-0", node="n1"),
+     "task_sets": [{"tasks": ["j-w0-0", "j-w0-1", "j-w1-0", "j-w1-1"], "status_counts": {"allocated": 4},
+                    "node_counts": {"n4": 1, "n5": 1, "n6": 1, "n7": 1}}]},
+)
+subgroups(
+    "sg-11-pod-of-unknown-subgroup-dropped",
+    "A pod labelled with a subgroup the PodGroup does not declare is left out (KAI drops it with a "
+    "warning): the declared subgroup's pod starts, the stray one stays pending although there is room.",
+    _FOUR,
+    [job("j", [*sgtasks("j", "a", 1), task("j-stray-0", gpus=8, subgroup="stray")], subgroups=[sg("a", 1)])],
+    {"tasks": placed("j-a-0") | placed("j-stray-0", status="pending")},
+)
+subgroups(
+    "sg-12-subgroup-preferred-rack",
+    "decode prefers one rack: r1 has one free node (n1), r2 two (n3, n4); binpack alone would take n1 and "
+    "n3, the preference keeps decode in r2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2")],
+    [job("j", sgtasks("j", "decode", 2), subgroups=[sg("decode", 2, preferred_topology_level="rack")])],
+    {"task_sets": [{"tasks": ["j-decode-0", "j-decode-1"], "status_counts": {"allocated": 2},
+                    "node_counts": {"n3": 1, "n4": 1}}]},
+)
+subgroups(
+    "sg-13-subgroup-default-podset",
+    "Pods without the subgroup label join the PodSet `default` when the PodGroup declares one: default "
+    "(minMember 1) and b (minMember 2) with room for 3 pods start one unlabelled pod and b's two; one gang "
+    "of 3 would have taken both unlabelled pods first.",
+    _FOUR[:3],
+    [job("j", [task("j-x-0", gpus=8), task("j-x-1", gpus=8), *sgtasks("j", "b", 2)], min_available=3,
+         subgroups=[sg("default", 1), sg("b", 2)])],
+    {"tasks": placed("j-x-0", "j-b-0", "j-b-1") | placed("j-x-1", status="pending")},
+)
+subgroups(
+    "sg-14-podset-short-of-pods-not-ready",
+    "Subgroup a needs 2 pods but only 1 exists: the job is not ready and waits, naming the subgroup, though "
+    "its 2 pods would fit (one gang of the job's 2 pods would start).",
+    _FOUR,
+    [job("j", sgtasks("j", "a", 1) + sgtasks("j", "b", 1), subgroups=[sg("a", 2), sg("b", 1)])],
+    {"jobs": {"j": PENDING}},  # its NotReady message: tests/test_subgroups.py
+)
+
+subgroups(
+    "sg-15-preempt-shrinks-the-subgroup-above-its-minimum",
+    "A running job of two subgroups, a (minMember 1, 2 pods) and b (minMember 2, 2 pods), and a higher-"
+    "priority pod that needs a whole node: preempt takes a's second pod, the only one above its subgroup's "
+    "minimum, not b's last pod (task order), which would break b's gang.",
+    _FOUR,
+    [job("v", [task("v-a-0", gpus=8, subgroup="a", status="running", node="n1"),
+               task("v-a-1", gpus=8, subgroup="a", status="running", node="n2"),
+               task("v-b-0", gpus=8, subgroup="b", status="running", node="n3"),
+               task("v-b-1", gpus=8, subgroup="b", status="running", node="n4")],
+         min_available=3, subgroups=[sg("a", 1), sg("b", 2)]),
+     job("high", [task("high-0", gpus=8)], priority=100, preemptible=False)],
+    {"tasks": placed("v-a-1", node="n2", status="releasing") | placed("high-0", node="n2", status="pipelined")
+     | placed("v-b-1", node="n4", status="running")},
+    phase="preempt",
+    tags=["with-eviction", "preempt"],
+)
+
+
 def main() -> None:
     """(Re)write every scenario file."""
     for s in S:

@@ -198,6 +198,10 @@ def _unschedulable(
         message = (
             f"Job is not ready for scheduling. Waiting for {job.min_available} pods, currently {alive} exist"
         )
+        tree = job.subgroup_tree()
+        if tree is not None:  # name the subgroups that lack pods (KAI's subgroup variant)
+            short = tree.root.shortfalls(ACTIVE_ALLOCATED, alive=True)
+            message += ": " + ", ".join(f"subgroup {ps.name} has {have} of {need}" for ps, have, need in short)
     elif job.fit_errors:
         err = job.fit_errors[-1]
         reason, message = err.reason, err.message

@@ -18,10 +18,21 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from scheduler.engine import hostports as host_ports
+from scheduler.engine import subgroups
 from scheduler.engine.extended import gpu_equivalent_milli
 from scheduler.engine.podindex import Entry, PodIndex
 from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
-from scheduler.engine.state import ClusterState, ForeignPod, Job, Node, Pod, PodRequest, PodStatus, Queue
+from scheduler.engine.state import (
+    ClusterState,
+    ForeignPod,
+    Job,
+    Node,
+    Pod,
+    PodRequest,
+    PodStatus,
+    Queue,
+    subgroup_minimum,
+)
 
 if TYPE_CHECKING:
     from ingest.tenants import EngineSpec
@@ -379,11 +390,13 @@ class JobInfo:
         "queue",
         "spec",
         "stale_since_ms",
+        "subgroup_cache",
         "tasks",
         "uid",
     )
 
     def __init__(self, spec: Job, queue: QueueInfo | None, index: int) -> None:
+        self.subgroup_cache: subgroups.Tree[TaskInfo] | None = None
         self.spec = spec
         self.uid = spec.uid
         self.name = spec.name
@@ -404,7 +417,27 @@ class JobInfo:
 
     @property
     def min_available(self) -> int:
+        if self.spec.subgroups:  # KAI: the PodGroup's minMember is unused when it has subgroups
+            return subgroup_minimum(self.spec.subgroups, self.spec.min_sub_group)
         return max(self.spec.min_available, 1)
+
+    def subgroup_tree(self) -> subgroups.Tree[TaskInfo] | None:
+        """The job's subgroup tree (:mod:`scheduler.engine.subgroups`), None without subgroups.
+
+        Built on first use, once the session has given the job all its tasks.
+        """
+        if not self.spec.subgroups:
+            return None
+        if self.subgroup_cache is None:
+            self.subgroup_cache = subgroups.build(self)
+        return self.subgroup_cache
+
+    def gang_satisfied(self, statuses: frozenset[PodStatus] = ACTIVE_ALLOCATED) -> bool:
+        """Enough pods in ``statuses`` for the gang: minAvailable, or every required PodSet's with subgroups."""
+        tree = self.subgroup_tree()
+        if tree is not None:
+            return tree.root.satisfied(statuses)
+        return self.count(statuses) >= self.min_available
 
     def count(self, statuses: frozenset[PodStatus]) -> int:
         return sum(1 for t in self.tasks if t.status in statuses)
@@ -422,6 +455,9 @@ class JobInfo:
 
     def is_ready(self) -> bool:
         """KAI: a job can be considered only if enough pods exist (alive) to reach minAvailable."""
+        tree = self.subgroup_tree()
+        if tree is not None:
+            return tree.root.alive_ready()
         alive = sum(1 for t in self.tasks if t.status in ACTIVE_ALLOCATED or t.status is PodStatus.PENDING)
         return alive >= self.min_available
 
@@ -434,11 +470,17 @@ class JobInfo:
 
     def tasks_to_allocate(self, include_virtual: bool = False) -> list[TaskInfo]:
         """The next tasks to place: enough to reach minAvailable, or one elastic extra."""
+        tree = self.subgroup_tree()
+        if tree is not None:
+            return tree.tasks_to_allocate(include_virtual)
         pending = sorted(self.pending_tasks(include_virtual), key=TaskInfo.sort_key)
         need = self.min_available - self.active_allocated()
         return pending[:need] if need > 0 else pending[:1]
 
     def has_tasks_to_allocate(self) -> bool:
+        tree = self.subgroup_tree()
+        if tree is not None:
+            return tree.has_tasks_to_allocate()
         return any(t.status is PodStatus.PENDING for t in self.tasks)
 
     def fit_error(self, reason: str, message: str, **details: object) -> None:

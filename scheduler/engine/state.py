@@ -7,6 +7,7 @@ inputs always give an equal snapshot.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -90,6 +91,24 @@ class Queue:
     reclaim_min_runtime_ms: int | None = None
 
 
+SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # the pod label that puts a pod in a subgroup (KAI)
+
+
+@dataclass(frozen=True, slots=True)
+class SubGroup:
+    """One of KAI's PodGroup ``subGroups`` (see :mod:`scheduler.engine.subgroups` for what the engine makes
+    of them): a PodSet (no child names it as parent) needs ``max(min_member, 1)`` pods, a SubGroupSet
+    ``min_sub_group`` ready children (None = all). The topology fields are its own constraint."""
+
+    name: str
+    parent: str | None = None
+    min_member: int | None = None
+    min_sub_group: int | None = None
+    topology: str | None = None
+    required_level: str | None = None
+    preferred_level: str | None = None
+
+
 class Job(msgspec.Struct, frozen=True, gc=False):
     """A pod group: the unit of gang scheduling (a frozen msgspec struct, like :class:`Pod`)."""
 
@@ -107,6 +126,10 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     topology: str | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    # KAI's subGroups (empty = one implicit gang of min_available) and the PodGroup's minSubGroup. With
+    # subgroups, min_available is the tree's minimum (subgroups.minimum), not the PodGroup's minMember.
+    subgroups: tuple[SubGroup, ...] = ()
+    min_sub_group: int | None = None
     # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
     k8s_uid: str | None = None
     node_pool: str | None = None
@@ -305,6 +328,52 @@ def with_pods(state: ClusterState, pods: Iterable[Pod]) -> ClusterState:
 
 
 # -- the fold -------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=4096)
+def subgroup_minimum(subgroups: tuple[SubGroup, ...], min_sub_group: int | None = None) -> int:
+    """The fewest pods that satisfy a subgroup tree: each PodSet needs ``max(min_member, 1)``, a
+    SubGroupSet (and the PodGroup) the ``min_sub_group`` cheapest of its children (all by default).
+    A tree the contract would reject (a cycle) counts what it can reach from the top."""
+    children: dict[str | None, list[SubGroup]] = {}
+    for sg in subgroups:
+        children.setdefault(sg.parent, []).append(sg)
+
+    def need(name: str | None, k: int | None, depth: int) -> int:
+        kids = children.get(name, [])
+        costs = sorted(
+            need(c.name, c.min_sub_group, depth + 1) if c.name in children else max(c.min_member or 0, 1)
+            for c in kids
+            if depth < len(subgroups)
+        )
+        return sum(costs[: len(costs) if k is None else k])
+
+    return max(need(None, min_sub_group, 0), 1)
+
+
+def subgroups_satisfied(
+    subgroups: tuple[SubGroup, ...], min_sub_group: int | None, active: Mapping[str, int]
+) -> bool:
+    """The gang rule of :mod:`scheduler.engine.subgroups` over ``active`` pods per PodSet name (for the
+    fold's stale-gang clock, which has no session)."""
+    children: dict[str | None, list[SubGroup]] = {}
+    for sg in subgroups:
+        children.setdefault(sg.parent, []).append(sg)
+
+    def ok(name: str | None, k: int | None, depth: int) -> bool:
+        kids = children.get(name, []) if depth <= len(subgroups) else []
+        good = sum(
+            1
+            for c in kids
+            if (
+                ok(c.name, c.min_sub_group, depth + 1)
+                if c.name in children
+                else active.get(c.name, 0) >= max(c.min_member or 0, 1)
+            )
+        )
+        return good >= (len(kids) if k is None else min(k, len(kids)))
+
+    return ok(None, min_sub_group, 0)
+
+
 _PRIORITY_CLASSES = {"train": 50, "build-preemptible": 75, "build": 100, "inference": 125}
 DEFAULT_JOB_PRIORITY = 50
 
@@ -536,11 +605,25 @@ class StateBuilder:
                 prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
             preemptible = e.preemptible if e.preemptible is not None else prio < 100
             old_job = self.jobs.get(uid)
+            subgroups = tuple(
+                SubGroup(
+                    name=sg.name,
+                    parent=sg.parent,
+                    min_member=sg.min_member,
+                    min_sub_group=sg.min_sub_group,
+                    topology=sg.topology,
+                    required_level=sg.required_topology_level,
+                    preferred_level=sg.preferred_topology_level,
+                )
+                for sg in e.subgroups
+            )
             self.jobs[uid] = Job(
                 uid=uid,
                 name=e.name,
                 queue=e.queue,
-                min_available=e.min_member,
+                min_available=subgroup_minimum(subgroups, e.min_sub_group) if subgroups else e.min_member,
+                subgroups=subgroups,
+                min_sub_group=e.min_sub_group,
                 priority=prio,
                 preemptible=preemptible,
                 created_ms=e.created_at_ms,
@@ -672,6 +755,8 @@ class StateBuilder:
         active += 1
         # _touch_job's clocks; with this pod running, active > 0, so last_start_ms stays.
         stale = not succeeded and active < max(job.min_available, 1)
+        if job.subgroups:
+            stale = not succeeded and self._subgroups_short(job_uid, job)
         if stale and job.stale_since_ms is None:
             job = evolve(job, stale_since_ms=e.at_ms)
         elif not stale and job.stale_since_ms is not None:
@@ -726,12 +811,27 @@ class StateBuilder:
         active = sum(1 for p in pods if p.status in (PodStatus.RUNNING, PodStatus.RELEASING))
         succeeded = any(p.status is PodStatus.SUCCEEDED for p in pods)
         stale = not succeeded and 0 < active < max(job.min_available, 1)
+        if job.subgroups:
+            stale = not succeeded and active > 0 and self._subgroups_short(job_uid, job)
         if stale and job.stale_since_ms is None:
             self.jobs[job_uid] = evolve(job, stale_since_ms=at_ms)
         elif not stale and job.stale_since_ms is not None:
             self.jobs[job_uid] = evolve(job, stale_since_ms=None)
         if active == 0 and job.last_start_ms is not None and not stale:
             self.jobs[job_uid] = evolve(self.jobs[job_uid], last_start_ms=None)
+
+    def job_pod_uids(self, job_uid: str) -> tuple[str, ...]:
+        """The uids of the pods of a pod group the builder holds, in submission order."""
+        return tuple(self._job_pods.get(job_uid, ()))
+
+    def _subgroups_short(self, job_uid: str, job: Job) -> bool:
+        """Some PodSet the job needs has fewer running (or releasing) pods than its minimum."""
+        counts: dict[str, int] = {}
+        for p in self._job_pod_list(job_uid):
+            if p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
+                name = p.labels.get(SUBGROUP_LABEL, "default")
+                counts[name] = counts.get(name, 0) + 1
+        return not subgroups_satisfied(job.subgroups, job.min_sub_group, counts)
 
     def fork(self) -> StateBuilder:
         """An independent builder with the same state (what-if runs fold on from here, this one is

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from scheduler.engine import topology
 from scheduler.engine.actions.common import candidate_jobs, over_capacity, should_pipeline_job
+from scheduler.engine.actions.subgroup_allocate import allocate_subgroups
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.placement import allocate_task
 from scheduler.engine.predicates import filter_counts
@@ -138,7 +139,11 @@ def allocate_constrained(
     ssn: Session, stmt: Statement, job: JobInfo, failed: dict[tuple[object, ...], str] | None = None
 ) -> bool:
     """:func:`allocate_job` for the whole cluster, or domain by domain for a job with a topology constraint
-    (:mod:`scheduler.engine.topology`): the first domain that takes the gang wins."""
+    (:mod:`scheduler.engine.topology`): the first domain that takes the gang wins. A job with subgroups goes
+    to :func:`scheduler.engine.actions.subgroup_allocate.allocate_subgroups`."""
+    tree = job.subgroup_tree()
+    if tree is not None:
+        return allocate_subgroups(ssn, stmt, job, tree, failed)
     problem = topology.constraint_error(ssn, job)
     if problem is not None:
         job.fit_error("TopologyConstraint", f"Topology constraint cannot be met: {problem}")
@@ -167,7 +172,7 @@ def allocate_constrained(
 
 def run(ssn: Session) -> None:
     """The allocate action."""
-    order = JobsByQueue(ssn, candidate_jobs(ssn))
+    order = JobsByQueue(ssn, candidate_jobs(ssn, topology_aware=True))
     failed: dict[tuple[object, ...], str] = {}
     while (job := order.pop()) is not None:
         stmt = ssn.statement()

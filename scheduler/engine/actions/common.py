@@ -18,14 +18,20 @@ def human(r: int, v: int) -> str:
     return f"{v / 1e9:g}"
 
 
-def candidate_jobs(ssn: Session, *, preemptible_only: bool = False) -> list[JobInfo]:
+def candidate_jobs(
+    ssn: Session, *, preemptible_only: bool = False, topology_aware: bool = False
+) -> list[JobInfo]:
     """Jobs an action may try: queue exists and is a leaf, job is ready and has pending tasks.
 
-    Every action keeps a job's topology constraint (docs/topology.md), so none is left out for having one.
+    Every action keeps a job-level topology constraint (docs/topology.md). A job with a subgroup that has
+    a required level is left to the actions that place subgroups (``topology_aware``: allocate only, for
+    now), so reclaim, preempt and consolidation never place such a subgroup across domains.
     """
     out = []
     for job in ssn.jobs:
         if job.queue is None or not job.queue.is_leaf:
+            continue
+        if not topology_aware and any(sg.required_level for sg in job.spec.subgroups):
             continue
         if not job.has_tasks_to_allocate() or not job.is_ready():
             continue
@@ -96,5 +102,9 @@ def should_pipeline_job(job: JobInfo) -> bool:
     from scheduler.engine.state import PodStatus
 
     has_pipe = any(t.status is PodStatus.PIPELINED for t in job.tasks)
+    if not has_pipe:
+        return False
+    if job.spec.subgroups:
+        return not job.gang_satisfied(frozenset({PodStatus.ALLOCATED, PodStatus.RUNNING}))
     active = sum(1 for t in job.tasks if t.status in (PodStatus.ALLOCATED, PodStatus.RUNNING))
-    return has_pipe and active < job.min_available
+    return active < job.min_available

@@ -154,6 +154,9 @@ def tasks_to_evict(view: JobInfo) -> tuple[list[TaskInfo], bool]:
 
     Tasks are taken in reverse task order. The flag says whether the job has more to give later.
     """
+    tree = view.subgroup_tree()
+    if tree is not None:  # elastic shrink per PodSet (KAI)
+        return tree.tasks_to_evict(ACTIVE_ALLOCATED)
     active = sorted((t for t in view.tasks if t.status in ACTIVE_ALLOCATED), key=TaskInfo.sort_key)
     if len(active) > view.min_available:
         return [active[-1]], True

@@ -97,6 +97,9 @@ def tasks_to_evict(job: JobInfo) -> tuple[list[TaskInfo], bool]:
     Above minAvailable only the last active task in task order goes (elastic shrink) and the job has more to
     give; otherwise every active task goes, last first.
     """
+    tree = job.subgroup_tree()
+    if tree is not None:  # elastic shrink per PodSet (KAI)
+        return tree.tasks_to_evict(ACTIVE_ALLOCATED)
     active = [t for t in reversed(task_order(job.tasks)) if t.status in ACTIVE_ALLOCATED]
     if not active:
         return [], False

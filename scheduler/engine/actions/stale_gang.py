@@ -15,7 +15,12 @@ NAME = "stale_gang_eviction"
 
 
 def is_stale(job: JobInfo) -> bool:
-    """No succeeded pod, some pod active, fewer active pods than minAvailable."""
+    """No succeeded pod, some pod active, fewer active pods than minAvailable (with subgroups: some
+    required PodSet short of its minAvailable, as KAI checks the gang per PodSet)."""
+    if job.spec.subgroups:
+        if any(t.status is PodStatus.SUCCEEDED for t in job.tasks):
+            return False
+        return job.count(ACTIVE_USED) > 0 and not job.gang_satisfied(ACTIVE_USED)
     if job.min_available <= 1:
         return False  # 0 < active < 1 cannot hold: skip the task scans (most jobs)
     if any(t.status is PodStatus.SUCCEEDED for t in job.tasks):
@@ -40,6 +45,11 @@ def run(ssn: Session) -> None:
             f"Workload doesn't meet the minimum required number of pods ({job.min_available}), "
             "evicting remaining pod"
         )
+        tree = job.subgroup_tree()
+        if tree is not None:
+            short = tree.root.shortfalls(ACTIVE_USED)
+            detail = ", ".join(f"subgroup {ps.name} has {have} of {need}" for ps, have, need in short)
+            reason = f"Workload doesn't meet the minimum required number of pods ({detail}), evicting remaining pod"
         for t in sorted(job.tasks, key=lambda t: t.sort_key(), reverse=True):
             if t.status in ACTIVE_ALLOCATED:
                 stmt.evict(t, NAME, f"{reason}: {t.name}")
