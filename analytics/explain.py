@@ -505,6 +505,23 @@ def explain(store: Path | str, pod: str, at_ms: int | None = None) -> Explanatio
         con.close()
 
 
+def _landing(d: dict[str, Any]) -> list[str]:
+    """Where a gang with a topology constraint landed (the Bind / Pipeline decision's details.topology)."""
+    raw = d.get("details")
+    details = json.loads(raw) if isinstance(raw, str) else (raw or {})
+    where = details.get("topology") if isinstance(details, dict) else None
+    if not isinstance(where, dict):
+        return []
+    wanted = []
+    if where.get("required_level"):
+        wanted.append(f"requires one {where['required_level']}")
+    if where.get("preferred_level"):
+        met = "met" if where.get("within_preferred") else "not met: its pods span several"
+        wanted.append(f"prefers one {where['preferred_level']} ({met})")
+    domain = where.get("domain") or "no common domain"
+    return [f"Topology {where.get('topology')}: the gang's placed pods are within {domain}; it {', '.join(wanted)}"]
+
+
 def _explain(s: _Store, pod_arg: str, at_ms: int | None) -> Explanation:
     pod = s.resolve_pod(pod_arg)
     limit = at_ms if at_ms is not None else 2**62
@@ -573,6 +590,7 @@ def _explain(s: _Store, pod_arg: str, at_ms: int | None) -> Explanation:
             portion = d["gpu_milli_per_device"] or 1000
             gpu = f", GPU device(s) {devices} ({portion / 1000:g} of each)"
         e.lines.append(f"Placed: node {d['node']}{gpu}, by the {d['action']} action")
+        e.lines.extend(_landing(d))
         e.lines.append("Queue standing in that cycle:")
         e.lines.extend(_standing(s, cycle_id, queue))
     elif "Pipeline" in by_kind:
@@ -581,6 +599,7 @@ def _explain(s: _Store, pod_arg: str, at_ms: int | None) -> Explanation:
             f"Why: pipelined to node {d['node']} by the {d['action']} action: it waits for pods being evicted"
             " there to finish releasing their resources, then a later cycle binds it"
         )
+        e.lines.extend(_landing(d))
         e.lines.append("Queue standing in that cycle:")
         e.lines.extend(_standing(s, cycle_id, queue))
     else:

@@ -165,6 +165,9 @@ class Report:
     bucket: str
     notes: list[str] = field(default_factory=list)
     focus: str | None = None
+    # Topology (gang_placements): per leaf queue, the gangs with a topology constraint first placed in the
+    # window, and how many of those with a preferred level got it (docs/topology.md).
+    placements: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -595,7 +598,37 @@ def _build(
             raise ReportError(f"unknown queue {focus!r} (queues in the store: {known})")
         keep = _family(focus, parent_of, children)
         rows = [r for r in rows if r.name in keep]
-    return Report(db, win, cluster, rows, trend, bucket_name, notes, focus)
+    placements = _placements(con, w)
+    if focus is not None:
+        placements = [p for p in placements if p["queue"] in keep]
+    return Report(db, win, cluster, rows, trend, bucket_name, notes, focus, placements)
+
+
+def _placements(con: duckdb.DuckDBPyConnection, w: Sequence[Any]) -> list[dict[str, Any]]:
+    """Per queue: gangs with a topology constraint first placed in the window, and preferred-level hits."""
+    out = []
+    for q, gangs, req, pref, hit in _rows(
+        con,
+        """
+        SELECT queue, count(*), count(*) FILTER (WHERE required_level IS NOT NULL),
+               count(*) FILTER (WHERE preferred_level IS NOT NULL), count(*) FILTER (WHERE within_preferred)
+        FROM (SELECT * FROM gang_placements
+              QUALIFY row_number() OVER (PARTITION BY job ORDER BY logical_time_ms, record_seq) = 1)
+        WHERE logical_time_ms >= $1 AND logical_time_ms < $2 GROUP BY queue ORDER BY queue
+        """,
+        w,
+    ):
+        out.append(
+            {
+                "queue": q or "(none)",
+                "gangs": int(gangs),
+                "with_required_level": int(req),
+                "with_preferred_level": int(pref),
+                "got_preferred_level": int(hit),
+                "preferred_hit_rate": int(hit) / int(pref) if pref else None,
+            }
+        )
+    return out
 
 
 def _family(q: str, parent_of: dict[str, str | None], children: dict[str, list[str]]) -> set[str]:
@@ -906,6 +939,23 @@ def _render_table(report: Report, out: IO[str]) -> None:
                 _pct(b["allocation_ratio"]),
             )
         console.print(t4)
+    if report.placements:
+        t5 = Table(
+            title="Topology: gangs with a constraint, first placed in the window", title_justify="left"
+        )
+        for col in ("queue", "gangs", "required level", "preferred level", "got preferred level"):
+            t5.add_column(col, justify="left" if col == "queue" else "right", no_wrap=col == "queue")
+        for p in report.placements:
+            t5.add_row(
+                p["queue"],
+                str(p["gangs"]),
+                str(p["with_required_level"]),
+                str(p["with_preferred_level"]),
+                "-"
+                if p["preferred_hit_rate"] is None
+                else f"{p['got_preferred_level']} ({_pct(p['preferred_hit_rate'])})",
+            )
+        console.print(t5)
     for n in report.notes:
         console.print(f"[dim]note:[/dim] {n}")
     if report.focus is not None:

@@ -441,8 +441,27 @@ def render_html(report: Report, data: dict[str, Any]) -> str:
         _table(head, qrows),
         "<h2>Cluster</h2>",
         _table(["figure", "value"], crows),
-        *(f'<p class="note">Note: {html.escape(n)}</p>' for n in report.notes),
     ]
+    if report.placements:
+        parts += [
+            "<h2>Topology: gangs with a constraint, first placed in the window</h2>",
+            _table(
+                ["queue", "gangs", "required level", "preferred level", "got preferred level"],
+                [
+                    [
+                        p["queue"],
+                        str(p["gangs"]),
+                        str(p["with_required_level"]),
+                        str(p["with_preferred_level"]),
+                        "-"
+                        if p["preferred_hit_rate"] is None
+                        else f"{p['got_preferred_level']} ({_pct(p['preferred_hit_rate'])})",
+                    ]
+                    for p in report.placements
+                ],
+            ),
+        ]
+    parts += [f'<p class="note">Note: {html.escape(n)}</p>' for n in report.notes]
     for pid in PLOTS:
         title, svg = figs[pid]
         parts.append(f'<figure id="plot-{pid}"><figcaption>{html.escape(title)}</figcaption>{svg}</figure>')

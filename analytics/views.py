@@ -15,6 +15,8 @@ pre-aggregated totals, because a window cuts intervals: the report takes
   pod's queue (from ``PodSubmitted``) and what it held;
 * ``job_waits``: each job (pod group), its submission and first bind;
 * ``evictions``: each ``Evict`` decision with its kind and the queue that caused it;
+* ``gang_placements``: per cycle and job with a topology constraint that got pods bound or pipelined, the
+  domain its placed pods shared (per level and the narrowest), and whether that met its preferred level;
 * ``pending_intervals``: each job's pending spans: reason and message from the cycle that decided them to
   the cycle that changed or cleared them;
 * ``queue_days_live`` / ``queue_days``: per queue and day, GPU-ms held, allocated, fair share, job-ms
@@ -278,6 +280,25 @@ WITH sub AS (
 SELECT s.job, coalesce(s.queue, pg.queue) AS queue, s.submitted_ms, f.first_bind_ms,
        f.first_bind_ms - s.submitted_ms AS wait_ms
 FROM sub s LEFT JOIN first_bind f USING (job) LEFT JOIN pg ON pg.uid = s.job
+""",
+    ),
+    (
+        # The engine writes where a topology-constrained job landed on each of its Bind / Pipeline decisions
+        # (details.topology, scheduler/engine/topology.py ``landing``): one row per cycle and job.
+        "gang_placements",
+        """
+SELECT job, queue, cycle_id, logical_time_ms, min(record_seq) AS record_seq,
+       count(*) FILTER (WHERE kind = 'Bind') AS pods_bound,
+       count(*) FILTER (WHERE kind = 'Pipeline') AS pods_pipelined,
+       json_extract_string(details, '$.topology.topology') AS topology,
+       json_extract_string(details, '$.topology.required_level') AS required_level,
+       json_extract_string(details, '$.topology.preferred_level') AS preferred_level,
+       json_extract_string(details, '$.topology.domain') AS domain,
+       CAST(json_extract_string(details, '$.topology.within_preferred') AS BOOLEAN) AS within_preferred,
+       CAST(json_extract(details, '$.topology.domains') AS VARCHAR) AS domains
+FROM decisions
+WHERE kind IN ('Bind', 'Pipeline') AND details IS NOT NULL AND json_extract(details, '$.topology') IS NOT NULL
+GROUP BY job, queue, cycle_id, logical_time_ms, details
 """,
     ),
     (

@@ -85,7 +85,7 @@ _SCENARIOS = sorted(
 
 
 def test_there_are_topology_scenarios() -> None:
-    assert len(_SCENARIOS) >= 36
+    assert len(_SCENARIOS) >= 42
 
 
 @pytest.mark.parametrize("path", _SCENARIOS, ids=lambda p: p.stem)

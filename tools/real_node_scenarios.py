@@ -1342,12 +1342,19 @@ _HALF_FULL = [
     job("a1", [task("a1-0", gpus=4, status="running", node="n1")], queue="a"),
     job("a2", [task("a2-0", gpus=4, status="running", node="n2")], queue="a"),
 ]
+_FREES_RACK = {
+    "reclaim": "the reclaim evicts a2 (queue a is over its share, b under) and, as KAI's consolidating "
+    "reclaim, re-places it on n1 beside a1",
+    "preempt": "the higher-priority gang preempts a2 (same queue, lower priority), which is re-placed on n1 "
+    "beside a1",
+    "consolidation": "consolidation moves a2 onto n1 beside a1",
+}
 for _phase in ("reclaim", "preempt", "consolidation"):
     topology(
-        f"topo-{ {'reclaim': 27, 'preempt': 28, 'consolidation': 29}[_phase] }-{_phase}-leaves-required-gang",
-        f"Each rack has 4 free GPUs and the 2x4-GPU gang requires one rack: {_phase} is not topology-aware "
-        "yet, so it leaves the gang to allocate instead of placing it across racks; nothing is evicted "
-        "(without the constraint it pipelines the gang on n1 + n2).",
+        f"topo-{ {'reclaim': 27, 'preempt': 28, 'consolidation': 29}[_phase] }-{_phase}-frees-rack-for-required-gang",
+        f"Each rack has 4 free GPUs and the 2x4-GPU gang requires one rack: {_FREES_RACK[_phase]}, so rack r2 "
+        "is free and the gang is pipelined there, both pods on n2 (without the constraint nothing moves and "
+        "the gang is pipelined across n1 + n2).",
         _TWO_RACKS,
         [
             *_HALF_FULL,
@@ -1361,13 +1368,157 @@ for _phase in ("reclaim", "preempt", "consolidation"):
             ),
         ],
         {
-            "jobs": {"j": PENDING},
-            "tasks": {"a1-0": on("n1", "running"), "a2-0": on("n2", "running")},
+            "task_sets": [
+                {"tasks": ["j-0", "j-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n2": 2}}
+            ],
+            "tasks": {"a1-0": on("n1", "running"), "a2-0": on("n1", "pipelined")},
         },
         phase=_phase,
         queues=[queue("a", quota=16 if _phase == "preempt" else 0), queue("b", quota=16)],
         tags=["with-eviction", _phase],
     )
+
+# Two racks of two 8-GPU nodes, each node running one single-pod job of queue a; the victims come in the
+# order a4, a3, a2, a1 (the lowest-ranked job first), which alternates between the racks.
+_FOUR = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+         tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2")]
+_FULL = [
+    job("a1", [task("a1-0", gpus=8, status="running", node="n1")], queue="a"),
+    job("a2", [task("a2-0", gpus=8, status="running", node="n3")], queue="a"),
+    job("a3", [task("a3-0", gpus=8, status="running", node="n2")], queue="a"),
+    job("a4", [task("a4-0", gpus=8, status="running", node="n4")], queue="a"),
+]
+_EVICTED = {"status": "releasing"}
+_RUNNING = {"status": "running"}
+for _n, _phase in ((1, "reclaim"), (2, "preempt")):
+    topology(
+        f"topo-act-{_n:02d}-{_phase}-evicts-one-rack",
+        f"Every node is busy and the 2x8-GPU gang requires one rack: {_phase} takes victims in its order "
+        "(a4 on n4, a3 on n2, a2 on n3) but evicts only those of one rack, a4 and a2, freeing r2 for the gang; "
+        "a3 keeps running. Without the constraint it evicts the first two victims, a4 and a3, across racks.",
+        _FOUR,
+        [
+            *_FULL,
+            gang("j", 2, queue="a" if _phase == "preempt" else "b", required_topology_level="rack", priority=100),
+        ],
+        {
+            "task_sets": [
+                {"tasks": ["j-0", "j-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n3": 1, "n4": 1}}
+            ],
+            "tasks": {"a1-0": _RUNNING, "a2-0": _EVICTED, "a3-0": _RUNNING, "a4-0": _EVICTED},
+        },
+        phase=_phase,
+        queues=[queue("a", quota=32 if _phase == "preempt" else 0), queue("b", quota=32)],
+        tags=["with-eviction", _phase],
+    )
+topology(
+    "topo-act-03-reclaim-no-rack-can-be-freed",
+    "Each rack has one node held by a non-preemptible job, so no rack can be freed for the 2x8-GPU gang that "
+    "requires one: reclaim evicts nothing (without the constraint it evicts a3 and a4, one in each rack).",
+    _FOUR,
+    [
+        busy("f1", "n1"),
+        busy("f2", "n3"),
+        job("a3", [task("a3-0", gpus=8, status="running", node="n2")], queue="a"),
+        job("a4", [task("a4-0", gpus=8, status="running", node="n4")], queue="a"),
+        gang("j", 2, queue="b", required_topology_level="rack", priority=100),
+    ],
+    {"jobs": {"j": PENDING}, "tasks": {"a3-0": _RUNNING, "a4-0": _RUNNING}},
+    phase="reclaim",
+    queues=[queue("q", quota=16), queue("a", quota=0), queue("b", quota=16)],
+    tags=["with-eviction", "reclaim"],
+)
+topology(
+    "topo-act-07-reclaim-failed-required-gang-does-not-block-twin",
+    "KAI's scheduling signatures include the topology constraint: j1 (2x8 GPUs, requires one rack) fails to "
+    "reclaim since no rack can be freed, yet the same gang without a constraint, j2, is still tried and "
+    "reclaims a3 and a4 across racks. (Without j1's constraint j1 reclaims them and j2 waits.)",
+    _FOUR,
+    [
+        busy("f1", "n1"),
+        busy("f2", "n3"),
+        job("a3", [task("a3-0", gpus=8, status="running", node="n2")], queue="a"),
+        job("a4", [task("a4-0", gpus=8, status="running", node="n4")], queue="a"),
+        gang("j1", 2, queue="b", required_topology_level="rack", priority=100),
+        job("j2", [task(f"j2-{i}", gpus=8) for i in range(2)], queue="b", priority=100),
+    ],
+    {
+        "jobs": {"j1": PENDING},
+        "task_sets": [{"tasks": ["j2-0", "j2-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n2": 1, "n4": 1}}],
+        "tasks": {"a3-0": _EVICTED, "a4-0": _EVICTED},
+    },
+    phase="reclaim",
+    queues=[queue("q", quota=16), queue("a", quota=0), queue("b", quota=32)],
+    tags=["with-eviction", "reclaim"],
+)
+topology(
+    "topo-act-04-reclaim-preferred-rack-lands-in-freed-rack",
+    "Only 4 GPUs are idle (n1, rack r1) and the 2x4-GPU gang prefers one rack: reclaim evicts a3 on n3 and "
+    "places both pods there, in rack r2. Without the preference binpack puts one pod on n1's idle GPUs and "
+    "one on n3, across racks.",
+    _FOUR,
+    [
+        busy("f1", "n1", gpus=4),
+        busy("f2", "n2"),
+        busy("f4", "n4"),
+        job("a3", [task("a3-0", gpus=8, status="running", node="n3")], queue="a"),
+        gang("j", 2, gpus=4, queue="b", preferred_topology_level="rack", priority=100),
+    ],
+    {
+        "task_sets": [{"tasks": ["j-0", "j-1"], "status_counts": {"pipelined": 2}, "node_counts": {"n3": 2}}],
+        "tasks": {"a3-0": _EVICTED},
+    },
+    phase="reclaim",
+    queues=[queue("q", quota=32), queue("a", quota=0), queue("b", quota=16)],
+    tags=["with-eviction", "reclaim"],
+)
+topology(
+    "topo-act-05-consolidation-moves-required-victim-within-rack",
+    "Consolidation moves the rack-constrained gang v (4 GPUs on n1 and on n2, rack r1) to make room for an "
+    "8-GPU pod: v is re-placed within one rack, both pods on n1, and p takes n2. Without v's constraint "
+    "binpack re-places one of v's pods on n3 (rack r2, 4 GPUs free) and p still takes n2.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2")],
+    [
+        busy("f3", "n3", gpus=4),
+        busy("f4", "n4"),
+        job(
+            "v",
+            [task("v-0", gpus=4, status="running", node="n1"), task("v-1", gpus=4, status="running", node="n2")],
+            topology="dc",
+            required_topology_level="rack",
+        ),
+        job("p", [task("p-0", gpus=8)]),
+    ],
+    {"tasks": {"v-0": on("n1", "running"), "v-1": on("n1", "pipelined"), "p-0": on("n2", "pipelined")}},
+    phase="consolidation",
+    tags=["with-eviction", "consolidation"],
+)
+topology(
+    "topo-act-06-preempt-required-block-frees-block",
+    "The 4x8-GPU gang requires one block; block b1 (racks r1, r2) holds two lower-priority jobs, block b2 "
+    "(3 nodes) one non-preemptible job: preempt moves both of b1's jobs to b2's free nodes and pipelines "
+    "the gang on all of b1. Without the constraint the gang is spread over both blocks.",
+    [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+     tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2"),
+     tnode("n5", "z1", "b2", "r3"), tnode("n6", "z1", "b2", "r3"),
+     tnode("n7", "z1", "b2", "r4")],
+    [
+        busy("f7", "n7"),
+        job("a2", [task("a2-0", gpus=8, status="running", node="n2")]),
+        job("a4", [task("a4-0", gpus=8, status="running", node="n4")]),
+        gang("j", 4, required_topology_level="block", priority=100),
+    ],
+    {
+        "task_sets": [
+            {"tasks": [f"j-{i}" for i in range(4)], "status_counts": {"pipelined": 4},
+             "node_counts": {"n1": 1, "n2": 1, "n3": 1, "n4": 1}}
+        ],
+        "tasks": {"a2-0": on("n5", "pipelined"), "a4-0": on("n6", "pipelined")},
+    },
+    phase="preempt",
+    tags=["with-eviction", "preempt"],
+)
 
 topology(
     "topo-30-placed-pods-span-racks",

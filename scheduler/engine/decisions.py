@@ -24,6 +24,7 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from scheduler.engine import topology
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -248,6 +249,7 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
     ops_by_task: dict[str, list[Op]] = {}
     for op in ssn.decisions:
         ops_by_task.setdefault(op.task.uid, []).append(op)
+    landed: dict[str, dict[str, Any]] = {}  # v2: where a job with a topology constraint sits (its Binds carry it)
     for t in ssn.tasks:
         job = t.job
         qname = job.queue.name if job.queue is not None else None
@@ -272,6 +274,12 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
                 )
             )
         if t.node is not None and t.status in (PodStatus.ALLOCATED, PodStatus.PIPELINED):
+            details: dict[str, Any] = {}
+            if version != 1 and topology.constrained(job):
+                if job.uid not in landed:
+                    where = topology.landing(ssn, job)
+                    landed[job.uid] = {"topology": where} if where is not None else {}
+                details = landed[job.uid]
             out.append(
                 Decision(
                     kind="Bind" if t.status is PodStatus.ALLOCATED else "Pipeline",
@@ -282,6 +290,7 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
                     gpu_devices=list(t.devices),
                     gpu_milli_per_device=t.portion,
                     action=last.action,
+                    details=details,
                 )
             )
     cached: list[int] = []

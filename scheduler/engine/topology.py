@@ -19,9 +19,12 @@ job's leading resource (GPUs, or CPU for a CPU-only gang) on idle capacity; a do
 releasing capacity is short of the gang's total is skipped without trying it. Pods the job already has
 placed (elastic growth, a partly placed gang) pin it: only domains holding all of their nodes are tried.
 
-Not yet topology-aware (docs/topology.md): subgroups; reclaim, preempt and consolidation, which leave a
-job with a required level to allocate (:func:`scheduler.engine.actions.common.candidate_jobs`). Everything
-here is deterministic: domains are sorted by their label values.
+Reclaim, preempt and consolidation use the same plan for their what-if placements (KAI calls the same
+``SubsetNodes`` from its solvers): a *live* plan (:func:`plan` with ``live=True``) reads free capacity from
+the session as it stands inside a simulation, and :class:`DomainRoom` is the solvers' cheap necessary
+condition (KAI's topology-aware idle-GPU scenario filter). Those actions do not yet place subgroups'
+own constraints (docs/topology.md).
+Everything here is deterministic: domains are sorted by their label values.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from dataclasses import dataclass
 from scheduler.engine.session import GPU_MILLI, JobInfo, NodeInfo, Session, TaskInfo
 from scheduler.engine.state import PodStatus, Topology
 
-__all__ = ["Domain", "Plan", "constraint_error", "domains", "plan"]
+__all__ = ["Domain", "DomainRoom", "Plan", "constrained", "constraint_error", "domains", "landing", "plan"]
 
 _PLACED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RELEASING})
 
@@ -115,6 +118,7 @@ class Plan:
     need: int  # of the leading resource, for the tasks to place now
     anchors: frozenset[str]  # nodes of pods the job already has placed
     tried: int = 0  # required-level domains with enough capacity that were tried and failed
+    live: bool = False  # free capacity read afresh each time (inside a what-if simulation), never cached
 
     def frees(self, ssn: Session, depth: int, future: bool = False) -> list[int]:
         """Free capacity of each domain of level ``depth`` (in :func:`domains` order), in the leading resource.
@@ -123,6 +127,8 @@ class Plan:
         placement, as :func:`scheduler.engine.actions.allocate.allocate_constrained` does (before trying a
         job, and after each failed try has been rolled back).
         """
+        if self.live:
+            return [d.free(self.gpu, future) for d in domains(ssn, self.topology.levels, depth)]
         cache = _FREES.setdefault(ssn, {})
         key = (self.topology.levels, depth, self.gpu, future)
         hit = cache.get(key)
@@ -225,10 +231,19 @@ def constraint_error(ssn: Session, job: JobInfo) -> str | None:
     return None
 
 
-def plan(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> Plan | None:
+def constrained(job: JobInfo) -> bool:
+    """True when the job's PodGroup names a topology and a level (required or preferred)."""
+    spec = job.spec
+    return spec.topology is not None and (spec.required_level is not None or spec.preferred_level is not None)
+
+
+def plan(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo], live: bool = False) -> Plan | None:
     """The placement plan of a job with a topology level, or None when it has none (place anywhere).
 
-    Call :func:`constraint_error` first: a constraint it rejects gives no plan.
+    Call :func:`constraint_error` first: a constraint it rejects gives no plan. ``live`` plans are for
+    what-if simulations (reclaim, preempt, consolidation): free capacity is not cached, and tasks a
+    simulation evicted (virtual, releasing) do not pin the job to their domain, as in KAI, where only
+    active allocated pods do.
     """
     spec = job.spec
     if spec.topology is None or (spec.required_level is None and spec.preferred_level is None):
@@ -243,5 +258,78 @@ def plan(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> Plan | None:
         tasks=tasks,
         gpu=gpu,
         need=gpu_need if gpu else sum(t.request.cpu for t in tasks),
-        anchors=frozenset(t.node.name for t in job.tasks if t.node is not None and t.status in _PLACED),
+        anchors=frozenset(
+            t.node.name
+            for t in job.tasks
+            if t.node is not None and t.status in _PLACED and not (t.virtual and t.status is PodStatus.RELEASING)
+        ),
+        live=live,
     )
+
+
+class DomainRoom:
+    """Idle + releasing capacity of each domain of a plan's required level, grown as a solver adds victims.
+
+    KAI's topology-aware idle-GPU scenario filter: a scenario can only succeed if one domain the gang may
+    use holds the gang's whole need once the victims so far are gone (victims re-placed elsewhere only take
+    capacity). A necessary condition, checked before simulating; only for GPU gangs with a required level.
+    """
+
+    def __init__(self, ssn: Session, p: Plan) -> None:
+        """Capacity of the domains of ``p``'s required level that hold every placed pod of the job."""
+        assert p.required is not None and p.gpu
+        doms = [
+            d
+            for d in domains(ssn, p.topology.levels, p.required)
+            if not p.anchors or p.anchors <= {n.name for n in d.nodes}
+        ]
+        self.free = [d.free(True, future=True) for d in doms]
+        self.where = {n.name: i for i, d in enumerate(doms) for n in d.nodes}
+        self.need = p.need
+
+    def add(self, node: str | None, milli_gpu: int) -> None:
+        """A victim on ``node`` frees ``milli_gpu``."""
+        i = self.where.get(node) if node is not None else None
+        if i is not None:
+            self.free[i] += milli_gpu
+
+    def ok(self) -> bool:
+        """Some domain may hold the gang."""
+        return max(self.free, default=0) >= self.need
+
+
+_LANDED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED})
+
+
+def landing(ssn: Session, job: JobInfo) -> dict[str, object] | None:
+    """Where a job with a topology constraint sits now: what its cycle record's Bind / Pipeline carry.
+
+    ``{"topology", "domain", "required_level", "preferred_level", "domains", "within_preferred"}``:
+    ``domain`` is the narrowest domain holding them all (``zone=z1/block=b2/rack=r3``), ``domains`` maps
+    each level of the topology, widest first, to the label value all the job's placed pods (running,
+    allocated, pipelined) share at that level and every wider one, or None where they span domains (or a
+    node lacks the label); ``within_preferred`` says whether they share a preferred-level domain (None
+    without a preferred level). None for a job without a usable constraint.
+    """
+    spec = job.spec
+    if not constrained(job) or constraint_error(ssn, job) is not None:
+        return None
+    topo = next(t for t in ssn.state.topologies if t.name == spec.topology)
+    nodes = {t.node.name: t.node for t in job.tasks if t.node is not None and t.status in _LANDED}
+    out: dict[str, str | None] = {}
+    same = bool(nodes)
+    for level in topo.levels:
+        values = {n.spec.labels.get(level) for n in nodes.values()}
+        value = next(iter(values)) if len(values) == 1 else None
+        same = same and value is not None
+        out[level] = value if same else None
+    within = None if spec.preferred_level is None else out.get(spec.preferred_level) is not None
+    shared = [f"{k}={v}" for k, v in out.items() if v is not None]
+    return {
+        "topology": topo.name,
+        "domain": "/".join(shared) or None,
+        "required_level": spec.required_level,
+        "preferred_level": spec.preferred_level,
+        "domains": out,
+        "within_preferred": within,
+    }

@@ -9,6 +9,8 @@ For each ready, pending, preemptible job in queue order:
   committed only if every victim task found a new place and the job's gang is satisfied: moved victims are
   evicted and show as ``pipelined`` on their new node, the job itself is ``pipelined``. Anything else is
   rolled back and leaves no trace.
+* the job and every moved victim with a topology constraint are placed within their domains
+  (docs/topology.md): consolidation may move pods out of a rack to free it for a rack-constrained gang.
 
 The action is off when ``max_consolidation_preemptees`` is 0 or a placement strategy is ``spread``.
 """

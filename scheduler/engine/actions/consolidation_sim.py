@@ -13,6 +13,10 @@ For one pending preemptible job (the preemptor) the search looks for running pre
   order -- the victim jobs and the preemptor's prefix. A victim re-placed on the node it was evicted from is
   un-evicted (it keeps running there), unless it is a shared-GPU task that lands on another GPU group.
 * The scenario holds only if the preemptor's prefix fits and no victim task is left releasing.
+* Topology: the preemptor and every re-placed victim with a topology constraint are pipelined domain by
+  domain, as allocate places them (:func:`scheduler.engine.topology.plan`, live), so consolidation may move
+  pods out of a rack to free it for a rack-constrained gang and never spreads such a gang (or a moved
+  victim with a required level) across domains.
 
 Everything happens inside one :class:`~scheduler.engine.session.Statement`: a failed search leaves the session
 exactly as it was, a successful one returns the statement for the caller to commit.
@@ -21,9 +25,10 @@ exactly as it was, a successful one returns the statement for the caller to comm
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from scheduler.engine import topology
 from scheduler.engine.actions.common import over_capacity
 from scheduler.engine.ordering import JobsByQueue, turns
 from scheduler.engine.placement import best_fit, max_node_resources_error
@@ -77,18 +82,32 @@ def _pre_predicate_ok(ssn: Session, t: TaskInfo) -> bool:
     return ok
 
 
-def pipeline_task(ssn: Session, stmt: Statement, t: TaskInfo, nodes: Sequence[NodeInfo]) -> bool:
+def pipeline_task(
+    ssn: Session,
+    stmt: Statement,
+    t: TaskInfo,
+    nodes: Sequence[NodeInfo],
+    domain: Sequence[NodeInfo] | None = None,
+) -> bool:
     """Pipeline `t` onto the best node among `nodes` (idle + releasing capacity); False when none fits.
 
     Nodes are scored as in a real allocation -- including the bonus for fitting on idle capacity, which KAI
-    computes whatever the pipeline-only mode -- but the task is always pipelined, never bound.
+    computes whatever the pipeline-only mode -- but the task is always pipelined, never bound. `domain`
+    (a topology domain's nodes) narrows the choice further.
     """
     if not _pre_predicate_ok(ssn, t):
         return False
     # A GPU task can only go where GPU capacity is idle or releasing: a node that had some when the
     # search began (feasible) or one a victim was evicted from -- all in `nodes`. Offering it every node
     # is therefore the same choice, and lets the binpack fast path answer without scoring each node.
-    best = best_fit(ssn, t, nodes if t.is_cpu_only() else ssn.nodes, allow_idle=True)
+    if domain is None:
+        candidates = nodes if t.is_cpu_only() else ssn.nodes
+    elif t.is_cpu_only():
+        names = {n.name for n in nodes}
+        candidates = [n for n in domain if n.name in names]
+    else:
+        candidates = domain
+    best = best_fit(ssn, t, candidates, allow_idle=True)
     if best is None:
         return False
     if t.virtual and t.status is PodStatus.RELEASING and best.node is t.node:
@@ -104,15 +123,22 @@ def pipeline_task(ssn: Session, stmt: Statement, t: TaskInfo, nodes: Sequence[No
 def pipeline_job(
     ssn: Session, stmt: Statement, job: JobInfo, tasks: Sequence[TaskInfo], nodes: Sequence[NodeInfo]
 ) -> bool:
-    """Pipeline all of `tasks` (of `job`) or none, after the queue capacity check."""
+    """Pipeline all of `tasks` (of `job`) or none, after the queue capacity check; a job with a topology
+    constraint within the first of its domains (in allocate's order) that takes them all."""
     if not tasks or over_capacity(ssn, job, tasks) is not None:
         return False
+    p = None
+    if topology.constrained(job) and topology.constraint_error(ssn, job) is None:
+        p = topology.plan(ssn, job, tasks, live=True)
+    domains: Iterable[Sequence[NodeInfo] | None] = (
+        [None] if p is None else (None if d is None else d.nodes for _nodes, d in p.node_sets(ssn))
+    )
     cp = stmt.checkpoint()
-    for t in tasks:
-        if not pipeline_task(ssn, stmt, t, nodes):
-            stmt.rollback(cp)
-            return False
-    return True
+    for domain in domains:
+        if all(pipeline_task(ssn, stmt, t, nodes, domain) for t in tasks):
+            return True
+        stmt.rollback(cp)
+    return False
 
 
 # -- victims ----------------------------------------------------------------------------------------------
@@ -347,6 +373,8 @@ def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
     tasks = preemptor.tasks_to_allocate()
     if not tasks:
         return None
+    if topology.constrained(preemptor) and topology.constraint_error(ssn, preemptor) is not None:
+        return None  # allocate told the job why; moving pods cannot help
     ssn.work[f"{ACTION}.attempts"] += 1  # KAI's podgroups_acted_on_by_action; no decision reads it
     before = preemptor.count(ACTIVE_USED)
     solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor))

@@ -3,7 +3,8 @@
 Jobs are tried in queue order. A non-preemptible job that would take its queue's non-preemptible allocation
 over quota is skipped. Victims are preemptible jobs of the same queue with strictly lower priority that hold
 active tasks and are not protected by min-runtime. The shared solver picks them and the min-runtime
-validator judges each scenario; on success the victims are evicted and the preemptor is pipelined.
+validator judges each scenario; on success the victims are evicted and the preemptor is pipelined. A job with a
+topology constraint is placed within its domains (docs/topology.md).
 """
 
 from __future__ import annotations

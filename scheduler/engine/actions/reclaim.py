@@ -4,7 +4,8 @@ Jobs are tried in queue order. A job is considered only if its queue, with the j
 its fair share (:func:`scheduler.engine.reclaimable.can_reclaim`). Victims are preemptible jobs of *other* queues
 that hold active tasks and are not protected by min-runtime. The shared solver picks them; the proportion
 validator (:func:`scheduler.engine.reclaimable.reclaimable`) and the min-runtime validator judge each scenario. On
-success the victims are evicted and the reclaimer's tasks are pipelined onto the capacity they free.
+success the victims are evicted and the reclaimer's tasks are pipelined onto the capacity they free. A job with
+a topology constraint is placed within its domains, so a reclaim may free a whole rack for it (docs/topology.md).
 """
 
 from __future__ import annotations

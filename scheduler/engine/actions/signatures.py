@@ -26,8 +26,13 @@ def _pod_signature(t: TaskInfo) -> str:
 
 
 def signature(job: JobInfo) -> Signature:
-    """The constraints of the job's not-yet-allocated pods (one entry per pod, sorted)."""
-    return tuple(sorted(_pod_signature(t) for t in job.tasks if t.status not in ACTIVE_ALLOCATED))
+    """The constraints of the job's not-yet-allocated pods (one entry per pod, sorted), then the job's
+    topology constraint if it has one (KAI hashes the PodSet's topology constraint in too)."""
+    pods = tuple(sorted(_pod_signature(t) for t in job.tasks if t.status not in ACTIVE_ALLOCATED))
+    spec = job.spec
+    if spec.topology is None or (spec.required_level is None and spec.preferred_level is None):
+        return pods
+    return (*pods, repr(("topology", spec.topology, spec.required_level, spec.preferred_level)))
 
 
 def _requests(ssn: Session, job: JobInfo) -> list[ReqVec]:

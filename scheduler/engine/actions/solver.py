@@ -16,6 +16,12 @@ tasks (to minAvailable, or one elastic extra) fit:
   place stay evicted (releasing); re-placed ones become pipelined on their new node, except that a victim
   re-placed on the node it came from (same devices, for shared GPUs) is simply un-evicted, as KAI does.
 * The action's validator judges the scenario; a refused scenario is rolled back and the search goes on.
+* Topology (KAI's solvers call the same ``SubsetNodes`` as allocate): a job with a topology constraint --
+  the preemptor or a victim being re-placed -- is placed domain by domain as allocate places it
+  (:mod:`scheduler.engine.topology`, a live plan), so a rack-constrained gang is only ever pipelined within
+  one rack and a reclaim may free a whole rack for it. For a GPU gang with a required level, a scenario is
+  simulated only if one domain of that level would hold the gang once its victims are gone
+  (:class:`~scheduler.engine.topology.DomainRoom`). Jobs without a constraint take the same path as before.
 
 Everything runs inside one :class:`~scheduler.engine.session.Statement`. On failure the session is exactly as
 before; on success the caller commits the returned statement.
@@ -26,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
+from scheduler.engine import topology
 from scheduler.engine.actions.allocate import allocate_job, task_signature
 from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import over_capacity, tasks_vec
@@ -256,6 +263,8 @@ class Solver:
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
+        if topology.constrained(job) and topology.constraint_error(self.ssn, job) is not None:
+            return None  # allocate told the job why; no domain can take it, whoever is evicted
         self.ssn.work[f"{self.action}.attempts"] += 1
         # Cheap pre-check: idle + releasing GPUs plus everything the victims could hold must cover the whole
         # job, or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
@@ -307,11 +316,14 @@ class Solver:
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
         slots = _Slots(self.ssn, pending)
+        room = self._domain_room(job, pending)
         for t in recorded:
             kept = self._kept(t, scenario.requested)
             have += 0 if kept else self.ssn.task_vec(t)[0]
             slots.add((t,), kept)
-        if recorded and self._bounds_ok(have, need, slots) and self._simulate_scenario(stmt, scenario):
+            if room is not None and not kept:
+                room.add(t.node.name if t.node is not None else None, self.ssn.task_vec(t)[0])
+        if recorded and self._bounds_ok(have, need, slots, room) and self._simulate_scenario(stmt, scenario):
             return scenario
         if self.budget.stopped:
             return None
@@ -321,21 +333,34 @@ class Solver:
             kept = all(self._kept(t, scenario.requested) for t in group)
             have += 0 if kept else sum(self.ssn.task_vec(t)[0] for t in group)
             slots.add(group, kept)
+            if room is not None and not kept:
+                for t in group:
+                    room.add(t.node.name if t.node is not None else None, self.ssn.task_vec(t)[0])
             # Cheap bounds, checked before any re-placement: enough GPUs in total (KAI's idle-GPU scenario
-            # filter), and enough whole free devices per node for the whole-GPU tasks.
-            if self._bounds_ok(have, need, slots) and self._simulate_scenario(stmt, scenario):
+            # filter), enough whole free devices per node for the whole-GPU tasks, and for a gang with a
+            # required topology level enough in one domain (KAI's topology-aware idle-GPU filter).
+            if self._bounds_ok(have, need, slots, room) and self._simulate_scenario(stmt, scenario):
                 return scenario
             if self.budget.stopped:
                 return None
         return None
 
-    def _bounds_ok(self, have: int, need: int, slots: _Slots) -> bool:
+    def _bounds_ok(self, have: int, need: int, slots: _Slots, room: topology.DomainRoom | None) -> bool:
         """The cheap bounds of a scenario; a scenario they refuse is counted as filtered (KAI's
         ``scenarios_filtered_by_action``, in ``ssn.work``: no decision reads it)."""
-        if have >= need and slots.ok():
+        if have >= need and slots.ok() and (room is None or room.ok()):
             return True
         self.ssn.work[f"{self.action}.filtered"] += 1
         return False
+
+    def _domain_room(self, job: JobInfo, pending: list[TaskInfo]) -> topology.DomainRoom | None:
+        """The per-domain bound for a GPU gang with a required topology level (None: no such bound)."""
+        if job.spec.required_level is None or not topology.constrained(job):
+            return None
+        p = topology.plan(self.ssn, job, pending, live=True)
+        if p is None or p.required is None or not p.gpu:
+            return None
+        return topology.DomainRoom(self.ssn, p)
 
     def _kept(self, t: TaskInfo, requested: Vec) -> bool:
         """The victim task must be re-placed for the scenario to pass, with the same milli-GPU wherever it
@@ -425,9 +450,7 @@ class Solver:
                     stmt.rollback(cp)
                     return False
                 placed = True
-            elif allocate_job(
-                ssn, stmt, nxt, ssn.nodes, self.action, pipeline_only=True, record_errors=False
-            ):
+            elif self._replace_victim(stmt, nxt):
                 self._restore_unmoved(stmt, nxt, cp)
                 if not placed and self._preemptor_shut_out(scenario, freed):
                     stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
@@ -439,6 +462,20 @@ class Solver:
             stmt.rollback(cp)
             return False
         return True
+
+    def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
+        """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
+        ssn = self.ssn
+        if not topology.constrained(job) or topology.constraint_error(ssn, job) is not None:
+            return allocate_job(ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False)
+        tasks = job.tasks_to_allocate(include_virtual=True)
+        p = topology.plan(ssn, job, tasks, live=True) if tasks else None
+        if p is None:
+            return allocate_job(ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False)
+        for nodes, _domain in p.node_sets(ssn):
+            if allocate_job(ssn, stmt, job, nodes, self.action, pipeline_only=True, record_errors=False):
+                return True
+        return False
 
     def _ordering_peers(self, involved: Sequence[JobInfo]) -> dict[str, Run]:
         """Pending jobs that can influence the order in which the preemptor and the victims are re-placed.
@@ -536,15 +573,21 @@ class Solver:
         ssn = self.ssn
         if over_capacity(ssn, scenario.preemptor, scenario.pending) is not None:
             return False
+        p = (
+            topology.plan(ssn, scenario.preemptor, scenario.pending, live=True)
+            if topology.constrained(scenario.preemptor)
+            else None
+        )
+        node_sets = [ssn.nodes] if p is None else (nodes for nodes, _domain in p.node_sets(ssn))
         cp = stmt.checkpoint()
-        for t in scenario.pending:
+        for nodes in node_sets:
             # Scored like any placement (a node where the task fits on idle capacity gets the idle bonus, as
             # in KAI's what-if allocation), then the whole job waits for the victims: pipelined.
-            if allocate_task(ssn, stmt, t, ssn.nodes, self.action, explain=False) is not None:
-                stmt.rollback(cp)
-                return False
-        stmt.convert_to_pipelined(scenario.preemptor, self.action)
-        return True
+            if all(allocate_task(ssn, stmt, t, nodes, self.action, explain=False) is None for t in scenario.pending):
+                stmt.convert_to_pipelined(scenario.preemptor, self.action)
+                return True
+            stmt.rollback(cp)
+        return False
 
 
 def finish(stmt: Statement, index: JobIndex) -> None:
