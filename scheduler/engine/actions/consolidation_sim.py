@@ -16,7 +16,9 @@ For one pending preemptible job (the preemptor) the search looks for running pre
 * Topology: the preemptor and every re-placed victim with a topology constraint are pipelined domain by
   domain, as allocate places them (:func:`scheduler.engine.topology.plan`, live), so consolidation may move
   pods out of a rack to free it for a rack-constrained gang and never spreads such a gang (or a moved
-  victim with a required level) across domains.
+  victim with a required level) across domains. A job whose subgroups carry their own constraints is
+  pipelined with allocate's subgroup walk (:func:`~scheduler.engine.actions.subgroup_allocate.place_subgroups`),
+  each PodSet within its nested domain, and its tasks are solved as one list (no growing prefix).
 
 Everything happens inside one :class:`~scheduler.engine.session.Statement`: a failed search leaves the session
 exactly as it was, a successful one returns the statement for the caller to commit.
@@ -30,6 +32,11 @@ from dataclasses import dataclass, field
 
 from scheduler.engine import topology
 from scheduler.engine.actions.common import over_capacity
+from scheduler.engine.actions.subgroup_allocate import (
+    has_subgroup_constraints,
+    place_subgroups,
+    subgroup_constraint_problem,
+)
 from scheduler.engine.ordering import JobsByQueue, turns
 from scheduler.engine.placement import best_fit, max_node_resources_error
 from scheduler.engine.session import (
@@ -127,6 +134,13 @@ def pipeline_job(
     constraint within the first of its domains (in allocate's order) that takes them all."""
     if not tasks or over_capacity(ssn, job, tasks) is not None:
         return False
+    if has_subgroup_constraints(job):
+
+        def place(t: TaskInfo, sub: Sequence[NodeInfo]) -> str | None:
+            ok = pipeline_task(ssn, stmt, t, nodes, None if sub is ssn.nodes else sub)
+            return None if ok else f"pod {t.name} fits no node"
+
+        return place_subgroups(ssn, stmt, job, tasks, place)
     p = None
     if topology.constrained(job) and topology.constraint_error(ssn, job) is None:
         p = topology.plan(ssn, job, tasks, live=True)
@@ -375,12 +389,15 @@ def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
         return None
     if topology.constrained(preemptor) and topology.constraint_error(ssn, preemptor) is not None:
         return None  # allocate told the job why; moving pods cannot help
+    nested = has_subgroup_constraints(preemptor)
+    if nested and subgroup_constraint_problem(ssn, preemptor) is not None:
+        return None
     ssn.work[f"{ACTION}.attempts"] += 1  # KAI's podgroups_acted_on_by_action; no decision reads it
     before = preemptor.count(ACTIVE_USED)
     solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor))
     recorded: list[list[TaskInfo]] = []
     final: Statement | None = None
-    for k in range(1, len(tasks) + 1):
+    for k in range(len(tasks) if nested else 1, len(tasks) + 1):
         res = solver.solve_prefix(tasks[:k], recorded)
         if res is None:
             continue  # as KAI: a larger prefix may still be solved with the victims recorded so far
