@@ -24,8 +24,8 @@ tasks (to minAvailable, or one elastic extra) fit:
   (:class:`~scheduler.engine.topology.DomainRoom`). Jobs without a constraint take the same path as before.
 * Subgroups with their own constraints: such a job -- preemptor or re-placed victim -- is placed with
   allocate's subgroup walk (:func:`~scheduler.engine.actions.subgroup_allocate.place_subgroups`), each PodSet
-  within its nested domain, on live capacity. Its tasks are solved as one list (no growing prefix: a prefix
-  short of a PodSet's minimum can never satisfy the tree).
+  within its nested domain, on live capacity. A partial preemptor (the growing prefix) places each of its
+  tasks within its groups' domains without the gang rule; the complete one must satisfy the tree.
 
 Everything runs inside one :class:`~scheduler.engine.session.Statement`. On failure the session is exactly as
 before; on success the caller commits the returned statement.
@@ -265,6 +265,7 @@ class Solver:
         self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
+        self._complete = 0  # tasks of the current preemptor's complete list (solve())
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
@@ -274,9 +275,9 @@ class Solver:
             return None
         if topology.constrained(job) and topology.constraint_error(self.ssn, job) is not None:
             return None  # allocate told the job why; no domain can take it, whoever is evicted
-        nested = has_subgroup_constraints(job)
-        if nested and subgroup_constraint_problem(self.ssn, job) is not None:
+        if has_subgroup_constraints(job) and subgroup_constraint_problem(self.ssn, job) is not None:
             return None
+        self._complete = len(tasks)
         self.ssn.work[f"{self.action}.attempts"] += 1
         # Cheap pre-check: idle + releasing GPUs plus everything the victims could hold must cover the whole
         # job, or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
@@ -296,7 +297,7 @@ class Solver:
         stmt = self.ssn.statement()
         recorded: list[TaskInfo] = []
         solved = False
-        for k in range(len(tasks) if nested else 1, len(tasks) + 1):
+        for k in range(1, len(tasks) + 1):
             scenario = self._solve_partial(stmt, job, tasks[:k], recorded, victims)
             if self.budget.stopped:
                 break  # the search budget ran out (the statement holds only discarded work)
@@ -601,6 +602,7 @@ class Solver:
                 scenario.preemptor,
                 scenario.pending,
                 lambda t, nodes: allocate_task(ssn, stmt, t, nodes, self.action, explain=False),
+                prefix=len(scenario.pending) < self._complete,
             ):
                 stmt.convert_to_pipelined(scenario.preemptor, self.action)
                 return True

@@ -167,9 +167,11 @@ class _Placer:
         wanted: list[TaskInfo],
         failed: dict[tuple[object, ...], str],
         place_task: PlaceTask | None = None,
+        prefix: bool = False,
     ) -> None:
         self.ssn, self.stmt, self.job, self.tree, self.failed = ssn, stmt, job, tree, failed
         self.place_task = place_task
+        self.prefix = prefix  # place every wanted task, each group within its domain; no gang rule
         ids = {id(t) for t in wanted}
         self.wanted = {
             ps.name: [t for t in sorted(ps.tasks, key=lambda t: t.sort_key()) if id(t) in ids]
@@ -209,7 +211,7 @@ class _Placer:
             key=lambda c: c.order_key() if c.is_podset else (0, 0, c.name),  # type: ignore[return-value,arg-type]
         )
         misses = 0
-        allowed_misses = len(g.children) - g.needed_children()
+        allowed_misses = 0 if self.prefix else len(g.children) - g.needed_children()
         for c in kids:
             cp = self.stmt.checkpoint()
             if not self.place(c, nodes, within):
@@ -220,7 +222,7 @@ class _Placer:
                         if g.min_sub_group is not None:
                             self.min_sub_group_reason(g, misses)
                         return False
-        return g.satisfied() and self.stmt.checkpoint() > start
+        return (self.prefix or g.satisfied()) and self.stmt.checkpoint() > start
 
     def min_sub_group_reason(self, g: _Group, misses: int) -> None:
         """A set that cannot reach its minSubGroup: say so, with the last child's reason."""
@@ -397,19 +399,26 @@ def subgroup_constraint_problem(ssn: Session, job: JobInfo) -> str | None:
 
 
 def place_subgroups(
-    ssn: Session, stmt: Statement, job: JobInfo, tasks: Sequence[TaskInfo], place_task: PlaceTask
+    ssn: Session,
+    stmt: Statement,
+    job: JobInfo,
+    tasks: Sequence[TaskInfo],
+    place_task: PlaceTask,
+    prefix: bool = False,
 ) -> bool:
     """Place ``tasks`` of a job with subgroups over its tree as allocate does, each task by ``place_task``
     (the what-if placements of reclaim, preempt and consolidation); all or nothing, no fit errors.
 
     True when the job's tree ends satisfied with something placed; on False the statement is as before.
+    With ``prefix`` (the solvers' growing partial job, short of the gang by design) every task must be
+    placed, each within its groups' domains, and the gang rule is not checked.
     """
     tree = job.subgroup_tree()
     if tree is None or not tasks or subgroup_constraint_problem(ssn, job) is not None:
         return False
     if over_capacity(ssn, job, tasks) is not None:
         return False
-    placer = _Placer(ssn, stmt, job, tree, list(tasks), {}, place_task)
+    placer = _Placer(ssn, stmt, job, tree, list(tasks), {}, place_task, prefix)
     cp = stmt.checkpoint()
     if placer.place(tree.root, ssn.nodes, None) and stmt.checkpoint() > cp:
         return True
