@@ -1904,6 +1904,23 @@ subgroups(
     tags=["with-eviction", "reclaim"],
 )
 
+subgroups(
+    "sg-act-05-reclaim-preferred-subgroup-rack-lands-in-freed-rack",
+    "Only n1's 4 GPUs (rack r1) and n5 (rack r3) are idle; job j's leader (8 GPUs) goes anywhere and its "
+    "workers (2 pods of 4 GPUs) prefer one rack: reclaim evicts a3 on n3 and puts both workers there, in "
+    "rack r2, the leader on n5. Without the preference one worker takes n1's idle GPUs, across racks.",
+    _SG_ACT,
+    [busy("f1", "n1", gpus=4), busy("f2", "n2"), busy("f4", "n4"),
+     job("a3", [task("a3-0", gpus=8, status="running", node="n3")], queue="a"),
+     job("j", sgtasks("j", "leader", 1) + sgtasks("j", "workers", 2, gpus=4), queue="b", priority=100,
+         subgroups=[sg("leader", 1), sg("workers", 2, preferred_topology_level="rack")])],
+    {"task_sets": [{"tasks": ["j-workers-0", "j-workers-1"], "status_counts": {"pipelined": 2},
+                    "node_counts": {"n3": 2}}],
+     "tasks": placed("j-leader-0", node="n5", status="pipelined") | placed("a3-0", status="releasing")},
+    phase="reclaim",
+    queues=[queue("q", quota=32), queue("a", quota=0), queue("b", quota=16)],
+    tags=["with-eviction", "reclaim"],
+)
 
 def main() -> None:
     """(Re)write every scenario file."""
