@@ -127,6 +127,8 @@ def engine_config(manifest: dict[str, Any]) -> SessionConfig:
         # A run recorded before the search budget existed searched without one.
         fields.setdefault("solver_job_budget", None)
         fields.setdefault("solver_action_budget", None)
+        # ... and one recorded before Binds named a constrained gang's domain wrote no such details.
+        fields.setdefault("topology_details", False)
         config = SessionConfig(**fields)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"manifest has no usable engine_config: {exc}") from exc
@@ -139,10 +141,16 @@ def engine_config(manifest: dict[str, Any]) -> SessionConfig:
 
 
 def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
-    """`config`, or `config` without the search budget when cycles recorded before the budget existed (their
-    hash is the budget-less config's) are replayed: they searched without one."""
-    if config_hash(config) != recorded_hash and config_hash(config.unbudgeted()) == recorded_hash:
-        return config.unbudgeted()
+    """`config`, or `config` as an older writer ran it when the recorded cycles' hash is that one's.
+
+    Cycles recorded before the search budget existed (their hash is the budget-less config's) searched
+    without one; cycles recorded before Binds carried ``details.topology`` (their hash is that of the config
+    with ``topology_details`` off) wrote no such details; the oldest did neither.
+    """
+    older = config.without_topology_details()
+    for candidate in (config, config.unbudgeted(), older, older.unbudgeted()):
+        if config_hash(candidate) == recorded_hash:
+            return candidate
     return config
 
 

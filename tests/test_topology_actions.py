@@ -10,9 +10,11 @@ report / explain side, run through the command line as a user would.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +232,63 @@ def test_the_topology_query_in_docs_report_md_rederives_the_report(
     assert [(r["queue"], r["got"], r["wanted"]) for r in rows] == [
         (p["queue"], p["got_preferred_level"], p["with_preferred_level"]) for p in report["placements"]
     ]
+
+
+# -- replay of logs recorded before Binds named the domain ---------------------------------------------------
+def _recorded(config: SessionConfig) -> tuple[list[tuple[int, Any]], list[Any]]:
+    """Events of a constrained synthetic cluster and two cycles recorded over them with `config`."""
+    from scheduler.engine.state import StateBuilder
+
+    spec = SyntheticSpec(nodes=12, pending_pods=40, departments=1, queues_per_department=2, seed=2,
+                         topology_fraction=1.0, topology_shape=(1, 1, 2))
+    events = list(enumerate(synthetic_events(spec)))
+    builder = StateBuilder()
+    for off, e in events:
+        builder.apply(e, off)
+    records = [run_cycle(builder.snapshot(), config, now_ms=1_000_000 + c * 1000)[0] for c in range(2)]
+    return events, records
+
+
+def test_a_log_recorded_before_binds_named_the_domain_replays_without_mismatches() -> None:
+    """An old writer's records (no ``details.topology``; its config hashes as one without the field) replay
+    with the default config: ``as_recorded`` picks the details-less config and the re-run matches."""
+    from analytics.replay import as_recorded, diff_records, engine_config, replay_cycles
+    from scheduler.engine.decisions import config_hash
+
+    old_cfg = SessionConfig(topology_details=False)
+    events, records = _recorded(old_cfg)
+    assert all(not d.details for r in records for d in r.decisions if d.kind in ("Bind", "Pipeline"))
+    assert any(d.kind == "Bind" for r in records for d in r.decisions)
+    # The old config's hash is the one written before the field existed (a False switch is not hashed).
+    fields = asdict(old_cfg)
+    del fields["topology_details"]
+    blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    assert records[0].config_hash == config_hash(old_cfg) == hashlib.sha256(blob).hexdigest()[:16]
+    cfg = as_recorded(SessionConfig(), records[0].config_hash)
+    assert cfg == old_cfg
+    pairs = list(replay_cycles(events, records, cfg))
+    assert len(pairs) == 2
+    assert all(again is not None and diff_records(rec, again) == [] for rec, again in pairs)
+    # With the new default the same cycles differ: the details are what changed.
+    new = list(replay_cycles(events, records, SessionConfig()))
+    assert any(again is not None and diff_records(rec, again) for rec, again in new)
+    # A run directory's manifest without the field replays the old way too.
+    assert engine_config({"engine_config": fields}).topology_details is False
+
+
+def test_a_new_record_carries_the_domain_and_hashes_the_switch() -> None:
+    from analytics.replay import as_recorded
+    from scheduler.engine.decisions import config_hash
+
+    _, records = _recorded(SessionConfig())
+    assert any(d.details.get("topology") for r in records for d in r.decisions if d.kind == "Bind")
+    assert records[0].config_hash == config_hash(SessionConfig()) != config_hash(SessionConfig(topology_details=False))
+    assert as_recorded(SessionConfig(), records[0].config_hash) == SessionConfig()
+    # The oldest logs (before the search budget too) match the config with neither.
+    oldest = SessionConfig(topology_details=False).unbudgeted()
+    assert as_recorded(SessionConfig(), config_hash(oldest)) == oldest
+
+
+def test_a_bad_topology_details_value_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="topology_details must be true or false"):
+        SessionConfig(topology_details="yes")  # type: ignore[arg-type]

@@ -1811,6 +1811,117 @@ subgroups(
 )
 
 
+# ---------------------------------------------------------------- subgroups in reclaim / preempt / consolidation
+# The solvers place a job whose subgroups carry their own constraints as allocate does: each PodSet within
+# its nested domain, the preemptor and every re-placed victim (KAI's solvers call the same AllocateJob).
+_SG_ACT = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+           tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2"), tnode("n5", "z1", "b1", "r3")]
+subgroups(
+    "sg-act-01-reclaim-frees-a-rack-for-a-subgroup",
+    "Racks r1 and r2 are full of queue a's single-node jobs (victim order a4 on n4, a3 on n2, a2 on n3); "
+    "job j of queue b has a leader (1 pod, no constraint) and workers (2 pods that require one rack). "
+    "Reclaim puts the leader on idle n5 (rack r3) and frees rack r2 for the workers by evicting a4 and a2; "
+    "a3 keeps running. Without the workers' constraint it evicts a4 and a3, one node in each rack.",
+    _SG_ACT,
+    [job("a1", [task("a1-0", gpus=8, status="running", node="n1")], queue="a"),
+     job("a2", [task("a2-0", gpus=8, status="running", node="n3")], queue="a"),
+     job("a3", [task("a3-0", gpus=8, status="running", node="n2")], queue="a"),
+     job("a4", [task("a4-0", gpus=8, status="running", node="n4")], queue="a"),
+     job("j", sgtasks("j", "leader", 1) + sgtasks("j", "workers", 2), queue="b", priority=100,
+         subgroups=[sg("leader", 1), sg("workers", 2, required_topology_level="rack")])],
+    {"task_sets": [{"tasks": ["j-workers-0", "j-workers-1"], "status_counts": {"pipelined": 2},
+                    "node_counts": {"n3": 1, "n4": 1}}],
+     "tasks": placed("j-leader-0", node="n5", status="pipelined") | placed("a2-0", "a4-0", status="releasing")
+     | placed("a1-0", "a3-0", status="running")},
+    phase="reclaim",
+    queues=[queue("a", quota=0), queue("b", quota=32)],
+    tags=["with-eviction", "reclaim"],
+)
+
+_BLOCKS = [tnode("n1", "z1", "b1", "r1"), tnode("n2", "z1", "b1", "r1"),
+           tnode("n3", "z1", "b1", "r2"), tnode("n4", "z1", "b1", "r2"),
+           tnode("n5", "z1", "b2", "r3"), tnode("n6", "z1", "b2", "r3"),
+           tnode("n7", "z1", "b2", "r4"), tnode("n8", "z1", "b2", "r4")]
+subgroups(
+    "sg-act-02-preempt-grove-prefill-decode-in-one-block",
+    "A Grove-like PodCliqueSet (required block; prefill and decode cliques of 2 pods, each requiring one "
+    "rack) outranks the single-node jobs filling the cluster; block b2 holds a non-preemptible pod on n8, "
+    "so preempt frees block b1 (x1, x2, x3; n4 is idle): decode takes rack r1, prefill rack r2, each clique "
+    "within its rack. With only the block constraint the cliques are spread over both racks.",
+    _BLOCKS,
+    [busy("f8", "n8"),
+     *(job(f"y{i}", [task(f"y{i}-0", gpus=8, status="running", node=f"n{i}")]) for i in (5, 6, 7)),
+     *(job(f"x{i}", [task(f"x{i}-0", gpus=8, status="running", node=f"n{i}")]) for i in (1, 2, 3)),
+     job("pcs", sgtasks("pcs", "decode", 2) + sgtasks("pcs", "prefill", 2), priority=100, topology="dc",
+         required_topology_level="block",
+         subgroups=[sg("decode", 2, required_topology_level="rack"),
+                    sg("prefill", 2, required_topology_level="rack")])],
+    {"task_sets": [{"tasks": ["pcs-decode-0", "pcs-decode-1"], "status_counts": {"pipelined": 2},
+                    "node_counts": {"n1": 1, "n2": 1}},
+                   {"tasks": ["pcs-prefill-0", "pcs-prefill-1"], "status_counts": {"pipelined": 2},
+                    "node_counts": {"n3": 1, "n4": 1}}],
+     "tasks": placed("x1-0", "x2-0", "x3-0", status="releasing") | placed("y5-0", "y6-0", "y7-0", status="running")},
+    phase="preempt",
+    tags=["with-eviction", "preempt"],
+)
+
+subgroups(
+    "sg-act-03-consolidation-moves-pods-so-a-subgroups-rack-fits",
+    "Job j's decode clique (2 pods of 8 GPUs) requires one rack, its prefill pod (4 GPUs) goes anywhere. "
+    "Rack r1's nodes each run a movable 4-GPU pod (m1, m2); rack r2 has n4 idle and a non-preemptible pod "
+    "on half of n3. Consolidation moves m1 and m2 to n4 and decode takes rack r1; prefill fills n3's free "
+    "half. Without decode's constraint decode goes across racks (n2 and n4), moving only m2.",
+    _FOUR,
+    [job("m1", [task("m1-0", gpus=4, status="running", node="n1")]),
+     job("m2", [task("m2-0", gpus=4, status="running", node="n2")]),
+     busy("f3", "n3", gpus=4),
+     job("j", sgtasks("j", "decode", 2) + sgtasks("j", "prefill", 1, gpus=4), priority=75,
+         subgroups=[sg("decode", 2, required_topology_level="rack"), sg("prefill", 1)])],
+    {"task_sets": [{"tasks": ["j-decode-0", "j-decode-1"], "status_counts": {"pipelined": 2},
+                    "node_counts": {"n1": 1, "n2": 1}}],
+     "tasks": placed("j-prefill-0", node="n3", status="pipelined") | placed("m1-0", "m2-0", node="n4", status="pipelined")},
+    phase="consolidation",
+    tags=["with-eviction", "consolidation"],
+)
+
+subgroups(
+    "sg-act-04-shrunk-elastic-subgroup-victim-stays-in-its-rack",
+    "Victim v's workers (minMember 2, 3 pods of 4 GPUs, required rack) run in rack r1; reclaim shrinks "
+    "them by their last pod (on n2) to give job j the whole of n2. The evicted pod could be re-placed on "
+    "n4's free half, but that is rack r2: it stays evicted and the two workers left keep their rack. "
+    "Without the workers' constraint it is moved to n4.",
+    _FOUR,
+    [busy("f3", "n3"), busy("f4", "n4", gpus=4),
+     job("v", [task("v-workers-0", gpus=4, subgroup="workers", status="running", node="n1"),
+               task("v-workers-1", gpus=4, subgroup="workers", status="running", node="n1"),
+               task("v-workers-2", gpus=4, subgroup="workers", status="running", node="n2")],
+         queue="a", min_available=2, subgroups=[sg("workers", 2, required_topology_level="rack")]),
+     job("j", [task("j-0", gpus=8)], queue="b", priority=100)],
+    {"tasks": placed("j-0", node="n2", status="pipelined") | placed("v-workers-2", node="n2", status="releasing")
+     | placed("v-workers-0", "v-workers-1", node="n1", status="running")},
+    phase="reclaim",
+    queues=[queue("q", quota=16), queue("a", quota=0), queue("b", quota=8)],
+    tags=["with-eviction", "reclaim"],
+)
+
+subgroups(
+    "sg-act-05-reclaim-preferred-subgroup-rack-lands-in-freed-rack",
+    "Only n1's 4 GPUs (rack r1) and n5 (rack r3) are idle; job j's leader (8 GPUs) goes anywhere and its "
+    "workers (2 pods of 4 GPUs) prefer one rack: reclaim evicts a3 on n3 and puts both workers there, in "
+    "rack r2, the leader on n5. Without the preference one worker takes n1's idle GPUs, across racks.",
+    _SG_ACT,
+    [busy("f1", "n1", gpus=4), busy("f2", "n2"), busy("f4", "n4"),
+     job("a3", [task("a3-0", gpus=8, status="running", node="n3")], queue="a"),
+     job("j", sgtasks("j", "leader", 1) + sgtasks("j", "workers", 2, gpus=4), queue="b", priority=100,
+         subgroups=[sg("leader", 1), sg("workers", 2, preferred_topology_level="rack")])],
+    {"task_sets": [{"tasks": ["j-workers-0", "j-workers-1"], "status_counts": {"pipelined": 2},
+                    "node_counts": {"n3": 2}}],
+     "tasks": placed("j-leader-0", node="n5", status="pipelined") | placed("a3-0", status="releasing")},
+    phase="reclaim",
+    queues=[queue("q", quota=32), queue("a", quota=0), queue("b", quota=16)],
+    tags=["with-eviction", "reclaim"],
+)
+
 def main() -> None:
     """(Re)write every scenario file."""
     for s in S:

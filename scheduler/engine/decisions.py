@@ -140,6 +140,8 @@ def config_hash(config: SessionConfig) -> str:
     for name in ("solver_job_budget", "solver_action_budget"):
         if fields[name] is None:
             del fields[name]
+    if not fields["topology_details"]:
+        del fields["topology_details"]
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 
@@ -275,7 +277,7 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
             )
         if t.node is not None and t.status in (PodStatus.ALLOCATED, PodStatus.PIPELINED):
             details: dict[str, Any] = {}
-            if version != 1 and topology.constrained(job):
+            if version != 1 and ssn.config.topology_details and topology.constrained(job):
                 if job.uid not in landed:
                     where = topology.landing(ssn, job)
                     landed[job.uid] = {"topology": where} if where is not None else {}

@@ -590,16 +590,28 @@ class SessionConfig:
     # existed means (config_hash leaves a None budget out, so its hash is unchanged).
     solver_job_budget: int | None = 256
     solver_action_budget: int | None = 1024
+    # Whether a constrained gang's Bind / Pipeline decisions carry ``details.topology`` (the domain it
+    # landed in, scheduler/engine/topology.py ``landing``). False: what a config recorded before the field
+    # existed means (config_hash leaves a False value out, so its hash is unchanged and its replay writes
+    # the records it wrote).
+    topology_details: bool = True
 
     def __post_init__(self) -> None:
         for name in ("solver_job_budget", "solver_action_budget"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
                 raise ValueError(f"{name} must be a whole number of scenarios >= 0 or null, not {v!r}")
+        if not isinstance(self.topology_details, bool):
+            raise ValueError(f"topology_details must be true or false, not {self.topology_details!r}")
 
     def unbudgeted(self) -> SessionConfig:
         """This config with no search budget: the behaviour of a config recorded without the fields."""
         return replace(self, solver_job_budget=None, solver_action_budget=None)
+
+    def without_topology_details(self) -> SessionConfig:
+        """This config writing no ``details.topology`` on Binds: the behaviour of a config recorded without
+        the ``topology_details`` field."""
+        return replace(self, topology_details=False)
 
     @classmethod
     def from_engine_spec(cls, e: EngineSpec) -> SessionConfig:

@@ -22,8 +22,9 @@ placed (elastic growth, a partly placed gang) pin it: only domains holding all o
 Reclaim, preempt and consolidation use the same plan for their what-if placements (KAI calls the same
 ``SubsetNodes`` from its solvers): a *live* plan (:func:`plan` with ``live=True``) reads free capacity from
 the session as it stands inside a simulation, and :class:`DomainRoom` is the solvers' cheap necessary
-condition (KAI's topology-aware idle-GPU scenario filter). Those actions do not yet place subgroups'
-own constraints (docs/topology.md).
+condition (KAI's topology-aware idle-GPU scenario filter). A job with subgroups is placed per PodSet, each
+within its nested domain, by :mod:`scheduler.engine.actions.subgroup_allocate` (allocate and, for subgroups
+with their own constraints, the solvers too), which reads the domains from here (:func:`domains`).
 Everything here is deterministic: domains are sorted by their label values.
 """
 

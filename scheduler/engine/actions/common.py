@@ -23,15 +23,12 @@ def candidate_jobs(
 ) -> list[JobInfo]:
     """Jobs an action may try: queue exists and is a leaf, job is ready and has pending tasks.
 
-    Every action keeps a job-level topology constraint (docs/topology.md). A job with a subgroup that has
-    a required level is left to the actions that place subgroups (``topology_aware``: allocate only, for
-    now), so reclaim, preempt and consolidation never place such a subgroup across domains.
+    Every action keeps a job's topology constraints, its own and its subgroups' (docs/topology.md);
+    ``topology_aware`` is kept for callers and no longer filters anything.
     """
     out = []
     for job in ssn.jobs:
         if job.queue is None or not job.queue.is_leaf:
-            continue
-        if not topology_aware and any(sg.required_level for sg in job.spec.subgroups):
             continue
         if not job.has_tasks_to_allocate() or not job.is_ready():
             continue

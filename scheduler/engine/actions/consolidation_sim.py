@@ -16,7 +16,9 @@ For one pending preemptible job (the preemptor) the search looks for running pre
 * Topology: the preemptor and every re-placed victim with a topology constraint are pipelined domain by
   domain, as allocate places them (:func:`scheduler.engine.topology.plan`, live), so consolidation may move
   pods out of a rack to free it for a rack-constrained gang and never spreads such a gang (or a moved
-  victim with a required level) across domains.
+  victim with a required level) across domains. A job whose subgroups carry their own constraints is
+  pipelined with allocate's subgroup walk (:func:`~scheduler.engine.actions.subgroup_allocate.place_subgroups`),
+  each PodSet within its nested domain (a prefix short of the complete list without the gang rule).
 
 Everything happens inside one :class:`~scheduler.engine.session.Statement`: a failed search leaves the session
 exactly as it was, a successful one returns the statement for the caller to commit.
@@ -30,6 +32,11 @@ from dataclasses import dataclass, field
 
 from scheduler.engine import topology
 from scheduler.engine.actions.common import over_capacity
+from scheduler.engine.actions.subgroup_allocate import (
+    has_subgroup_constraints,
+    place_subgroups,
+    subgroup_constraint_problem,
+)
 from scheduler.engine.ordering import JobsByQueue, turns
 from scheduler.engine.placement import best_fit, max_node_resources_error
 from scheduler.engine.session import (
@@ -121,12 +128,24 @@ def pipeline_task(
 
 
 def pipeline_job(
-    ssn: Session, stmt: Statement, job: JobInfo, tasks: Sequence[TaskInfo], nodes: Sequence[NodeInfo]
+    ssn: Session,
+    stmt: Statement,
+    job: JobInfo,
+    tasks: Sequence[TaskInfo],
+    nodes: Sequence[NodeInfo],
+    prefix: bool = False,
 ) -> bool:
     """Pipeline all of `tasks` (of `job`) or none, after the queue capacity check; a job with a topology
     constraint within the first of its domains (in allocate's order) that takes them all."""
     if not tasks or over_capacity(ssn, job, tasks) is not None:
         return False
+    if has_subgroup_constraints(job):
+
+        def place(t: TaskInfo, sub: Sequence[NodeInfo]) -> str | None:
+            ok = pipeline_task(ssn, stmt, t, nodes, None if sub is ssn.nodes else sub)
+            return None if ok else f"pod {t.name} fits no node"
+
+        return place_subgroups(ssn, stmt, job, tasks, place, prefix)
     p = None
     if topology.constrained(job) and topology.constraint_error(ssn, job) is None:
         p = topology.plan(ssn, job, tasks, live=True)
@@ -225,6 +244,7 @@ class _Solver:
     preemptor: JobInfo
     limit: int
     base_nodes: list[NodeInfo]
+    complete: int = 0  # tasks of the preemptor's complete list
 
     def _nodes(self, *extra: Sequence[TaskInfo]) -> list[NodeInfo]:
         """Feasible nodes plus the nodes the given victims sit on, in session order."""
@@ -280,7 +300,7 @@ class _Solver:
         placed = False
         for job in turns(order, involved):
             if job is self.preemptor:
-                if not pipeline_job(ssn, stmt, job, pending, nodes):
+                if not pipeline_job(ssn, stmt, job, pending, nodes, len(pending) < self.complete):
                     return False
                 placed = True
             elif not pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes):
@@ -375,9 +395,11 @@ def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
         return None
     if topology.constrained(preemptor) and topology.constraint_error(ssn, preemptor) is not None:
         return None  # allocate told the job why; moving pods cannot help
+    if has_subgroup_constraints(preemptor) and subgroup_constraint_problem(ssn, preemptor) is not None:
+        return None
     ssn.work[f"{ACTION}.attempts"] += 1  # KAI's podgroups_acted_on_by_action; no decision reads it
     before = preemptor.count(ACTIVE_USED)
-    solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor))
+    solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor), len(tasks))
     recorded: list[list[TaskInfo]] = []
     final: Statement | None = None
     for k in range(1, len(tasks) + 1):

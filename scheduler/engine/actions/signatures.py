@@ -30,6 +30,13 @@ def signature(job: JobInfo) -> Signature:
     topology constraint if it has one (KAI hashes the PodSet's topology constraint in too)."""
     pods = tuple(sorted(_pod_signature(t) for t in job.tasks if t.status not in ACTIVE_ALLOCATED))
     spec = job.spec
+    nested = [
+        (sg.name, sg.parent, sg.min_member, sg.topology, sg.required_level, sg.preferred_level)
+        for sg in spec.subgroups
+        if sg.topology is not None and (sg.required_level is not None or sg.preferred_level is not None)
+    ]
+    if nested:  # each PodSet's own constraint too (only jobs with such subgroups: others keep their keys)
+        pods = (*pods, repr(("subgroups", sorted(nested, key=repr))))
     if spec.topology is None or (spec.required_level is None and spec.preferred_level is None):
         return pods
     return (*pods, repr(("topology", spec.topology, spec.required_level, spec.preferred_level)))

@@ -22,6 +22,10 @@ tasks (to minAvailable, or one elastic extra) fit:
   one rack and a reclaim may free a whole rack for it. For a GPU gang with a required level, a scenario is
   simulated only if one domain of that level would hold the gang once its victims are gone
   (:class:`~scheduler.engine.topology.DomainRoom`). Jobs without a constraint take the same path as before.
+* Subgroups with their own constraints: such a job -- preemptor or re-placed victim -- is placed with
+  allocate's subgroup walk (:func:`~scheduler.engine.actions.subgroup_allocate.place_subgroups`), each PodSet
+  within its nested domain, on live capacity. A partial preemptor (the growing prefix) places each of its
+  tasks within its groups' domains without the gang rule; the complete one must satisfy the tree.
 
 Everything runs inside one :class:`~scheduler.engine.session.Statement`. On failure the session is exactly as
 before; on success the caller commits the returned statement.
@@ -37,6 +41,11 @@ from scheduler.engine.actions.allocate import allocate_job, task_signature
 from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import over_capacity, tasks_vec
 from scheduler.engine.actions.jobindex import JobIndex
+from scheduler.engine.actions.subgroup_allocate import (
+    has_subgroup_constraints,
+    place_subgroups,
+    subgroup_constraint_problem,
+)
 from scheduler.engine.ordering import JobCache, JobsByQueue, Run, task_order, turns
 from scheduler.engine.placement import allocate_task, best_fit, static_reason
 from scheduler.engine.session import (
@@ -256,6 +265,7 @@ class Solver:
         self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
+        self._complete = 0  # tasks of the current preemptor's complete list (solve())
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
@@ -265,6 +275,9 @@ class Solver:
             return None
         if topology.constrained(job) and topology.constraint_error(self.ssn, job) is not None:
             return None  # allocate told the job why; no domain can take it, whoever is evicted
+        if has_subgroup_constraints(job) and subgroup_constraint_problem(self.ssn, job) is not None:
+            return None
+        self._complete = len(tasks)
         self.ssn.work[f"{self.action}.attempts"] += 1
         # Cheap pre-check: idle + releasing GPUs plus everything the victims could hold must cover the whole
         # job, or no scenario for the complete task list (the only one that can succeed) passes the GPU bound.
@@ -466,6 +479,14 @@ class Solver:
     def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
         """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
         ssn = self.ssn
+        if has_subgroup_constraints(job):
+            return place_subgroups(
+                ssn,
+                stmt,
+                job,
+                job.tasks_to_allocate(include_virtual=True),
+                lambda t, nodes: allocate_task(ssn, stmt, t, nodes, self.action, pipeline_only=True, explain=False),
+            )
         if not topology.constrained(job) or topology.constraint_error(ssn, job) is not None:
             return allocate_job(ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False)
         tasks = job.tasks_to_allocate(include_virtual=True)
@@ -572,6 +593,19 @@ class Solver:
     def _place_preemptor(self, stmt: Statement, scenario: Scenario) -> bool:
         ssn = self.ssn
         if over_capacity(ssn, scenario.preemptor, scenario.pending) is not None:
+            return False
+        if has_subgroup_constraints(scenario.preemptor):
+            # Each PodSet within its nested domain, as allocate places it; then the job waits: pipelined.
+            if place_subgroups(
+                ssn,
+                stmt,
+                scenario.preemptor,
+                scenario.pending,
+                lambda t, nodes: allocate_task(ssn, stmt, t, nodes, self.action, explain=False),
+                prefix=len(scenario.pending) < self._complete,
+            ):
+                stmt.convert_to_pipelined(scenario.preemptor, self.action)
+                return True
             return False
         p = (
             topology.plan(ssn, scenario.preemptor, scenario.pending, live=True)

@@ -15,11 +15,17 @@ SubGroupSets and then PodSets, each level narrowing the node set:
 The whole job succeeds when the root is satisfied and at least one pod was placed (elastic growth adds one
 pod to one PodSet, in its domain: placed pods pin every group to the domains that hold them). On failure the
 job's fit error names the subgroup: ``subgroup decode: 2 of 4 pods placeable; ...``.
+
+Reclaim, preempt and consolidation place a job whose subgroups carry their own constraints with the same
+tree walk (:func:`place_subgroups`; KAI's solvers call the same AllocateJob as allocate), each with its own
+way of placing one task (pipeline only, what-if) and without recording fit errors. Tasks a simulation
+evicted (virtual) do not pin a group to their domain; the job's other placed pods do, so a shrunk elastic
+victim's evicted pod can only come back within its subgroup's domain.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine import topology
@@ -34,7 +40,17 @@ _Group = Group[TaskInfo]
 NAME = "allocate"
 _PLACED = frozenset({PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RELEASING})
 
-__all__ = ["allocate_subgroups", "constraint_problem", "node_sets"]
+__all__ = [
+    "PlaceTask",
+    "allocate_subgroups",
+    "constraint_problem",
+    "has_subgroup_constraints",
+    "node_sets",
+    "place_subgroups",
+]
+
+PlaceTask = Callable[[TaskInfo, Sequence[NodeInfo]], "str | None"]
+"""Places one task on the best node of the given set: None, or why it fits none."""
 
 
 @dataclass(slots=True)
@@ -150,8 +166,12 @@ class _Placer:
         tree: Tree[TaskInfo],
         wanted: list[TaskInfo],
         failed: dict[tuple[object, ...], str],
+        place_task: PlaceTask | None = None,
+        prefix: bool = False,
     ) -> None:
         self.ssn, self.stmt, self.job, self.tree, self.failed = ssn, stmt, job, tree, failed
+        self.place_task = place_task
+        self.prefix = prefix  # place every wanted task, each group within its domain; no gang rule
         ids = {id(t) for t in wanted}
         self.wanted = {
             ps.name: [t for t in sorted(ps.tasks, key=lambda t: t.sort_key()) if id(t) in ids]
@@ -167,7 +187,10 @@ class _Placer:
         tasks = self.subtree_wanted(g)
         if not tasks:
             return g.satisfied()
-        anchors = frozenset(t.node.name for t in g.all_tasks() if t.node is not None and t.status in _PLACED)
+        anchors = frozenset(
+            t.node.name for t in g.all_tasks() if t.node is not None and t.status in _PLACED
+            and not (t.virtual and t.status is PodStatus.RELEASING)
+        )
         tried = 0
         for sub, domain in node_sets(self.ssn, g, nodes, tasks, anchors):
             tried += 1
@@ -188,7 +211,7 @@ class _Placer:
             key=lambda c: c.order_key() if c.is_podset else (0, 0, c.name),  # type: ignore[return-value,arg-type]
         )
         misses = 0
-        allowed_misses = len(g.children) - g.needed_children()
+        allowed_misses = 0 if self.prefix else len(g.children) - g.needed_children()
         for c in kids:
             cp = self.stmt.checkpoint()
             if not self.place(c, nodes, within):
@@ -199,7 +222,7 @@ class _Placer:
                         if g.min_sub_group is not None:
                             self.min_sub_group_reason(g, misses)
                         return False
-        return g.satisfied() and self.stmt.checkpoint() > start
+        return (self.prefix or g.satisfied()) and self.stmt.checkpoint() > start
 
     def min_sub_group_reason(self, g: _Group, misses: int) -> None:
         """A set that cannot reach its minSubGroup: say so, with the last child's reason."""
@@ -226,7 +249,9 @@ class _Placer:
             # pass's memo answers instead of another scan of every node.
             key = _memo_key(task) if nodes is self.ssn.nodes and not task.constrained else None
             err = self.failed.get(key) if key is not None else None
-            if err is None:
+            if err is None and self.place_task is not None:
+                err = self.place_task(task, nodes)
+            elif err is None:
                 err = allocate_task(self.ssn, self.stmt, task, nodes, NAME, explain=True)
                 if err is not None and key is not None and self.stmt.checkpoint() == 0:
                     self.failed[key] = err
@@ -343,6 +368,61 @@ def allocate_subgroups(
     if shortfalls:
         details = {**details, "subgroups_short": shortfalls}
     job.fit_error(reason, message, **details)
+    return False
+
+
+def has_subgroup_constraints(job: JobInfo) -> bool:
+    """The job has subgroups and one of them (not the job itself) carries a topology constraint."""
+    tree = job.subgroup_tree()
+    if tree is None:
+        return False
+    stack = list(tree.root.children)
+    while stack:
+        g = stack.pop()
+        if g.has_constraint:
+            return True
+        stack.extend(g.children)
+    return False
+
+
+def subgroup_constraint_problem(ssn: Session, job: JobInfo) -> str | None:
+    """Why one of the job's constraints (its own or a subgroup's) cannot be read, or None."""
+    tree = job.subgroup_tree()
+    stack = [] if tree is None else [tree.root]
+    while stack:
+        g = stack.pop(0)
+        problem = constraint_problem(ssn, g)
+        if problem is not None:
+            return problem
+        stack.extend(g.children)
+    return None
+
+
+def place_subgroups(
+    ssn: Session,
+    stmt: Statement,
+    job: JobInfo,
+    tasks: Sequence[TaskInfo],
+    place_task: PlaceTask,
+    prefix: bool = False,
+) -> bool:
+    """Place ``tasks`` of a job with subgroups over its tree as allocate does, each task by ``place_task``
+    (the what-if placements of reclaim, preempt and consolidation); all or nothing, no fit errors.
+
+    True when the job's tree ends satisfied with something placed; on False the statement is as before.
+    With ``prefix`` (the solvers' growing partial job, short of the gang by design) every task must be
+    placed, each within its groups' domains, and the gang rule is not checked.
+    """
+    tree = job.subgroup_tree()
+    if tree is None or not tasks or subgroup_constraint_problem(ssn, job) is not None:
+        return False
+    if over_capacity(ssn, job, tasks) is not None:
+        return False
+    placer = _Placer(ssn, stmt, job, tree, list(tasks), {}, place_task, prefix)
+    cp = stmt.checkpoint()
+    if placer.place(tree.root, ssn.nodes, None) and stmt.checkpoint() > cp:
+        return True
+    stmt.rollback(cp)
     return False
 
 
