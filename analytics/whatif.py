@@ -62,6 +62,7 @@ from analytics.whatif_service import (
     ServiceLogError,
     ServiceRecording,
     load_service_recording,
+    log_window,
     service_config,
 )
 from analytics.whatif_service import rerun as rerun_service_log
@@ -836,28 +837,32 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
 # --------------------------------------------------------------------------- service logs
 
 
-def service_outcomes(rec: ServiceRecording) -> Outcomes:
-    """The figures of a service log as recorded (:func:`measure` on its events and cycle records)."""
-    tally = _CycleTally(None)
+def service_outcomes(rec: ServiceRecording, window: tuple[int, int] | None = None) -> Outcomes:
+    """The figures of a service log as recorded (:func:`measure` on its events and cycle records), over
+    the logical-time *window* ``(FROM, TO)`` if given (:func:`analytics.whatif_service.log_window`)."""
+    tally = _CycleTally(window)
     for r in rec.records:
         tally.feed(r)
-    return measure(rec.events, tally, None)
+    return measure(rec.events, tally, window)
 
 
 def rerun_service(
-    rec: ServiceRecording, changes: Sequence[Change], progress: Callable[[int], None] | None = None
+    rec: ServiceRecording,
+    changes: Sequence[Change],
+    progress: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> Outcomes:
     """Re-run a service log under *changes* (engine config fields, :func:`analytics.whatif_service.rerun`)
-    and measure it as :func:`service_outcomes` measures the recording."""
+    and measure it as :func:`service_outcomes` measures the recording (over the same *window*)."""
     try:
         config = service_config(rec.config, changes)
     except ServiceLogError as exc:
         raise WhatIfError(str(exc)) from None
-    events, records = rerun_service_log(rec, config, progress)
-    tally = _CycleTally(None)
+    events, records = rerun_service_log(rec, config, progress, window)
+    tally = _CycleTally(window)
     for r in records:
         tally.feed(r)
-    return measure(events, tally, None)
+    return measure(events, tally, window)
 
 
 def _service_censored(rec: ServiceRecording) -> Censored:
@@ -1173,11 +1178,15 @@ def run_cli(args: argparse.Namespace) -> int:
 
 
 def _service_variant(
-    spec: str, config: Path | None, prefix: str | None, changes: list[Change]
+    spec: str,
+    config: Path | None,
+    prefix: str | None,
+    changes: list[Change],
+    window: tuple[int, int] | None = None,
 ) -> tuple[list[Change], Outcomes]:
     """One sweep member on a service log in a worker process (the log is read again there)."""
     rec = _load_service(spec, _recorded_config(config), _topics(prefix))
-    return changes, rerun_service(rec, changes)
+    return changes, rerun_service(rec, changes, window=window)
 
 
 def _recorded_config(path: Path | None) -> Any:
@@ -1229,8 +1238,6 @@ def _service_cli(
     import os
 
     try:
-        if window is not None:
-            raise WhatIfError("--window is not supported on a service log yet: it re-runs the whole log")
         if args.out is not None:
             raise WhatIfError(
                 "--out keeps a simulation run directory; a service log's what-if is kept in memory"
@@ -1241,18 +1248,24 @@ def _service_cli(
                 service_config(rec.config, changes)
             except ServiceLogError as exc:
                 raise WhatIfError(str(exc)) from None
-        recorded = service_outcomes(rec)
+        try:
+            span = log_window(rec, window) if window is not None else None
+        except ServiceLogError as exc:
+            raise WhatIfError(str(exc)) from None
+        recorded = service_outcomes(rec, span)
         censored = _service_censored(rec)
         results: list[WhatIfResult] = []
         if len(runs) == 1:
             with _service_bar(rec, changed_text(runs[0]), err) as progress:
-                mine = rerun_service(rec, runs[0], progress)
+                mine = rerun_service(rec, runs[0], progress, span)
             results.append(WhatIfResult(runs[0], recorded, mine, censored, 0))
         else:
             workers = min(args.jobs or os.cpu_count() or 1, len(runs))
             with _spawn_pool(workers) as pool:
                 futures = [
-                    pool.submit(_service_variant, str(args.log), args.recorded_config, args.topic_prefix, c)
+                    pool.submit(
+                        _service_variant, str(args.log), args.recorded_config, args.topic_prefix, c, span
+                    )
                     for c in runs
                 ]
                 for fut in futures:

@@ -27,7 +27,7 @@ the second (``docs/whatif.md``, "Service logs"):
 
 A pod that never ended by its owner in the recording runs for its recorded time so far (the longest run:
 still running at the end, or evicted and never run to the end); one that never started runs to the end.
-The re-run stops at the recording's end.
+The re-run stops at the recording's end (or at TO of a ``--window``: see :class:`_Driver`).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ __all__ = [
     "ServiceRecording",
     "Setting",
     "load_service_recording",
+    "log_window",
     "rerun",
     "service_config",
 ]
@@ -379,10 +380,21 @@ class _Pod:
 
 
 class _Driver:
-    """The cluster around the real service: users' inputs as recorded, the binder and kubelets re-derived."""
+    """The cluster around the real service: users' inputs as recorded, the binder and kubelets re-derived.
 
-    def __init__(self, rec: ServiceRecording, config: SessionConfig) -> None:
+    With a *window* ``(FROM, TO)`` (logical ms) the driver carries out the recorded cycles' decisions before
+    FROM instead of the service's (the binder and kubelets react to them as to the service's), so at FROM
+    the log holds the recorded state: the pods running then, with their recorded remaining time, binds and
+    evictions in flight, pending pods. The service folds that state at once, its first cycle at or after
+    FROM decides under the changed config, and the run stops at TO.
+    """
+
+    def __init__(
+        self, rec: ServiceRecording, config: SessionConfig, window: tuple[int, int] | None = None
+    ) -> None:
         self.rec = rec
+        self.from_ms = window[0] if window is not None else None
+        self.end_ms = min(window[1], rec.end_ms) if window is not None else rec.end_ms
         self.log = MemoryLog()
         self.topics = DEFAULT_TOPICS
         self.service = Service(self.log, self.topics, config, sleep=lambda _: None)
@@ -564,21 +576,53 @@ class _Driver:
 
         self._push(at, self._order("PodReleasing", uid, at), 0, releasing)
 
+    def _recorded(self, record: CycleRecord) -> Callable[[], None]:
+        """A recorded cycle before FROM: its decisions are carried out as if the service had made them."""
+
+        def go() -> None:
+            self.records.append(record)
+            self._react(record)
+
+        return go
+
+    def _fold_prefix(self) -> None:
+        """At FROM: the service folds everything before it in one step; that step's cycle only catches the
+        service up with the recorded state (the recording decided at those times), so it is not acted on."""
+        before = self.service.batch_size
+        self.service.batch_size = max(before, self.log.end_offset(self.topics.events) + 1)
+        try:
+            self.service.step()
+        finally:
+            self.service.batch_size = before
+
     def run(self, progress: Callable[[int], None] | None) -> None:
         for at, order, topic, raw in self.rec.inputs:
             if topic == 1:
                 self._push(at, order, 1, raw)
             else:
                 self._push(at, order, 0, self._user(raw))
-        end = self.rec.end_ms
+        # Before FROM the recorded cycles decide: each reacts after its instant's inputs.
+        folded = self.from_ms is None
+        if self.from_ms is not None:
+            for r in self.rec.records:
+                if r.logical_time_ms < self.from_ms:
+                    self._push(r.logical_time_ms, _LAST + 1, 2, self._recorded(r))
+        end = self.end_ms
         while self.heap and self.heap[0][0] <= end:
             now = self.heap[0][0]
+            if not folded and self.from_ms is not None and now >= self.from_ms:
+                self._fold_prefix()
+                folded = True
             while self.heap and self.heap[0][0] == now:
                 _, _, topic, _, item = heapq.heappop(self.heap)
                 if isinstance(item, bytes):
                     self.log.append(self.topics.usage, b"cluster", item)
                 else:
                     item()
+            if not folded:
+                if progress is not None:
+                    progress(now)
+                continue
             before = self.service.stats.cycles
             while self.service.step():
                 if self.service.stats.cycles != before:
@@ -591,14 +635,35 @@ class _Driver:
                 progress(now)
 
 
+def log_window(rec: ServiceRecording, window: tuple[int, int]) -> tuple[int, int]:
+    """``--window FROM..TO`` on a service log, counted from the log's first event, as logical ms
+    ``(start + FROM, start + min(TO, span))``; a window that starts at or after the log's end is refused."""
+    start = min((int(e["at_ms"]) for e in rec.events), default=0)
+    span = rec.end_ms - start
+    lo, hi = window
+    if lo >= span:
+        raise ServiceLogError(
+            f"--window {lo}..{hi} (ms from the log's first event): the log {rec.spec} spans only {span} ms"
+            f" ({span / 3_600_000:.2f} h, logical time {start}..{rec.end_ms}); FROM must be before its end"
+        )
+    return start + lo, start + min(hi, span)
+
+
 def rerun(
-    rec: ServiceRecording, config: SessionConfig, progress: Callable[[int], None] | None = None
+    rec: ServiceRecording,
+    config: SessionConfig,
+    progress: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = None,
 ) -> tuple[list[dict[str, Any]], list[CycleRecord]]:
     """Re-run the service log *rec* under the engine *config*: the what-if's events (as dicts, ending at
-    the recording's end) and its full cycle records, for :func:`analytics.whatif.measure`."""
-    d = _Driver(rec, config)
+    the recording's end, or at TO) and its full cycle records, for :func:`analytics.whatif.measure`.
+
+    With a *window* ``(FROM, TO)`` in logical ms (:func:`log_window`), the recorded decisions before FROM
+    are carried out and the engine decides from FROM on (:class:`_Driver`); the records include the
+    recorded ones before FROM (the fair share held at FROM is theirs)."""
+    d = _Driver(rec, config, window)
     d.run(progress)
     events = [json.loads(r.value) for r in d.log.topics[DEFAULT_TOPICS.events]]
-    if not events or events[-1]["at_ms"] < rec.end_ms:
-        events.append(json.loads(dump_event(ev.ClockTick(at_ms=rec.end_ms))))
+    if not events or events[-1]["at_ms"] < d.end_ms:
+        events.append(json.loads(dump_event(ev.ClockTick(at_ms=d.end_ms))))
     return events, d.records

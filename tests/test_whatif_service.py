@@ -404,8 +404,6 @@ def test_bad_settings_for_a_service_log_are_refused_clearly(
     assert rc == 2 and "engine config" in err and "k_value" in err
     rc = main(["whatif", str(embedded), "--set", "k_value=fast"])
     assert rc == 2 and "k_value takes a float" in capsys.readouterr().err
-    rc = main(["whatif", str(embedded), "--window", "1h..2h"])
-    assert rc == 2 and "--window" in capsys.readouterr().err
     other = embedded.parent / "engine.yaml"
     other.write_text("k_value: 0\n")  # not what the recorded service ran with
     rc = main(["whatif", str(embedded), "--recorded-config", str(other)])
@@ -469,3 +467,94 @@ def test_a_log_recorded_with_another_engine_config_needs_that_file(
     )
     out = capsys.readouterr().out
     assert rc == 0 and "gpu_placement=spread" in out
+
+
+# --------------------------------------------------------------------------- --window on a service log
+
+
+def _in_flight_froms(records: list[CycleRecord]) -> list[int]:
+    """Window starts 1 ms after the first cycle that bound and after the first that evicted (a bind and an
+    eviction in flight at FROM), and after the middle cycle."""
+
+    def first(kind: str) -> int:
+        return next(r.logical_time_ms for r in records if any(d.kind == kind for d in r.decisions))
+
+    return [first("Bind") + 1, first("Evict") + 1, records[len(records) // 2].logical_time_ms + 1]
+
+
+@pytest.mark.parametrize("case", CASES[1:], ids=[c.name for c in CASES[1:]])
+def test_a_no_change_windowed_whatif_equals_the_recording_inside_the_window(
+    case: Case, tmp_path: Path
+) -> None:
+    """`--window FROM..TO` starts from the recorded state at FROM (pods running, binds and evictions in
+    flight, pending pods) and re-runs to TO: with no change, every event up to TO comes back at its time and
+    in its order, and the window's figures are the recording's."""
+    from analytics.whatif_service import log_window, rerun
+
+    nodes, queues, jobs = _mixed(case.mixed) if case.mixed else _two_queues(case.backlog)
+    with open_log(str(tmp_path / "log")) as log:
+        cluster = Cluster(log, Topics(), ENGINE, FAIR, **case.cluster)
+        for when, pod in case.deletes:
+            cluster.delete(pod, when)
+        cluster.run(nodes, queues, jobs, 10 * H)
+    rec = load_service_recording(str(tmp_path / "log"))
+
+    def seq(events: list[dict[str, Any]], to: int) -> list[tuple[str, str, int]]:
+        return [(e["type"], e["uid"], e["at_ms"]) for e in events if e["at_ms"] < to]
+
+    for start in _in_flight_froms(rec.records):
+        window = log_window(rec, (start, start + 4 * H))
+        events, _ = rerun(rec, rec.config, None, window)
+        assert seq(events, window[1]) == seq(rec.events, window[1])
+        recorded, again = recorded_outcomes(rec, window), rerun_service(rec, [], None, window)
+        assert recorded.cluster["window_ms"] == list(window)
+        assert recorded.cluster["started"] > 0
+        assert (again.queues, again.cluster, again.timeline) == (
+            recorded.queues,
+            recorded.cluster,
+            recorded.timeline,
+        )
+
+
+def test_a_windowed_whatif_keeps_the_recording_before_from_and_changes_it_after(embedded: Path) -> None:
+    """At kValue 0 from 3 h on: before FROM the log is the recording's; from FROM the engine decides under
+    kValue 0. b's job running at FROM runs its recorded remaining time (nothing reclaims it), then the tie
+    goes to a, which keeps the cluster to TO: b starts nothing in the window."""
+    from analytics.whatif_service import log_window, rerun, service_config
+
+    rec = load_service_recording(str(embedded))
+    window = log_window(rec, (3 * H, 10 * H))
+    changed = parse_change("k_value=0")
+    events, _ = rerun(rec, service_config(rec.config, changed), None, window)
+    before = [(e["type"], e["uid"], e["at_ms"]) for e in events if e["at_ms"] < window[0]]
+    assert before == [(e["type"], e["uid"], e["at_ms"]) for e in rec.events if e["at_ms"] < window[0]]
+    recorded = recorded_outcomes(rec, window)
+    whatif = rerun_service(rec, changed, None, window)
+    assert whatif.queues != recorded.queues
+    assert whatif.cluster["window_ms"] == recorded.cluster["window_ms"] == [3 * H, 10 * H]
+    assert whatif.queues["a"]["evictions"] == whatif.queues["b"]["evictions"] == 0
+    running = [e for e in rec.events if e["type"] == "PodBound" and e["at_ms"] < window[0]][-1]
+    assert running["uid"].startswith("b/")  # b holds the cluster at FROM
+    ends = [e["at_ms"] for e in events if e["type"] == "PodFinished" and e["uid"] == running["uid"]]
+    recorded_end = [
+        e["at_ms"] for e in rec.events if e["type"] == "PodFinished" and e["uid"] == running["uid"]
+    ]
+    assert ends == recorded_end  # its recorded remaining time
+    assert whatif.queues["b"]["started"] == 0
+    assert whatif.queues["b"]["gpu_hours"] == pytest.approx(16 * (recorded_end[0] - window[0]) / H)
+    assert whatif.queues["a"]["gpu_hours"] > recorded.queues["a"]["gpu_hours"]
+
+
+def test_windows_outside_a_service_log_are_refused(
+    embedded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["whatif", str(embedded), "--window", "20h..30h"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--window" in err and "spans only" in err and "FROM must be before its end" in err
+    rc = main(["whatif", str(embedded), "--window", "5h..2h"])
+    assert rc == 2 and "TO must be after FROM" in capsys.readouterr().err
+    rc = main(["whatif", str(embedded), "--window", "2h..30h", "--json"])  # TO past the end: to the end
+    body = json.loads(capsys.readouterr().out)
+    end = load_service_recording(str(embedded)).end_ms
+    assert rc == 0 and body["cluster"]["whatif"]["window_ms"] == [2 * H, end]
+    assert body["queues"]["a"]["whatif"] == body["queues"]["a"]["recorded"]
