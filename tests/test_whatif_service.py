@@ -558,3 +558,86 @@ def test_windows_outside_a_service_log_are_refused(
     end = load_service_recording(str(embedded)).end_ms
     assert rc == 0 and body["cluster"]["whatif"]["window_ms"] == [2 * H, end]
     assert body["queues"]["a"]["whatif"] == body["queues"]["a"]["recorded"]
+
+
+# --------------------------------------------------------------------------- usage recomputed under the change
+
+
+@pytest.fixture(scope="module")
+def two_backlogs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Queue a alone on a 16-GPU node for 2 h, then b: both with backlogs of 2-GPU half-hour jobs to the
+    end (6 h), at kValue 1 with the fair-share service (eventlog source, half-life 2 h). Binder and
+    kubelets without delay: the split follows each cycle's fair share."""
+    nodes = [ev.NodeUpserted(at_ms=0, name="gpu-0", gpus=16, cpu_millicores=128_000, memory_bytes=2**40)]
+    queues = [
+        ev.QueueUpserted(
+            at_ms=0, name=q, resources=ev.QueueResources(gpu=ev.QueueResource(quota=0, over_quota_weight=1))
+        )
+        for q in ("a", "b")
+    ]
+    jobs = [Job("a", f"a-{i}", i, 30 * MIN, 2) for i in range(100)]
+    jobs += [Job("b", f"b-{i}", 2 * H + i, 30 * MIN, 2) for i in range(100)]
+    d = tmp_path_factory.mktemp("usage") / "log"
+    with open_log(str(d)) as log:
+        Cluster(log, Topics(), ENGINE, FAIR, bind_ms=0, evict_ms=0, grace_ms=0).run(
+            nodes, queues, jobs, 6 * H
+        )
+    return d
+
+
+def test_recomputed_usage_with_no_change_reproduces_the_recording(two_backlogs: Path) -> None:
+    """The fair-share service recomputes each recorded snapshot, as of its time, from the re-run's own
+    events: with no change they are the recorded snapshots (same ids), and the run is the recording."""
+    from analytics.whatif_service import rerun, usage_config
+
+    rec = load_service_recording(str(two_backlogs))
+    assert rec.usage_source == "eventlog"
+    assert rec.usage_window == {"type": "sliding", "size_s": 86_400, "half_life_s": 7200, "anchor_ms": 0}
+    fair = usage_config(rec, [])
+    assert fair is not None and fair.half_life_s == 7200  # auto: eventlog snapshots are recomputed
+    events, records = rerun(rec, rec.config, None, None, fair)
+    assert [(e["type"], e["uid"], e["at_ms"]) for e in events] == [
+        (e["type"], e["uid"], e["at_ms"]) for e in rec.events
+    ]
+    used = {r.usage_snapshot_id for r in records}
+    assert used == {r.usage_snapshot_id for r in rec.records} and len(used) > 10
+    recorded, again = recorded_outcomes(rec), rerun_service(rec, [], usage="recompute")
+    assert (again.queues, again.cluster, again.timeline) == (
+        recorded.queues,
+        recorded.cluster,
+        recorded.timeline,
+    )
+
+
+def test_recomputed_usage_feeds_the_changed_allocations_back(two_backlogs: Path) -> None:
+    """Time-based fair share is a feedback loop: at kValue 2 b (which used less) gets more than in the
+    recording, and counting that extra use against it (usage recomputed) leaves it less than the recorded
+    usage (from the kValue 1 allocations) does; at kValue 0.5 the other way round."""
+    rec = load_service_recording(str(two_backlogs))
+    recorded = recorded_outcomes(rec).queues["b"]["gpu_hours"]
+    for k, more in (("2", True), ("0.5", False)):
+        change = parse_change(f"fairshare.k_value={k}")
+        old = rerun_service(rec, change, usage="recorded").queues["b"]["gpu_hours"]
+        new = rerun_service(rec, change, usage="recompute").queues["b"]["gpu_hours"]
+        if more:
+            assert recorded < new < old
+        else:
+            assert old < new < recorded
+
+
+def test_a_half_life_change_recomputes_usage(two_backlogs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A longer half-life remembers a's two hours alone for longer: b gets more; a shorter one, less."""
+    rec = load_service_recording(str(two_backlogs))
+    recorded = recorded_outcomes(rec).queues["b"]["gpu_hours"]
+    rc = main(
+        ["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=600,28800", "--json", "--jobs", "2"]
+    )
+    body = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    short, long = (v["queues"]["b"]["whatif"]["gpu_hours"] for v in body["sweep"])
+    assert short < recorded < long
+    assert all("recomputed" in v["usage"] and "half-life" in v["usage"] for v in body["sweep"])
+    rc = main(["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=600", "--usage", "recorded"])
+    assert rc == 2 and "needs --usage recompute" in capsys.readouterr().err
+    rc = main(["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=-5"])
+    assert rc == 2 and "half_life_s" in capsys.readouterr().err
