@@ -8,7 +8,9 @@ the second (``docs/whatif.md``, "Service logs"):
 * **taken from the log, at their recorded times and in their recorded order**: nodes, queues, topologies,
   pod groups, each pod's first submission, deletions of pods by their users (a ``PodDeleted`` that is not
   the clean-up after the pod ended), foreign pods, ungating, ``ClockTick`` s (the passage of time the
-  service saw) and the usage snapshots of the usage topic (the fair-share service's, as recorded);
+  service saw) and the usage snapshots of the usage topic (the fair-share service's, as recorded) — or,
+  with usage recomputed (:func:`usage_config`), only their times: the real fair-share service then
+  recomputes each from the what-if's own events, as of the snapshot's ``as_of_ms``;
 * **taken from the log per pod, as durations**: how long each run its owner ended lasted (``PodBound`` to a
   ``PodFinished`` not caused by an eviction) and its phase; the bind delay (the cycle's ``Bind`` to the
   ``PodBound``), the eviction delay (``Evict`` to ``PodReleasing``), the eviction grace (``PodReleasing``
