@@ -641,3 +641,13 @@ def test_a_half_life_change_recomputes_usage(two_backlogs: Path, capsys: pytest.
     assert rc == 2 and "needs --usage recompute" in capsys.readouterr().err
     rc = main(["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=-5"])
     assert rc == 2 and "half_life_s" in capsys.readouterr().err
+
+
+def test_usage_is_refused_on_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulated run's what-if computes usage under its own settings: ``--usage`` is for service logs."""
+    (tmp_path / "manifest.json").write_text("{}")  # a run directory, as far as the dispatch can tell
+    rc = main(["whatif", str(tmp_path), "--usage", "recorded"])
+    assert rc == 2 and "--usage is for service logs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse names the choices
+        main(["whatif", str(tmp_path), "--usage", "sometimes"])
+    assert exit_.value.code == 2 and "recompute" in capsys.readouterr().err
