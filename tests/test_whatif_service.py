@@ -651,3 +651,26 @@ def test_usage_is_refused_on_a_run_directory(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(SystemExit) as exit_:  # argparse names the choices
         main(["whatif", str(tmp_path), "--usage", "sometimes"])
     assert exit_.value.code == 2 and "recompute" in capsys.readouterr().err
+
+
+def test_prometheus_snapshots_are_kept_unless_recompute_is_asked(two_backlogs: Path) -> None:
+    """Snapshots the fair-share service computed from Prometheus cannot be recomputed from the what-if's
+    log without changing them: ``auto`` keeps them and says so; ``--usage recompute`` uses the eventlog
+    source with the recorded window; a usage setting change recomputes."""
+    from dataclasses import replace
+
+    from analytics.whatif import usage_text
+    from analytics.whatif_service import usage_config
+
+    rec = replace(load_service_recording(str(two_backlogs)), usage_source="prometheus")
+    assert usage_config(rec, []) is None
+    assert usage_text(rec, []).startswith("recorded snapshots (source prometheus")
+    fair = usage_config(rec, [], "recompute")
+    assert fair is not None and (fair.half_life_s, fair.window_s) == (7200, 86_400)
+    assert "recomputed" in usage_text(rec, [], "recompute")
+    changed = usage_config(rec, parse_change("fairshare.window_s=3600"))
+    assert changed is not None and changed.window_s == 3600
+    none = replace(rec, usage_source=None, usage_window=None)  # no snapshot recorded: the defaults
+    assert usage_config(none, []) is None
+    default = usage_config(none, [], "recompute")
+    assert default is not None and default.window_s == 7 * 24 * 3600
