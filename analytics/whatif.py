@@ -62,7 +62,9 @@ from analytics.whatif_service import (
     ServiceLogError,
     ServiceRecording,
     load_service_recording,
+    log_window,
     service_config,
+    usage_config,
 )
 from analytics.whatif_service import rerun as rerun_service_log
 from ingest import events as ev
@@ -94,6 +96,7 @@ __all__ = [
     "run_cli",
     "run_whatif",
     "service_outcomes",
+    "usage_text",
 ]
 
 GPU_MILLI: Final = 1000
@@ -836,28 +839,53 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
 # --------------------------------------------------------------------------- service logs
 
 
-def service_outcomes(rec: ServiceRecording) -> Outcomes:
-    """The figures of a service log as recorded (:func:`measure` on its events and cycle records)."""
-    tally = _CycleTally(None)
+def service_outcomes(rec: ServiceRecording, window: tuple[int, int] | None = None) -> Outcomes:
+    """The figures of a service log as recorded (:func:`measure` on its events and cycle records), over
+    the logical-time *window* ``(FROM, TO)`` if given (:func:`analytics.whatif_service.log_window`)."""
+    tally = _CycleTally(window)
     for r in rec.records:
         tally.feed(r)
-    return measure(rec.events, tally, None)
+    return measure(rec.events, tally, window)
 
 
 def rerun_service(
-    rec: ServiceRecording, changes: Sequence[Change], progress: Callable[[int], None] | None = None
+    rec: ServiceRecording,
+    changes: Sequence[Change],
+    progress: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = None,
+    usage: str = "auto",
 ) -> Outcomes:
-    """Re-run a service log under *changes* (engine config fields, :func:`analytics.whatif_service.rerun`)
-    and measure it as :func:`service_outcomes` measures the recording."""
+    """Re-run a service log under *changes* (engine config fields and the usage computation's
+    ``fairshare.*`` settings, :func:`analytics.whatif_service.rerun`) and measure it as
+    :func:`service_outcomes` measures the recording (over the same *window*). *usage* is ``--usage``
+    (:func:`analytics.whatif_service.usage_config`)."""
     try:
         config = service_config(rec.config, changes)
+        fair = usage_config(rec, changes, usage)
     except ServiceLogError as exc:
         raise WhatIfError(str(exc)) from None
-    events, records = rerun_service_log(rec, config, progress)
-    tally = _CycleTally(None)
+    events, records = rerun_service_log(rec, config, progress, window, fair)
+    tally = _CycleTally(window)
     for r in records:
         tally.feed(r)
-    return measure(events, tally, None)
+    return measure(events, tally, window)
+
+
+def usage_text(rec: ServiceRecording, changes: Sequence[Change], usage: str = "auto") -> str:
+    """What the report says of the usage the what-if's cycles saw."""
+    try:
+        fair = usage_config(rec, changes, usage)
+    except ServiceLogError as exc:
+        raise WhatIfError(str(exc)) from None
+    if fair is None:
+        src = rec.usage_source or "none recorded"
+        return f"recorded snapshots (source {src}; the usage of the recorded allocations)"
+    half = fair.decay_half_life_s
+    return (
+        f"recomputed from the what-if's own events by the fair-share service (window {fair.window_type}"
+        f" {fair.window_s} s, half-life {half if half is not None else 'none'}"
+        f"{' s' if half is not None else ''}), at the recorded snapshots' times"
+    )
 
 
 def _service_censored(rec: ServiceRecording) -> Censored:
@@ -886,6 +914,7 @@ class WhatIfResult:
     censored: Censored
     rule_jobs: int
     run_dir: Path | None = None  # where the what-if's own log was kept (--out), if anywhere
+    usage: str | None = None  # service logs: which usage the what-if's cycles saw (recorded | recomputed …)
 
     def as_json(self) -> dict[str, Any]:
         """``{"queues": {NAME: {"recorded": …, "whatif": …}}, "cluster": {…}, "changed": {KEY: VALUE}}``."""
@@ -900,6 +929,7 @@ class WhatIfResult:
             "censored_pods": self.censored.as_dict(),
             "keep_pending_jobs_rerun_by_rule": self.rule_jobs,
             "run_dir": str(self.run_dir) if self.run_dir is not None else None,
+            **({"usage": self.usage} if self.usage is not None else {}),
         }
 
 
@@ -973,6 +1003,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--topic-prefix", default=None, help="for a service log: PREFIX.events, PREFIX.decisions, ..."
+    )
+    p.add_argument(
+        "--usage",
+        choices=("auto", "recorded", "recompute"),
+        default="auto",
+        help="for a service log: the usage the what-if's cycles see: recomputed from its own events by the"
+        " fair-share service, or the recorded snapshots (auto: recompute if they came from the eventlog"
+        " source or a fairshare.* usage setting is changed; docs/whatif.md)",
     )
     p.add_argument(
         "--set",
@@ -1076,6 +1114,8 @@ def render(result: WhatIfResult, console: Any) -> None:
         f" {c.never_started} never started (run until the recording's end)",
         highlight=False,
     )
+    if result.usage is not None:
+        console.print(f"usage: {result.usage}", highlight=False)
     if result.rule_jobs:
         console.print(
             f"{result.rule_jobs} recorded jobs of keep-pending workloads: their rule was re-run, not their"
@@ -1115,6 +1155,11 @@ def run_cli(args: argparse.Namespace) -> int:
             raise WhatIfError(f"--jobs must be >= 1, got {args.jobs}")
         if is_service_log(args.log):
             return _service_cli(args, runs, window, err)
+        if getattr(args, "usage", "auto") != "auto":
+            raise WhatIfError(
+                "--usage is for service logs: a run directory's what-if computes usage under its own"
+                " settings (the simulator's usage refresh)"
+            )
         rec = load_recording(args.log)
         for changes in runs:  # every variant's settings are checked before anything runs
             _plan(rec, changes)
@@ -1173,11 +1218,16 @@ def run_cli(args: argparse.Namespace) -> int:
 
 
 def _service_variant(
-    spec: str, config: Path | None, prefix: str | None, changes: list[Change]
+    spec: str,
+    config: Path | None,
+    prefix: str | None,
+    changes: list[Change],
+    window: tuple[int, int] | None = None,
+    usage: str = "auto",
 ) -> tuple[list[Change], Outcomes]:
     """One sweep member on a service log in a worker process (the log is read again there)."""
     rec = _load_service(spec, _recorded_config(config), _topics(prefix))
-    return changes, rerun_service(rec, changes)
+    return changes, rerun_service(rec, changes, window=window, usage=usage)
 
 
 def _recorded_config(path: Path | None) -> Any:
@@ -1229,8 +1279,6 @@ def _service_cli(
     import os
 
     try:
-        if window is not None:
-            raise WhatIfError("--window is not supported on a service log yet: it re-runs the whole log")
         if args.out is not None:
             raise WhatIfError(
                 "--out keeps a simulation run directory; a service log's what-if is kept in memory"
@@ -1239,25 +1287,41 @@ def _service_cli(
         for changes in runs:
             try:
                 service_config(rec.config, changes)
+                usage_config(rec, changes, args.usage)
             except ServiceLogError as exc:
                 raise WhatIfError(str(exc)) from None
-        recorded = service_outcomes(rec)
+        try:
+            span = log_window(rec, window) if window is not None else None
+        except ServiceLogError as exc:
+            raise WhatIfError(str(exc)) from None
+        recorded = service_outcomes(rec, span)
         censored = _service_censored(rec)
         results: list[WhatIfResult] = []
         if len(runs) == 1:
             with _service_bar(rec, changed_text(runs[0]), err) as progress:
-                mine = rerun_service(rec, runs[0], progress)
-            results.append(WhatIfResult(runs[0], recorded, mine, censored, 0))
+                mine = rerun_service(rec, runs[0], progress, span, args.usage)
+            results.append(
+                WhatIfResult(runs[0], recorded, mine, censored, 0, usage=usage_text(rec, runs[0], args.usage))
+            )
         else:
             workers = min(args.jobs or os.cpu_count() or 1, len(runs))
             with _spawn_pool(workers) as pool:
                 futures = [
-                    pool.submit(_service_variant, str(args.log), args.recorded_config, args.topic_prefix, c)
+                    pool.submit(
+                        _service_variant,
+                        str(args.log),
+                        args.recorded_config,
+                        args.topic_prefix,
+                        c,
+                        span,
+                        args.usage,
+                    )
                     for c in runs
                 ]
                 for fut in futures:
                     changes, mine = fut.result()
-                    results.append(WhatIfResult(changes, recorded, mine, censored, 0))
+                    text = usage_text(rec, changes, args.usage)
+                    results.append(WhatIfResult(changes, recorded, mine, censored, 0, usage=text))
     except WhatIfError as exc:
         err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2

@@ -8,7 +8,9 @@ the second (``docs/whatif.md``, "Service logs"):
 * **taken from the log, at their recorded times and in their recorded order**: nodes, queues, topologies,
   pod groups, each pod's first submission, deletions of pods by their users (a ``PodDeleted`` that is not
   the clean-up after the pod ended), foreign pods, ungating, ``ClockTick`` s (the passage of time the
-  service saw) and the usage snapshots of the usage topic (the fair-share service's, as recorded);
+  service saw) and the usage snapshots of the usage topic (the fair-share service's, as recorded) — or,
+  with usage recomputed (:func:`usage_config`), only their times: the real fair-share service then
+  recomputes each from the what-if's own events, as of the snapshot's ``as_of_ms``;
 * **taken from the log per pod, as durations**: how long each run its owner ended lasted (``PodBound`` to a
   ``PodFinished`` not caused by an eviction) and its phase; the bind delay (the cycle's ``Bind`` to the
   ``PodBound``), the eviction delay (``Evict`` to ``PodReleasing``), the eviction grace (``PodReleasing``
@@ -27,7 +29,7 @@ the second (``docs/whatif.md``, "Service logs"):
 
 A pod that never ended by its owner in the recording runs for its recorded time so far (the longest run:
 still running at the end, or evicted and never run to the end); one that never started runs to the end.
-The re-run stops at the recording's end.
+The re-run stops at the recording's end (or at TO of a ``--window``: see :class:`_Driver`).
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final, Protocol
 
 from analytics.replay import ReplayError, load_source
+from fairshare.config import FairshareConfig, FairshareConfigError
+from fairshare.service import FairshareService
+from fairshare.snapshot import SnapshotError, UsageSnapshot
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics, check_read_args
@@ -57,8 +62,10 @@ __all__ = [
     "ServiceRecording",
     "Setting",
     "load_service_recording",
+    "log_window",
     "rerun",
     "service_config",
+    "usage_config",
 ]
 
 #: ``--set`` spellings of the engine config fields on a service log (besides the bare field name).
@@ -121,6 +128,53 @@ class MemoryLog(Log):
         """Nothing to release."""
 
 
+class _AsOf(Log):
+    """The what-if's log as the fair-share service sees it at a recorded snapshot: its events topic ends at
+    the last event at or before the snapshot's ``as_of_ms`` (:meth:`until`); everything else is the log."""
+
+    def __init__(self, log: MemoryLog, events: str) -> None:
+        self.log = log
+        self.events = events
+        self.limit = 0
+
+    def until(self, as_of_ms: int) -> None:
+        """Show the events up to the last one at or before *as_of_ms* (they are appended in time order)."""
+        recs = self.log.topics[self.events]
+        while self.limit < len(recs) and json.loads(recs[self.limit].value)["at_ms"] <= as_of_ms:
+            self.limit += 1
+
+    def append(self, topic: str, key: bytes | None, value: bytes) -> int:
+        """Append to the log (the fair-share service publishes to the usage topic)."""
+        return self.log.append(topic, key, value)
+
+    def append_many(self, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> list[int]:
+        """Append records to the log in order."""
+        return self.log.append_many(topic, records)
+
+    def read(self, topic: str, from_offset: int, max_records: int = 1000) -> list[Record]:
+        """The log's records; on the events topic none past the limit."""
+        if topic == self.events:
+            max_records = max(min(max_records, self.limit - from_offset), 0)
+            check_read_args(from_offset, max(max_records, 1))
+            return self.log.topics[topic][from_offset : from_offset + max_records]
+        return self.log.read(topic, from_offset, max_records)
+
+    def end_offset(self, topic: str) -> int:
+        """The log's end; on the events topic the limit."""
+        return self.limit if topic == self.events else self.log.end_offset(topic)
+
+    def commit(self, group: str, topic: str, offset: int) -> None:
+        """Remember *group*'s position."""
+        self.log.commit(group, topic, offset)
+
+    def committed(self, group: str, topic: str) -> int:
+        """*group*'s position."""
+        return self.log.committed(group, topic)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 def _median(values: Sequence[int]) -> int:
     return int(statistics.median_low(values)) if values else 0
 
@@ -170,6 +224,10 @@ class ServiceRecording:
     groups_deleted: set[str]  # groups deleted after their last pod (re-derived)
     censored: dict[str, int]  # running_at_end, evicted_unfinished, never_started
     end_ms: int
+    # The recorded usage snapshots' window (fairshare.snapshot.WindowSpec fields) and source, from the last
+    # snapshot of the usage topic (None: no snapshot recorded, e.g. a run without the fair-share service).
+    usage_window: dict[str, Any] | None = None
+    usage_source: str | None = None
 
     @property
     def path(self) -> str:
@@ -193,7 +251,33 @@ def load_service_recording(
         raise ServiceLogError(f"{spec}: {exc}") from None
     finally:
         src.close()
-    return _split(spec, src.config, records, events, usage)
+    rec = _split(spec, src.config, records, events, usage)
+    rec.usage_window, rec.usage_source = _usage_settings(spec, topics)
+    return rec
+
+
+def _usage_settings(spec: str, topics: Topics) -> tuple[dict[str, Any] | None, str | None]:
+    """The window and source the last recorded usage snapshot says it was computed with."""
+    from ingest.backends import open_log
+
+    try:
+        log = open_log(spec, readonly=True)
+    except LogError as exc:
+        raise ServiceLogError(f"{spec}: {exc}") from None
+    try:
+        end = log.end_offset(topics.usage)
+        last = log.read(topics.usage, end - 1, 1) if end > 0 else []
+    except LogError as exc:
+        raise ServiceLogError(f"{spec}: {exc}") from None
+    finally:
+        log.close()
+    if not last:
+        return None, None
+    try:
+        snap = UsageSnapshot.from_bytes(last[0].value)
+    except SnapshotError:
+        return None, None  # not a fair-share service's snapshot: its settings are unknown
+    return snap.window.model_dump(), snap.source
 
 
 def _split(
@@ -350,11 +434,14 @@ def service_config(base: SessionConfig, changes: Sequence[Setting]) -> SessionCo
     known = {f.name: f for f in fields(SessionConfig)}
     updates: dict[str, Any] = {}
     for c in changes:
+        if c.key in USAGE_KEYS:
+            continue  # the fair-share service's (usage_config)
         key = ALIASES.get(c.key, c.key.removeprefix("engine."))
         if key not in known:
             raise ServiceLogError(
                 f"--set {c.text}: a service log's what-if changes the engine config; known keys:"
-                f" {', '.join(sorted(known))} (also as engine.KEY, and fairshare.k_value)"
+                f" {', '.join(sorted(known))} (also as engine.KEY, and fairshare.k_value); the usage computation's:"
+                f" {', '.join(sorted(USAGE_KEYS))}"
             )
         value, want = c.value, type(getattr(base, key))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
@@ -363,6 +450,50 @@ def service_config(base: SessionConfig, changes: Sequence[Setting]) -> SessionCo
             raise ServiceLogError(f"--set {c.text}: {key} takes a {want.__name__}, got {value!r}")
         updates[key] = value
     return replace(base, **updates)
+
+
+#: ``--set`` keys of the fair-share service's usage computation (fairshare/config.py): a change recomputes.
+USAGE_KEYS: Final = {
+    f"fairshare.{k}": k for k in ("half_life_s", "window_s", "window_type", "tumbling_anchor_ms")
+}
+USAGE_MODES: Final = ("auto", "recorded", "recompute")
+
+
+def usage_config(
+    rec: ServiceRecording, changes: Sequence[Setting], mode: str = "auto"
+) -> FairshareConfig | None:
+    """The fair-share settings to recompute usage with, or None to use the recorded snapshots.
+
+    ``auto``: recompute when the recorded snapshots came from the ``eventlog`` source (the what-if's own
+    events log is that source's input, so with no change the snapshots come back equal) or a usage setting
+    (:data:`USAGE_KEYS`) is changed; otherwise (Prometheus snapshots, or none) the recorded ones.
+    ``recompute`` always recomputes (from the what-if's events; the window of the recorded snapshots, else
+    the fair-share defaults), ``recorded`` never (a usage setting change is then refused)."""
+    if mode not in USAGE_MODES:
+        raise ServiceLogError(f"--usage {mode!r}: expected one of {', '.join(USAGE_MODES)}")
+    updates = {USAGE_KEYS[c.key]: c.value for c in changes if c.key in USAGE_KEYS}
+    if mode == "recorded":
+        if updates:
+            keys = ", ".join(f"fairshare.{k}" for k in updates)
+            raise ServiceLogError(f"--set {keys} changes how usage is computed: it needs --usage recompute")
+        return None
+    if mode == "auto" and rec.usage_source != "eventlog" and not updates:
+        return None
+    w = rec.usage_window
+    base: dict[str, Any] = (
+        {
+            "window_type": w["type"],
+            "window_s": w["size_s"],
+            "half_life_s": w["half_life_s"],
+            "tumbling_anchor_ms": w["anchor_ms"],
+        }
+        if w is not None
+        else {}
+    )
+    try:
+        return FairshareConfig(**{**base, **updates})
+    except FairshareConfigError as exc:
+        raise ServiceLogError(f"--set: {exc}") from None
 
 
 # --------------------------------------------------------------------------- the re-run
@@ -379,10 +510,25 @@ class _Pod:
 
 
 class _Driver:
-    """The cluster around the real service: users' inputs as recorded, the binder and kubelets re-derived."""
+    """The cluster around the real service: users' inputs as recorded, the binder and kubelets re-derived.
 
-    def __init__(self, rec: ServiceRecording, config: SessionConfig) -> None:
+    With a *window* ``(FROM, TO)`` (logical ms) the driver carries out the recorded cycles' decisions before
+    FROM instead of the service's (the binder and kubelets react to them as to the service's), so at FROM
+    the log holds the recorded state: the pods running then, with their recorded remaining time, binds and
+    evictions in flight, pending pods. The service folds that state at once, its first cycle at or after
+    FROM decides under the changed config, and the run stops at TO.
+    """
+
+    def __init__(
+        self,
+        rec: ServiceRecording,
+        config: SessionConfig,
+        window: tuple[int, int] | None = None,
+        usage: FairshareConfig | None = None,
+    ) -> None:
         self.rec = rec
+        self.from_ms = window[0] if window is not None else None
+        self.end_ms = min(window[1], rec.end_ms) if window is not None else rec.end_ms
         self.log = MemoryLog()
         self.topics = DEFAULT_TOPICS
         self.service = Service(self.log, self.topics, config, sleep=lambda _: None)
@@ -392,6 +538,22 @@ class _Driver:
         self.live: dict[str, set[str]] = defaultdict(set)
         self.records: list[CycleRecord] = []
         self.twin_used: Counter[tuple[str, str, int]] = Counter()
+        # Usage recomputed: the real fair-share service over this log, stepped at each recorded snapshot's
+        # arrival, as of its recorded as_of_ms (it sees the events up to then).
+        self.view = _AsOf(self.log, self.topics.events)
+        self.fair = (
+            FairshareService(self.view, usage, topics=self.topics, clock_ms=lambda: 0, sleep=lambda _: None)
+            if usage is not None
+            else None
+        )
+
+    def _recompute(self, as_of_ms: int) -> Callable[[], None]:
+        def go() -> None:
+            assert self.fair is not None
+            self.view.until(as_of_ms)
+            self.fair.step()
+
+        return go
 
     def _order(self, kind: str, uid: str, at: int) -> int:
         key = (kind, uid, at)
@@ -564,21 +726,55 @@ class _Driver:
 
         self._push(at, self._order("PodReleasing", uid, at), 0, releasing)
 
+    def _recorded(self, record: CycleRecord) -> Callable[[], None]:
+        """A recorded cycle before FROM: its decisions are carried out as if the service had made them."""
+
+        def go() -> None:
+            self.records.append(record)
+            self._react(record)
+
+        return go
+
+    def _fold_prefix(self) -> None:
+        """At FROM: the service folds everything before it in one step; that step's cycle only catches the
+        service up with the recorded state (the recording decided at those times), so it is not acted on."""
+        before = self.service.batch_size
+        self.service.batch_size = max(before, self.log.end_offset(self.topics.events) + 1)
+        try:
+            self.service.step()
+        finally:
+            self.service.batch_size = before
+
     def run(self, progress: Callable[[int], None] | None) -> None:
         for at, order, topic, raw in self.rec.inputs:
-            if topic == 1:
+            if topic == 1 and self.fair is not None:
+                self._push(at, order, 1, self._recompute(int(json.loads(raw)["as_of_ms"])))
+            elif topic == 1:
                 self._push(at, order, 1, raw)
             else:
                 self._push(at, order, 0, self._user(raw))
-        end = self.rec.end_ms
+        # Before FROM the recorded cycles decide: each reacts after its instant's inputs.
+        folded = self.from_ms is None
+        if self.from_ms is not None:
+            for r in self.rec.records:
+                if r.logical_time_ms < self.from_ms:
+                    self._push(r.logical_time_ms, _LAST + 1, 2, self._recorded(r))
+        end = self.end_ms
         while self.heap and self.heap[0][0] <= end:
             now = self.heap[0][0]
+            if not folded and self.from_ms is not None and now >= self.from_ms:
+                self._fold_prefix()
+                folded = True
             while self.heap and self.heap[0][0] == now:
                 _, _, topic, _, item = heapq.heappop(self.heap)
                 if isinstance(item, bytes):
                     self.log.append(self.topics.usage, b"cluster", item)
                 else:
                     item()
+            if not folded:
+                if progress is not None:
+                    progress(now)
+                continue
             before = self.service.stats.cycles
             while self.service.step():
                 if self.service.stats.cycles != before:
@@ -591,14 +787,38 @@ class _Driver:
                 progress(now)
 
 
+def log_window(rec: ServiceRecording, window: tuple[int, int]) -> tuple[int, int]:
+    """``--window FROM..TO`` on a service log, counted from the log's first event, as logical ms
+    ``(start + FROM, start + min(TO, span))``; a window that starts at or after the log's end is refused."""
+    start = min((int(e["at_ms"]) for e in rec.events), default=0)
+    span = rec.end_ms - start
+    lo, hi = window
+    if lo >= span:
+        raise ServiceLogError(
+            f"--window {lo}..{hi} (ms from the log's first event): the log {rec.spec} spans only {span} ms"
+            f" ({span / 3_600_000:.2f} h, logical time {start}..{rec.end_ms}); FROM must be before its end"
+        )
+    return start + lo, start + min(hi, span)
+
+
 def rerun(
-    rec: ServiceRecording, config: SessionConfig, progress: Callable[[int], None] | None = None
+    rec: ServiceRecording,
+    config: SessionConfig,
+    progress: Callable[[int], None] | None = None,
+    window: tuple[int, int] | None = None,
+    usage: FairshareConfig | None = None,
 ) -> tuple[list[dict[str, Any]], list[CycleRecord]]:
     """Re-run the service log *rec* under the engine *config*: the what-if's events (as dicts, ending at
-    the recording's end) and its full cycle records, for :func:`analytics.whatif.measure`."""
-    d = _Driver(rec, config)
+    the recording's end, or at TO) and its full cycle records, for :func:`analytics.whatif.measure`.
+
+    With a *window* ``(FROM, TO)`` in logical ms (:func:`log_window`), the recorded decisions before FROM
+    are carried out and the engine decides from FROM on (:class:`_Driver`); the records include the
+    recorded ones before FROM (the fair share held at FROM is theirs). With *usage* (:func:`usage_config`)
+    the usage snapshots are recomputed by the real fair-share service from the what-if's own events, at
+    the recorded snapshots' times, instead of being the recorded ones."""
+    d = _Driver(rec, config, window, usage)
     d.run(progress)
     events = [json.loads(r.value) for r in d.log.topics[DEFAULT_TOPICS.events]]
-    if not events or events[-1]["at_ms"] < rec.end_ms:
-        events.append(json.loads(dump_event(ev.ClockTick(at_ms=rec.end_ms))))
+    if not events or events[-1]["at_ms"] < d.end_ms:
+        events.append(json.loads(dump_event(ev.ClockTick(at_ms=d.end_ms))))
     return events, d.records

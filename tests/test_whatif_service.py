@@ -404,8 +404,6 @@ def test_bad_settings_for_a_service_log_are_refused_clearly(
     assert rc == 2 and "engine config" in err and "k_value" in err
     rc = main(["whatif", str(embedded), "--set", "k_value=fast"])
     assert rc == 2 and "k_value takes a float" in capsys.readouterr().err
-    rc = main(["whatif", str(embedded), "--window", "1h..2h"])
-    assert rc == 2 and "--window" in capsys.readouterr().err
     other = embedded.parent / "engine.yaml"
     other.write_text("k_value: 0\n")  # not what the recorded service ran with
     rc = main(["whatif", str(embedded), "--recorded-config", str(other)])
@@ -469,3 +467,210 @@ def test_a_log_recorded_with_another_engine_config_needs_that_file(
     )
     out = capsys.readouterr().out
     assert rc == 0 and "gpu_placement=spread" in out
+
+
+# --------------------------------------------------------------------------- --window on a service log
+
+
+def _in_flight_froms(records: list[CycleRecord]) -> list[int]:
+    """Window starts 1 ms after the first cycle that bound and after the first that evicted (a bind and an
+    eviction in flight at FROM), and after the middle cycle."""
+
+    def first(kind: str) -> int:
+        return next(r.logical_time_ms for r in records if any(d.kind == kind for d in r.decisions))
+
+    return [first("Bind") + 1, first("Evict") + 1, records[len(records) // 2].logical_time_ms + 1]
+
+
+@pytest.mark.parametrize("case", CASES[1:], ids=[c.name for c in CASES[1:]])
+def test_a_no_change_windowed_whatif_equals_the_recording_inside_the_window(
+    case: Case, tmp_path: Path
+) -> None:
+    """`--window FROM..TO` starts from the recorded state at FROM (pods running, binds and evictions in
+    flight, pending pods) and re-runs to TO: with no change, every event up to TO comes back at its time and
+    in its order, and the window's figures are the recording's."""
+    from analytics.whatif_service import log_window, rerun
+
+    nodes, queues, jobs = _mixed(case.mixed) if case.mixed else _two_queues(case.backlog)
+    with open_log(str(tmp_path / "log")) as log:
+        cluster = Cluster(log, Topics(), ENGINE, FAIR, **case.cluster)
+        for when, pod in case.deletes:
+            cluster.delete(pod, when)
+        cluster.run(nodes, queues, jobs, 10 * H)
+    rec = load_service_recording(str(tmp_path / "log"))
+
+    def seq(events: list[dict[str, Any]], to: int) -> list[tuple[str, str, int]]:
+        return [(e["type"], e["uid"], e["at_ms"]) for e in events if e["at_ms"] < to]
+
+    for start in _in_flight_froms(rec.records):
+        window = log_window(rec, (start, start + 4 * H))
+        events, _ = rerun(rec, rec.config, None, window)
+        assert seq(events, window[1]) == seq(rec.events, window[1])
+        recorded, again = recorded_outcomes(rec, window), rerun_service(rec, [], None, window)
+        assert recorded.cluster["window_ms"] == list(window)
+        assert recorded.cluster["started"] > 0
+        assert (again.queues, again.cluster, again.timeline) == (
+            recorded.queues,
+            recorded.cluster,
+            recorded.timeline,
+        )
+
+
+def test_a_windowed_whatif_keeps_the_recording_before_from_and_changes_it_after(embedded: Path) -> None:
+    """At kValue 0 from 3 h on: before FROM the log is the recording's; from FROM the engine decides under
+    kValue 0. b's job running at FROM runs its recorded remaining time (nothing reclaims it), then the tie
+    goes to a, which keeps the cluster to TO: b starts nothing in the window."""
+    from analytics.whatif_service import log_window, rerun, service_config
+
+    rec = load_service_recording(str(embedded))
+    window = log_window(rec, (3 * H, 10 * H))
+    changed = parse_change("k_value=0")
+    events, _ = rerun(rec, service_config(rec.config, changed), None, window)
+    before = [(e["type"], e["uid"], e["at_ms"]) for e in events if e["at_ms"] < window[0]]
+    assert before == [(e["type"], e["uid"], e["at_ms"]) for e in rec.events if e["at_ms"] < window[0]]
+    recorded = recorded_outcomes(rec, window)
+    whatif = rerun_service(rec, changed, None, window)
+    assert whatif.queues != recorded.queues
+    assert whatif.cluster["window_ms"] == recorded.cluster["window_ms"] == [3 * H, 10 * H]
+    assert whatif.queues["a"]["evictions"] == whatif.queues["b"]["evictions"] == 0
+    running = [e for e in rec.events if e["type"] == "PodBound" and e["at_ms"] < window[0]][-1]
+    assert running["uid"].startswith("b/")  # b holds the cluster at FROM
+    ends = [e["at_ms"] for e in events if e["type"] == "PodFinished" and e["uid"] == running["uid"]]
+    recorded_end = [
+        e["at_ms"] for e in rec.events if e["type"] == "PodFinished" and e["uid"] == running["uid"]
+    ]
+    assert ends == recorded_end  # its recorded remaining time
+    assert whatif.queues["b"]["started"] == 0
+    assert whatif.queues["b"]["gpu_hours"] == pytest.approx(16 * (recorded_end[0] - window[0]) / H)
+    assert whatif.queues["a"]["gpu_hours"] > recorded.queues["a"]["gpu_hours"]
+
+
+def test_windows_outside_a_service_log_are_refused(
+    embedded: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["whatif", str(embedded), "--window", "20h..30h"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--window" in err and "spans only" in err and "FROM must be before its end" in err
+    rc = main(["whatif", str(embedded), "--window", "5h..2h"])
+    assert rc == 2 and "TO must be after FROM" in capsys.readouterr().err
+    rc = main(["whatif", str(embedded), "--window", "2h..30h", "--json"])  # TO past the end: to the end
+    body = json.loads(capsys.readouterr().out)
+    end = load_service_recording(str(embedded)).end_ms
+    assert rc == 0 and body["cluster"]["whatif"]["window_ms"] == [2 * H, end]
+    assert body["queues"]["a"]["whatif"] == body["queues"]["a"]["recorded"]
+
+
+# --------------------------------------------------------------------------- usage recomputed under the change
+
+
+@pytest.fixture(scope="module")
+def two_backlogs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Queue a alone on a 16-GPU node for 2 h, then b: both with backlogs of 2-GPU half-hour jobs to the
+    end (6 h), at kValue 1 with the fair-share service (eventlog source, half-life 2 h). Binder and
+    kubelets without delay: the split follows each cycle's fair share."""
+    nodes = [ev.NodeUpserted(at_ms=0, name="gpu-0", gpus=16, cpu_millicores=128_000, memory_bytes=2**40)]
+    queues = [
+        ev.QueueUpserted(
+            at_ms=0, name=q, resources=ev.QueueResources(gpu=ev.QueueResource(quota=0, over_quota_weight=1))
+        )
+        for q in ("a", "b")
+    ]
+    jobs = [Job("a", f"a-{i}", i, 30 * MIN, 2) for i in range(100)]
+    jobs += [Job("b", f"b-{i}", 2 * H + i, 30 * MIN, 2) for i in range(100)]
+    d = tmp_path_factory.mktemp("usage") / "log"
+    with open_log(str(d)) as log:
+        Cluster(log, Topics(), ENGINE, FAIR, bind_ms=0, evict_ms=0, grace_ms=0).run(
+            nodes, queues, jobs, 6 * H
+        )
+    return d
+
+
+def test_recomputed_usage_with_no_change_reproduces_the_recording(two_backlogs: Path) -> None:
+    """The fair-share service recomputes each recorded snapshot, as of its time, from the re-run's own
+    events: with no change they are the recorded snapshots (same ids), and the run is the recording."""
+    from analytics.whatif_service import rerun, usage_config
+
+    rec = load_service_recording(str(two_backlogs))
+    assert rec.usage_source == "eventlog"
+    assert rec.usage_window == {"type": "sliding", "size_s": 86_400, "half_life_s": 7200, "anchor_ms": 0}
+    fair = usage_config(rec, [])
+    assert fair is not None and fair.half_life_s == 7200  # auto: eventlog snapshots are recomputed
+    events, records = rerun(rec, rec.config, None, None, fair)
+    assert [(e["type"], e["uid"], e["at_ms"]) for e in events] == [
+        (e["type"], e["uid"], e["at_ms"]) for e in rec.events
+    ]
+    used = {r.usage_snapshot_id for r in records}
+    assert used == {r.usage_snapshot_id for r in rec.records} and len(used) > 10
+    recorded, again = recorded_outcomes(rec), rerun_service(rec, [], usage="recompute")
+    assert (again.queues, again.cluster, again.timeline) == (
+        recorded.queues,
+        recorded.cluster,
+        recorded.timeline,
+    )
+
+
+def test_recomputed_usage_feeds_the_changed_allocations_back(two_backlogs: Path) -> None:
+    """Time-based fair share is a feedback loop: at kValue 2 b (which used less) gets more than in the
+    recording, and counting that extra use against it (usage recomputed) leaves it less than the recorded
+    usage (from the kValue 1 allocations) does; at kValue 0.5 the other way round."""
+    rec = load_service_recording(str(two_backlogs))
+    recorded = recorded_outcomes(rec).queues["b"]["gpu_hours"]
+    for k, more in (("2", True), ("0.5", False)):
+        change = parse_change(f"fairshare.k_value={k}")
+        old = rerun_service(rec, change, usage="recorded").queues["b"]["gpu_hours"]
+        new = rerun_service(rec, change, usage="recompute").queues["b"]["gpu_hours"]
+        if more:
+            assert recorded < new < old
+        else:
+            assert old < new < recorded
+
+
+def test_a_half_life_change_recomputes_usage(two_backlogs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A longer half-life remembers a's two hours alone for longer: b gets more; a shorter one, less."""
+    rec = load_service_recording(str(two_backlogs))
+    recorded = recorded_outcomes(rec).queues["b"]["gpu_hours"]
+    rc = main(
+        ["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=600,28800", "--json", "--jobs", "2"]
+    )
+    body = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    short, long = (v["queues"]["b"]["whatif"]["gpu_hours"] for v in body["sweep"])
+    assert short < recorded < long
+    assert all("recomputed" in v["usage"] and "half-life" in v["usage"] for v in body["sweep"])
+    rc = main(["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=600", "--usage", "recorded"])
+    assert rc == 2 and "needs --usage recompute" in capsys.readouterr().err
+    rc = main(["whatif", str(two_backlogs), "--set", "fairshare.half_life_s=-5"])
+    assert rc == 2 and "half_life_s" in capsys.readouterr().err
+
+
+def test_usage_is_refused_on_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulated run's what-if computes usage under its own settings: ``--usage`` is for service logs."""
+    (tmp_path / "manifest.json").write_text("{}")  # a run directory, as far as the dispatch can tell
+    rc = main(["whatif", str(tmp_path), "--usage", "recorded"])
+    assert rc == 2 and "--usage is for service logs" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:  # argparse names the choices
+        main(["whatif", str(tmp_path), "--usage", "sometimes"])
+    assert exit_.value.code == 2 and "recompute" in capsys.readouterr().err
+
+
+def test_prometheus_snapshots_are_kept_unless_recompute_is_asked(two_backlogs: Path) -> None:
+    """Snapshots the fair-share service computed from Prometheus cannot be recomputed from the what-if's
+    log without changing them: ``auto`` keeps them and says so; ``--usage recompute`` uses the eventlog
+    source with the recorded window; a usage setting change recomputes."""
+    from dataclasses import replace
+
+    from analytics.whatif import usage_text
+    from analytics.whatif_service import usage_config
+
+    rec = replace(load_service_recording(str(two_backlogs)), usage_source="prometheus")
+    assert usage_config(rec, []) is None
+    assert usage_text(rec, []).startswith("recorded snapshots (source prometheus")
+    fair = usage_config(rec, [], "recompute")
+    assert fair is not None and (fair.half_life_s, fair.window_s) == (7200, 86_400)
+    assert "recomputed" in usage_text(rec, [], "recompute")
+    changed = usage_config(rec, parse_change("fairshare.window_s=3600"))
+    assert changed is not None and changed.window_s == 3600
+    none = replace(rec, usage_source=None, usage_window=None)  # no snapshot recorded: the defaults
+    assert usage_config(none, []) is None
+    default = usage_config(none, [], "recompute")
+    assert default is not None and default.window_s == 7 * 24 * 3600
