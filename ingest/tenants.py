@@ -163,6 +163,9 @@ class EngineSpec(_Spec):
     # the same names and defaults; docs/service.md, "Search budget").
     solver_job_budget: Annotated[int, Field(ge=0, strict=True)] | None = 256
     solver_action_budget: Annotated[int, Field(ge=0, strict=True)] | None = 1024
+    # Whether a topology-constrained gang's Bind / Pipeline decisions say where it landed
+    # (SessionConfig.topology_details; docs/topology.md).
+    topology_details: Annotated[bool, Field(strict=True)] = True
 
 
 class AssignmentSpec(_Spec):

@@ -87,7 +87,12 @@ def test_unconstrained_binds_carry_no_details_and_constrained_ones_say_where() -
                 where = d["details"]["topology"]
                 assert where["topology"] == "dc"
                 levels = list(where["domains"])
-                assert set(levels) == {"topology/zone", "topology/block", "topology/rack", "kubernetes.io/hostname"}
+                assert set(levels) == {
+                    "topology/zone",
+                    "topology/block",
+                    "topology/rack",
+                    "kubernetes.io/hostname",
+                }
                 req = where["required_level"]
                 if req is not None:
                     assert where["domains"][req] is not None, where  # a required level is always kept
@@ -98,8 +103,15 @@ def test_unconstrained_binds_carry_no_details_and_constrained_ones_say_where() -
 
 def test_v1_records_never_carry_the_domain() -> None:
     """A v1 replay writes what a v1 writer wrote: no details on Binds even for a constrained gang."""
-    spec = SyntheticSpec(nodes=12, pending_pods=40, departments=1, queues_per_department=2, seed=2,
-                         topology_fraction=1.0, topology_shape=(1, 1, 2))
+    spec = SyntheticSpec(
+        nodes=12,
+        pending_pods=40,
+        departments=1,
+        queues_per_department=2,
+        seed=2,
+        topology_fraction=1.0,
+        topology_shape=(1, 1, 2),
+    )
     _, ssn = run_cycle(fold(synthetic_events(spec)), SessionConfig(), now_ms=1_000_000)
     rec = make_record(ssn, 0, version=1)
     assert any(d.kind == "Bind" for d in rec.decisions)
@@ -177,7 +189,11 @@ def test_store_records_the_domain_each_gang_landed_in(preferred_run: tuple[Path,
     out, summary = preferred_run
     rows = json.loads(
         _cli(
-            "sql", "--store", str(out), "--format", "json",
+            "sql",
+            "--store",
+            str(out),
+            "--format",
+            "json",
             "SELECT job, queue, domain, within_preferred, domains FROM gang_placements"
             " QUALIFY row_number() OVER (PARTITION BY job ORDER BY logical_time_ms) = 1 ORDER BY job",
         )
@@ -213,12 +229,21 @@ def test_report_shows_how_often_gangs_got_their_preferred_level(
 def test_explain_names_the_domain_of_a_placed_gang(preferred_run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = preferred_run
     (row,) = json.loads(
-        _cli("sql", "--store", str(out), "--format", "json",
-             "SELECT job, domain, within_preferred FROM gang_placements ORDER BY logical_time_ms LIMIT 1")
+        _cli(
+            "sql",
+            "--store",
+            str(out),
+            "--format",
+            "json",
+            "SELECT job, domain, within_preferred FROM gang_placements ORDER BY logical_time_ms LIMIT 1",
+        )
     )
     text = _cli("explain", "--store", str(out), f"{row['job']}-0")
     met = "met" if row["within_preferred"] else "not met"
-    assert f"Topology dc: the gang's placed pods are within {row['domain']}; it prefers one {RACK} ({met}" in text
+    assert (
+        f"Topology dc: the gang's placed pods are within {row['domain']}; it prefers one {RACK} ({met}"
+        in text
+    )
 
 
 def test_the_topology_query_in_docs_report_md_rederives_the_report(
@@ -239,8 +264,15 @@ def _recorded(config: SessionConfig) -> tuple[list[tuple[int, Any]], list[Any]]:
     """Events of a constrained synthetic cluster and two cycles recorded over them with `config`."""
     from scheduler.engine.state import StateBuilder
 
-    spec = SyntheticSpec(nodes=12, pending_pods=40, departments=1, queues_per_department=2, seed=2,
-                         topology_fraction=1.0, topology_shape=(1, 1, 2))
+    spec = SyntheticSpec(
+        nodes=12,
+        pending_pods=40,
+        departments=1,
+        queues_per_department=2,
+        seed=2,
+        topology_fraction=1.0,
+        topology_shape=(1, 1, 2),
+    )
     events = list(enumerate(synthetic_events(spec)))
     builder = StateBuilder()
     for off, e in events:
@@ -282,7 +314,11 @@ def test_a_new_record_carries_the_domain_and_hashes_the_switch() -> None:
 
     _, records = _recorded(SessionConfig())
     assert any(d.details.get("topology") for r in records for d in r.decisions if d.kind == "Bind")
-    assert records[0].config_hash == config_hash(SessionConfig()) != config_hash(SessionConfig(topology_details=False))
+    assert (
+        records[0].config_hash
+        == config_hash(SessionConfig())
+        != config_hash(SessionConfig(topology_details=False))
+    )
     assert as_recorded(SessionConfig(), records[0].config_hash) == SessionConfig()
     # The oldest logs (before the search budget too) match the config with neither.
     oldest = SessionConfig(topology_details=False).unbudgeted()
@@ -292,3 +328,12 @@ def test_a_new_record_carries_the_domain_and_hashes_the_switch() -> None:
 def test_a_bad_topology_details_value_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="topology_details must be true or false"):
         SessionConfig(topology_details="yes")  # type: ignore[arg-type]
+
+
+def test_a_scenario_files_engine_section_sets_topology_details() -> None:
+    from ingest.tenants import EngineSpec
+
+    assert SessionConfig.from_engine_spec(EngineSpec()).topology_details is True
+    assert SessionConfig.from_engine_spec(EngineSpec(topology_details=False)).topology_details is False
+    with pytest.raises(ValueError, match="topology_details"):
+        EngineSpec(topology_details="yes")  # type: ignore[arg-type]

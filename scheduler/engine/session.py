@@ -626,6 +626,7 @@ class SessionConfig:
             default_reclaim_min_runtime_ms=e.default_reclaim_min_runtime_s * 1000,
             solver_job_budget=e.solver_job_budget,
             solver_action_budget=e.solver_action_budget,
+            topology_details=e.topology_details,
         )
 
 
