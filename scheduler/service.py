@@ -494,12 +494,15 @@ class Service:
 
         Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision) and
         the clock is past the logical time: a pending job may become placeable because a min-runtime
-        protection ran out or a stale gang's grace ended. The tick goes through the events log like any
+        protection ran out or a stale gang's grace ended; or when a tracked bind in flight has passed its
+        deadline (its pod is pending again). The tick goes through the events log like any
         other input, so the cycle it triggers is recorded with its time and replays exactly. True if
         appended.
         """
         now = self._clock_ms()
-        if not self._waiting or now <= self.folder.now_ms:
+        # A bind in flight past its deadline frees its node only in a cycle: tick for it too.
+        expired = any(now - b.decided_ms >= self.bind_deadline_ms for b in self.tracked_binds.values())
+        if not (self._waiting or expired) or now <= self.folder.now_ms:
             return False
         self.log.append(self.topics.events, b"clock", dump_event(ClockTick(at_ms=now)))
         self.stats.ticks += 1

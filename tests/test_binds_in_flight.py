@@ -235,3 +235,23 @@ def test_a_delta_record_carries_the_in_flight_set_whole() -> None:
     again = [CycleRecord.loads(w.dumps()) for w in written]
     assert [r.dumps() for r in expand_records(again)] == [rec1.dumps(), rec2.dumps()]
     assert track({}, again[1]) == track({}, rec2)  # what a restarted service tracks from the last record
+
+
+def test_the_service_ticks_when_an_unanswered_bind_passes_its_deadline(tmp_path: Path) -> None:
+    """Nothing else waits, but a Bind never answered: a tick at the deadline lets the pod be placed anew."""
+    topics = Topics()
+    clock = [T1]
+    with FileLog(tmp_path / "log") as log:
+        log.append_many(topics.events, _records([*_cluster(), *_job("a", "qa", T1)]))
+        service = Service(log, topics, clock_ms=lambda: clock[0])
+        service.run(stop_when_idle=True)
+        assert service.stats.last_cycle is not None
+        assert _outcomes(service.stats.last_cycle) == [("Bind", "ns/a-0", "n1")]
+        clock[0] = T1 + DEFAULT_BIND_DEADLINE_MS - 1
+        assert not service.tick()  # still in flight, nothing waits
+        clock[0] = T1 + DEFAULT_BIND_DEADLINE_MS
+        assert service.tick()
+        service.run(stop_when_idle=True)
+        rec = service.stats.last_cycle
+    assert rec is not None and rec.in_flight == []
+    assert _outcomes(rec) == [("Bind", "ns/a-0", "n1")]  # the failed bind's pod is decided again
