@@ -4,7 +4,7 @@ The engine is a pure function of (snapshot, usage, config, logical time), and ev
 names those inputs (``events_offset``, ``usage_snapshot_id``, ``config_hash``, ``logical_time_ms``). So a
 recorded cycle is reproduced by folding the event log up to its ``events_offset`` with
 :class:`~scheduler.engine.state.StateBuilder` and calling :func:`scheduler.engine.cycle.run_cycle` with the recorded
-time and the run's engine config; ``--verify`` compares the canonical bytes of the re-run record with the
+time, the run's engine config and the binds in flight the record names (``in_flight``); ``--verify`` compares the canonical bytes of the re-run record with the
 recorded one and, on a difference, names the field (see ``docs/replay.md``).
 
 The input (:func:`load_source`) is either a run directory written by ``hourglass simulate --out DIR``
@@ -199,7 +199,9 @@ def replay_cycles(
             if rec.usage_available:
                 yield rec, None
                 continue
-            again, _ = run_cycle(builder.snapshot(), config, rec.logical_time_ms, record_version=rec.v)
+            again, _ = run_cycle(
+                builder.snapshot(), config, rec.logical_time_ms, record_version=rec.v, in_flight=rec.in_flight
+            )
         else:
             snap = snapshots.get(rec.usage_snapshot_id)
             if snap is None:
@@ -212,6 +214,7 @@ def replay_cycles(
                 snap.usage,
                 rec.usage_snapshot_id,
                 record_version=rec.v,
+                in_flight=rec.in_flight,  # the binds in flight the cycle used, as recorded
             )
         yield rec, again
 

@@ -41,6 +41,13 @@ from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, du
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
 from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
+from scheduler.engine.inflight import (
+    DEFAULT_BIND_DEADLINE_MS,
+    InFlightBind,
+    apply_in_flight,
+    binds_in_flight,
+    track,
+)
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
@@ -204,9 +211,15 @@ class Service:
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         monotonic: Callable[[], float] = time.monotonic,
         checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+        bind_deadline_ms: int = DEFAULT_BIND_DEADLINE_MS,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if bind_deadline_ms < 1:
+            raise ValueError(f"bind_deadline_ms must be >= 1, got {bind_deadline_ms}")
+        # A Bind whose PodBound has not been folded counts as placed for this much logical time.
+        self.bind_deadline_ms = bind_deadline_ms
+        self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/inflight.py)
         self.log = log
         self.topics = topics
         self.config = config or SessionConfig()
@@ -272,6 +285,7 @@ class Service:
             self.cycled_offset = self.folder.offset
             self.position = max(self.position, target + 1)
             self._recover_usage(last.get("usage_snapshot_id"))
+            self._recover_binds(last)
             decisions = last.get("decisions")
             # A delta lists only changed pending jobs: assume something waits (a tick re-decides it).
             self._waiting = last.get("kind") == "delta" or (isinstance(decisions, list) and any(
@@ -283,6 +297,15 @@ class Service:
             len(self.recorded_ids),
             self.position,
         )
+
+    def _recover_binds(self, last: dict[str, Any]) -> None:
+        """Track the Binds the last recorded cycle left in flight (its record alone tells them)."""
+        try:
+            record = CycleRecord.model_validate(last)
+        except ValueError as exc:
+            log.warning("recovery: the last cycle record does not parse (%s); no binds tracked", exc)
+            return
+        self.tracked_binds = track({}, record)
 
     def _recover_usage(self, snapshot_id: Any) -> None:
         """Position the usage topic just after the snapshot the last recorded cycle used."""
@@ -416,27 +439,44 @@ class Service:
         # The session is kept between cycles and patched from the new snapshot (scheduler/engine/kept.py):
         # it equals the one run_cycle opens afresh, so the record is run_cycle's.
         state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
+        # Binds of earlier cycles whose PodBound has not been folded yet count as placed (inflight.py).
+        in_flight = binds_in_flight(self.tracked_binds.values(), state, now_ms, self.bind_deadline_ms)
         if self.metrics is None:
             record, _ = run_kept_cycle(
-                self.kept, state, self.config, now_ms, usage, usage_id, builder=builder, changes=changes
+                self.kept,
+                state,
+                self.config,
+                now_ms,
+                usage,
+                usage_id,
+                builder=builder,
+                changes=changes,
+                in_flight=in_flight,
             )
         else:
+            opened = apply_in_flight(state, in_flight)  # the in-flight pods placed (the kept session patches them)
+            uids = {b.pod for b in in_flight}
+            overlay = {p.uid: p for p in opened.pods if p.uid in uids}
+
             # The same record; the timings only observe the cycle, they never feed it.
             def opener(*a: Any) -> Session:
-                ssn = self.kept.open(*a, builder=builder, changes=changes)
+                ssn = self.kept.open(*a, builder=builder, changes=changes, in_flight=overlay)
                 if "divide" in self.kept.timings:  # patched: time the division as a fresh timed one does
                     ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
                 return ssn
 
             record, ssn, durations = run_timed_cycle(
-                state, self.config, now_ms, usage, usage_id, opener=opener
+                opened, self.config, now_ms, usage, usage_id, opener=opener
             )
+            if in_flight:
+                record = record.model_copy(update={"in_flight": list(in_flight)})
             self.kept.close()
             observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn), session=ssn)
         st.cycle_seconds += time.perf_counter() - t1
         st.cycles += 1
         st.sessions_patched = self.kept.patched
         st.last_cycle = record
+        self.tracked_binds = track({}, record)
         if record.cycle_id in self.recorded_ids:
             st.cycles_skipped += 1
         else:
@@ -454,12 +494,15 @@ class Service:
 
         Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision) and
         the clock is past the logical time: a pending job may become placeable because a min-runtime
-        protection ran out or a stale gang's grace ended. The tick goes through the events log like any
+        protection ran out or a stale gang's grace ended; or when a tracked bind in flight has passed its
+        deadline (its pod is pending again). The tick goes through the events log like any
         other input, so the cycle it triggers is recorded with its time and replays exactly. True if
         appended.
         """
         now = self._clock_ms()
-        if not self._waiting or now <= self.folder.now_ms:
+        # A bind in flight past its deadline frees its node only in a cycle: tick for it too.
+        expired = any(now - b.decided_ms >= self.bind_deadline_ms for b in self.tracked_binds.values())
+        if not (self._waiting or expired) or now <= self.folder.now_ms:
             return False
         self.log.append(self.topics.events, b"clock", dump_event(ClockTick(at_ms=now)))
         self.stats.ticks += 1

@@ -12,7 +12,8 @@ from types import ModuleType
 from typing import Literal
 
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
-from scheduler.engine.decisions import RECORD_VERSION, CycleRecord, make_record
+from scheduler.engine.decisions import RECORD_VERSION, CycleRecord, InFlightBind, make_record
+from scheduler.engine.inflight import apply_in_flight
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, Pod, PodStatus, evolve
 
@@ -95,14 +96,24 @@ def run_cycle(
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
     record_version: Literal[1, 2] = RECORD_VERSION,
+    in_flight: tuple[InFlightBind, ...] | list[InFlightBind] = (),
 ) -> tuple[CycleRecord, Session]:
-    """One full cycle: a pure function of (snapshot, usage, config, logical time) -> cycle record.
+    """One full cycle: a pure function of (snapshot, usage, config, logical time, binds in flight) -> record.
 
     `usage` None means no usage snapshot is available: the division falls back to classic fair share and
     the record says so. ``record_version`` 1 makes the record a v1 writer made (replaying old logs).
+    ``in_flight`` are the binds of earlier cycles still waiting for their ``PodBound``
+    (:mod:`scheduler.engine.inflight`): the session opens with those pods allocated on their node and the
+    record carries the set.
     """
-    ssn = run_actions(open_session(state, config, now_ms, usage), actions)
+    opened = apply_in_flight(state, in_flight)
+    ssn = run_actions(open_session(opened, config, now_ms, usage), actions)
     record = make_record(
-        ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None, version=record_version
+        ssn,
+        state.events_offset,
+        usage_snapshot_id,
+        usage_available=usage is not None,
+        version=record_version,
+        in_flight=in_flight,
     )
     return record, ssn

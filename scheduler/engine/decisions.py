@@ -82,6 +82,17 @@ class Decision(_Model):
     details: dict[str, Any] = {}
 
 
+class InFlightBind(_Model):
+    """A Bind of an earlier cycle whose pod the fold still shows pending (KAI: a pod with an unfailed
+    BindRequest, status Binding). The cycle opens with the pod allocated where the Bind put it."""
+
+    pod: str
+    node: str
+    gpu_devices: list[int] = []
+    gpu_milli_per_device: int = 0
+    decided_ms: int  # logical time of the cycle that decided the Bind (the deadline counts from it)
+
+
 class CycleRecord(_Model):
     """Everything one cycle saw and decided (full), or what changed since the record ``base`` (delta)."""
 
@@ -100,6 +111,8 @@ class CycleRecord(_Model):
     queues_removed: list[str] = []  # delta: queues gone since the base record
     # delta: for a queue the base has, ``{"name": …}`` plus only the fields whose value changed
     queue_changes: list[dict[str, Any]] = []
+    # The binds in flight the cycle opened with (scheduler/engine/inflight.py); written only when non-empty.
+    in_flight: list[InFlightBind] = []
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -121,10 +134,12 @@ class CycleRecord(_Model):
     def dumps(self) -> bytes:
         """Canonical JSON bytes (a v1 record: exactly the bytes v1 wrote).
 
-        ``queue_changes`` appears only when it has entries, so full records and the deltas written before
-        it existed keep their bytes.
+        ``queue_changes`` and ``in_flight`` appear only when they have entries, so full records and the
+        deltas written before they existed keep their bytes.
         """
-        exclude = set(_V2_FIELDS) if self.v == 1 else (None if self.queue_changes else {"queue_changes"})
+        exclude = set(_V2_FIELDS) if self.v == 1 else set() if self.queue_changes else {"queue_changes"}
+        if not self.in_flight:
+            exclude.add("in_flight")
         data = self.model_dump(mode="json", exclude=exclude)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
@@ -316,8 +331,12 @@ def make_record(
     usage_snapshot_id: str | None = None,
     usage_available: bool = True,
     version: Literal[1, 2] = RECORD_VERSION,
+    in_flight: list[InFlightBind] | tuple[InFlightBind, ...] = (),
 ) -> CycleRecord:
-    """The full cycle record of a finished session (``version`` 1: as a v1 writer made it, for replays)."""
+    """The full cycle record of a finished session (``version`` 1: as a v1 writer made it, for replays).
+
+    ``in_flight`` is the set of binds in flight the session was opened with; the record carries it.
+    """
     h = config_hash(ssn.config)
     if version not in (1, RECORD_VERSION):
         raise ValueError(f"unknown cycle record version {version}")
@@ -334,6 +353,7 @@ def make_record(
         usage_available=usage_available,
         queues=queues,
         decisions=decisions,
+        in_flight=list(in_flight),
     )
 
 

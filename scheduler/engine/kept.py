@@ -32,12 +32,13 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from operator import attrgetter
 from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
-from scheduler.engine.decisions import CycleRecord, make_record
+from scheduler.engine.decisions import CycleRecord, InFlightBind, make_record
+from scheduler.engine.inflight import apply_in_flight
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
@@ -173,6 +174,7 @@ class KeptSession:
         self.factory = factory
         self.clock = clock
         self.timings: dict[str, float] = {}
+        self._in_flight: frozenset[str] = frozenset()  # pods the kept session opened as binds in flight
 
     def open(
         self,
@@ -183,12 +185,21 @@ class KeptSession:
         *,
         builder: StateBuilder | None = None,
         changes: Changes | None = None,
+        in_flight: Mapping[str, Pod] | None = None,
     ) -> Session:
         """The session for a cycle on ``state``: equal to ``open_session(state, config, now_ms, usage)``.
 
         ``builder`` is the builder ``state`` is a snapshot of (nothing folded since), ``changes`` what was
         folded since the last cycle's snapshot; without them the session is built afresh (and not kept).
+        ``in_flight`` are the pods ``state`` has in place of the builder's (binds in flight,
+        :func:`scheduler.engine.inflight.apply_in_flight`); they, and those of the last cycle, are patched as
+        changed pods.
         """
+        overlay = dict(in_flight or {})
+        if changes is not None and (overlay or self._in_flight):
+            changes.pods.update(self._in_flight)
+            changes.pods.update(overlay)
+        self._in_flight = frozenset(overlay)
         cfg = config or SessionConfig()
         use = {k: dict(v) for k, v in (usage or {}).items()}
         last, index, self.session, self._index = self.session, self._index, None, None
@@ -200,7 +211,7 @@ class KeptSession:
             self.last_reason = "no finished previous cycle"
         else:
             ssn, self.last_reason = reopen(
-                last, index, builder, changes, state, cfg, now_ms, use, self.clock, self.timings
+                last, index, builder, changes, state, cfg, now_ms, use, self.clock, self.timings, overlay
             )
         self._clean = False
         if ssn is None:
@@ -278,6 +289,25 @@ def _revert(ssn: Session) -> dict[str, NodeInfo]:
     return touched
 
 
+class _Overlay(Mapping[str, Pod]):
+    """The builder's pods, in its order, with some replaced (binds in flight)."""
+
+    __slots__ = ("base", "over")
+
+    def __init__(self, base: Mapping[str, Pod], over: Mapping[str, Pod]) -> None:
+        self.base, self.over = base, over
+
+    def __getitem__(self, uid: str) -> Pod:
+        p = self.over.get(uid)
+        return p if p is not None else self.base[uid]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+
 class Index:
     """What :func:`reopen` keeps beside the session: its tasks and gated pods by pod uid, the pods that make
     ``anti_present`` true, and the builder the session's snapshot came from."""
@@ -312,6 +342,7 @@ def reopen(
     usage: dict[str, dict[str, float]],
     clock: Callable[[], float] | None = None,
     timings: dict[str, float] | None = None,
+    overlay: Mapping[str, Pod] | None = None,
 ) -> tuple[Session | None, str]:
     """Turn the session of the last (finished) cycle into the session of ``state``; ``index`` is kept current.
 
@@ -320,6 +351,7 @@ def reopen(
     cannot be reused (then ``ssn`` and ``index`` are spent: build afresh). The session returned is a new
     :class:`Session` object over ``ssn``'s parts, changed in place (``ssn`` must not be used again). With a
     ``clock``, ``timings["divide"]`` gets the seconds of the fair-share division (observed, never read).
+    ``overlay`` are pods ``state`` holds in place of the builder's (binds in flight); ``changes`` names them.
     """
     old = ssn.state
     if UNKNOWN_ATTRS:
@@ -339,7 +371,8 @@ def reopen(
     touched = _revert(ssn)
     queues = ssn.queues
     job_by_uid = ssn.job_by_uid
-    pods_now, jobs_now = builder.pods, builder.jobs
+    pods_now: Mapping[str, Pod] = _Overlay(builder.pods, overlay) if overlay else builder.pods
+    jobs_now = builder.jobs
     tasks_of, gated = index.tasks, index.gated
 
     # Pod groups: those named by the events, and those of the pods named (before and after).
@@ -563,11 +596,20 @@ def run_kept_cycle(
     *,
     builder: StateBuilder | None = None,
     changes: Changes | None = None,
+    in_flight: tuple[InFlightBind, ...] | list[InFlightBind] = (),
 ) -> tuple[CycleRecord, Session]:
     """:func:`scheduler.engine.cycle.run_cycle` on the kept session (see :meth:`KeptSession.open` for
-    ``builder`` and ``changes``): the same record, the session patched instead of built."""
-    ssn = kept.open(state, config, now_ms, usage, builder=builder, changes=changes)
+    ``builder`` and ``changes``): the same record, the session patched instead of built.
+
+    With binds in flight the session opens on the snapshot with those pods placed (``apply_in_flight``); a
+    kept session patches them as changed pods, read from that state instead of the builder.
+    """
+    opened = apply_in_flight(state, in_flight)
+    overlay = {p.uid: p for p in opened.pods if p.uid in {b.pod for b in in_flight}} if in_flight else None
+    ssn = kept.open(opened, config, now_ms, usage, builder=builder, changes=changes, in_flight=overlay)
     run_actions(ssn, actions)
-    record = make_record(ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None)
+    record = make_record(
+        ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None, in_flight=in_flight
+    )
     kept.close()
     return record, ssn

@@ -1,0 +1,96 @@
+"""Binds in flight: Binds an earlier cycle decided whose ``PodBound`` has not come back through the fold yet.
+
+A Bind becomes state only when its ``PodBound`` event is folded. Until then the fold shows the pod pending and
+its node's capacity free, so a cycle in between could give that capacity to another pod. KAI avoids this with
+its BindRequest objects: a pod with an unfailed BindRequest counts as allocated on its selected node (status
+Binding, kai-spec §1.4 step 4). The event-sourced equivalent here:
+
+* :func:`binds_in_flight` is the rule (one pure function): which tracked Binds are still in flight at a cycle.
+* :func:`track` carries the tracked set from one cycle record to the next (the record's own ``in_flight``,
+  plus its Binds), so the service needs only its last record to rebuild it on start.
+* :func:`apply_in_flight` opens the cycle with the in-flight pods allocated where their Bind put them (status
+  running: KAI's Binding counts like Bound); the session then counts them in node capacity, queue allocation
+  and devices, and does not decide them again.
+
+The record of a cycle carries the set it used (``CycleRecord.in_flight``), so a replay re-runs the cycle with
+the recorded set, like the usage snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Final
+
+from scheduler.engine.decisions import CycleRecord, InFlightBind
+from scheduler.engine.state import ClusterState, PodStatus, evolve
+
+__all__ = ["DEFAULT_BIND_DEADLINE_MS", "InFlightBind", "apply_in_flight", "binds_in_flight", "track"]
+
+DEFAULT_BIND_DEADLINE_MS: Final = 60_000  # logical time after which an unanswered Bind is dropped
+
+
+def track(tracked: Mapping[str, InFlightBind], record: CycleRecord) -> dict[str, InFlightBind]:
+    """The Binds to track after *record*: its ``in_flight``, then its Binds added.
+
+    An ``Evict`` of an in-flight pod does not end the tracking: the binder may already have carried out
+    the Bind, so the pod holds its node until its ``PodBound`` (then the fold has it, releasing once the
+    eviction lands) or its deletion is folded, or the deadline passes.
+
+    Works on full and delta records alike (a delta carries every Bind and Evict of its cycle). ``tracked``
+    is what was tracked before the record; the record's ``in_flight`` supersedes it when present (it is
+    exactly what the cycle kept of it), so after any record the result depends only on that record and
+    the Binds tracked before it that its cycle did not see (none, for the service's own chain).
+    """
+    out = {b.pod: b for b in record.in_flight} if record.in_flight else dict(tracked)
+    for d in record.decisions:
+        if d.pod is None:
+            continue
+        if d.kind == "Bind" and d.node is not None:
+            out[d.pod] = InFlightBind(
+                pod=d.pod,
+                node=d.node,
+                gpu_devices=list(d.gpu_devices),
+                gpu_milli_per_device=d.gpu_milli_per_device,
+                decided_ms=record.logical_time_ms,
+            )
+    return out
+
+
+def binds_in_flight(
+    tracked: Iterable[InFlightBind], state: ClusterState, now_ms: int, deadline_ms: int = DEFAULT_BIND_DEADLINE_MS
+) -> tuple[InFlightBind, ...]:
+    """The binds in flight for a cycle on *state* at logical time *now_ms*, sorted by pod uid.
+
+    A tracked Bind is in flight while its pod is still pending in the fold (no ``PodBound`` yet, not
+    deleted), its node still exists, and it was decided less than *deadline_ms* of logical time ago. After
+    the deadline the pod is pending again (KAI deletes a failed BindRequest and the pod is re-scheduled).
+    """
+    pending = {p.uid for p in state.pods if p.status is PodStatus.PENDING and p.node is None}
+    nodes = {n.name for n in state.nodes}
+    keep = {
+        b.pod: b
+        for b in tracked
+        if b.pod in pending and b.node in nodes and now_ms - b.decided_ms < deadline_ms
+    }
+    return tuple(keep[uid] for uid in sorted(keep))
+
+
+def apply_in_flight(state: ClusterState, in_flight: Iterable[InFlightBind]) -> ClusterState:
+    """*state* with each in-flight pod running on its Bind's node and devices (KAI's Binding status)."""
+    by_pod = {b.pod: b for b in in_flight}
+    if not by_pod:
+        return state
+    pods = tuple(
+        evolve(
+            p,
+            status=PodStatus.RUNNING,
+            node=b.node,
+            gpu_devices=tuple(b.gpu_devices),
+            gpu_milli_per_device=b.gpu_milli_per_device,
+        )
+        if (b := by_pod.get(p.uid)) is not None
+        else p
+        for p in state.pods
+    )
+    return replace(state, pods=pods)
