@@ -113,6 +113,49 @@ def loss_always_refused(snap: QueueSnapshot, reclaimer: QueueInfo, req: Vec, vic
     )
 
 
+def loss_refused_at_boundary(
+    ssn: Session,
+    snap: QueueSnapshot,
+    reclaimer_job: JobInfo,
+    req: Vec,
+    victim: QueueInfo,
+    evicted: Sequence[TaskInfo],
+) -> bool:
+    """True when :func:`reclaimable` refuses every scenario that evicts at most `evicted` and loses a task
+    of a job in `victim`: the reclaimer's fair-share boundary (:func:`_within_boundaries`) fails whatever
+    else is lost.
+
+    Losing that task puts the victim side's leveled queue ``lv`` among the siblings the boundary checks at
+    the reclaimer's level ``lr``. There the reclaimer's allocation is at least its snapshot less everything
+    `evicted` holds under ``lr``, plus the job; the victim side's is at most its snapshot. If even then, in
+    a resource the job requests, the reclaimer is above its fair share and its saturation ratio times the
+    multiplier reaches the victim side's, every such scenario is refused. `evicted` are read before they
+    are evicted (their task resources as they hold them).
+    """
+    rq = reclaimer_job.queue
+    if rq is None:
+        return True
+    lr, lv = leveled_queues(rq, victim)
+    if lr is lv:
+        return False
+    mine = _add(snap.allocated[lr.name], req)
+    for t in evicted:
+        q = t.job.queue
+        if q is not None and any(a is lr for a in q.ancestors()):
+            tv = ssn.task_vec(t)
+            for r in range(3):
+                mine[r] -= tv[r]
+    mult = max(ssn.config.saturation_multiplier, 1.0)
+    theirs = snap.allocated[lv.name]
+    for r in range(3):
+        if req[r] <= 0:
+            continue
+        ratio_mine = _ratio(mine[r], lr.fair_share[r])
+        if ratio_mine > 1 and lv.fair_share[r] > 0 and ratio_mine * mult >= _ratio(theirs[r], lv.fair_share[r]):
+            return True
+    return False
+
+
 def victim_chunks(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> list[Vec]:
     """Resources a victim job loses, as chunks: each task beyond minAvailable alone, the rest together.
 

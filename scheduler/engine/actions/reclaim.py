@@ -10,6 +10,7 @@ a topology constraint is placed within its domains, so a reclaim may free a whol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 from scheduler.engine import minruntime
@@ -22,6 +23,7 @@ from scheduler.engine.reclaimable import (
     QueueSnapshot,
     can_reclaim,
     loss_always_refused,
+    loss_refused_at_boundary,
     reclaimable,
     snapshot,
 )
@@ -84,7 +86,10 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
             out = refused[key] = loss_always_refused(snap, job.queue, req, v.queue)
         return out
 
-    solver = Solver(ssn, validate, NAME, reason, index, must_keep)
+    def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
+        return v.queue is not None and loss_refused_at_boundary(ssn, snap, job, req, v.queue, evicted)
+
+    solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in)
     stmt = solver.solve(job, victims(index, ssn, job))
     if stmt is None:
         return False

@@ -249,12 +249,18 @@ class Solver:
         reason: Callable[[TaskInfo], str],
         index: JobIndex,
         must_keep: Callable[[JobInfo, Vec], bool] | None = None,
+        keep_in: Callable[[JobInfo, Vec, Sequence[TaskInfo]], bool] | None = None,
     ) -> None:
         """`must_keep(victim, requested)` may say that the validator refuses any scenario in which the
         victim loses a task (it must then be re-placed): such victims free no capacity for good, which
-        tightens the bounds checked before simulating."""
+        tightens the bounds checked before simulating.
+
+        `keep_in(victim, requested, evicted)` may say the same for one simulation that evicts exactly
+        `evicted` (read in the session's state before they are evicted): it is used only to prove a
+        simulation's failure before re-placing anything (see :meth:`_hopeless`)."""
         self.ssn = ssn
         self.must_keep = must_keep
+        self.keep_in = keep_in
         self.validator = validator
         self.action = action
         self.reason = reason
@@ -397,15 +403,19 @@ class Solver:
                     sig = task_signature(t)
                     if sig not in self._shared_nodes:
                         self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
-        cp = stmt.checkpoint()
-        self._evict(stmt, scenario.recorded)
         if not scenario.potential:
-            if self._simulate(stmt, scenario, list(scenario.recorded)):
+            hopeless = self._hopeless(scenario, scenario.recorded)
+            cp = stmt.checkpoint()
+            self._evict(stmt, scenario.recorded)
+            if self._simulate(stmt, scenario, list(scenario.recorded), hopeless):
                 return True
             stmt.rollback(cp)
             return False
+        # The simulations, one per node of the newest victim job, planned while nothing is evicted yet so
+        # that each can first be tested against the bounds of exactly what it evicts (_hopeless).
         latest = scenario.potential[-1].job
         tried: set[tuple[str, ...]] = set()
+        plan: list[tuple[list[TaskInfo], bool]] = []
         for node in sorted({t.node.name for t in latest.tasks if t.node is not None}):
             jobs_here = {t.job.uid for t in scenario.potential if t.node is not None and t.node.name == node}
             group = [t for t in scenario.potential if t.job.uid in jobs_here]
@@ -413,9 +423,13 @@ class Solver:
             if not group or key in tried:
                 continue
             tried.add(key)
+            plan.append((group, self._hopeless(scenario, [*scenario.recorded, *group])))
+        cp = stmt.checkpoint()
+        self._evict(stmt, scenario.recorded)
+        for group, hopeless in plan:
             node_cp = stmt.checkpoint()
             self._evict(stmt, group)
-            if self._simulate(stmt, scenario, [*scenario.recorded, *group]):
+            if self._simulate(stmt, scenario, [*scenario.recorded, *group], hopeless):
                 return True
             stmt.rollback(node_cp)
             if self.budget.stopped:
@@ -423,18 +437,55 @@ class Solver:
         stmt.rollback(cp)
         return False
 
+    def _hopeless(self, scenario: Scenario, evicted: Sequence[TaskInfo]) -> bool:
+        """True when the simulation that evicts exactly `evicted` must fail: the cheap bounds of
+        :meth:`_bounds_ok`, applied to those victims only rather than to the whole scenario (a simulation
+        evicts the recorded victims and one node's group of the newest ones), with `keep_in` naming more
+        victims that must be re-placed. Called in the state before the simulation evicts anything.
+
+        Such a simulation is still counted as simulated (search budget, ``simulations``): only its
+        re-placement is saved, so the search and its budget stay those of the full simulation.
+        """
+        pending = scenario.pending
+        need = sum(_gpu_need(t) for t in pending)
+        if not need:
+            return False
+        ssn = self.ssn
+        have = self._idle_gpus()
+        slots = _Slots(ssn, pending)
+        room = self._domain_room(scenario.preemptor, pending)
+        for t in evicted:
+            if t.status not in ACTIVE_ALLOCATED:
+                continue
+            kept = self._kept(t, scenario.requested) or (
+                self.keep_in is not None
+                and not (t.request.gpu_fraction_milli is None and t.request.gpu_memory_mib is not None)
+                and self.keep_in(t.job, scenario.requested, evicted)
+            )
+            have += 0 if kept else ssn.task_vec(t)[0]
+            slots.add((t,), kept)
+            if room is not None and not kept:
+                room.add(t.node.name if t.node is not None else None, ssn.task_vec(t)[0])
+        return not (have >= need and slots.ok() and (room is None or room.ok()))
+
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
         for t in tasks:
             if t.status in ACTIVE_ALLOCATED:
                 stmt.evict(t, self.action, self.reason(t), virtual=True)
 
-    def _simulate(self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo]) -> bool:
+    def _simulate(
+        self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo], hopeless: bool = False
+    ) -> bool:
         """Re-place victims and the preemptor (pipeline only, queue order); validate. Rolls back on failure.
 
-        Refused, with nothing done, when the search budget is used up (see :mod:`.budget`)."""
+        Refused, with nothing done, when the search budget is used up (see :mod:`.budget`). A `hopeless`
+        simulation (:meth:`_hopeless`) is counted as one that failed, without re-placing anything."""
         if not self.budget.allow():
             return False
-        if self._simulate_once(stmt, scenario, evicted):
+        if hopeless:
+            self.ssn.work[f"{self.action}.simulations"] += 1
+            self.ssn.work[f"{self.action}.proved"] += 1
+        elif self._simulate_once(stmt, scenario, evicted):
             return True
         self.budget.failed()
         return False
