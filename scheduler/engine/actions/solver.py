@@ -131,7 +131,8 @@ class _VictimStream:
 
     def __init__(self, ssn: Session, index: JobIndex, victims: Victims, recorded: set[str]) -> None:
         runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
-        self.order = JobsByQueue(ssn, (), victim=True, runs=runs)
+        # Read only between simulations, each rolled back first: victims' allocations stay as built.
+        self.order = JobsByQueue(ssn, (), victim=True, runs=runs, fixed_victims=True)
         self.recorded = recorded
 
     def next_group(self) -> list[TaskInfo] | None:
@@ -272,10 +273,12 @@ class Solver:
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
+        self._free_gpus: int | None = None  # free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve()
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
         self.budget.begin_job()
+        self._free_gpus = None
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
@@ -438,10 +441,15 @@ class Solver:
         return False
 
     def _hopeless(self, scenario: Scenario, evicted: Sequence[TaskInfo]) -> bool:
-        """True when the simulation that evicts exactly `evicted` must fail: the cheap bounds of
-        :meth:`_bounds_ok`, applied to those victims only rather than to the whole scenario (a simulation
-        evicts the recorded victims and one node's group of the newest ones), with `keep_in` naming more
-        victims that must be re-placed. Called in the state before the simulation evicts anything.
+        """True when the simulation that evicts exactly `evicted` must fail: the GPU bounds of
+        :meth:`_bounds_ok` (the total and the whole devices per node), applied to those victims only rather
+        than to the whole scenario (a simulation evicts the recorded victims and one node's group of the
+        newest ones), with `keep_in` naming more victims that must be re-placed. Called in the state before
+        the simulation evicts anything, which is the state the solve began in (:attr:`_free_gpus`).
+
+        The total counts each device's free milli-GPU, never below zero: a device claimed beyond its
+        capacity (a pod bound behind the scheduler's back) takes nothing from the others, whereas
+        :meth:`_idle_gpus` nets it against them.
 
         Such a simulation is still counted as simulated (search budget, ``simulations``): only its
         re-placement is saved, so the search and its budget stay those of the full simulation.
@@ -451,9 +459,15 @@ class Solver:
         if not need:
             return False
         ssn = self.ssn
-        have = self._idle_gpus()
+        if self._free_gpus is None:
+            self._free_gpus = self._idle_gpus() + sum(
+                max(0, n.dev_alloc[d] + n.dev_pipe[d] - GPU_MILLI)
+                for n in ssn.nodes
+                if n.spec.ready
+                for d in range(n.gpus)
+            )
+        have = self._free_gpus
         slots = _Slots(ssn, pending)
-        room = self._domain_room(scenario.preemptor, pending)
         for t in evicted:
             if t.status not in ACTIVE_ALLOCATED:
                 continue
@@ -464,9 +478,7 @@ class Solver:
             )
             have += 0 if kept else ssn.task_vec(t)[0]
             slots.add((t,), kept)
-            if room is not None and not kept:
-                room.add(t.node.name if t.node is not None else None, ssn.task_vec(t)[0])
-        return not (have >= need and slots.ok() and (room is None or room.ok()))
+        return not (have >= need and slots.ok())
 
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
         for t in tasks:
@@ -497,6 +509,11 @@ class Solver:
         victim_uids = {t.job.uid for t in evicted}
         victim_jobs = [ssn.job_by_uid[uid] for uid in sorted(victim_uids)]
         preemptor = scenario.preemptor
+        freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
+        if self._preemptor_shut_out(scenario, freed):
+            # The preemptor cannot be placed even now, before any victim is re-placed: whoever takes the
+            # first turn, its own turn can only fail (the monotone checks of _preemptor_shut_out).
+            return False
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
             ssn,
@@ -507,7 +524,6 @@ class Solver:
             runs=self._ordering_peers(involved),
         )
         placed = False
-        freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
         for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
