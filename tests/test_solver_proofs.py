@@ -3,9 +3,10 @@
 Before re-placing anything, the solver checks the bounds of exactly what one simulation evicts
 (``Solver._hopeless``; for reclaim also the fair-share boundary, ``reclaimable.loss_refused_at_boundary``).
 A simulation proved hopeless is counted as simulated and failed, so the search and its budget are unchanged.
-Each workload below runs the whole default cycle three ways: with the proofs, with every proved simulation
-also really simulated (it must fail), and with the proofs switched off. The records must be byte-identical
-and the work counters equal (but for ``proved``).
+A simulation also stops as soon as a victim the validator may not lose ends its turn with a task still
+evicted (``Solver._loses_kept``). Each workload below runs the whole default cycle three ways: with the
+proofs, with every proved simulation also really simulated (it must fail), and with both shortcuts
+switched off. The records must be byte-identical and the work counters equal (but for ``proved``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ def test_proved_simulations_change_nothing(
     assert checking == with_proofs and checked_work == work
 
     monkeypatch.setattr(solver.Solver, "_hopeless", lambda s, scenario, evicted: False)
+    monkeypatch.setattr(solver.Solver, "_loses_kept", lambda s, scenario, victim, evicted: False)
     without, plain_work = _cycle(spec, job_budget, action_budget)
     assert without == with_proofs
     proved = {k for k in work if k.endswith(".proved")}

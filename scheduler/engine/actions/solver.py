@@ -530,10 +530,14 @@ class Solver:
                     stmt.rollback(cp)
                     return False
                 placed = True
-            elif self._replace_victim(stmt, nxt):
-                self._restore_unmoved(stmt, nxt, cp)
-                if not placed and self._preemptor_shut_out(scenario, freed):
-                    stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
+            else:
+                if self._replace_victim(stmt, nxt):
+                    self._restore_unmoved(stmt, nxt, cp)
+                    if not placed and self._preemptor_shut_out(scenario, freed):
+                        stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
+                        return False
+                if self._loses_kept(scenario, nxt, evicted):
+                    stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
         # Victims put back where they were are no longer victims.
         scenario.evicted = [t for t in evicted if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
@@ -542,6 +546,19 @@ class Solver:
             stmt.rollback(cp)
             return False
         return True
+
+    def _loses_kept(self, scenario: Scenario, victim: JobInfo, evicted: list[TaskInfo]) -> bool:
+        """True when `victim`, whose turn just ended, keeps a task evicted (lost: no later turn moves it) and
+        the validator refuses every scenario that loses a task of it (`must_keep`, or `keep_in` with what
+        this simulation evicted): the simulation can only fail."""
+        if self.must_keep is None and self.keep_in is None:
+            return False
+        if not any(t.job is victim and t.status is PodStatus.RELEASING for t in evicted):
+            return False
+        req = scenario.requested
+        if self.must_keep is not None and self.must_keep(victim, req):
+            return True
+        return self.keep_in is not None and self.keep_in(victim, req, evicted)
 
     def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
         """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
