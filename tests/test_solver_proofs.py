@@ -4,9 +4,11 @@ Before re-placing anything, the solver checks the bounds of exactly what one sim
 (``Solver._hopeless``; for reclaim also the fair-share boundary, ``reclaimable.loss_refused_at_boundary``).
 A simulation proved hopeless is counted as simulated and failed, so the search and its budget are unchanged.
 A simulation also stops as soon as a victim the validator may not lose ends its turn with a task still
-evicted (``Solver._loses_kept``). Each workload below runs the whole default cycle three ways: with the
-proofs, with every proved simulation also really simulated (it must fail), and with both shortcuts
-switched off. The records must be byte-identical and the work counters equal (but for ``proved``).
+evicted (``Solver._loses_kept``) or has a task that fits no node any more (``Solver._kept_stranded``), and as
+soon as what the victims whose turn has passed lose makes the validator refuse whatever else is lost
+(``Solver._doomed``). Each workload below runs the whole default cycle three ways: with the
+proofs; with every proved simulation also really simulated and every shortcut only noted while the
+simulation goes on in full (each must then fail); and with the proofs and shortcuts switched off. The records must be byte-identical and the work counters equal (but for ``proved``).
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ CASES = [
     (SyntheticSpec(**SMALL, seed=0), None, None),  # type: ignore[arg-type]
     (SyntheticSpec(**SMALL, seed=2), None, None),  # type: ignore[arg-type]
     (SyntheticSpec(**SMALL, seed=2), 4, 16),  # type: ignore[arg-type]
+    # victims the validator may not lose stranded or lost during simulations (the shortcuts fire)
+    (SyntheticSpec(nodes=100, pending_pods=1000, seed=0), 64, 256),
+    (SyntheticSpec(nodes=40, pending_pods=400, departments=4, queues_per_department=4, seed=2), 64, 256),
 ]
 
 
@@ -51,8 +56,27 @@ def test_proved_simulations_change_nothing(
     with_proofs, work = _cycle(spec, job_budget, action_budget)
     assert work.get("reclaim.proved", 0) > 0  # the workload exercises the proofs
 
+    # Checking run: every shortcut is only noted, the simulation goes on in full, and must then fail.
     checked: list[bool] = []
+    fired: list[str] = []
+    for name in ("_loses_kept", "_kept_stranded", "_doomed"):
+        shortcut = getattr(solver.Solver, name)
+
+        def note(s: solver.Solver, *args: Any, _shortcut: Any = shortcut, _name: str = name) -> bool:
+            if _shortcut(s, *args):
+                fired.append(_name)
+            return False
+
+        monkeypatch.setattr(solver.Solver, name, note)
     orig = solver.Solver._simulate
+    once = solver.Solver._simulate_once
+
+    def simulate_once(s: solver.Solver, stmt: Any, scenario: Any, evicted: Any) -> bool:
+        fired.clear()
+        ok = once(s, stmt, scenario, evicted)
+        if fired:
+            checked.append(ok)
+        return ok
 
     def simulate(s: solver.Solver, stmt: Any, scenario: Any, evicted: Any, hopeless: bool = False) -> bool:
         if hopeless:  # really simulate it too: it must fail (and leave the session as it was)
@@ -60,13 +84,17 @@ def test_proved_simulations_change_nothing(
             s.ssn.work[f"{s.action}.simulations"] -= 1
         return orig(s, stmt, scenario, evicted, hopeless)
 
+    monkeypatch.setattr(solver.Solver, "_simulate_once", simulate_once)
     monkeypatch.setattr(solver.Solver, "_simulate", simulate)
     checking, checked_work = _cycle(spec, job_budget, action_budget)
     assert checked and not any(checked)
     assert checking == with_proofs and checked_work == work
+    monkeypatch.undo()
 
     monkeypatch.setattr(solver.Solver, "_hopeless", lambda s, scenario, evicted: False)
     monkeypatch.setattr(solver.Solver, "_loses_kept", lambda s, scenario, victim, evicted: False)
+    monkeypatch.setattr(solver.Solver, "_kept_stranded", lambda s, scenario, waiting, evicted, keeps: False)
+    monkeypatch.setattr(solver.Solver, "_doomed", lambda s, scenario, waiting, evicted: False)
     without, plain_work = _cycle(spec, job_budget, action_budget)
     assert without == with_proofs
     proved = {k for k in work if k.endswith(".proved")}

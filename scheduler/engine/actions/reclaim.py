@@ -25,6 +25,7 @@ from scheduler.engine.reclaimable import (
     loss_always_refused,
     loss_refused_at_boundary,
     reclaimable,
+    refused_whatever_else,
     snapshot,
 )
 from scheduler.engine.session import JobInfo, Session, TaskInfo
@@ -87,9 +88,12 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
         return out
 
     def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
-        return v.queue is not None and loss_refused_at_boundary(ssn, snap, job, req, v.queue, evicted)
+        return loss_refused_at_boundary(ssn, snap, job, req, v, evicted)
 
-    solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in)
+    def doomed(lost: list[tuple[JobInfo, list[TaskInfo]]], evicted: list[TaskInfo], req: list[int]) -> bool:
+        return refused_whatever_else(ssn, snap, job, req, lost, evicted)
+
+    solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in, doomed)
     stmt = solver.solve(job, victims(index, ssn, job))
     if stmt is None:
         return False

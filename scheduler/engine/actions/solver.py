@@ -33,7 +33,7 @@ before; on success the caller commits the returned statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine import topology
@@ -251,6 +251,7 @@ class Solver:
         index: JobIndex,
         must_keep: Callable[[JobInfo, Vec], bool] | None = None,
         keep_in: Callable[[JobInfo, Vec, Sequence[TaskInfo]], bool] | None = None,
+        doomed: Callable[[list[tuple[JobInfo, list[TaskInfo]]], list[TaskInfo], Vec], bool] | None = None,
     ) -> None:
         """`must_keep(victim, requested)` may say that the validator refuses any scenario in which the
         victim loses a task (it must then be re-placed): such victims free no capacity for good, which
@@ -258,10 +259,15 @@ class Solver:
 
         `keep_in(victim, requested, evicted)` may say the same for one simulation that evicts exactly
         `evicted` (read in the session's state before they are evicted): it is used only to prove a
-        simulation's failure before re-placing anything (see :meth:`_hopeless`)."""
+        simulation's failure before re-placing anything (see :meth:`_hopeless`).
+
+        `doomed(lost, evicted, requested)` may say, during a simulation, that the validator will refuse it
+        whatever else is lost: `lost` are the victims whose turn has passed with their evicted tasks as the
+        validator will see them, `evicted` what the simulation evicted (see :meth:`_doomed`)."""
         self.ssn = ssn
         self.must_keep = must_keep
         self.keep_in = keep_in
+        self.doomed = doomed
         self.validator = validator
         self.action = action
         self.reason = reason
@@ -510,9 +516,12 @@ class Solver:
         victim_jobs = [ssn.job_by_uid[uid] for uid in sorted(victim_uids)]
         preemptor = scenario.preemptor
         freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
-        if self._preemptor_shut_out(scenario, freed):
+        if not any(t.pod.has_pod_constraints for t in scenario.pending) and self._preemptor_shut_out(
+            scenario, freed
+        ):
             # The preemptor cannot be placed even now, before any victim is re-placed: whoever takes the
-            # first turn, its own turn can only fail (the monotone checks of _preemptor_shut_out).
+            # first turn, its own turn can only fail (the monotone checks of _preemptor_shut_out; a pod
+            # whose fit depends on other pods is left to them).
             return False
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
@@ -524,6 +533,8 @@ class Solver:
             runs=self._ordering_peers(involved),
         )
         placed = False
+        waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
+        keeps: dict[str, bool] = {}
         for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
@@ -531,6 +542,7 @@ class Solver:
                     return False
                 placed = True
             else:
+                waiting.pop(nxt.uid, None)
                 if self._replace_victim(stmt, nxt):
                     self._restore_unmoved(stmt, nxt, cp)
                     if not placed and self._preemptor_shut_out(scenario, freed):
@@ -539,6 +551,12 @@ class Solver:
                 if self._loses_kept(scenario, nxt, evicted):
                     stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
+            if waiting and self._kept_stranded(scenario, waiting.values(), evicted, keeps):
+                stmt.rollback(cp)  # a victim the validator may not lose can no longer be re-placed
+                return False
+            if waiting and nxt is not preemptor and self._doomed(scenario, waiting, evicted):
+                stmt.rollback(cp)  # what is lost already makes the validator refuse
+                return False
         # Victims put back where they were are no longer victims.
         scenario.evicted = [t for t in evicted if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
         if not placed or not self.validator(ssn, scenario):
@@ -559,6 +577,51 @@ class Solver:
         if self.must_keep is not None and self.must_keep(victim, req):
             return True
         return self.keep_in is not None and self.keep_in(victim, req, evicted)
+
+    def _doomed(self, scenario: Scenario, waiting: Container[str], evicted: list[TaskInfo]) -> bool:
+        """True when `doomed` says the validator refuses the scenario whatever the victims still `waiting`
+        for their turn lose: the victims whose turn has passed are final (no later turn moves them)."""
+        if self.doomed is None:
+            return False
+        lost: dict[str, tuple[JobInfo, list[TaskInfo]]] = {}
+        for t in evicted:
+            if t.job.uid not in waiting and t.status in (PodStatus.RELEASING, PodStatus.PIPELINED):
+                lost.setdefault(t.job.uid, (t.job, []))[1].append(t)
+        if not any(t.status is PodStatus.RELEASING for _, ts in lost.values() for t in ts):
+            return False
+        return self.doomed(list(lost.values()), evicted, scenario.requested)
+
+    def _kept_stranded(
+        self,
+        scenario: Scenario,
+        waiting: Iterable[JobInfo],
+        evicted: list[TaskInfo],
+        keeps: dict[str, bool],
+    ) -> bool:
+        """True when a victim still waiting for its turn, whose loss the validator refuses, has an evicted
+        task that fits no node now: it will be lost, so the simulation can only fail.
+
+        Until its turn only other victims are re-placed (and put back where they were), so capacity only
+        shrinks: a task that fits nowhere now fits nowhere then (the check of :meth:`_preemptor_shut_out`).
+        Only whole-GPU and CPU tasks whose fit does not depend on other pods are tested. `keeps` caches,
+        per victim, whether its loss is refused.
+        """
+        if self.must_keep is None and self.keep_in is None:
+            return False
+        ssn = self.ssn
+        req = scenario.requested
+        for v in waiting:
+            tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
+            if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
+                continue
+            keep = keeps.get(v.uid)
+            if keep is None:
+                keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
+                    self.keep_in is not None and self.keep_in(v, req, evicted)
+                )
+            if keep and any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
+                return True
+        return False
 
     def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
         """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
