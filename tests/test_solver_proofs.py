@@ -4,7 +4,8 @@ Before re-placing anything, the solver checks the bounds of exactly what one sim
 (``Solver._hopeless``; for reclaim also the fair-share boundary, ``reclaimable.loss_refused_at_boundary``).
 A simulation proved hopeless is counted as simulated and failed, so the search and its budget are unchanged.
 A simulation also stops as soon as a victim the validator may not lose ends its turn with a task still
-evicted (``Solver._loses_kept``) or has a task that fits no node any more (``Solver._kept_stranded``), and as
+evicted (``Solver._loses_kept``) or has a task that fits no node any more, alone or beside the preemptor
+still to come (``Solver._kept_stranded``, ``Solver._pair_stranded``), and as
 soon as what the victims whose turn has passed lose makes the validator refuse whatever else is lost
 (``Solver._doomed``). Each workload below runs the whole default cycle three ways: with the
 proofs; with every proved simulation also really simulated and every shortcut only noted while the
@@ -59,7 +60,7 @@ def test_proved_simulations_change_nothing(
     # Checking run: every shortcut is only noted, the simulation goes on in full, and must then fail.
     checked: list[bool] = []
     fired: list[str] = []
-    for name in ("_loses_kept", "_kept_stranded", "_doomed"):
+    for name in ("_loses_kept", "_kept_stranded", "_pair_stranded", "_doomed"):
         shortcut = getattr(solver.Solver, name)
 
         def note(s: solver.Solver, *args: Any, _shortcut: Any = shortcut, _name: str = name) -> bool:
@@ -95,6 +96,7 @@ def test_proved_simulations_change_nothing(
     monkeypatch.setattr(solver.Solver, "_loses_kept", lambda s, scenario, victim, evicted: False)
     monkeypatch.setattr(solver.Solver, "_kept_stranded", lambda s, scenario, waiting, evicted, keeps: False)
     monkeypatch.setattr(solver.Solver, "_doomed", lambda s, scenario, waiting, evicted: False)
+    monkeypatch.setattr(solver.Solver, "_pair_stranded", lambda s, scenario, waiting, evicted, keeps: False)
     without, plain_work = _cycle(spec, job_budget, action_budget)
     assert without == with_proofs
     proved = {k for k in work if k.endswith(".proved")}

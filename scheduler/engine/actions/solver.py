@@ -523,6 +523,10 @@ class Solver:
             # first turn, its own turn can only fail (the monotone checks of _preemptor_shut_out; a pod
             # whose fit depends on other pods is left to them).
             return False
+        waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
+        keeps: dict[str, bool] = {}
+        if self._pair_stranded(scenario, waiting.values(), evicted, keeps):
+            return False  # nothing moved yet
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
             ssn,
@@ -533,8 +537,6 @@ class Solver:
             runs=self._ordering_peers(involved),
         )
         placed = False
-        waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
-        keeps: dict[str, bool] = {}
         for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
@@ -553,6 +555,9 @@ class Solver:
                     return False
             if waiting and self._kept_stranded(scenario, waiting.values(), evicted, keeps):
                 stmt.rollback(cp)  # a victim the validator may not lose can no longer be re-placed
+                return False
+            if waiting and not placed and self._pair_stranded(scenario, waiting.values(), evicted, keeps):
+                stmt.rollback(cp)  # the preemptor and a victim it may not lose no longer fit together
                 return False
             if waiting and nxt is not preemptor and self._doomed(scenario, waiting, evicted):
                 stmt.rollback(cp)  # what is lost already makes the validator refuse
@@ -590,6 +595,52 @@ class Solver:
         if not any(t.status is PodStatus.RELEASING for _, ts in lost.values() for t in ts):
             return False
         return self.doomed(list(lost.values()), evicted, scenario.requested)
+
+    def _pair_stranded(
+        self,
+        scenario: Scenario,
+        waiting: Iterable[JobInfo],
+        evicted: list[TaskInfo],
+        keeps: dict[str, bool],
+    ) -> bool:
+        """True, before the preemptor's turn, when its one whole-GPU task and an evicted whole-GPU task of a
+        victim still waiting for its turn, whose loss the validator refuses, cannot both get whole free
+        devices now (on two nodes, or together on one): whichever goes first, the preemptor fails or the
+        victim is lost. Counts of whole free devices per node only shrink until then (re-placed victims
+        take devices; one put back takes as many on its node as it leaves), and the count ignores every
+        other check, so it only errs towards "fits". Tasks whose fit depends on other pods are not tested.
+        """
+        if (self.must_keep is None and self.keep_in is None) or len(scenario.pending) != 1:
+            return False
+        p = scenario.pending[0]
+        gp = p.request.gpus
+        if gp <= 0 or p.shared or p.pod.has_pod_constraints:
+            return False
+        buckets = self.ssn.free_index.buckets
+        top = len(buckets) - 1
+
+        def nodes_with(k: int) -> int:  # nodes with at least k whole free devices
+            return sum(len(buckets[j]) for j in range(k, top + 1)) if k <= top else 0
+
+        req = scenario.requested
+        for v in waiting:
+            tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
+            if not tasks or any(t.shared or t.pod.has_pod_constraints or t.request.gpus <= 0 for t in tasks):
+                continue
+            keep = keeps.get(v.uid)
+            if keep is None:
+                keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
+                    self.keep_in is not None and self.keep_in(v, req, evicted)
+                )
+            if not keep:
+                continue
+            for t in tasks:
+                gv = t.request.gpus
+                a, b, both = nodes_with(gp), nodes_with(gv), nodes_with(max(gp, gv))
+                apart = a > 0 and b > 0 and not (a == 1 and b == 1 and both == 1)
+                if not apart and nodes_with(gp + gv) == 0:
+                    return True
+        return False
 
     def _kept_stranded(
         self,
