@@ -567,7 +567,8 @@ def turns(order: JobsByQueue, involved: Sequence[JobInfo]) -> Iterator[JobInfo]:
     Other pending jobs take their turns too but are never placed, so they change no allocation: once every
     involved job still to come sits in one leaf queue, they come in that leaf's job order whatever else
     the queue pops in between, and the rest of the queue is skipped. Once all had their turn the rest of
-    the queue changes nothing either.
+    the queue changes nothing either. The jobs of a leaf that would be popped next anyway (the same init
+    resources as the one just popped) are popped in one step (:meth:`JobsByQueue.pop_alike`).
     """
     remaining = {j.uid: j for j in involved}
     while remaining:

@@ -652,10 +652,11 @@ class Solver:
         """True when a victim still waiting for its turn, whose loss the validator refuses, has an evicted
         task that fits no node now: it will be lost, so the simulation can only fail.
 
-        Until its turn only other victims are re-placed (and put back where they were), so capacity only
-        shrinks: a task that fits nowhere now fits nowhere then (the check of :meth:`_preemptor_shut_out`).
-        Only whole-GPU and CPU tasks whose fit does not depend on other pods are tested. `keeps` caches,
-        per victim, whether its loss is refused.
+        Until its turn only the preemptor and other victims are placed (victims maybe put back where they
+        were), so capacity only shrinks: a task that fits nowhere now fits nowhere then (the argument of
+        :meth:`_preemptor_shut_out`). Only whole-GPU and CPU tasks whose fit does not depend on other pods'
+        placement of their own (affinity, spread, ports, volumes) are tested. `keeps` caches, per victim,
+        whether its loss is refused.
         """
         if self.must_keep is None and self.keep_in is None:
             return False
