@@ -530,7 +530,8 @@ def reopen(
     # nor what actions hung on it (e.g. placement's node maxima) or a subclass added (a timed session).
     out = Session.__new__(Session)
     out.__dict__.update((k, v) for k, v in vars(ssn).items() if k in _INIT_ATTRS)
-    out.total = out._total()
+    if rebuild:  # the total is the nodes' capacity less foreign pods: only rebuilt nodes change it
+        out.total = out._total()
     for q in queues.values():
         q.share = None
         q.fair_share = zero()
