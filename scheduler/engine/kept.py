@@ -492,6 +492,7 @@ def reopen(
         ji.stale_since_ms = spec.stale_since_ms
         if ji.fit_errors:
             ji.fit_errors = []
+        ji.subgroup_cache = None  # its PodSets list the job's tasks of the last cycle: rebuilt on first use
 
     # Nodes whose foreign pods decide devices after ours, or whose foreign pods changed: rebuilt whole.
     rebuild = {name for name in _foreign_rebuilds(old, state, touched) if name in node_by_name}
