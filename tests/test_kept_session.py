@@ -27,7 +27,7 @@ from scheduler.engine.cycle import open_session, run_actions, run_cycle
 from scheduler.engine.decisions import make_record
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.session import Session, SessionConfig
-from scheduler.engine.state import PodStatus, StateBuilder
+from scheduler.engine.state import SUBGROUP_LABEL, PodStatus, StateBuilder
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
 from scheduler.synthetic import SyntheticSpec, synthetic_events
@@ -185,11 +185,23 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
     leaves = [q.name for q in b.queues.values() if q.parent is not None] or ["team-00-00"]
     for n in range(rng.randint(0, 3)):  # new pod groups
         name = f"new-{k}-{n}"
-        size = rng.choice([1, 1, 2])
+        size = rng.choice([1, 1, 2, 4])
         q = rng.choice(leaves)
+        # A 4-pod group is a leader and three elastic workers (KAI subgroups, each its own gang).
+        subgroups = (
+            [ev.SubGroup(name="leader", min_member=1), ev.SubGroup(name="workers", min_member=1)]
+            if size == 4
+            else []
+        )
         out.append(
             ev.PodGroupUpserted(
-                at_ms=t, name=name, namespace="churn", queue=q, min_member=size, created_at_ms=t
+                at_ms=t,
+                name=name,
+                namespace="churn",
+                queue=q,
+                min_member=size,
+                created_at_ms=t,
+                subgroups=subgroups,
             )
         )
         req = rng.choice(
@@ -212,7 +224,8 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
                     queue=q,
                     requests=req,
                     created_at_ms=t,
-                    labels={"app": name},
+                    labels={"app": name}
+                    | ({SUBGROUP_LABEL: "leader" if i == 0 else "workers"} if subgroups else {}),
                     host_ports=[ev.HostPort(port=8080)] if rng.random() < 0.1 else [],
                     scheduling_gates=["wait"] if rng.random() < 0.1 else [],
                 )
