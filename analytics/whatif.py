@@ -55,6 +55,8 @@ from typing import Any, Final
 import yaml
 
 from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
+from analytics.progress import count_bar, day_bar
+from analytics.replay import add_log_argument
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
 from analytics.simulate import JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
@@ -987,12 +989,7 @@ def run_whatif(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass whatif`` options."""
-    p.add_argument(
-        "log",
-        metavar="LOG",
-        help="a run directory written by `hourglass simulate --out DIR`, an embedded log directory"
-        " (`hourglass run --log DIR`) or kafka://HOST:PORT",
-    )
+    add_log_argument(p)
     p.add_argument(
         "--recorded-config",
         type=Path,
@@ -1142,7 +1139,6 @@ def run_cli(args: argparse.Namespace) -> int:
     import os
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
     try:
@@ -1169,29 +1165,13 @@ def run_cli(args: argparse.Namespace) -> int:
 
     results: list[WhatIfResult] = []
     horizon = window[1] if window is not None else rec.end_ms
-    with Progress(
-        TextColumn("what-if {task.fields[label]}"),
-        BarColumn(),
-        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        try:
-            if len(runs) == 1:
-                label = changed_text(runs[0])
-                job = bar.add_task(
-                    "whatif", total=max(horizon, 1), label=label, day=0.0, days=horizon / 86_400_000
-                )
-
-                def progress(now_ms: int) -> None:
-                    bar.update(job, completed=min(now_ms, horizon), day=now_ms / 86_400_000)
-
-                with measuring(rec.path, window) as recorded:
-                    results.append(compare(rec, runs[0], recorded, window, args.out, progress))
-            else:
-                job = bar.add_task("sweep", total=len(runs), label=f"sweep of {len(runs)}", day=0.0, days=0.0)
+    try:
+        if len(runs) == 1:
+            days = day_bar(f"what-if {changed_text(runs[0])}", horizon, err=err)
+            with days as progress, measuring(rec.path, window) as recorded:
+                results.append(compare(rec, runs[0], recorded, window, args.out, progress))
+        else:
+            with count_bar(f"what-if sweep of {len(runs)}", "variants", total=len(runs), err=err) as bar:
                 workers = args.jobs or os.cpu_count() or 1
                 with _spawn_pool(min(workers, len(runs))) as pool:
                     futures = [
@@ -1207,13 +1187,13 @@ def run_cli(args: argparse.Namespace) -> int:
                     measured = outcomes(rec.path, window)  # measured here while the workers run
                     for fut in futures:
                         changes, mine, kept = fut.result()
-                        bar.update(job, advance=1)
+                        bar.advance()
                         results.append(
                             WhatIfResult(changes, measured, mine, rec.censored, rec.rule_jobs, kept)
                         )
-        except WhatIfError as exc:
-            err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
-            return 2
+    except WhatIfError as exc:
+        err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     return _output(args, results, str(rec.path), err)
 
 
@@ -1247,31 +1227,6 @@ def _topics(prefix: str | None) -> Any:
     return Topics.from_prefix(prefix)
 
 
-@contextlib.contextmanager
-def _service_bar(rec: ServiceRecording, label: str, err: Any) -> Iterator[Callable[[int], None]]:
-    """A progress bar over the service log's span (days from its first input), on stderr if a terminal."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    start = rec.inputs[0][0] if rec.inputs else 0
-    span = max(rec.end_ms - start, 1)
-    with Progress(
-        TextColumn("what-if {task.fields[label]}"),
-        BarColumn(),
-        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        job = bar.add_task("whatif", total=span, label=label, day=0.0, days=span / 86_400_000)
-
-        def progress(now_ms: int) -> None:
-            done = min(max(now_ms - start, 0), span)
-            bar.update(job, completed=done, day=done / 86_400_000)
-
-        yield progress
-
-
 def _service_cli(
     args: argparse.Namespace, runs: list[list[Change]], window: tuple[int, int] | None, err: Any
 ) -> int:
@@ -1298,7 +1253,9 @@ def _service_cli(
         censored = _service_censored(rec)
         results: list[WhatIfResult] = []
         if len(runs) == 1:
-            with _service_bar(rec, changed_text(runs[0]), err) as progress:
+            start = rec.inputs[0][0] if rec.inputs else 0  # the bar counts days from the first input
+            span_ms = max(rec.end_ms - start, 1)
+            with day_bar(f"what-if {changed_text(runs[0])}", span_ms, start_ms=start, err=err) as progress:
                 mine = rerun_service(rec, runs[0], progress, span, args.usage)
             results.append(
                 WhatIfResult(runs[0], recorded, mine, censored, 0, usage=usage_text(rec, runs[0], args.usage))
