@@ -856,17 +856,30 @@ def rerun_service(
     progress: Callable[[int], None] | None = None,
     window: tuple[int, int] | None = None,
     usage: str = "auto",
+    out: Path | None = None,
 ) -> Outcomes:
     """Re-run a service log under *changes* (engine config fields and the usage computation's
     ``fairshare.*`` settings, :func:`analytics.whatif_service.rerun`) and measure it as
     :func:`service_outcomes` measures the recording (over the same *window*). *usage* is ``--usage``
-    (:func:`analytics.whatif_service.usage_config`)."""
+    (:func:`analytics.whatif_service.usage_config`); with *out* the what-if is also written there as a run
+    directory (:func:`analytics.whatif_service.write_run_dir`)."""
     try:
         config = service_config(rec.config, changes)
         fair = usage_config(rec, changes, usage)
     except ServiceLogError as exc:
         raise WhatIfError(str(exc)) from None
-    events, records = rerun_service_log(rec, config, progress, window, fair)
+    inputs = {
+        "whatif": {
+            "recording": rec.path,
+            "changed": {c.key: c.value for c in changes},
+            "window_ms": list(window) if window is not None else None,
+            "usage": usage,
+        }
+    }
+    try:
+        events, records = rerun_service_log(rec, config, progress, window, fair, out, inputs)
+    except OSError as exc:
+        raise WhatIfError(f"cannot write the what-if's run directory {out}: {exc}") from None
     tally = _CycleTally(window)
     for r in records:
         tally.feed(r)
@@ -1204,10 +1217,11 @@ def _service_variant(
     changes: list[Change],
     window: tuple[int, int] | None = None,
     usage: str = "auto",
+    out: Path | None = None,
 ) -> tuple[list[Change], Outcomes]:
     """One sweep member on a service log in a worker process (the log is read again there)."""
     rec = _load_service(spec, _recorded_config(config), _topics(prefix))
-    return changes, rerun_service(rec, changes, window=window, usage=usage)
+    return changes, rerun_service(rec, changes, window=window, usage=usage, out=out)
 
 
 def _recorded_config(path: Path | None) -> Any:
@@ -1234,10 +1248,6 @@ def _service_cli(
     import os
 
     try:
-        if args.out is not None:
-            raise WhatIfError(
-                "--out keeps a simulation run directory; a service log's what-if is kept in memory"
-            )
         rec = _load_service(str(args.log), _recorded_config(args.recorded_config), _topics(args.topic_prefix))
         for changes in runs:
             try:
@@ -1256,10 +1266,9 @@ def _service_cli(
             start = rec.inputs[0][0] if rec.inputs else 0  # the bar counts days from the first input
             span_ms = max(rec.end_ms - start, 1)
             with day_bar(f"what-if {changed_text(runs[0])}", span_ms, start_ms=start, err=err) as progress:
-                mine = rerun_service(rec, runs[0], progress, span, args.usage)
-            results.append(
-                WhatIfResult(runs[0], recorded, mine, censored, 0, usage=usage_text(rec, runs[0], args.usage))
-            )
+                mine = rerun_service(rec, runs[0], progress, span, args.usage, args.out)
+            text = usage_text(rec, runs[0], args.usage)
+            results.append(WhatIfResult(runs[0], recorded, mine, censored, 0, args.out, usage=text))
         else:
             workers = min(args.jobs or os.cpu_count() or 1, len(runs))
             with _spawn_pool(workers) as pool:
@@ -1272,13 +1281,15 @@ def _service_cli(
                         c,
                         span,
                         args.usage,
+                        args.out / str(i) if args.out is not None else None,
                     )
-                    for c in runs
+                    for i, c in enumerate(runs)
                 ]
-                for fut in futures:
+                for i, fut in enumerate(futures):
                     changes, mine = fut.result()
                     text = usage_text(rec, changes, args.usage)
-                    results.append(WhatIfResult(changes, recorded, mine, censored, 0, usage=text))
+                    kept = args.out / str(i) if args.out is not None else None
+                    results.append(WhatIfResult(changes, recorded, mine, censored, 0, kept, usage=text))
     except WhatIfError as exc:
         err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
