@@ -253,6 +253,12 @@ def load_recording(path: Path | str) -> Recording:
         raise WhatIfError(f"{spec}: {exc}") from None
     scenario = (manifest.get("inputs") or {}).get("scenario_config")
     if scenario is None and "tenants" not in manifest:
+        origin = ((manifest.get("inputs") or {}).get("whatif") or {}).get("recording")
+        if origin is not None:  # a service log's what-if kept with --out: no users' inputs to re-run
+            raise WhatIfError(
+                f"{spec}: a what-if of the service log {origin} (whatif --out); run whatif on that log with"
+                " the changes together"
+            )
         raise WhatIfError(f"{spec}: the manifest has neither a scenario nor a tenants config")
     rules = _rule_patterns(scenario)
 

@@ -710,6 +710,9 @@ def test_out_keeps_a_service_logs_whatif_as_a_run_directory(
     assert main(["report", "--store", str(out), "--format", "json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {q["name"] for q in report["queues"]} >= {"a", "b"}
+    # It holds no users' inputs to re-run: a what-if of it is refused, naming the log to re-run instead.
+    assert main(["whatif", str(out), "--set", "k_value=1"]) == 2
+    assert f"a what-if of the service log {embedded}" in capsys.readouterr().err
     rc = main(
         ["whatif", str(embedded), "--set", "k_value=0,1", "--out", str(tmp_path / "sweep"), "--jobs", "2"]
     )
