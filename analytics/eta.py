@@ -1007,28 +1007,16 @@ def step_ms(args: argparse.Namespace) -> int | None:
 
 def _backtest_with_progress(args: argparse.Namespace) -> Backtest:
     """:func:`backtest` with a progress bar on stderr (when it is a terminal)."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from analytics.progress import count_bar
 
-    err = Console(stderr=True)
-    with Progress(
-        TextColumn("backtesting"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("pods"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        job = bar.add_task("backtest", total=None)
+    with count_bar("backtesting", "pods") as bar:
         return backtest(
             args.backtest,
             sample=args.sample,
             engine_config=args.engine_config,
             topic_prefix=args.topic_prefix,
-            on_pod=lambda *_: bar.update(job, advance=1),
-            on_total=lambda n: bar.update(job, total=n),
+            on_pod=lambda *_: bar.advance(),
+            on_total=bar.set_total,
             step_ms=step_ms(args),
             fairshare=fairshare_config(args),
         )

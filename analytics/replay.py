@@ -50,6 +50,7 @@ __all__ = [
     "ReplaySource",
     "ReplaySummary",
     "add_arguments",
+    "add_log_argument",
     "as_recorded",
     "diff_records",
     "engine_config",
@@ -565,13 +566,19 @@ def _run(
 # --------------------------------------------------------------------------- the command
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
+def add_log_argument(p: argparse.ArgumentParser) -> None:
+    """The LOG positional of ``hourglass replay`` and ``hourglass whatif``: what :func:`load_source` opens."""
     p.add_argument(
         "log",
         metavar="LOG",
         help="a run directory written by `hourglass simulate --out DIR`, an embedded log directory"
         " (`hourglass run --log DIR`) or kafka://HOST:PORT",
     )
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``hourglass replay`` options."""
+    add_log_argument(p)
     p.add_argument(
         "--engine-config",
         metavar="FILE",
@@ -619,14 +626,15 @@ def _head(o: CycleOutcome) -> str:
 def run_cli(args: argparse.Namespace) -> int:
     """``hourglass replay``: replay with a progress bar; print per cycle, the first diff, the closing line."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from analytics.progress import count_bar
 
     err = Console(stderr=True)
     first_printed = False
 
     def on_cycle(o: CycleOutcome) -> None:
         nonlocal first_printed
-        bar.update(job, advance=1)
+        bar.advance()
         rec = o.rerun or o.recorded
         if args.verify:
             if o.matched:
@@ -654,17 +662,7 @@ def run_cli(args: argparse.Namespace) -> int:
             counts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "no decisions"
             print(f"{_head(o)}: {counts}")
 
-    with Progress(
-        TextColumn("replaying"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("cycles"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        job = bar.add_task("replay", total=None)
+    with count_bar("replaying", "cycles", err=err) as bar:
         try:
             topics = Topics.from_prefix(args.topic_prefix)
             cfg = load_engine_config(args.engine_config) if args.engine_config else None
@@ -678,7 +676,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 from_cycle=args.from_cycle,
                 pod=args.pod,
                 on_cycle=on_cycle,
-                on_total=lambda n: bar.update(job, total=n),
+                on_total=bar.set_total,
             )
             src.close()
         except ReplayError as exc:

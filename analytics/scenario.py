@@ -54,6 +54,7 @@ __all__ = [
     "Scenario",
     "ScenarioError",
     "ScenarioRun",
+    "SubGroupSpec",
     "TopologyConstraintSpec",
     "TopologySpec",
     "apply_overrides",
@@ -199,6 +200,20 @@ class TopologyConstraintSpec(_Spec):
     preferred_level: str | None = None
 
 
+class SubGroupSpec(_Spec):
+    """One of a job's KAI ``subGroups``. A subgroup no other names as ``parent`` is a PodSet: ``pods`` of
+    the job's pods join it (in the order the subgroups are listed), ``min_member`` of them make it ready
+    (default all, as a LeaderWorkerSet's leader and workers). A subgroup with children is a SubGroupSet:
+    no pods of its own, ``min_sub_group`` of its children must be ready (default all)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=63)]
+    parent: str | None = None
+    pods: Annotated[int, Field(ge=1, le=10_000)] | None = None
+    min_member: Annotated[int, Field(ge=0)] | None = None
+    min_sub_group: Annotated[int, Field(ge=1)] | None = None
+    topology_constraint: TopologyConstraintSpec | None = None
+
+
 class _PodShape(_Spec):
     """The shape of every pod of a job (per-pod amounts in GPUs, cores, GiB)."""
 
@@ -209,11 +224,54 @@ class _PodShape(_Spec):
     priority: int = 50
     gpu_model: str | None = None  # a required node affinity on the gpu-model label
     topology_constraint: TopologyConstraintSpec | None = None
+    subgroups: list[SubGroupSpec] = Field(default_factory=list)
+    min_sub_group: Annotated[int, Field(ge=1)] | None = None  # of the top-level subgroups (default all)
 
     @model_validator(mode="after")
     def _valid_request(self) -> Self:
         self.requests()
+        self._check_subgroups()
         return self
+
+    def _check_subgroups(self) -> None:
+        if not self.subgroups:
+            if self.min_sub_group is not None:
+                raise ValueError("min_sub_group needs subgroups")
+            return
+        parents = {sg.parent for sg in self.subgroups}
+        for k, sg in enumerate(self.subgroups):
+            if sg.name in parents:
+                if sg.pods is not None or sg.min_member is not None:
+                    raise ValueError(
+                        f"subgroups[{k}] ({sg.name!r}) has child subgroups: pods and min_member belong to"
+                        " its children (give it min_sub_group)"
+                    )
+            elif sg.pods is None:
+                raise ValueError(f"subgroups[{k}].pods: the pods of this PodSet (it has no child subgroups)")
+            elif sg.min_member is not None and sg.min_member > sg.pods:
+                raise ValueError(f"subgroups[{k}].min_member: {sg.min_member} exceeds its {sg.pods} pods")
+        problem = ev.subgroup_problem(
+            [
+                ev.SubGroup(name=sg.name, parent=sg.parent, min_sub_group=sg.min_sub_group)
+                for sg in self.subgroups
+            ],
+            self.min_sub_group,
+        )
+        if problem is not None:
+            raise ValueError(f"subgroups: {problem}")
+        total = self.pod_count()
+        if "pods" in self.model_fields_set and self.pods != total:
+            raise ValueError(f"pods: {self.pods}, but the subgroups' pods add up to {total} (leave pods out)")
+
+    def pod_count(self) -> int:
+        """Pods per job: ``pods``, or with subgroups the sum of the PodSets' pods."""
+        if not self.subgroups:
+            return self.pods
+        return sum(sg.pods or 0 for sg in self.subgroups)
+
+    def pod_subgroups(self) -> tuple[str, ...]:
+        """The PodSet of each pod, in pod order (empty without subgroups)."""
+        return tuple(name for sg in self.subgroups if sg.pods for name in [sg.name] * sg.pods)
 
     def requests(self) -> ev.PodRequests:
         """The pod's request in engine units: whole GPUs, or a fraction (< 1) of one device."""
@@ -332,7 +390,7 @@ class FixedWorkload(_PodShape):
     def shape_of(self, job: FixedJob) -> _PodShape:
         """The workload's shape with the job's own fields on top."""
         own = {k: v for k, v in job.model_dump(exclude={"at", "runtime", "name"}).items() if v is not None}
-        base = self.model_dump(include=set(_PodShape.model_fields))
+        base = self.model_dump(include=set(_PodShape.model_fields), exclude_unset=True)
         return _PodShape.model_validate(base | own)
 
 
@@ -434,8 +492,43 @@ class Scenario(_Spec):
                     self._constraint(w.shape_of(j), f"workloads[{i}].jobs[{k}].topology_constraint")
 
     def _constraint(self, w: _PodShape, where: str) -> tuple[str | None, str | None, str | None]:
-        """(topology, required level, preferred level) of a workload; raises ValueError naming *where*."""
-        c = w.topology_constraint
+        """(topology, required level, preferred level) of a workload; raises ValueError naming *where*.
+        Checks its subgroups' constraints too."""
+        for k, sg in enumerate(w.subgroups):
+            self._resolve(
+                sg.topology_constraint,
+                where.replace("topology_constraint", f"subgroups[{k}].topology_constraint"),
+            )
+        return self._resolve(w.topology_constraint, where)
+
+    def _subgroups(self, w: _PodShape, where: str) -> dict[str, Any]:
+        """The JobSpec / KeepPending fields of a workload's subgroups (contract ``SubGroup`` entries with
+        their topology resolved, the top-level ``min_sub_group``, each pod's PodSet)."""
+        out: list[ev.SubGroup] = []
+        for k, sg in enumerate(w.subgroups):
+            topology, required, preferred = self._resolve(
+                sg.topology_constraint,
+                where.replace("topology_constraint", f"subgroups[{k}].topology_constraint"),
+            )
+            out.append(
+                ev.SubGroup(
+                    name=sg.name,
+                    parent=sg.parent,
+                    # All of a PodSet's pods unless it says otherwise, as the simulator's gangs (KAI itself
+                    # reads an unset minMember as 1).
+                    min_member=sg.min_member if sg.min_member is not None else sg.pods,
+                    min_sub_group=sg.min_sub_group,
+                    topology=topology,
+                    required_topology_level=required,
+                    preferred_topology_level=preferred,
+                )
+            )
+        return {"subgroups": tuple(out), "min_sub_group": w.min_sub_group, "pod_subgroups": w.pod_subgroups()}
+
+    def _resolve(
+        self, c: TopologyConstraintSpec | None, where: str
+    ) -> tuple[str | None, str | None, str | None]:
+        """(topology, required level, preferred level) of one constraint; raises ValueError naming *where*."""
         if c is None or (c.required_level is None and c.preferred_level is None):
             return (None, None, None)
         by_name = {t.name: t for t in self.topologies}
@@ -530,7 +623,9 @@ class Scenario(_Spec):
         rules: list[KeepPending] = []
         for i, w in enumerate(self.workloads):
             prefix = w.name or f"{w.queue}-w{i}"
-            topology, required, preferred = self._constraint(w, f"workloads[{i}].topology_constraint")
+            where = f"workloads[{i}].topology_constraint"
+            topology, required, preferred = self._constraint(w, where)
+            groups = self._subgroups(w, where)
             if isinstance(w, KeepPendingWorkload):
                 rules.append(
                     KeepPending(
@@ -539,7 +634,7 @@ class Scenario(_Spec):
                         jobs=w.jobs,
                         runtime_ms=w.runtime,
                         requests=w.requests(),
-                        pods=w.pods,
+                        pods=w.pod_count(),
                         priority=w.priority,
                         start_ms=w.start,
                         stop_ms=w.stop,
@@ -547,11 +642,14 @@ class Scenario(_Spec):
                         topology=topology,
                         required_level=required,
                         preferred_level=preferred,
+                        **groups,
                     )
                 )
             elif isinstance(w, PoissonWorkload):
                 jobs.extend(
-                    replace(j, topology=topology, required_level=required, preferred_level=preferred)
+                    replace(
+                        j, topology=topology, required_level=required, preferred_level=preferred, **groups
+                    )
                     for j in self._poisson(w, i, prefix)
                 )
             else:
@@ -559,9 +657,8 @@ class Scenario(_Spec):
                     if j.at >= self.duration:
                         continue  # arrives after the end of the run
                     shape = w.shape_of(j)
-                    topology, required, preferred = self._constraint(
-                        shape, f"workloads[{i}].jobs[{k}].topology_constraint"
-                    )
+                    where = f"workloads[{i}].jobs[{k}].topology_constraint"
+                    topology, required, preferred = self._constraint(shape, where)
                     jobs.append(
                         JobSpec(
                             name=j.name or f"{prefix}-{k}",
@@ -569,12 +666,13 @@ class Scenario(_Spec):
                             created_ms=j.at,
                             runtime_ms=j.runtime,
                             requests=shape.requests(),
-                            pods=shape.pods,
+                            pods=shape.pod_count(),
                             priority=shape.priority,
                             affinity=shape.affinity(),
                             topology=topology,
                             required_level=required,
                             preferred_level=preferred,
+                            **self._subgroups(shape, where),
                         )
                     )
         return ScenarioRun(
@@ -610,7 +708,7 @@ class Scenario(_Spec):
                     created_ms=at,
                     runtime_ms=_sample_runtime(w.runtime, rng),
                     requests=requests,
-                    pods=w.pods,
+                    pods=w.pod_count(),
                     priority=w.priority,
                     affinity=affinity,
                 )

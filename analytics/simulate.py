@@ -60,10 +60,10 @@ from analytics.simlog import NullLog, SimLog, usage_record
 from ingest import events as ev
 from ingest.tenants import TenantsConfig
 from ingest.trace import TraceTask, task_node_affinity, task_requests
-from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision, config_hash
+from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.session import SessionConfig
-from scheduler.engine.state import StateBuilder
+from scheduler.engine.state import SUBGROUP_LABEL, StateBuilder
 
 if TYPE_CHECKING:
     import polars as pl
@@ -110,6 +110,11 @@ class JobSpec:
     topology: str | None = None  # KAI topologyConstraint of the pod group (levels need a topology)
     required_level: str | None = None
     preferred_level: str | None = None
+    # KAI subGroups of the pod group, and the PodSet (a subgroup no other names as parent) of each pod in pod
+    # order, which the pod joins with the kai.scheduler/subgroup-name label; () = no subgroups.
+    subgroups: tuple[ev.SubGroup, ...] = ()
+    min_sub_group: int | None = None
+    pod_subgroups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,9 @@ class KeepPending:
     topology: str | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    subgroups: tuple[ev.SubGroup, ...] = ()  # as JobSpec's
+    min_sub_group: int | None = None
+    pod_subgroups: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -150,6 +158,8 @@ class _Group:
     topology: str | None = None
     required_level: str | None = None
     preferred_level: str | None = None
+    subgroups: tuple[ev.SubGroup, ...] = ()
+    min_sub_group: int | None = None
 
 
 @dataclass(slots=True)
@@ -164,6 +174,7 @@ class _Task:
     requests: ev.PodRequests
     affinity: list[ev.NodeSelectorTerm]
     fails: bool = False
+    subgroup: str | None = None  # the PodSet it joins (its kai.scheduler/subgroup-name label)
     state: str = "waiting"  # waiting -> pending -> running (-> releasing -> pending ...) -> done
     first_start_ms: int | None = None
     incarnation: int = 0  # bumped on eviction, so the evicted run's finish is ignored
@@ -382,6 +393,12 @@ class Simulator:
 
         self.builder = StateBuilder()
         self.offset = -1
+        # The session is kept between cycles and patched from the pods the events since named, as the
+        # service does (scheduler/engine/kept.py): a fresh session per cycle rebuilt every node's
+        # bookkeeping (1,213 nodes x 6,599 cycles on the default trace). The records are those of a fresh
+        # session (tests/test_kept_session.py); `hourglass replay --verify` rebuilds each afresh.
+        self.kept = KeptSession()
+        self.changes = Changes(self.builder.offset)
         self.logged_ms = 0  # the latest time the log records (an event's or a cycle's)
         self.heap: list[tuple[int, int, int, int, int]] = []
         self.seq = 0
@@ -438,6 +455,7 @@ class Simulator:
             raise ValueError(f"job {spec.name!r} needs at least one pod, got {spec.pods}")
         if spec.runtime_ms < 0:
             raise ValueError(f"job {spec.name!r} has a negative runtime ({spec.runtime_ms} ms)")
+        _check_subgroups(spec)
         gi = len(self.groups)
         names = [spec.name] if spec.pods == 1 else [f"{spec.name}-{k}" for k in range(spec.pods)]
         group = _Group(
@@ -451,8 +469,10 @@ class Simulator:
             topology=spec.topology,
             required_level=spec.required_level,
             preferred_level=spec.preferred_level,
+            subgroups=spec.subgroups,
+            min_sub_group=spec.min_sub_group,
         )
-        for name in names:
+        for k, name in enumerate(names):
             t = _Task(
                 name=name,
                 group=gi,
@@ -462,6 +482,7 @@ class Simulator:
                 requests=spec.requests,
                 affinity=list(spec.affinity),
                 fails=spec.fails,
+                subgroup=spec.pod_subgroups[k] if spec.pod_subgroups else None,
             )
             if t.uid in self.by_uid:
                 raise ValueError(f"two pods are named {t.uid!r}; job and pod names must be unique per queue")
@@ -475,6 +496,7 @@ class Simulator:
     def _emit(self, event: ev.EventBase) -> None:
         """Append one event to the log and fold it: the only way the simulated cluster changes."""
         self.offset += 1
+        self.changes.note(event)
         self.builder.apply(event, self.offset)
         self.log.append_event(self.offset, event)
         self.logged_ms = max(self.logged_ms, event.at_ms)
@@ -497,6 +519,7 @@ class Simulator:
                 requests=t.requests,
                 node_affinity=t.affinity,
                 created_at_ms=t.created_ms,
+                labels={SUBGROUP_LABEL: t.subgroup} if t.subgroup is not None else {},
             )
         )
         t.state = "pending"
@@ -586,6 +609,8 @@ class Simulator:
                 topology=g.topology,
                 required_topology_level=g.required_level,
                 preferred_topology_level=g.preferred_level,
+                subgroups=list(g.subgroups),
+                min_sub_group=g.min_sub_group,
             )
         )
         for i in g.pods:
@@ -644,6 +669,9 @@ class Simulator:
                     topology=rule.topology,
                     required_level=rule.required_level,
                     preferred_level=rule.preferred_level,
+                    subgroups=rule.subgroups,
+                    min_sub_group=rule.min_sub_group,
+                    pod_subgroups=rule.pod_subgroups,
                 )
                 self._arrive(self._add_job(spec, r), now_ms)
                 added = True
@@ -702,8 +730,18 @@ class Simulator:
         self.refresh_usage(now_ms)
         if record is None:
             state = self.builder.snapshot()
+            changes, self.changes = self.changes, Changes(self.builder.offset)
             w0 = time.perf_counter()
-            record, _ = run_cycle(state, self.config, now_ms, self.usage, self.usage_id)
+            record, _ = run_kept_cycle(
+                self.kept,
+                state,
+                self.config,
+                now_ms,
+                self.usage,
+                self.usage_id,
+                builder=self.builder,
+                changes=changes,
+            )
             self.cycle_wall_s += time.perf_counter() - w0
         self.log.append_cycle(record)
         self.logged_ms = max(self.logged_ms, now_ms)
@@ -1026,6 +1064,30 @@ def gc_tuned() -> Iterator[None]:
     finally:
         gc.set_threshold(*old)
         gc.unfreeze()
+
+
+def _check_subgroups(spec: JobSpec) -> None:
+    """A job's subgroups make a valid KAI tree and each pod joins one of its PodSets; ValueError naming the
+    job otherwise."""
+    if not spec.subgroups:
+        if spec.pod_subgroups or spec.min_sub_group is not None:
+            raise ValueError(f"job {spec.name!r}: pods name subgroups, but the job declares none")
+        return
+    problem = ev.subgroup_problem(list(spec.subgroups), spec.min_sub_group)
+    if problem is not None:
+        raise ValueError(f"job {spec.name!r}: {problem}")
+    if len(spec.pod_subgroups) != spec.pods:
+        raise ValueError(
+            f"job {spec.name!r}: {spec.pods} pods but {len(spec.pod_subgroups)} subgroup names, one per pod"
+        )
+    parents = {sg.parent for sg in spec.subgroups}
+    pod_sets = {sg.name for sg in spec.subgroups if sg.name not in parents}
+    for name in spec.pod_subgroups:
+        if name not in pod_sets:
+            raise ValueError(
+                f"job {spec.name!r}: a pod joins subgroup {name!r}, which is not one of its PodSets"
+                f" (subgroups without children: {sorted(pod_sets)})"
+            )
 
 
 def _fragmentation_probe(tasks: Sequence[TraceTask]) -> tuple[int, int] | None:

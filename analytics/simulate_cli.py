@@ -346,8 +346,8 @@ def _scenario_inputs(args: argparse.Namespace) -> _CliRun:
 def run_cli(args: argparse.Namespace) -> int:
     """``hourglass simulate``: load inputs, run with a progress bar, print / write the outputs."""
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from analytics.progress import day_bar
     from analytics.scenario import ScenarioError
     from analytics.simlog import DirLog
     from ingest.tenants import TenantsError
@@ -373,20 +373,7 @@ def run_cli(args: argparse.Namespace) -> int:
     log = None
     if args.out is not None:
         log = DirLog(args.out) if args.checkpoint_every is None else DirLog(args.out, args.checkpoint_every)
-    with Progress(
-        TextColumn("simulating"),
-        BarColumn(),
-        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        job = bar.add_task("sim", total=max(horizon_ms, 1), day=0.0, days=horizon_ms / 86_400_000)
-
-        def progress(now_ms: int) -> None:
-            bar.update(job, completed=min(now_ms, horizon_ms), day=now_ms / 86_400_000)
-
+    with day_bar("simulating", horizon_ms, err=err) as progress:
         try:
             result = simulate(
                 run.tasks,

@@ -55,6 +55,8 @@ from typing import Any, Final
 import yaml
 
 from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
+from analytics.progress import count_bar, day_bar
+from analytics.replay import add_log_argument
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
 from analytics.simulate import JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
 from analytics.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
@@ -251,6 +253,12 @@ def load_recording(path: Path | str) -> Recording:
         raise WhatIfError(f"{spec}: {exc}") from None
     scenario = (manifest.get("inputs") or {}).get("scenario_config")
     if scenario is None and "tenants" not in manifest:
+        origin = ((manifest.get("inputs") or {}).get("whatif") or {}).get("recording")
+        if origin is not None:  # a service log's what-if kept with --out: no users' inputs to re-run
+            raise WhatIfError(
+                f"{spec}: a what-if of the service log {origin} (whatif --out); run whatif on that log with"
+                " the changes together"
+            )
         raise WhatIfError(f"{spec}: the manifest has neither a scenario nor a tenants config")
     rules = _rule_patterns(scenario)
 
@@ -854,17 +862,30 @@ def rerun_service(
     progress: Callable[[int], None] | None = None,
     window: tuple[int, int] | None = None,
     usage: str = "auto",
+    out: Path | None = None,
 ) -> Outcomes:
     """Re-run a service log under *changes* (engine config fields and the usage computation's
     ``fairshare.*`` settings, :func:`analytics.whatif_service.rerun`) and measure it as
     :func:`service_outcomes` measures the recording (over the same *window*). *usage* is ``--usage``
-    (:func:`analytics.whatif_service.usage_config`)."""
+    (:func:`analytics.whatif_service.usage_config`); with *out* the what-if is also written there as a run
+    directory (:func:`analytics.whatif_service.write_run_dir`)."""
     try:
         config = service_config(rec.config, changes)
         fair = usage_config(rec, changes, usage)
     except ServiceLogError as exc:
         raise WhatIfError(str(exc)) from None
-    events, records = rerun_service_log(rec, config, progress, window, fair)
+    inputs = {
+        "whatif": {
+            "recording": rec.path,
+            "changed": {c.key: c.value for c in changes},
+            "window_ms": list(window) if window is not None else None,
+            "usage": usage,
+        }
+    }
+    try:
+        events, records = rerun_service_log(rec, config, progress, window, fair, out, inputs)
+    except OSError as exc:
+        raise WhatIfError(f"cannot write the what-if's run directory {out}: {exc}") from None
     tally = _CycleTally(window)
     for r in records:
         tally.feed(r)
@@ -987,12 +1008,7 @@ def run_whatif(
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass whatif`` options."""
-    p.add_argument(
-        "log",
-        metavar="LOG",
-        help="a run directory written by `hourglass simulate --out DIR`, an embedded log directory"
-        " (`hourglass run --log DIR`) or kafka://HOST:PORT",
-    )
+    add_log_argument(p)
     p.add_argument(
         "--recorded-config",
         type=Path,
@@ -1142,7 +1158,6 @@ def run_cli(args: argparse.Namespace) -> int:
     import os
 
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = Console(stderr=True)
     try:
@@ -1169,29 +1184,13 @@ def run_cli(args: argparse.Namespace) -> int:
 
     results: list[WhatIfResult] = []
     horizon = window[1] if window is not None else rec.end_ms
-    with Progress(
-        TextColumn("what-if {task.fields[label]}"),
-        BarColumn(),
-        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        try:
-            if len(runs) == 1:
-                label = changed_text(runs[0])
-                job = bar.add_task(
-                    "whatif", total=max(horizon, 1), label=label, day=0.0, days=horizon / 86_400_000
-                )
-
-                def progress(now_ms: int) -> None:
-                    bar.update(job, completed=min(now_ms, horizon), day=now_ms / 86_400_000)
-
-                with measuring(rec.path, window) as recorded:
-                    results.append(compare(rec, runs[0], recorded, window, args.out, progress))
-            else:
-                job = bar.add_task("sweep", total=len(runs), label=f"sweep of {len(runs)}", day=0.0, days=0.0)
+    try:
+        if len(runs) == 1:
+            days = day_bar(f"what-if {changed_text(runs[0])}", horizon, err=err)
+            with days as progress, measuring(rec.path, window) as recorded:
+                results.append(compare(rec, runs[0], recorded, window, args.out, progress))
+        else:
+            with count_bar(f"what-if sweep of {len(runs)}", "variants", total=len(runs), err=err) as bar:
                 workers = args.jobs or os.cpu_count() or 1
                 with _spawn_pool(min(workers, len(runs))) as pool:
                     futures = [
@@ -1207,13 +1206,13 @@ def run_cli(args: argparse.Namespace) -> int:
                     measured = outcomes(rec.path, window)  # measured here while the workers run
                     for fut in futures:
                         changes, mine, kept = fut.result()
-                        bar.update(job, advance=1)
+                        bar.advance()
                         results.append(
                             WhatIfResult(changes, measured, mine, rec.censored, rec.rule_jobs, kept)
                         )
-        except WhatIfError as exc:
-            err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
-            return 2
+    except WhatIfError as exc:
+        err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     return _output(args, results, str(rec.path), err)
 
 
@@ -1224,10 +1223,11 @@ def _service_variant(
     changes: list[Change],
     window: tuple[int, int] | None = None,
     usage: str = "auto",
+    out: Path | None = None,
 ) -> tuple[list[Change], Outcomes]:
     """One sweep member on a service log in a worker process (the log is read again there)."""
     rec = _load_service(spec, _recorded_config(config), _topics(prefix))
-    return changes, rerun_service(rec, changes, window=window, usage=usage)
+    return changes, rerun_service(rec, changes, window=window, usage=usage, out=out)
 
 
 def _recorded_config(path: Path | None) -> Any:
@@ -1247,31 +1247,6 @@ def _topics(prefix: str | None) -> Any:
     return Topics.from_prefix(prefix)
 
 
-@contextlib.contextmanager
-def _service_bar(rec: ServiceRecording, label: str, err: Any) -> Iterator[Callable[[int], None]]:
-    """A progress bar over the service log's span (days from its first input), on stderr if a terminal."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
-    start = rec.inputs[0][0] if rec.inputs else 0
-    span = max(rec.end_ms - start, 1)
-    with Progress(
-        TextColumn("what-if {task.fields[label]}"),
-        BarColumn(),
-        TextColumn("day {task.fields[day]:.1f} / {task.fields[days]:.1f}"),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    ) as bar:
-        job = bar.add_task("whatif", total=span, label=label, day=0.0, days=span / 86_400_000)
-
-        def progress(now_ms: int) -> None:
-            done = min(max(now_ms - start, 0), span)
-            bar.update(job, completed=done, day=done / 86_400_000)
-
-        yield progress
-
-
 def _service_cli(
     args: argparse.Namespace, runs: list[list[Change]], window: tuple[int, int] | None, err: Any
 ) -> int:
@@ -1279,10 +1254,6 @@ def _service_cli(
     import os
 
     try:
-        if args.out is not None:
-            raise WhatIfError(
-                "--out keeps a simulation run directory; a service log's what-if is kept in memory"
-            )
         rec = _load_service(str(args.log), _recorded_config(args.recorded_config), _topics(args.topic_prefix))
         for changes in runs:
             try:
@@ -1298,11 +1269,12 @@ def _service_cli(
         censored = _service_censored(rec)
         results: list[WhatIfResult] = []
         if len(runs) == 1:
-            with _service_bar(rec, changed_text(runs[0]), err) as progress:
-                mine = rerun_service(rec, runs[0], progress, span, args.usage)
-            results.append(
-                WhatIfResult(runs[0], recorded, mine, censored, 0, usage=usage_text(rec, runs[0], args.usage))
-            )
+            start = rec.inputs[0][0] if rec.inputs else 0  # the bar counts days from the first input
+            span_ms = max(rec.end_ms - start, 1)
+            with day_bar(f"what-if {changed_text(runs[0])}", span_ms, start_ms=start, err=err) as progress:
+                mine = rerun_service(rec, runs[0], progress, span, args.usage, args.out)
+            text = usage_text(rec, runs[0], args.usage)
+            results.append(WhatIfResult(runs[0], recorded, mine, censored, 0, args.out, usage=text))
         else:
             workers = min(args.jobs or os.cpu_count() or 1, len(runs))
             with _spawn_pool(workers) as pool:
@@ -1315,13 +1287,15 @@ def _service_cli(
                         c,
                         span,
                         args.usage,
+                        args.out / str(i) if args.out is not None else None,
                     )
-                    for c in runs
+                    for i, c in enumerate(runs)
                 ]
-                for fut in futures:
+                for i, fut in enumerate(futures):
                     changes, mine = fut.result()
                     text = usage_text(rec, changes, args.usage)
-                    results.append(WhatIfResult(changes, recorded, mine, censored, 0, usage=text))
+                    kept = args.out / str(i) if args.out is not None else None
+                    results.append(WhatIfResult(changes, recorded, mine, censored, 0, kept, usage=text))
     except WhatIfError as exc:
         err.print(f"whatif: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2

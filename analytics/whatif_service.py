@@ -40,17 +40,19 @@ import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from typing import Any, Final, Protocol
 
 from analytics.replay import ReplayError, load_source
+from analytics.simlog import DirLog
 from fairshare.config import FairshareConfig, FairshareConfigError
 from fairshare.service import FairshareService
 from fairshare.snapshot import SnapshotError, UsageSnapshot
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics, check_read_args
-from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.decisions import CycleRecord, config_hash
 from scheduler.engine.delta import RecordChainError, expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Service
@@ -66,6 +68,7 @@ __all__ = [
     "rerun",
     "service_config",
     "usage_config",
+    "write_run_dir",
 ]
 
 #: ``--set`` spellings of the engine config fields on a service log (besides the bare field name).
@@ -555,6 +558,20 @@ class _Driver:
 
         return go
 
+    def _unavailable(self, raw: bytes) -> Callable[[], None]:
+        """A recorded snapshot that said usage was unavailable (the recorded fair-share service could not
+        reach its source): it arrives as recorded, also with usage recomputed — the what-if changes the
+        settings, not whether Prometheus answered. The fair-share service then publishes again at its next
+        step, as the recorded one did once its source answered (it recomputes fully after a failure)."""
+
+        def go() -> None:
+            assert self.fair is not None
+            self.log.append(self.topics.usage, b"cluster", raw)
+            self.fair.state = None
+            self.fair.last_published = None
+
+        return go
+
     def _order(self, kind: str, uid: str, at: int) -> int:
         key = (kind, uid, at)
         offsets = self.rec.twins.get(key)
@@ -747,8 +764,10 @@ class _Driver:
 
     def run(self, progress: Callable[[int], None] | None) -> None:
         for at, order, topic, raw in self.rec.inputs:
-            if topic == 1 and self.fair is not None:
+            if topic == 1 and self.fair is not None and json.loads(raw)["available"]:
                 self._push(at, order, 1, self._recompute(int(json.loads(raw)["as_of_ms"])))
+            elif topic == 1 and self.fair is not None:
+                self._push(at, order, 1, self._unavailable(raw))
             elif topic == 1:
                 self._push(at, order, 1, raw)
             else:
@@ -807,6 +826,8 @@ def rerun(
     progress: Callable[[int], None] | None = None,
     window: tuple[int, int] | None = None,
     usage: FairshareConfig | None = None,
+    out: Path | None = None,
+    inputs: dict[str, Any] | None = None,
 ) -> tuple[list[dict[str, Any]], list[CycleRecord]]:
     """Re-run the service log *rec* under the engine *config*: the what-if's events (as dicts, ending at
     the recording's end, or at TO) and its full cycle records, for :func:`analytics.whatif.measure`.
@@ -815,10 +836,54 @@ def rerun(
     are carried out and the engine decides from FROM on (:class:`_Driver`); the records include the
     recorded ones before FROM (the fair share held at FROM is theirs). With *usage* (:func:`usage_config`)
     the usage snapshots are recomputed by the real fair-share service from the what-if's own events, at
-    the recorded snapshots' times, instead of being the recorded ones."""
+    the recorded snapshots' times, instead of being the recorded ones (a recorded snapshot that was
+    unavailable stays so). With *out* the what-if is also written there as a run directory
+    (:func:`write_run_dir`; *inputs* goes into its manifest)."""
     d = _Driver(rec, config, window, usage)
     d.run(progress)
-    events = [json.loads(r.value) for r in d.log.topics[DEFAULT_TOPICS.events]]
-    if not events or events[-1]["at_ms"] < d.end_ms:
-        events.append(json.loads(dump_event(ev.ClockTick(at_ms=d.end_ms))))
-    return events, d.records
+    raws = [r.value for r in d.log.topics[DEFAULT_TOPICS.events]]
+    if not raws or json.loads(raws[-1])["at_ms"] < d.end_ms:
+        raws.append(dump_event(ev.ClockTick(at_ms=d.end_ms)))
+    if out is not None:
+        usage_raws = [r.value for r in d.log.topics[DEFAULT_TOPICS.usage]]
+        write_run_dir(out, raws, d.records, usage_raws, config, inputs or {})
+    return [json.loads(r) for r in raws], d.records
+
+
+def write_run_dir(
+    out: Path,
+    events: Sequence[bytes],
+    records: Sequence[CycleRecord],
+    usage: Sequence[bytes],
+    config: SessionConfig,
+    inputs: dict[str, Any],
+) -> None:
+    """Write a service log's what-if as a run directory (the ``simulate --out`` format,
+    :mod:`analytics.simlog`): its events (line ``i`` is the what-if log's offset ``i``), its full cycle
+    records (checkpoints and deltas), the usage snapshots its scheduler read, and a manifest with the engine
+    config and *inputs*; ``replay``, ``report`` and ``sql`` read it as they read a simulated run."""
+    log = DirLog(out)
+    binds = evictions = 0
+    try:
+        for offset, raw in enumerate(events):
+            log.append_event(offset, ev.parse_event(raw))
+        for r in records:
+            log.append_cycle(r)
+            binds += sum(1 for d in r.decisions if d.kind == "Bind")
+            evictions += sum(1 for d in r.decisions if d.kind == "Evict")
+        for u in usage:
+            log.append_usage(u)
+    finally:
+        log.close(
+            {
+                "inputs": inputs,
+                "engine_config": asdict(config),
+                "engine_config_hash": config_hash(config),
+                "counts": {
+                    "events": len(events),
+                    "cycles": len(records),
+                    "binds": binds,
+                    "evictions": evictions,
+                },
+            }
+        )

@@ -10,9 +10,9 @@ Prints the workload size, events, cycles run / skipped, wall and CPU seconds, th
 CPU seconds are the honest figure on a shared machine; wall seconds include waiting for a core.
 
 Measured (shared 2-core machine, load ~5), whole default trace, 50,131 events:
-period 300 s (default): 6,599 cycles, 42-73 s CPU / 43-105 s wall, 690-1,190 events per CPU second;
-period 60 s: 12,055 cycles, 116 s CPU / 215 s wall, ~430 events per CPU second.
-~85% of the time is inside run_cycle, dominated by per-node work every cycle (docs/simulate.md, "Speed").
+period 300 s (default): 6,599 cycles, 8.5-10.3 s CPU / 9.0-13.0 s wall, 4,860-5,890 events per CPU second;
+period 60 s: 12,055 cycles, 12.0 s CPU / 14.4 s wall, ~4,180 events per CPU second (load 2-3).
+~85% of the time is inside the cycles, on the session kept between them (docs/simulate.md, "Speed").
 """
 
 from __future__ import annotations

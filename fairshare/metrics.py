@@ -26,6 +26,7 @@ __all__ = [
     "FairshareMetrics",
     "KaiLatencyHistogram",
     "RegistryServer",
+    "latency_registry",
     "serve_registry",
     "whole_ms",
 ]
@@ -84,6 +85,18 @@ class KaiLatencyHistogram:
         yield hist
 
 
+def latency_registry(name: str, documentation: str) -> tuple[CollectorRegistry, KaiLatencyHistogram]:
+    """A fresh private registry holding one :class:`KaiLatencyHistogram` named ``name``.
+
+    What a process that exports a single KAI latency histogram serves on ``/metrics``: the fairshare
+    service (:class:`FairshareMetrics`) and the binder (``scheduler.metrics.BinderMetrics``).
+    """
+    reg = CollectorRegistry(auto_describe=True)
+    hist = KaiLatencyHistogram(name, documentation)
+    reg.register(hist)
+    return reg, hist
+
+
 @dataclass(eq=False)
 class FairshareMetrics:
     """The fairshare service's metrics on a private registry. Create with :meth:`create`."""
@@ -94,11 +107,9 @@ class FairshareMetrics:
     @classmethod
     def create(cls) -> FairshareMetrics:
         """A fresh registry with ``kai_usage_query_latency_milliseconds`` registered."""
-        reg = CollectorRegistry(auto_describe=True)
-        hist = KaiLatencyHistogram(
+        reg, hist = latency_registry(
             "kai_usage_query_latency_milliseconds", "Usage database query latency histogram in milliseconds"
         )
-        reg.register(hist)
         return cls(registry=reg, usage_query_latency=hist)
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from fairshare.metrics import KaiLatencyHistogram, RegistryServer, serve_registry
+from fairshare.metrics import KaiLatencyHistogram, RegistryServer, latency_registry, serve_registry
 from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
 from scheduler.engine.decisions import CycleRecord, make_record
 from scheduler.engine.proportion import RESOURCES, QueueShare
@@ -465,11 +465,9 @@ class BinderMetrics:
     @classmethod
     def create(cls) -> BinderMetrics:
         """A fresh registry with ``kai_task_bind_latency_milliseconds`` registered."""
-        reg = CollectorRegistry(auto_describe=True)
-        hist = KaiLatencyHistogram(
+        reg, hist = latency_registry(
             "kai_task_bind_latency_milliseconds", "Task bind latency histogram in milliseconds"
         )
-        reg.register(hist)
         return cls(registry=reg, task_bind_latency=hist)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from scheduler.engine.cycle import open_session, run_actions, run_cycle
 from scheduler.engine.decisions import make_record
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.session import Session, SessionConfig
-from scheduler.engine.state import PodStatus, StateBuilder
+from scheduler.engine.state import SUBGROUP_LABEL, Node, PodStatus, StateBuilder
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
 from scheduler.synthetic import SyntheticSpec, synthetic_events
@@ -137,6 +138,48 @@ def _split(uid: str) -> tuple[str, str]:
     return ns, name
 
 
+def _node_again(n: Node, t: int, *, unschedulable: bool) -> ev.NodeUpserted:
+    """Node *n* upserted again at *t*, as folded, but for *unschedulable*."""
+    return ev.NodeUpserted(
+        at_ms=t,
+        name=n.name,
+        cpu_millicores=n.cpu,
+        memory_bytes=n.memory,
+        gpus=n.gpus,
+        gpu_memory_mib=n.gpu_memory_mib,
+        gpu_model=n.gpu_model,
+        labels=dict(n.labels),
+        unschedulable=unschedulable,
+    )
+
+
+def _built(spec: SyntheticSpec) -> StateBuilder:
+    """A builder that folded the synthetic cluster of *spec*."""
+    b = StateBuilder()
+    for e in synthetic_events(spec):
+        b.apply(e)
+    return b
+
+
+def _arrive(b: StateBuilder, changes: Changes, events: Iterable[ev.Event]) -> None:
+    """Fold *events* into *b*, noting each in *changes* (what the service's folder does)."""
+    for e in events:
+        changes.note(e)
+        b.apply(e)
+
+
+def _same_record_both_ways(
+    kept: KeptSession, b: StateBuilder, changes: Changes, t: int
+) -> tuple[Changes, Session]:
+    """One cycle at *t*: the kept session's record (:func:`run_kept_cycle`) equals :func:`run_cycle`'s,
+    byte for byte. Returns the changes to note for the next cycle and run_cycle's session."""
+    state = b.snapshot()
+    expected, ssn = run_cycle(state, SessionConfig(), t)
+    got, _ = run_kept_cycle(kept, state, SessionConfig(), t, builder=b, changes=changes)
+    assert got.dumps() == expected.dumps(), f"cycle at {t}: {kept.last_reason}"
+    return Changes(b.offset), ssn
+
+
 def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> list[ev.Event]:
     """Random events between two cycles; `ssn` is the last cycle's session after its actions."""
     out: list[ev.Event] = []
@@ -185,11 +228,23 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
     leaves = [q.name for q in b.queues.values() if q.parent is not None] or ["team-00-00"]
     for n in range(rng.randint(0, 3)):  # new pod groups
         name = f"new-{k}-{n}"
-        size = rng.choice([1, 1, 2])
+        size = rng.choice([1, 1, 2, 4])
         q = rng.choice(leaves)
+        # A 4-pod group is a leader and three elastic workers (KAI subgroups, each its own gang).
+        subgroups = (
+            [ev.SubGroup(name="leader", min_member=1), ev.SubGroup(name="workers", min_member=1)]
+            if size == 4
+            else []
+        )
         out.append(
             ev.PodGroupUpserted(
-                at_ms=t, name=name, namespace="churn", queue=q, min_member=size, created_at_ms=t
+                at_ms=t,
+                name=name,
+                namespace="churn",
+                queue=q,
+                min_member=size,
+                created_at_ms=t,
+                subgroups=subgroups,
             )
         )
         req = rng.choice(
@@ -212,7 +267,8 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
                     queue=q,
                     requests=req,
                     created_at_ms=t,
-                    labels={"app": name},
+                    labels={"app": name}
+                    | ({SUBGROUP_LABEL: "leader" if i == 0 else "workers"} if subgroups else {}),
                     host_ports=[ev.HostPort(port=8080)] if rng.random() < 0.1 else [],
                     scheduling_gates=["wait"] if rng.random() < 0.1 else [],
                 )
@@ -223,38 +279,14 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
             out.append(ev.PodUngated(at_ms=t, name=name, namespace=ns))
     nodes = list(b.nodes.values())
     roll = rng.random()
-    if nodes and roll < 0.1:
+    if nodes and roll < 0.1:  # cordoned or uncordoned
         n = rng.choice(nodes)
-        out.append(
-            ev.NodeUpserted(
-                at_ms=t,
-                name=n.name,
-                cpu_millicores=n.cpu,
-                memory_bytes=n.memory,
-                gpus=n.gpus,
-                gpu_memory_mib=n.gpu_memory_mib,
-                gpu_model=n.gpu_model,
-                labels=dict(n.labels),
-                unschedulable=not n.unschedulable,
-            )
-        )
+        out.append(_node_again(n, t, unschedulable=not n.unschedulable))
     elif nodes and roll < 0.15:
         out.append(ev.NodeRemoved(at_ms=t, name=rng.choice(nodes).name))
     elif nodes and roll < 0.4:  # a heartbeat: the same node again
         n = rng.choice(nodes)
-        out.append(
-            ev.NodeUpserted(
-                at_ms=t,
-                name=n.name,
-                cpu_millicores=n.cpu,
-                memory_bytes=n.memory,
-                gpus=n.gpus,
-                gpu_memory_mib=n.gpu_memory_mib,
-                gpu_model=n.gpu_model,
-                labels=dict(n.labels),
-                unschedulable=n.unschedulable,
-            )
-        )
+        out.append(_node_again(n, t, unschedulable=n.unschedulable))
     queues = list(b.queues.values())
     roll = rng.random()
     if queues and roll < 0.1:
@@ -337,9 +369,7 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
         kept.close()
         assert mine.dumps() == record.dumps(), f"cycle {k}"
         t += 1000
-        for e in pending + churn(rng, b, ssn, t, k):
-            changes.note(e)
-            b.apply(e)
+        _arrive(b, changes, pending + churn(rng, b, ssn, t, k))
         pending = []
     assert kept.patched + kept.fresh == cycles
 
@@ -347,27 +377,23 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
 def test_run_kept_cycle_gives_run_cycles_records() -> None:
     """The service's entry point: records equal run_cycle's, and most sessions are patched, not rebuilt."""
     rng = random.Random(7)
-    b = StateBuilder()
-    for e in synthetic_events(
+    b = _built(
         SyntheticSpec(
             nodes=10, gpus_per_node=8, pending_pods=80, departments=2, queues_per_department=2, seed=3
         )
-    ):
-        b.apply(e)
+    )
     kept = KeptSession()
     changes = Changes(b.offset)
     t = 1_000_000
     for k in range(12):
-        state = b.snapshot()
-        expected, ssn = run_cycle(state, SessionConfig(), t)
-        got, _ = run_kept_cycle(kept, state, SessionConfig(), t, builder=b, changes=changes)
-        changes = Changes(b.offset)
-        assert got.dumps() == expected.dumps(), f"cycle {k}"
+        changes, ssn = _same_record_both_ways(kept, b, changes, t)
         t += 1000
-        for e in churn(random.Random(rng.random()), b, ssn, t, k):
-            if not isinstance(e, ev.NodeUpserted | ev.NodeRemoved | ev.QueueUpserted | ev.QueueDeleted):
-                changes.note(e)
-                b.apply(e)
+        wide = (ev.NodeUpserted, ev.NodeRemoved, ev.QueueUpserted, ev.QueueDeleted)
+        _arrive(
+            b,
+            changes,
+            [e for e in churn(random.Random(rng.random()), b, ssn, t, k) if not isinstance(e, wide)],
+        )
     assert kept.fresh == 1 and kept.patched == 11, kept.last_reason
 
 
@@ -446,8 +472,7 @@ def test_changes_name_pods_and_groups_and_give_up_on_wide_events() -> None:
 
 
 def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patches_again() -> None:
-    b = StateBuilder()
-    for e in synthetic_events(
+    b = _built(
         SyntheticSpec(
             nodes=4,
             gpus_per_node=4,
@@ -457,11 +482,10 @@ def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patch
             queues_per_department=2,
             seed=1,
         )
-    ):
-        b.apply(e)
+    )
     kept = KeptSession()
     reasons = []
-    follow = [
+    follow: list[list[ev.Event]] = [
         [ev.NodeRemoved(at_ms=10, name="node-00003")],
         [ev.ClockTick(at_ms=11)],
         [
@@ -473,12 +497,7 @@ def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patch
     ]
     changes = Changes(b.offset)
     for k, batch in enumerate([[], *follow]):
-        for e in batch:
-            changes.note(e)
-            b.apply(e)
-        state = b.snapshot()
-        got, _ = run_kept_cycle(kept, state, SessionConfig(), 1000 + k, builder=b, changes=changes)
-        changes = Changes(b.offset)
-        assert got.dumps() == run_cycle(state, SessionConfig(), 1000 + k)[0].dumps()
+        _arrive(b, changes, batch)
+        changes, _ = _same_record_both_ways(kept, b, changes, 1000 + k)
         reasons.append(kept.last_reason.split(" ")[0] if kept.last_reason else "patched")
     assert reasons == ["no", "an", "patched", "queues", "patched"]

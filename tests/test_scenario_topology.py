@@ -7,87 +7,18 @@ spread the gangs were. Run through the command line, read back from the run's ev
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from analytics.cli import main
 from analytics.scenario import ScenarioError, load_scenario
 from analytics.simlog import read_events
 from ingest import events as ev
+from tests.topology_builders import BLOCK, HOST, RACK, racks_scenario, simulate_json, write_scenario
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "topology-racks.yaml"
-BLOCK, RACK, HOST = "sim.io/block", "sim.io/rack", "kubernetes.io/hostname"
-
-
-def _doc(constraint: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
-    """2 blocks x 2 racks x 2 nodes of 8 GPUs; queue `train` gets 2-pod gangs of whole nodes (one rack's
-    worth) every 20 min, queue `batch` single-GPU jobs that leave partly used nodes."""
-    doc: dict[str, Any] = {
-        "version": 1,
-        "duration": "8h",
-        "cycle_period": "60s",
-        "nodes": [
-            {
-                "count": 8,
-                "gpus": 8,
-                "name_prefix": "gpu",
-                "domains": [
-                    {"label": BLOCK, "nodes": 4, "prefix": "block"},
-                    {"label": RACK, "nodes": 2, "prefix": "rack"},
-                ],
-            }
-        ],
-        "topologies": [{"name": "dc", "levels": [BLOCK, RACK, HOST]}],
-        "queues": [
-            {"name": "train", "gpu": {"quota": 32, "limit": 32}},
-            {"name": "batch", "gpu": {"quota": 32, "limit": 32}},
-        ],
-        "workloads": [
-            {
-                "queue": "train",
-                "kind": "poisson",
-                "name": "gang",
-                "arrivals_per_hour": 3,
-                "runtime": {"dist": "exponential", "mean": "1h"},
-                "pods": 2,
-                "gpus_per_pod": 8,
-                "seed": 3,
-                "topology_constraint": constraint,
-            },
-            {
-                "queue": "batch",
-                "kind": "poisson",
-                "name": "small",
-                "arrivals_per_hour": 30,
-                "runtime": {"dist": "exponential", "mean": "1h"},
-                "gpus_per_pod": 1,
-                "seed": 4,
-            },
-        ],
-    }
-    doc.update(extra)
-    return doc
-
-
-def _write(tmp_path: Path, doc: dict[str, Any], name: str = "s.yaml") -> Path:
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    return path
-
-
-def _run(path: Path, out: Path, *args: str) -> dict[str, Any]:
-    stdout = io.StringIO()
-    with contextlib.redirect_stdout(stdout):
-        rc = main(["simulate", "--config", str(path), "--out", str(out), "--json", *args])
-    assert rc == 0
-    summary: dict[str, Any] = json.loads(stdout.getvalue())
-    return summary
 
 
 def _gang_domains(out: Path, level: str) -> dict[str, set[str]]:
@@ -130,7 +61,7 @@ def test_a_constraint_keeps_every_gang_within_its_domain(
     tmp_path: Path, constraint: dict[str, Any] | None, one_rack: str, one_block: str
 ) -> None:
     out = tmp_path / "run"
-    summary = _run(_write(tmp_path, _doc(constraint)), out)
+    summary = simulate_json(write_scenario(tmp_path, racks_scenario(constraint)), out)
     events = [e for _, e in read_events(out)]
     assert [(e.name, e.levels) for e in events if isinstance(e, ev.TopologyUpserted)] == [
         ("dc", [BLOCK, RACK, HOST])
@@ -161,7 +92,7 @@ def test_a_constraint_keeps_every_gang_within_its_domain(
 
 
 def test_a_gang_larger_than_any_rack_waits_with_the_topology_reason(tmp_path: Path) -> None:
-    doc = _doc({"required_level": RACK})
+    doc = racks_scenario({"required_level": RACK})
     doc["workloads"] = [
         {
             "queue": "train",
@@ -173,24 +104,24 @@ def test_a_gang_larger_than_any_rack_waits_with_the_topology_reason(tmp_path: Pa
             "topology_constraint": {"required_level": RACK},
         }
     ]
-    summary = _run(_write(tmp_path, doc), tmp_path / "run")
+    summary = simulate_json(write_scenario(tmp_path, doc), tmp_path / "run")
     train = next(q for q in summary["queues"] if q["name"] == "train")
     assert train["started"] == 0
     assert train["pending_reasons"] == {"TopologyConstraint": 3}
     # Within one block (4 nodes) it fits at once.
     doc["workloads"][0]["topology_constraint"] = {"required_level": BLOCK}
-    summary = _run(_write(tmp_path, doc, "b.yaml"), tmp_path / "run-b")
+    summary = simulate_json(write_scenario(tmp_path, doc, "b.yaml"), tmp_path / "run-b")
     train = next(q for q in summary["queues"] if q["name"] == "train")
     assert train["started"] == 3 and train["mean_wait_s"] == 0
 
 
 def test_node_domains_count_on_across_entries_and_nodes_carry_their_hostname(tmp_path: Path) -> None:
-    doc = _doc(None)
+    doc = racks_scenario(None)
     doc["nodes"] = [
         {"count": 3, "gpus": 8, "domains": [{"label": BLOCK, "nodes": 2}, {"label": RACK, "nodes": 1}]},
         {"count": 2, "gpus": 0, "labels": {BLOCK: "cpu-block", RACK: "cpu-rack"}},
     ]
-    nodes = load_scenario(_write(tmp_path, doc)).node_events()
+    nodes = load_scenario(write_scenario(tmp_path, doc)).node_events()
     assert [(n.name, n.labels.get(BLOCK), n.labels.get(RACK), n.labels[HOST]) for n in nodes] == [
         ("node-0", "block-0", "rack-0", "node-0"),
         ("node-1", "block-0", "rack-1", "node-1"),
@@ -199,10 +130,10 @@ def test_node_domains_count_on_across_entries_and_nodes_carry_their_hostname(tmp
         ("node-4", "cpu-block", "cpu-rack", "node-4"),
     ]
     # Without topologies nodes are labelled as before (no hostname), so older scenario logs are unchanged.
-    plain = _doc(None)
+    plain = racks_scenario(None)
     del plain["topologies"], plain["nodes"][0]["domains"]
     plain["workloads"][0].pop("topology_constraint")
-    assert load_scenario(_write(tmp_path, plain, "p.yaml")).node_events()[0].labels == {
+    assert load_scenario(write_scenario(tmp_path, plain, "p.yaml")).node_events()[0].labels == {
         "gpu-model": "sim-gpu"
     }
 
@@ -210,10 +141,12 @@ def test_node_domains_count_on_across_entries_and_nodes_carry_their_hostname(tmp
 def test_a_topology_run_is_reproducible_and_replays(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, _doc({"required_level": RACK, "preferred_level": HOST}, duration="3h"))
+    path = write_scenario(
+        tmp_path, racks_scenario({"required_level": RACK, "preferred_level": HOST}, duration="3h")
+    )
     out, again = tmp_path / "run", tmp_path / "again"
-    _run(path, out)
-    _run(path, again)
+    simulate_json(path, out)
+    simulate_json(path, again)
     assert (again / "events.jsonl").read_bytes() == (out / "events.jsonl").read_bytes()
     assert (again / "cycles.jsonl").read_bytes() == (out / "cycles.jsonl").read_bytes()
     capsys.readouterr()
@@ -239,7 +172,7 @@ def test_the_example_required_rack_costs_waiting_and_preferred_packs_most_gangs(
         "none": ["--set", "workloads.0.topology_constraint=null"],
     }
     for name, args in variants.items():
-        summary = _run(EXAMPLE, tmp_path / name, "--set", "duration=12h", *args)
+        summary = simulate_json(EXAMPLE, tmp_path / name, "--set", "duration=12h", *args)
         train = next(q for q in summary["queues"] if q["name"] == "train")
         rack = next(lv for lv in summary["topology"][0]["levels"] if lv["level"] == RACK)["queues"][0]
         rows[name] = {"wait": train["mean_wait_s"], "one_rack": rack["within_one"] / rack["gangs"]}
@@ -320,10 +253,10 @@ def _with(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
 def test_an_invalid_topology_spec_names_the_field(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], path: str, value: Any, message: str
 ) -> None:
-    doc = _with(_doc({"required_level": RACK}), path, value)
+    doc = _with(racks_scenario({"required_level": RACK}), path, value)
     if path == "topologies" and not value:
         del doc["nodes"][0]["domains"]
-    file = _write(tmp_path, doc)
+    file = write_scenario(tmp_path, doc)
     with pytest.raises(ScenarioError) as exc:
         load_scenario(file)
     assert str(exc.value).startswith(f"{file}: ")
@@ -333,21 +266,21 @@ def test_an_invalid_topology_spec_names_the_field(
 
 
 def test_two_topologies_need_the_constraint_to_name_one(tmp_path: Path) -> None:
-    doc = _doc({"required_level": RACK})
+    doc = racks_scenario({"required_level": RACK})
     doc["topologies"].append({"name": "racks", "levels": [RACK]})
     with pytest.raises(
         ScenarioError,
         match=r"topology_constraint\.topology: name one of the scenario's topologies \['dc', 'racks'\]",
     ):
-        load_scenario(_write(tmp_path, doc))
+        load_scenario(write_scenario(tmp_path, doc))
     doc["workloads"][0]["topology_constraint"]["topology"] = "racks"
-    run = load_scenario(_write(tmp_path, doc, "ok.yaml")).build()
+    run = load_scenario(write_scenario(tmp_path, doc, "ok.yaml")).build()
     assert [t.name for t in run.topologies] == ["dc", "racks"]
     assert {(j.topology, j.required_level) for j in run.jobs if j.queue == "train"} == {("racks", RACK)}
 
 
 def test_a_fixed_job_may_replace_its_workloads_constraint(tmp_path: Path) -> None:
-    doc = _doc({"required_level": RACK})
+    doc = racks_scenario({"required_level": RACK})
     doc["workloads"][1] = {
         "queue": "batch",
         "kind": "fixed",
@@ -361,7 +294,7 @@ def test_a_fixed_job_may_replace_its_workloads_constraint(tmp_path: Path) -> Non
             {"at": 0, "runtime": "1h", "topology_constraint": {"preferred_level": BLOCK}},
         ],
     }
-    run = load_scenario(_write(tmp_path, doc)).build()
+    run = load_scenario(write_scenario(tmp_path, doc)).build()
     fixed = {
         j.name: (j.topology, j.required_level, j.preferred_level) for j in run.jobs if j.queue == "batch"
     }
@@ -370,4 +303,4 @@ def test_a_fixed_job_may_replace_its_workloads_constraint(tmp_path: Path) -> Non
     with pytest.raises(
         ScenarioError, match=r"workloads\[1\]\.jobs\[2\]\.topology_constraint\.required_level: 'sim.io/row'"
     ):
-        load_scenario(_write(tmp_path, doc, "bad.yaml"))
+        load_scenario(write_scenario(tmp_path, doc, "bad.yaml"))

@@ -18,7 +18,7 @@ import pytest
 
 from analytics.cli import main
 from analytics.simlog import DirLog, read_cycles, read_events, read_manifest
-from analytics.simulate import SimulationResult, simulate
+from analytics.simulate import SimulationResult, Simulator, simulate
 from ingest import events as ev
 from ingest.tenants import DEFAULT_TENANTS, TenantsError, load_tenants, parse_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, TraceTask, read_nodes, read_pods
@@ -48,10 +48,18 @@ def _small_nodes_csv(path: Path) -> Path:
     return path
 
 
+# How each run's sessions were opened (fresh / patched), by output directory.
+SESSIONS: dict[Path, tuple[int, int]] = {}
+
+
 def _run(out: Path, nodes_csv: Path = DEFAULT_GPU_NODES, seed: int = 0) -> SimulationResult:
-    return simulate(
+    sim = Simulator(
         _first_tasks(SLICE), read_nodes(nodes_csv), load_tenants(DEFAULT_TENANTS), seed=seed, log=DirLog(out)
     )
+    result = sim.run()
+    sim.log.close(sim.manifest({}))
+    SESSIONS[out] = (sim.kept.fresh, sim.kept.patched)
+    return result
 
 
 @pytest.fixture(scope="module")
@@ -199,16 +207,18 @@ def test_evicted_pods_are_resubmitted_and_rerun(small: tuple[Path, SimulationRes
 
 
 def test_cycle_records_replay_from_the_event_log(small: tuple[Path, SimulationResult]) -> None:
-    """A record is reproduced by folding the log up to its events_offset and re-running the cycle."""
+    """Every record is reproduced by folding the log up to its events_offset and re-running the cycle on a
+    session built afresh, while the simulator patched the session it kept from the previous cycle."""
     out, _ = small
+    fresh, patched = SESSIONS[out]
+    assert fresh == 1 and patched > 100  # built once, then kept (scheduler/engine/kept.py)
     manifest = read_manifest(out)
     config = SessionConfig.from_engine_spec(load_tenants(DEFAULT_TENANTS).engine)
     assert manifest["engine_config_hash"] == json.loads(next(read_cycles(out)).dumps())["config_hash"]
-    records = list(read_cycles(out))
-    picked = {r.cycle_id: r for r in records[:5] + records[len(records) // 2 : len(records) // 2 + 5]}
     by_offset: dict[int, list[CycleRecord]] = defaultdict(list)
-    for r in picked.values():
+    for r in read_cycles(out):
         by_offset[r.events_offset].append(r)
+    assert sum(map(len, by_offset.values())) == fresh + patched
     b = StateBuilder()
     for offset, e in read_events(out):
         b.apply(e, offset)

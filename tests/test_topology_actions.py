@@ -9,9 +9,7 @@ report / explain side, run through the command line as a user would.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import re
 from dataclasses import asdict
@@ -19,21 +17,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from analytics.cli import main
 from scheduler.conformance import run_doc
 from scheduler.engine.cycle import result_state, run_cycle, settle
 from scheduler.engine.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.topology_builders import (
+    BLOCK,
+    RACK,
+    cli,
+    constrained_spec,
+    racks_scenario,
+    simulate_json,
+    sql_json,
+    write_scenario,
+)
 
 SCENARIOS = Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "topology"
 ACTION_SCENARIOS = sorted(
     [*SCENARIOS.glob("topo-act-*.json"), *SCENARIOS.glob("topo-2[789]-*-frees-rack-*.json")]
 )
-BLOCK, RACK, HOST = "sim.io/block", "sim.io/rack", "kubernetes.io/hostname"
 
 
 def test_there_are_action_scenarios_for_each_action() -> None:
@@ -103,100 +108,27 @@ def test_unconstrained_binds_carry_no_details_and_constrained_ones_say_where() -
 
 def test_v1_records_never_carry_the_domain() -> None:
     """A v1 replay writes what a v1 writer wrote: no details on Binds even for a constrained gang."""
-    spec = SyntheticSpec(
-        nodes=12,
-        pending_pods=40,
-        departments=1,
-        queues_per_department=2,
-        seed=2,
-        topology_fraction=1.0,
-        topology_shape=(1, 1, 2),
-    )
-    _, ssn = run_cycle(fold(synthetic_events(spec)), SessionConfig(), now_ms=1_000_000)
+    _, ssn = run_cycle(fold(synthetic_events(constrained_spec())), SessionConfig(), now_ms=1_000_000)
     rec = make_record(ssn, 0, version=1)
     assert any(d.kind == "Bind" for d in rec.decisions)
     assert all(d.details == {} for d in rec.decisions if d.kind in ("Bind", "Pipeline"))
 
 
 # -- through the command line: simulate, then sql / report / explain ----------------------------------------
-def _scenario(constraint: dict[str, Any]) -> dict[str, Any]:
-    """2 blocks x 2 racks x 2 nodes of 8 GPUs; queue `train` submits 2-pod gangs of whole nodes, `batch`
-    single-GPU jobs that leave partly used nodes (so a preferred rack is sometimes missed)."""
-    return {
-        "version": 1,
-        "duration": "6h",
-        "cycle_period": "60s",
-        "nodes": [
-            {
-                "count": 8,
-                "gpus": 8,
-                "name_prefix": "gpu",
-                "domains": [
-                    {"label": BLOCK, "nodes": 4, "prefix": "block"},
-                    {"label": RACK, "nodes": 2, "prefix": "rack"},
-                ],
-            }
-        ],
-        "topologies": [{"name": "dc", "levels": [BLOCK, RACK, HOST]}],
-        "queues": [
-            {"name": "train", "gpu": {"quota": 32, "limit": 32}},
-            {"name": "batch", "gpu": {"quota": 32, "limit": 32}},
-        ],
-        "workloads": [
-            {
-                "queue": "train",
-                "kind": "poisson",
-                "name": "gang",
-                "arrivals_per_hour": 3,
-                "runtime": {"dist": "exponential", "mean": "1h"},
-                "pods": 2,
-                "gpus_per_pod": 8,
-                "seed": 3,
-                "topology_constraint": constraint,
-            },
-            {
-                "queue": "batch",
-                "kind": "poisson",
-                "name": "small",
-                "arrivals_per_hour": 30,
-                "runtime": {"dist": "exponential", "mean": "1h"},
-                "gpus_per_pod": 1,
-                "seed": 4,
-            },
-        ],
-    }
-
-
-def _cli(*args: str) -> str:
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        rc = main(list(args))
-    assert rc == 0, out.getvalue()
-    return out.getvalue()
-
-
 @pytest.fixture(scope="module")
 def preferred_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     tmp = tmp_path_factory.mktemp("pref")
-    path = tmp / "s.yaml"
-    path.write_text(yaml.safe_dump(_scenario({"topology": "dc", "preferred_level": RACK})), encoding="utf-8")
+    path = write_scenario(tmp, racks_scenario({"topology": "dc", "preferred_level": RACK}, duration="6h"))
     out = tmp / "run"
-    summary = json.loads(_cli("simulate", "--config", str(path), "--out", str(out), "--json"))
-    return out, summary
+    return out, simulate_json(path, out)
 
 
 def test_store_records_the_domain_each_gang_landed_in(preferred_run: tuple[Path, dict[str, Any]]) -> None:
     out, summary = preferred_run
-    rows = json.loads(
-        _cli(
-            "sql",
-            "--store",
-            str(out),
-            "--format",
-            "json",
-            "SELECT job, queue, domain, within_preferred, domains FROM gang_placements"
-            " QUALIFY row_number() OVER (PARTITION BY job ORDER BY logical_time_ms) = 1 ORDER BY job",
-        )
+    rows = sql_json(
+        out,
+        "SELECT job, queue, domain, within_preferred, domains FROM gang_placements"
+        " QUALIFY row_number() OVER (PARTITION BY job ORDER BY logical_time_ms) = 1 ORDER BY job",
     )
     assert rows and all(r["queue"] == "train" for r in rows)
     for r in rows:
@@ -215,30 +147,23 @@ def test_report_shows_how_often_gangs_got_their_preferred_level(
     preferred_run: tuple[Path, dict[str, Any]],
 ) -> None:
     out, _ = preferred_run
-    report = json.loads(_cli("report", "--store", str(out), "--format", "json"))
+    report = json.loads(cli("report", "--store", str(out), "--format", "json"))
     (row,) = report["placements"]
     assert row["queue"] == "train" and row["with_preferred_level"] == row["gangs"] > 0
     assert row["with_required_level"] == 0
     assert 0 < row["got_preferred_level"] <= row["gangs"]
     assert row["preferred_hit_rate"] == pytest.approx(row["got_preferred_level"] / row["gangs"])
-    table = _cli("report", "--store", str(out))
+    table = cli("report", "--store", str(out))
     assert "got preferred level" in table
     assert f"{row['got_preferred_level']} (" in table
 
 
 def test_explain_names_the_domain_of_a_placed_gang(preferred_run: tuple[Path, dict[str, Any]]) -> None:
     out, _ = preferred_run
-    (row,) = json.loads(
-        _cli(
-            "sql",
-            "--store",
-            str(out),
-            "--format",
-            "json",
-            "SELECT job, domain, within_preferred FROM gang_placements ORDER BY logical_time_ms LIMIT 1",
-        )
+    (row,) = sql_json(
+        out, "SELECT job, domain, within_preferred FROM gang_placements ORDER BY logical_time_ms LIMIT 1"
     )
-    text = _cli("explain", "--store", str(out), f"{row['job']}-0")
+    text = cli("explain", "--store", str(out), f"{row['job']}-0")
     met = "met" if row["within_preferred"] else "not met"
     assert (
         f"Topology dc: the gang's placed pods are within {row['domain']}; it prefers one {RACK} ({met}"
@@ -252,8 +177,8 @@ def test_the_topology_query_in_docs_report_md_rederives_the_report(
     out, _ = preferred_run
     text = (Path(__file__).resolve().parent.parent / "docs" / "report.md").read_text()
     sql = next(b for b in re.findall(r"```sql\n(.*?)```", text, re.S) if "gang_placements" in b)
-    rows = json.loads(_cli("sql", "--store", str(out), "--format", "json", sql.strip().rstrip(";")))
-    report = json.loads(_cli("report", "--store", str(out), "--format", "json"))
+    rows = sql_json(out, sql.strip().rstrip(";"))
+    report = json.loads(cli("report", "--store", str(out), "--format", "json"))
     assert [(r["queue"], r["got"], r["wanted"]) for r in rows] == [
         (p["queue"], p["got_preferred_level"], p["with_preferred_level"]) for p in report["placements"]
     ]
@@ -264,16 +189,7 @@ def _recorded(config: SessionConfig) -> tuple[list[tuple[int, Any]], list[Any]]:
     """Events of a constrained synthetic cluster and two cycles recorded over them with `config`."""
     from scheduler.engine.state import StateBuilder
 
-    spec = SyntheticSpec(
-        nodes=12,
-        pending_pods=40,
-        departments=1,
-        queues_per_department=2,
-        seed=2,
-        topology_fraction=1.0,
-        topology_shape=(1, 1, 2),
-    )
-    events = list(enumerate(synthetic_events(spec)))
+    events = list(enumerate(synthetic_events(constrained_spec())))
     builder = StateBuilder()
     for off, e in events:
         builder.apply(e, off)

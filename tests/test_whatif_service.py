@@ -568,6 +568,14 @@ def two_backlogs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Queue a alone on a 16-GPU node for 2 h, then b: both with backlogs of 2-GPU half-hour jobs to the
     end (6 h), at kValue 1 with the fair-share service (eventlog source, half-life 2 h). Binder and
     kubelets without delay: the split follows each cycle's fair share."""
+    d = tmp_path_factory.mktemp("usage") / "log"
+    with open_log(str(d)) as log:
+        Cluster(log, Topics(), ENGINE, FAIR, bind_ms=0, evict_ms=0, grace_ms=0).run(*_a_then_b(), 6 * H)
+    return d
+
+
+def _a_then_b() -> tuple[list[ev.NodeUpserted], list[ev.QueueUpserted], list[Job]]:
+    """One 16-GPU node; queue a alone with a backlog of 2-GPU half-hour jobs, then b with one from 2 h."""
     nodes = [ev.NodeUpserted(at_ms=0, name="gpu-0", gpus=16, cpu_millicores=128_000, memory_bytes=2**40)]
     queues = [
         ev.QueueUpserted(
@@ -577,12 +585,7 @@ def two_backlogs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ]
     jobs = [Job("a", f"a-{i}", i, 30 * MIN, 2) for i in range(100)]
     jobs += [Job("b", f"b-{i}", 2 * H + i, 30 * MIN, 2) for i in range(100)]
-    d = tmp_path_factory.mktemp("usage") / "log"
-    with open_log(str(d)) as log:
-        Cluster(log, Topics(), ENGINE, FAIR, bind_ms=0, evict_ms=0, grace_ms=0).run(
-            nodes, queues, jobs, 6 * H
-        )
-    return d
+    return nodes, queues, jobs
 
 
 def test_recomputed_usage_with_no_change_reproduces_the_recording(two_backlogs: Path) -> None:
@@ -674,3 +677,128 @@ def test_prometheus_snapshots_are_kept_unless_recompute_is_asked(two_backlogs: P
     assert usage_config(none, []) is None
     default = usage_config(none, [], "recompute")
     assert default is not None and default.window_s == 7 * 24 * 3600
+
+
+# --------------------------------------------------------------------------- --out on a service log
+
+
+def test_out_keeps_a_service_logs_whatif_as_a_run_directory(
+    embedded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--out DIR`` writes the what-if's own events, cycle records and usage snapshots as a run directory:
+    measured again it gives the what-if's figures, ``replay --verify`` re-runs every cycle to the same
+    record, and ``report`` / ``sql`` read it; a sweep writes DIR/0, DIR/1."""
+    from analytics.replay import replay
+    from analytics.store import query
+    from analytics.whatif import outcomes
+
+    out = tmp_path / "kzero"
+    rc = main(["whatif", str(embedded), "--set", "fairshare.k_value=0", "--out", str(out), "--json"])
+    body = json.loads(capsys.readouterr().out)
+    assert rc == 0 and body["run_dir"] == str(out)
+    kept = outcomes(out)
+    assert {q: kept.queues[q]["gpu_hours"] for q in kept.queues} == {
+        q: v["whatif"]["gpu_hours"] for q, v in body["queues"].items()
+    }
+    assert kept.cluster == body["cluster"]["whatif"]
+    summary = replay(out)
+    assert summary.cycles > 0 and summary.mismatches == 0
+    _, rows = query(
+        out, "SELECT queue, count(*) FROM decisions WHERE kind = 'Bind' GROUP BY queue ORDER BY 1"
+    )
+    assert [r[0] for r in rows] == ["a"]  # at kValue 0 a keeps the cluster: b is never bound
+    assert main(["report", "--store", str(out), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {q["name"] for q in report["queues"]} >= {"a", "b"}
+    # It holds no users' inputs to re-run: a what-if of it is refused, naming the log to re-run instead.
+    assert main(["whatif", str(out), "--set", "k_value=1"]) == 2
+    assert f"a what-if of the service log {embedded}" in capsys.readouterr().err
+    rc = main(
+        ["whatif", str(embedded), "--set", "k_value=0,1", "--out", str(tmp_path / "sweep"), "--jobs", "2"]
+    )
+    capsys.readouterr()
+    assert rc == 0
+    assert replay(tmp_path / "sweep" / "1").mismatches == 0
+    # the recorded value re-run and kept: the recording's figures
+    again = outcomes(tmp_path / "sweep" / "1")
+    recorded = recorded_outcomes(load_service_recording(str(embedded)))
+    assert (again.queues, again.cluster) == (recorded.queues, recorded.cluster)
+
+
+# --------------------------------------------------------------------------- unavailable usage stays so
+
+
+class _Outage:
+    """A usage source standing for Prometheus: the fair-share service's own events ledger, answering as of
+    the latest event it folded, except during ``down`` (logical ms) when it cannot be reached."""
+
+    kind = "exact"
+    step_ms = 0
+
+    def __init__(self, down: tuple[int, int]) -> None:
+        self.down = down
+        self.service: FairshareService | None = None
+
+    def now(self) -> int:
+        assert self.service is not None
+        return self.service.ledger.as_of_ms or 0
+
+    def _check(self) -> None:
+        from fairshare.source import SourceUnavailable
+
+        if self.down[0] <= self.now() < self.down[1]:
+            raise SourceUnavailable("http://127.0.0.1:9090: connection refused")
+
+    def allocation(self, start_ms: int, end_ms: int) -> Any:
+        self._check()
+        assert self.service is not None
+        return self.service.ledger.allocation(start_ms, end_ms)
+
+    def capacity(self, start_ms: int, end_ms: int) -> Any:
+        self._check()
+        assert self.service is not None
+        return self.service.ledger.capacity(start_ms, end_ms)
+
+
+@pytest.fixture(scope="module")
+def outage(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two-backlog cluster with the fair-share service on "Prometheus", unreachable from 3 h to 4 h:
+    it publishes an unavailable snapshot (staleness 60 s) and the cycles of that hour run without usage."""
+    d = tmp_path_factory.mktemp("outage") / "log"
+    fair = FAIR.model_copy(update={"staleness_s": 60})
+    with open_log(str(d)) as log:
+        cluster = Cluster(log, Topics(), ENGINE, fair, bind_ms=0, evict_ms=0, grace_ms=0)
+        source = _Outage((3 * H, 4 * H))
+        cluster.fair = source.service = FairshareService(
+            log, fair, topics=Topics(), source_name="prometheus", source=source, clock_ms=source.now
+        )
+        cluster.run(*_a_then_b(), 6 * H)
+    return d
+
+
+def test_a_recorded_unavailable_snapshot_stays_unavailable_with_usage_recomputed(outage: Path) -> None:
+    """What if the settings differed, not what if Prometheus had been up: with ``--usage recompute`` the
+    cycles that ran without usage in the recording run without usage in the what-if, and with no change the
+    what-if is the recording."""
+    from analytics.whatif_service import rerun, usage_config
+
+    rec = load_service_recording(str(outage))
+    blind = [r.logical_time_ms for r in rec.records if not r.usage_available]
+    assert blind and all(3 * H <= t < 4 * H + FAIR.refresh_s * 1000 for t in blind)
+    assert any(r.usage_available for r in rec.records if r.logical_time_ms >= 4 * H + FAIR.refresh_s * 1000)
+    fair = usage_config(rec, [], "recompute")
+    assert fair is not None
+    events, records = rerun(rec, rec.config, None, None, fair)
+    assert [r.logical_time_ms for r in records if not r.usage_available] == blind
+    assert [(e["type"], e["uid"], e["at_ms"]) for e in events] == [
+        (e["type"], e["uid"], e["at_ms"]) for e in rec.events
+    ]
+    # A change recomputes the available snapshots under it (its cycles fall at other times); the cycles
+    # from the unavailable snapshot's arrival to the next available one's still run without usage.
+    back = min(r.logical_time_ms for r in rec.records if r.logical_time_ms > blind[-1])
+    changed = usage_config(rec, parse_change("fairshare.half_life_s=600"), "recompute")
+    assert changed is not None and changed.half_life_s == 600
+    _, records = rerun(rec, rec.config, None, None, changed)
+    assert {r.usage_available for r in records if blind[0] <= r.logical_time_ms < back} == {False}
+    assert {r.usage_available for r in records if not blind[0] <= r.logical_time_ms < back} == {True}
+    assert {r.usage_snapshot_id for r in records} != {r.usage_snapshot_id for r in rec.records}

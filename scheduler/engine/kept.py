@@ -24,8 +24,9 @@ both ways, and replays a service run). It builds afresh instead when there is no
 when the config, the nodes or the queues differ (rare: they are compared whole, so an unchanged node
 re-announced is fine), when an event may have changed many pods at once (a node removed) or is of a kind
 :class:`Changes` does not know, or when the changes do not lead from the last snapshot to this one.
-Replays and simulations build every session afresh (``run_cycle``): they check the service's records
-with an independent construction.
+The simulator (``analytics/simulate.py``) keeps its session the same way. Replays build every session
+afresh (``run_cycle``): they check the service's and the simulator's records with an independent
+construction.
 """
 
 from __future__ import annotations
@@ -491,6 +492,7 @@ def reopen(
         ji.stale_since_ms = spec.stale_since_ms
         if ji.fit_errors:
             ji.fit_errors = []
+        ji.subgroup_cache = None  # its PodSets list the job's tasks of the last cycle: rebuilt on first use
 
     # Nodes whose foreign pods decide devices after ours, or whose foreign pods changed: rebuilt whole.
     rebuild = {name for name in _foreign_rebuilds(old, state, touched) if name in node_by_name}
@@ -529,7 +531,8 @@ def reopen(
     # nor what actions hung on it (e.g. placement's node maxima) or a subclass added (a timed session).
     out = Session.__new__(Session)
     out.__dict__.update((k, v) for k, v in vars(ssn).items() if k in _INIT_ATTRS)
-    out.total = out._total()
+    if rebuild:  # the total is the nodes' capacity less foreign pods: only rebuilt nodes change it
+        out.total = out._total()
     for q in queues.values():
         q.share = None
         q.fair_share = zero()
