@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.engine.actions import solver
+from scheduler.engine.actions import consolidation_sim, solver
 from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
 from scheduler.engine.decisions import make_record
 from scheduler.engine.session import SessionConfig
@@ -101,3 +101,30 @@ def test_proved_simulations_change_nothing(
     assert without == with_proofs
     proved = {k for k in work if k.endswith(".proved")}
     assert {k: v for k, v in work.items() if k not in proved} == plain_work
+
+
+@pytest.mark.parametrize(("spec", "job_budget", "action_budget"), CASES[:3] + CASES[-2:])
+def test_hopeless_consolidation_simulations_change_nothing(
+    monkeypatch: pytest.MonkeyPatch, spec: SyntheticSpec, job_budget: int | None, action_budget: int | None
+) -> None:
+    """Consolidation's own pre-check (``consolidation_sim._Solver._hopeless``): each simulation it ends
+    would have failed in full, and switching it off changes no byte of the record."""
+    with_check, work = _cycle(spec, job_budget, action_budget)
+    assert work.get("consolidation.simulations", 0) > 0
+
+    hopeless = consolidation_sim._Solver._hopeless
+    simulate = consolidation_sim._Solver._simulate
+    outcomes: list[bool] = []
+
+    def noted(s: Any, stmt: Any, pending: Any, victims: Any, nodes: Any) -> bool:
+        doomed = hopeless(s, pending, victims, nodes)
+        ok = simulate(s, stmt, pending, victims, nodes)
+        if doomed:
+            outcomes.append(ok)
+        return ok
+
+    monkeypatch.setattr(consolidation_sim._Solver, "_hopeless", lambda s, pending, victims, nodes: False)
+    monkeypatch.setattr(consolidation_sim._Solver, "_simulate", noted)
+    without, plain_work = _cycle(spec, job_budget, action_budget)
+    assert outcomes and not any(outcomes)
+    assert without == with_check and plain_work == work
