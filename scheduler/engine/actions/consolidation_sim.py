@@ -310,7 +310,8 @@ class _Solver:
         return placed
 
     def _hopeless(self, pending: Sequence[TaskInfo], victims: Sequence[TaskInfo], nodes: list[NodeInfo]) -> bool:
-        """True when :meth:`_simulate` must fail, checked with the victims evicted and nothing re-placed.
+        """True when the simulation must fail (:meth:`_simulate` false, or a victim left releasing, which
+        :meth:`_run` refuses), checked with the victims evicted and nothing re-placed.
 
         Every victim job must be re-placed whole and the preemptor's tasks placed, and until then
         placements only take capacity (a victim put back takes as many devices as it left). So (a) the
