@@ -11,9 +11,12 @@ rack or block (required or preferred), and prints what topology costs per cycle.
     python benchmarks/bench_cycle.py [--nodes N] [--pods P] [--foreign F] [--constrained C] [--filters]
                                      [--topology F] [--placement binpack|spread] [--actions A,B]
                                      [--solver-job-budget N|none] [--solver-action-budget N|none]
+                                     [--dump-record FILE]
 
 ``--solver-job-budget`` / ``--solver-action-budget`` set the reclaim / preempt search budget (engine config
 fields of the same names, docs/service.md; ``none`` = unbounded, the search before issue 12's budget).
+``--dump-record FILE`` writes the cycle's record (plain or custom run) to FILE, so that two builds' decisions
+can be compared byte for byte (``benchmarks/compare_records.sh``).
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ def run(
     label: str,
     actions: tuple[str, ...] = DEFAULT_ORDER,
     config: SessionConfig | None = None,
+    dump: str | None = None,
 ) -> float:
     """One cycle on `spec`'s workload; prints its figures and returns the full cycle's seconds.
 
     `config` carries the node-level placement (binpack | spread) and the search budget. Each action's line
     also gives its CPU time (``cpu_seconds``, this process only), steadier than wall time on a busy machine.
+    `dump` names a file the cycle's record is written to (``CycleRecord.dumps``), to compare two builds.
     """
     config = config or SessionConfig()
     events = synthetic_events(spec)
@@ -66,6 +71,9 @@ def run(
     rec = make_record(ssn, state.events_offset)
     t3 = time.perf_counter()
     binds = sum(1 for d in rec.decisions if d.kind == "Bind")
+    if dump is not None:
+        with open(dump, "wb") as f:
+            f.write(rec.dumps())
     print(f"bench: record {size} decisions={len(rec.decisions)} binds={binds} seconds={t3 - r0:.3f}")
     print(f"bench: cycle {size} binds={binds} seconds={t3 - t1:.3f}")
     return t3 - t1
@@ -106,6 +114,7 @@ def main() -> None:
     )
     ap.add_argument("--solver-job-budget", type=_budget, default=SessionConfig().solver_job_budget)
     ap.add_argument("--solver-action-budget", type=_budget, default=SessionConfig().solver_action_budget)
+    ap.add_argument("--dump-record", metavar="FILE", help="write the (plain) cycle's record to FILE")
     a = ap.parse_args()
     cfg = SessionConfig(
         gpu_placement=a.placement,
@@ -143,6 +152,7 @@ def main() -> None:
             "custom" if a.foreign or a.constrained else "plain",
             actions,
             cfg,
+            a.dump_record,
         )
         return
     plain = run(base, "plain", actions, cfg)

@@ -10,7 +10,7 @@ most over its share.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine.session import G, JobInfo, QueueInfo, Session, TaskInfo, Vec
@@ -93,9 +93,13 @@ class QueueComparator:
         include_virtual: bool = False,
         shared_init: JobCache | None = None,
         memo: dict[tuple[object, ...], int] | None = None,
+        fixed_victims: bool = False,
     ) -> None:
         self.ssn = ssn
         self.include_virtual = include_virtual
+        # Victims' allocations by job object, when the caller reads the ordering only while no task of a
+        # victim has moved since it was built (`fixed_victims`); the job is kept so its id stays its own.
+        self._victim_alloc: dict[int, tuple[JobInfo, Vec]] | None = {} if fixed_victims else None
         # Outcomes of victim-less comparisons, keyed by everything they read that can change within a
         # session (allocations and init resources); shared by the caller while queue shares stay fixed.
         self._memo = memo
@@ -162,6 +166,16 @@ class QueueComparator:
             out = memo[key] = self._compare(lq, rq, lj, rj, lv, rv)
         return out
 
+    def _allocated(self, v: JobInfo) -> Vec:
+        """:func:`job_allocated` of a victim (kept per job object with `fixed_victims`)."""
+        cache = self._victim_alloc
+        if cache is None:
+            return job_allocated(self.ssn, v)
+        hit = cache.get(id(v))
+        if hit is None:
+            hit = cache[id(v)] = (v, job_allocated(self.ssn, v))
+        return hit[1]
+
     def key(self, q: QueueInfo, job: JobInfo | None) -> tuple[bool, bool, int, bool, float, float]:
         """Rules 1-6 of :meth:`compare` as one sortable key of `q` with its best job `job`.
 
@@ -223,7 +237,7 @@ class QueueComparator:
             la, ra = list(la), list(ra)
             for vs, w in ((lv, la), (rv, ra)):
                 for v in vs or ():
-                    va = job_allocated(self.ssn, v)
+                    va = self._allocated(v)
                     for r in range(3):
                         w[r] -= va[r]
         total = self.ssn.total
@@ -358,10 +372,13 @@ class JobsByQueue:
         shared_init: JobCache | None = None,
         memo: dict[tuple[object, ...], int] | None = None,
         runs: Mapping[str, Run] | None = None,
+        fixed_victims: bool = False,
     ) -> None:
+        """`fixed_victims` (victim mode): the caller reads the ordering only while no task of its jobs has
+        moved since it was built, so each victim's allocation is summed once."""
         self.ssn = ssn
         self.victim = victim
-        self.cmp = QueueComparator(ssn, include_virtual, shared_init, memo)
+        self.cmp = QueueComparator(ssn, include_virtual, shared_init, memo, fixed_victims)
         self._shared = shared_init
         self._leaves: dict[str, _Leaf] = {}
         self._children: dict[str | None, list[QueueInfo]] = {}
@@ -493,6 +510,25 @@ class JobsByQueue:
         entries = self._leaves[leaf].heap
         return [j for _, _, j in sorted(entries, key=lambda e: (e[0], e[1])) if j.uid in uids]
 
+    def pop_alike(self, job: JobInfo, keep: Container[str]) -> int:
+        """Pop, without placing them, the jobs that follow `job` (just popped) in its leaf while each would
+        be popped next anyway; returns how many. Only for an ordering whose allocations did not change
+        since `job` was popped (a simulation's turns: other pending jobs are never placed).
+
+        Queue comparisons read a leaf only through its best job's init resources, and since `job` was
+        popped only its leaf's path is out of place: while the leaf's next job has the same init
+        resources, every comparison re-placing that path comes out as it did for `job`, so the leaf is
+        the best again and that job is popped next. Stops before a job whose uid is in `keep`.
+        """
+        assert not self.victim and job.queue is not None
+        leaf = self._leaves[job.queue.name]
+        init = self.cmp.init_res(job)
+        n = 0
+        while (head := leaf.peek()) is not None and head.uid not in keep and self.cmp.init_res(head) == init:
+            leaf.pop()
+            n += 1
+        return n
+
     def pop(self) -> JobInfo | None:
         """The next job: best root queue, then best child, down to a leaf; then that leaf's best job."""
         self._flush()
@@ -531,7 +567,8 @@ def turns(order: JobsByQueue, involved: Sequence[JobInfo]) -> Iterator[JobInfo]:
     Other pending jobs take their turns too but are never placed, so they change no allocation: once every
     involved job still to come sits in one leaf queue, they come in that leaf's job order whatever else
     the queue pops in between, and the rest of the queue is skipped. Once all had their turn the rest of
-    the queue changes nothing either.
+    the queue changes nothing either. The jobs of a leaf that would be popped next anyway (the same init
+    resources as the one just popped) are popped in one step (:meth:`JobsByQueue.pop_alike`).
     """
     remaining = {j.uid: j for j in involved}
     while remaining:
@@ -544,6 +581,8 @@ def turns(order: JobsByQueue, involved: Sequence[JobInfo]) -> Iterator[JobInfo]:
             return
         if remaining.pop(nxt.uid, None) is not None:
             yield nxt
+        else:
+            order.pop_alike(nxt, remaining)
 
 
 def task_order(tasks: Iterable[TaskInfo]) -> list[TaskInfo]:

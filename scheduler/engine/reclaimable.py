@@ -113,6 +113,134 @@ def loss_always_refused(snap: QueueSnapshot, reclaimer: QueueInfo, req: Vec, vic
     )
 
 
+def loss_refused_at_boundary(
+    ssn: Session,
+    snap: QueueSnapshot,
+    reclaimer_job: JobInfo,
+    req: Vec,
+    victim: JobInfo,
+    evicted: Sequence[TaskInfo],
+) -> bool:
+    """True when :func:`reclaimable` refuses every scenario that evicts at most `evicted` and loses a task
+    of the job `victim`: the reclaimer's fair-share boundary (:func:`_within_boundaries`) fails whatever
+    else is lost.
+
+    Losing that task puts the victim side's leveled queue ``lv`` among the siblings the boundary checks at
+    the reclaimer's level ``lr``, and takes at least the smallest of the victim's evicted tasks from it.
+    There the reclaimer's allocation is at least its snapshot less everything `evicted` holds under ``lr``,
+    plus the job; the victim side's is at most its snapshot less that smallest task. If even then, in a
+    resource the job requests, the reclaimer is above its fair share and its saturation ratio times the
+    multiplier reaches the victim side's, every such scenario is refused. A task of `evicted` is valued as
+    it is held when this is called (the same where it was evicted from; one already re-placed may be valued
+    where it went, which only weakens the bound).
+    """
+    rq, vq = reclaimer_job.queue, victim.queue
+    if rq is None:
+        return True
+    own = [ssn.task_vec(t) for t in evicted if t.job is victim]
+    if vq is None or not own:
+        return False
+    lr, lv = leveled_queues(rq, vq)
+    if lr is lv:
+        return False
+    mine = _add(snap.allocated[lr.name], req)
+    for t in evicted:
+        q = t.job.queue
+        if q is not None and any(a is lr for a in q.ancestors()):
+            tv = ssn.task_vec(t)
+            for r in range(3):
+                mine[r] -= tv[r]
+    mult = max(ssn.config.saturation_multiplier, 1.0)
+    theirs = snap.allocated[lv.name]
+    for r in range(3):
+        if req[r] <= 0:
+            continue
+        least = min(v[r] for v in own)
+        ratio_mine = _ratio(mine[r], lr.fair_share[r])
+        if (
+            ratio_mine > 1
+            and lv.fair_share[r] > 0
+            and ratio_mine * mult >= _ratio(theirs[r] - least, lv.fair_share[r])
+        ):
+            return True
+    return False
+
+
+def refused_whatever_else(
+    ssn: Session,
+    snap: QueueSnapshot,
+    reclaimer_job: JobInfo,
+    req: Vec,
+    lost: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
+    evicted: Sequence[TaskInfo],
+) -> bool:
+    """True when :func:`reclaimable` refuses the scenario whatever else it loses: `lost` are the victims
+    whose turn has passed, each with its evicted tasks as the validator will see them (final), in the
+    order the validator will take them; every other loss is among the tasks of `evicted` still releasing.
+
+    More losses only lower what the victim sides keep, so a chunk refused now stays refused (its check
+    reads what its side kept before it), and the reclaimer's fair-share boundary, checked with what the
+    victim sides keep now and the reclaimer's own levels lowered by every task still releasing under them,
+    stays broken.
+    """
+    rq = reclaimer_job.queue
+    if rq is None:
+        return True
+    remaining: dict[str, Vec] = {}
+    involved = [req[r] > 0 for r in range(3)]
+    for job, tasks in lost:
+        vq = job.queue
+        if vq is None:
+            continue
+        chunks = victim_chunks(ssn, job, tasks)
+        if not chunks:
+            continue
+        lr, lv = leveled_queues(rq, vq)
+        if lv.name not in remaining:
+            remaining[lv.name] = list(snap.allocated[lv.name])
+        for chunk in chunks:
+            rem = remaining[lv.name]
+            if not (
+                maintain_fair_share(lv, rem)
+                or guarantee_deserved_quota(lr, snap.allocated[lr.name], req, lv, rem)
+            ):
+                return True
+            for q in vq.ancestors():
+                cur = remaining.setdefault(q.name, list(snap.allocated[q.name]))
+                for r in range(3):
+                    cur[r] -= chunk[r]
+                    if chunk[r] > 0:
+                        involved[r] = True
+    mult = max(ssn.config.saturation_multiplier, 1.0)
+    releasing = [t for t in evicted if t.status is PodStatus.RELEASING and t.job.queue is not None]
+    for level in rq.ancestors():
+        if not reclaimer_job.preemptible and not non_preemptible_fits(level, snap.allocated_np[level.name], req):
+            return True
+        mine = _add(snap.allocated[level.name], req)
+        for t in releasing:
+            tq = t.job.queue
+            if tq is not None and any(a is level for a in tq.ancestors()):
+                tv = ssn.task_vec(t)
+                for r in range(3):
+                    mine[r] -= tv[r]
+        for name in sorted(remaining):
+            sib = ssn.queues[name]
+            if sib is level or sib.parent is not level.parent:
+                continue
+            theirs = remaining[name]
+            for r in range(3):
+                if not involved[r]:
+                    continue
+                ratio_mine = _ratio(mine[r], level.fair_share[r])
+                if (
+                    ratio_mine > 1
+                    and sib.fair_share[r] > 0
+                    and ratio_mine * mult >= _ratio(theirs[r], sib.fair_share[r])
+                ):
+                    return True
+    return False
+
+
 def victim_chunks(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> list[Vec]:
     """Resources a victim job loses, as chunks: each task beyond minAvailable alone, the rest together.
 

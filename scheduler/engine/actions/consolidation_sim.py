@@ -281,6 +281,8 @@ class _Solver:
         KAI would go on, but the scenario is refused all the same since that victim stays releasing.
         """
         ssn = self.ssn
+        if self._hopeless(pending, victims, nodes):
+            return False
         victim_uids = {t.job.uid for t in victims}
         queues = {t.job.queue.name for t in victims if t.job.queue is not None}
         assert self.preemptor.queue is not None
@@ -306,6 +308,31 @@ class _Solver:
             elif not pipeline_job(ssn, stmt, job, job.tasks_to_allocate(include_virtual=True), nodes):
                 return False  # its evicted tasks stay releasing: the validator would refuse anyway
         return placed
+
+    def _hopeless(self, pending: Sequence[TaskInfo], victims: Sequence[TaskInfo], nodes: list[NodeInfo]) -> bool:
+        """True when the simulation must fail (:meth:`_simulate` false, or a victim left releasing, which
+        :meth:`_run` refuses), checked with the victims evicted and nothing re-placed.
+
+        Every victim job must be re-placed whole and the preemptor's tasks placed, and until then
+        placements only take capacity (a victim put back takes as many devices as it left). So (a) the
+        whole free devices must cover the whole-GPU tasks of the preemptor and of the evicted victims
+        (shared-GPU tasks are left out of the count), and (b) each of the preemptor's tasks must fit some
+        node on its own now (not tested for pods whose fit depends on other pods' placement).
+        """
+        ssn = self.ssn
+        need = sum(t.request.gpus for t in pending if not t.shared)
+        need += sum(
+            t.request.gpus for t in victims if not t.shared and t.virtual and t.status is PodStatus.RELEASING
+        )
+        buckets = ssn.free_index.buckets
+        if need > sum(k * len(b) for k, b in enumerate(buckets)):
+            return True
+        for t in pending:
+            if t.pod.has_pod_constraints:
+                continue
+            if best_fit(ssn, t, nodes if t.is_cpu_only() else ssn.nodes, allow_idle=True) is None:
+                return True
+        return False
 
     def _run(
         self, stmt: Statement, sc: _Scenario, pending: Sequence[TaskInfo], victims: list[TaskInfo]

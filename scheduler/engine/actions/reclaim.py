@@ -10,6 +10,7 @@ a topology constraint is placed within its domains, so a reclaim may free a whol
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 from scheduler.engine import minruntime
@@ -22,7 +23,9 @@ from scheduler.engine.reclaimable import (
     QueueSnapshot,
     can_reclaim,
     loss_always_refused,
+    loss_refused_at_boundary,
     reclaimable,
+    refused_whatever_else,
     snapshot,
 )
 from scheduler.engine.session import JobInfo, Session, TaskInfo
@@ -84,7 +87,13 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
             out = refused[key] = loss_always_refused(snap, job.queue, req, v.queue)
         return out
 
-    solver = Solver(ssn, validate, NAME, reason, index, must_keep)
+    def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
+        return loss_refused_at_boundary(ssn, snap, job, req, v, evicted)
+
+    def doomed(lost: list[tuple[JobInfo, list[TaskInfo]]], evicted: list[TaskInfo], req: list[int]) -> bool:
+        return refused_whatever_else(ssn, snap, job, req, lost, evicted)
+
+    solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in, doomed)
     stmt = solver.solve(job, victims(index, ssn, job))
     if stmt is None:
         return False

@@ -33,7 +33,7 @@ before; on success the caller commits the returned statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from scheduler.engine import topology
@@ -131,7 +131,8 @@ class _VictimStream:
 
     def __init__(self, ssn: Session, index: JobIndex, victims: Victims, recorded: set[str]) -> None:
         runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
-        self.order = JobsByQueue(ssn, (), victim=True, runs=runs)
+        # Read only between simulations, each rolled back first: victims' allocations stay as built.
+        self.order = JobsByQueue(ssn, (), victim=True, runs=runs, fixed_victims=True)
         self.recorded = recorded
 
     def next_group(self) -> list[TaskInfo] | None:
@@ -249,12 +250,24 @@ class Solver:
         reason: Callable[[TaskInfo], str],
         index: JobIndex,
         must_keep: Callable[[JobInfo, Vec], bool] | None = None,
+        keep_in: Callable[[JobInfo, Vec, Sequence[TaskInfo]], bool] | None = None,
+        doomed: Callable[[list[tuple[JobInfo, list[TaskInfo]]], list[TaskInfo], Vec], bool] | None = None,
     ) -> None:
         """`must_keep(victim, requested)` may say that the validator refuses any scenario in which the
         victim loses a task (it must then be re-placed): such victims free no capacity for good, which
-        tightens the bounds checked before simulating."""
+        tightens the bounds checked before simulating.
+
+        `keep_in(victim, requested, evicted)` may say the same for one simulation that evicts exactly
+        `evicted` (read in the session's state before they are evicted): it is used only to prove a
+        simulation's failure before re-placing anything (see :meth:`_hopeless`).
+
+        `doomed(lost, evicted, requested)` may say, during a simulation, that the validator will refuse it
+        whatever else is lost: `lost` are the victims whose turn has passed with their evicted tasks as the
+        validator will see them, `evicted` what the simulation evicted (see :meth:`_doomed`)."""
         self.ssn = ssn
         self.must_keep = must_keep
+        self.keep_in = keep_in
+        self.doomed = doomed
         self.validator = validator
         self.action = action
         self.reason = reason
@@ -266,10 +279,12 @@ class Solver:
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
+        self._free_gpus: int | None = None  # free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve()
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
         self.budget.begin_job()
+        self._free_gpus = None
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
@@ -397,15 +412,19 @@ class Solver:
                     sig = task_signature(t)
                     if sig not in self._shared_nodes:
                         self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
-        cp = stmt.checkpoint()
-        self._evict(stmt, scenario.recorded)
         if not scenario.potential:
-            if self._simulate(stmt, scenario, list(scenario.recorded)):
+            hopeless = self._hopeless(scenario, scenario.recorded)
+            cp = stmt.checkpoint()
+            self._evict(stmt, scenario.recorded)
+            if self._simulate(stmt, scenario, list(scenario.recorded), hopeless):
                 return True
             stmt.rollback(cp)
             return False
+        # The simulations, one per node of the newest victim job, planned while nothing is evicted yet so
+        # that each can first be tested against the bounds of exactly what it evicts (_hopeless).
         latest = scenario.potential[-1].job
         tried: set[tuple[str, ...]] = set()
+        plan: list[tuple[list[TaskInfo], bool]] = []
         for node in sorted({t.node.name for t in latest.tasks if t.node is not None}):
             jobs_here = {t.job.uid for t in scenario.potential if t.node is not None and t.node.name == node}
             group = [t for t in scenario.potential if t.job.uid in jobs_here]
@@ -413,9 +432,13 @@ class Solver:
             if not group or key in tried:
                 continue
             tried.add(key)
+            plan.append((group, self._hopeless(scenario, [*scenario.recorded, *group])))
+        cp = stmt.checkpoint()
+        self._evict(stmt, scenario.recorded)
+        for group, hopeless in plan:
             node_cp = stmt.checkpoint()
             self._evict(stmt, group)
-            if self._simulate(stmt, scenario, [*scenario.recorded, *group]):
+            if self._simulate(stmt, scenario, [*scenario.recorded, *group], hopeless):
                 return True
             stmt.rollback(node_cp)
             if self.budget.stopped:
@@ -423,18 +446,64 @@ class Solver:
         stmt.rollback(cp)
         return False
 
+    def _hopeless(self, scenario: Scenario, evicted: Sequence[TaskInfo]) -> bool:
+        """True when the simulation that evicts exactly `evicted` must fail: the GPU bounds of
+        :meth:`_bounds_ok` (the total and the whole devices per node), applied to those victims only rather
+        than to the whole scenario (a simulation evicts the recorded victims and one node's group of the
+        newest ones), with `keep_in` naming more victims that must be re-placed. Called in the state before
+        the simulation evicts anything, which is the state the solve began in (:attr:`_free_gpus`).
+
+        The total counts each device's free milli-GPU, never below zero: a device claimed beyond its
+        capacity (a pod bound behind the scheduler's back) takes nothing from the others, whereas
+        :meth:`_idle_gpus` nets it against them.
+
+        Such a simulation is still counted as simulated (search budget, ``simulations``): only its
+        re-placement is saved, so the search and its budget stay those of the full simulation.
+        """
+        pending = scenario.pending
+        need = sum(_gpu_need(t) for t in pending)
+        if not need:
+            return False
+        ssn = self.ssn
+        if self._free_gpus is None:
+            self._free_gpus = self._idle_gpus() + sum(
+                max(0, n.dev_alloc[d] + n.dev_pipe[d] - GPU_MILLI)
+                for n in ssn.nodes
+                if n.spec.ready
+                for d in range(n.gpus)
+            )
+        have = self._free_gpus
+        slots = _Slots(ssn, pending)
+        for t in evicted:
+            if t.status not in ACTIVE_ALLOCATED:
+                continue
+            kept = self._kept(t, scenario.requested) or (
+                self.keep_in is not None
+                and not (t.request.gpu_fraction_milli is None and t.request.gpu_memory_mib is not None)
+                and self.keep_in(t.job, scenario.requested, evicted)
+            )
+            have += 0 if kept else ssn.task_vec(t)[0]
+            slots.add((t,), kept)
+        return not (have >= need and slots.ok())
+
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
         for t in tasks:
             if t.status in ACTIVE_ALLOCATED:
                 stmt.evict(t, self.action, self.reason(t), virtual=True)
 
-    def _simulate(self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo]) -> bool:
+    def _simulate(
+        self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo], hopeless: bool = False
+    ) -> bool:
         """Re-place victims and the preemptor (pipeline only, queue order); validate. Rolls back on failure.
 
-        Refused, with nothing done, when the search budget is used up (see :mod:`.budget`)."""
+        Refused, with nothing done, when the search budget is used up (see :mod:`.budget`). A `hopeless`
+        simulation (:meth:`_hopeless`) is counted as one that failed, without re-placing anything."""
         if not self.budget.allow():
             return False
-        if self._simulate_once(stmt, scenario, evicted):
+        if hopeless:
+            self.ssn.work[f"{self.action}.simulations"] += 1
+            self.ssn.work[f"{self.action}.proved"] += 1
+        elif self._simulate_once(stmt, scenario, evicted):
             return True
         self.budget.failed()
         return False
@@ -446,6 +515,18 @@ class Solver:
         victim_uids = {t.job.uid for t in evicted}
         victim_jobs = [ssn.job_by_uid[uid] for uid in sorted(victim_uids)]
         preemptor = scenario.preemptor
+        freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
+        if not any(t.pod.has_pod_constraints for t in scenario.pending) and self._preemptor_shut_out(
+            scenario, freed
+        ):
+            # The preemptor cannot be placed even now, before any victim is re-placed: whoever takes the
+            # first turn, its own turn can only fail (the monotone checks of _preemptor_shut_out; a pod
+            # whose fit depends on other pods is left to them).
+            return False
+        waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
+        keeps: dict[str, bool] = {}
+        if self._pair_stranded(scenario, waiting.values(), evicted, keeps):
+            return False  # nothing moved yet
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
             ssn,
@@ -456,18 +537,31 @@ class Solver:
             runs=self._ordering_peers(involved),
         )
         placed = False
-        freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
         for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
                     stmt.rollback(cp)
                     return False
                 placed = True
-            elif self._replace_victim(stmt, nxt):
-                self._restore_unmoved(stmt, nxt, cp)
-                if not placed and self._preemptor_shut_out(scenario, freed):
-                    stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
+            else:
+                waiting.pop(nxt.uid, None)
+                if self._replace_victim(stmt, nxt):
+                    self._restore_unmoved(stmt, nxt, cp)
+                    if not placed and self._preemptor_shut_out(scenario, freed):
+                        stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
+                        return False
+                if self._loses_kept(scenario, nxt, evicted):
+                    stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
+            if waiting and self._kept_stranded(scenario, waiting.values(), evicted, keeps):
+                stmt.rollback(cp)  # a victim the validator may not lose can no longer be re-placed
+                return False
+            if waiting and not placed and self._pair_stranded(scenario, waiting.values(), evicted, keeps):
+                stmt.rollback(cp)  # the preemptor and a victim it may not lose no longer fit together
+                return False
+            if waiting and nxt is not preemptor and self._doomed(scenario, waiting, evicted):
+                stmt.rollback(cp)  # what is lost already makes the validator refuse
+                return False
         # Victims put back where they were are no longer victims.
         scenario.evicted = [t for t in evicted if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
         if not placed or not self.validator(ssn, scenario):
@@ -475,6 +569,111 @@ class Solver:
             stmt.rollback(cp)
             return False
         return True
+
+    def _loses_kept(self, scenario: Scenario, victim: JobInfo, evicted: list[TaskInfo]) -> bool:
+        """True when `victim`, whose turn just ended, keeps a task evicted (lost: no later turn moves it) and
+        the validator refuses every scenario that loses a task of it (`must_keep`, or `keep_in` with what
+        this simulation evicted): the simulation can only fail."""
+        if self.must_keep is None and self.keep_in is None:
+            return False
+        if not any(t.job is victim and t.status is PodStatus.RELEASING for t in evicted):
+            return False
+        req = scenario.requested
+        if self.must_keep is not None and self.must_keep(victim, req):
+            return True
+        return self.keep_in is not None and self.keep_in(victim, req, evicted)
+
+    def _doomed(self, scenario: Scenario, waiting: Container[str], evicted: list[TaskInfo]) -> bool:
+        """True when `doomed` says the validator refuses the scenario whatever the victims still `waiting`
+        for their turn lose: the victims whose turn has passed are final (no later turn moves them)."""
+        if self.doomed is None:
+            return False
+        lost: dict[str, tuple[JobInfo, list[TaskInfo]]] = {}
+        for t in evicted:
+            if t.job.uid not in waiting and t.status in (PodStatus.RELEASING, PodStatus.PIPELINED):
+                lost.setdefault(t.job.uid, (t.job, []))[1].append(t)
+        if not any(t.status is PodStatus.RELEASING for _, ts in lost.values() for t in ts):
+            return False
+        return self.doomed(list(lost.values()), evicted, scenario.requested)
+
+    def _pair_stranded(
+        self,
+        scenario: Scenario,
+        waiting: Iterable[JobInfo],
+        evicted: list[TaskInfo],
+        keeps: dict[str, bool],
+    ) -> bool:
+        """True, before the preemptor's turn, when its one whole-GPU task and an evicted whole-GPU task of a
+        victim still waiting for its turn, whose loss the validator refuses, cannot both get whole free
+        devices now (on two nodes, or together on one): whichever goes first, the preemptor fails or the
+        victim is lost. Counts of whole free devices per node only shrink until then (re-placed victims
+        take devices; one put back takes as many on its node as it leaves), and the count ignores every
+        other check, so it only errs towards "fits". Tasks whose fit depends on other pods are not tested.
+        """
+        if (self.must_keep is None and self.keep_in is None) or len(scenario.pending) != 1:
+            return False
+        p = scenario.pending[0]
+        gp = p.request.gpus
+        if gp <= 0 or p.shared or p.pod.has_pod_constraints:
+            return False
+        buckets = self.ssn.free_index.buckets
+        top = len(buckets) - 1
+
+        def nodes_with(k: int) -> int:  # nodes with at least k whole free devices
+            return sum(len(buckets[j]) for j in range(k, top + 1)) if k <= top else 0
+
+        req = scenario.requested
+        for v in waiting:
+            tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
+            if not tasks or any(t.shared or t.pod.has_pod_constraints or t.request.gpus <= 0 for t in tasks):
+                continue
+            keep = keeps.get(v.uid)
+            if keep is None:
+                keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
+                    self.keep_in is not None and self.keep_in(v, req, evicted)
+                )
+            if not keep:
+                continue
+            for t in tasks:
+                gv = t.request.gpus
+                a, b, both = nodes_with(gp), nodes_with(gv), nodes_with(max(gp, gv))
+                apart = a > 0 and b > 0 and not (a == 1 and b == 1 and both == 1)
+                if not apart and nodes_with(gp + gv) == 0:
+                    return True
+        return False
+
+    def _kept_stranded(
+        self,
+        scenario: Scenario,
+        waiting: Iterable[JobInfo],
+        evicted: list[TaskInfo],
+        keeps: dict[str, bool],
+    ) -> bool:
+        """True when a victim still waiting for its turn, whose loss the validator refuses, has an evicted
+        task that fits no node now: it will be lost, so the simulation can only fail.
+
+        Until its turn only the preemptor and other victims are placed (victims maybe put back where they
+        were), so capacity only shrinks: a task that fits nowhere now fits nowhere then (the argument of
+        :meth:`_preemptor_shut_out`). Only whole-GPU and CPU tasks whose fit does not depend on other pods'
+        placement of their own (affinity, spread, ports, volumes) are tested. `keeps` caches, per victim,
+        whether its loss is refused.
+        """
+        if self.must_keep is None and self.keep_in is None:
+            return False
+        ssn = self.ssn
+        req = scenario.requested
+        for v in waiting:
+            tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
+            if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
+                continue
+            keep = keeps.get(v.uid)
+            if keep is None:
+                keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
+                    self.keep_in is not None and self.keep_in(v, req, evicted)
+                )
+            if keep and any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
+                return True
+        return False
 
     def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
         """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
