@@ -57,6 +57,7 @@ from ingest.log import Topics
 from scheduler.engine.cycle import result_state, run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision
 from scheduler.engine.delta import RecordChainError, expand_records
+from scheduler.engine.kept import KeptRun
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Pod, PodStatus, StateBuilder
 
@@ -329,6 +330,7 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
     """The time the engine binds *target* when every run takes its *pct* percentile; None: not within
     :data:`HORIZON_MS` (it never fits while nothing new arrives)."""
     b = tr.builder.fork()
+    run = KeptRun(b)  # every event folds through it: the session is kept between the forward cycles
     heap: list[tuple[int, int, int, str]] = []
     seq = itertools.count()
     model = tr.model
@@ -367,19 +369,19 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
             return
         if fu is not None:
             fu.change(at, queue_of(uid), _held(pod), -1)
-        b.apply(ev.PodFinished(at_ms=at, name=name, namespace=ns, phase="Failed" if evicted else "Succeeded"))
-        b.apply(ev.PodDeleted(at_ms=at, name=name, namespace=ns))
+        run.apply(ev.PodFinished(at_ms=at, name=name, namespace=ns, phase="Failed" if evicted else "Succeeded"))
+        run.apply(ev.PodDeleted(at_ms=at, name=name, namespace=ns))
         if evicted:
             info = tr.pods.get(uid)
             if info is not None:  # the controller re-creates the evicted pod, pending
-                b.apply(info.submitted.model_copy(update={"at_ms": at}))
+                run.apply(info.submitted.model_copy(update={"at_ms": at}))
                 return
         pods = live.get(pod.job)
         if pods is not None:
             pods.discard(uid)
             if not pods:
                 jns, jname = _split(pod.job)
-                b.apply(ev.PodGroupDeleted(at_ms=at, name=jname, namespace=jns))
+                run.apply(ev.PodGroupDeleted(at_ms=at, name=jname, namespace=jns))
 
     t = _grid(now_ms, s.period_ms)
     for _ in range(MAX_CYCLES):
@@ -395,13 +397,13 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
                 fu.refresh(t)
                 heapq.heappush(heap, (t + fu.refresh_ms, next(seq), _WAKE, ""))
             usage, usage_id = fu.usage, fu.usage_id
-        record, _ = run_cycle(b.snapshot(), s.config, t, usage, usage_id)
+        record = run.cycle(s.config, t, usage, usage_id)
         changed = False
         evicted = set()
         for d in record.decisions:
             if d.kind == "Evict" and d.pod is not None:
                 ns, name = _split(d.pod)
-                b.apply(ev.PodReleasing(at_ms=t, name=name, namespace=ns, reason=d.action or "eviction"))
+                run.apply(ev.PodReleasing(at_ms=t, name=name, namespace=ns, reason=d.action or "eviction"))
                 heapq.heappush(heap, (t + s.grace_ms, next(seq), _TERMINATE, d.pod))
                 evicted.add(d.pod)
                 changed = True
@@ -411,7 +413,7 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
             if d.pod == target:
                 return t
             ns, name = _split(d.pod)
-            b.apply(ev.PodBound(at_ms=t, name=name, namespace=ns, node=d.node, gpu_devices=d.gpu_devices))
+            run.apply(ev.PodBound(at_ms=t, name=name, namespace=ns, node=d.node, gpu_devices=d.gpu_devices))
             if fu is not None:
                 fu.change(t, queue_of(d.pod), _held(b.pods[d.pod]), +1)
             info = tr.pods.get(d.pod)

@@ -61,7 +61,7 @@ from ingest import events as ev
 from ingest.tenants import TenantsConfig
 from ingest.trace import TraceTask, task_node_affinity, task_requests
 from scheduler.engine.decisions import CycleRecord, Decision, config_hash
-from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.kept import KeptRun, KeptSession
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import SUBGROUP_LABEL, StateBuilder
 
@@ -397,8 +397,7 @@ class Simulator:
         # service does (scheduler/engine/kept.py): a fresh session per cycle rebuilt every node's
         # bookkeeping (1,213 nodes x 6,599 cycles on the default trace). The records are those of a fresh
         # session (tests/test_kept_session.py); `hourglass replay --verify` rebuilds each afresh.
-        self.kept = KeptSession()
-        self.changes = Changes(self.builder.offset)
+        self.engine = KeptRun(self.builder)
         self.logged_ms = 0  # the latest time the log records (an event's or a cycle's)
         self.heap: list[tuple[int, int, int, int, int]] = []
         self.seq = 0
@@ -496,8 +495,7 @@ class Simulator:
     def _emit(self, event: ev.EventBase) -> None:
         """Append one event to the log and fold it: the only way the simulated cluster changes."""
         self.offset += 1
-        self.changes.note(event)
-        self.builder.apply(event, self.offset)
+        self.engine.apply(event, self.offset)
         self.log.append_event(self.offset, event)
         self.logged_ms = max(self.logged_ms, event.at_ms)
 
@@ -677,6 +675,11 @@ class Simulator:
                 added = True
         return added
 
+    @property
+    def kept(self) -> KeptSession:
+        """The session kept between cycles (``fresh`` / ``patched`` count how they were opened)."""
+        return self.engine.kept
+
     # -- the engine -----------------------------------------------------------------------------------
     def refresh_usage(self, now_ms: int) -> None:
         """With k_value > 0: refresh the usage snapshot when one is due (every ``usage_refresh_s``); every
@@ -729,19 +732,8 @@ class Simulator:
         """
         self.refresh_usage(now_ms)
         if record is None:
-            state = self.builder.snapshot()
-            changes, self.changes = self.changes, Changes(self.builder.offset)
             w0 = time.perf_counter()
-            record, _ = run_kept_cycle(
-                self.kept,
-                state,
-                self.config,
-                now_ms,
-                self.usage,
-                self.usage_id,
-                builder=self.builder,
-                changes=changes,
-            )
+            record = self.engine.cycle(self.config, now_ms, self.usage, self.usage_id)
             self.cycle_wall_s += time.perf_counter() - w0
         self.log.append_cycle(record)
         self.logged_ms = max(self.logged_ms, now_ms)

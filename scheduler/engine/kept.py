@@ -53,7 +53,7 @@ from scheduler.engine.session import (
 )
 from scheduler.engine.state import ClusterState, Pod, PodStatus, StateBuilder
 
-__all__ = ["Changes", "Index", "KeptSession", "reopen", "run_kept_cycle"]
+__all__ = ["Changes", "Index", "KeptRun", "KeptSession", "reopen", "run_kept_cycle"]
 
 # Every attribute Session.__init__ sets, each reset or rebuilt by reopen. A session carrying any other
 # attribute set in __init__ (a structure added later that reopen does not know) is opened afresh.
@@ -616,3 +616,44 @@ def run_kept_cycle(
     )
     kept.close()
     return record, ssn
+
+
+class KeptRun:
+    """A builder folded one event at a time and the session kept between the cycles run on it: what the
+    simulator and the start-time estimates' forward runs use (the service folds through its ``Folder``).
+
+    Every event goes through :meth:`apply`, which notes what it may change; :meth:`cycle` runs a cycle on
+    the builder's current state, patching the last cycle's session. Its record equals ``run_cycle`` on
+    ``builder.snapshot()``.
+    """
+
+    def __init__(self, builder: StateBuilder) -> None:
+        self.builder = builder
+        self.kept = KeptSession()
+        self.changes = Changes(builder.offset)
+
+    def apply(self, event: object, offset: int | None = None) -> None:
+        """Fold one event (see :meth:`StateBuilder.apply`), noting what it may change."""
+        self.changes.note(event)
+        self.builder.apply(event, offset)
+
+    def cycle(
+        self,
+        config: SessionConfig,
+        now_ms: int,
+        usage: Mapping[str, Mapping[str, float]] | None = None,
+        usage_snapshot_id: str | None = None,
+    ) -> CycleRecord:
+        """One cycle at ``now_ms`` on the builder's state, on the kept session."""
+        changes, self.changes = self.changes, Changes(self.builder.offset)
+        record, _ = run_kept_cycle(
+            self.kept,
+            self.builder.snapshot(),
+            config,
+            now_ms,
+            usage,
+            usage_snapshot_id,
+            builder=self.builder,
+            changes=changes,
+        )
+        return record
