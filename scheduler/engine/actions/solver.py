@@ -516,9 +516,10 @@ class Solver:
         victim_jobs = [ssn.job_by_uid[uid] for uid in sorted(victim_uids)]
         preemptor = scenario.preemptor
         freed = {t.node.name: t.node for t in evicted if t.node is not None}  # before anything moves
-        if not any(t.pod.has_pod_constraints for t in scenario.pending) and self._preemptor_shut_out(
-            scenario, freed
-        ):
+        # A pod whose fit depends on other pods (required pod affinity, spread) can start to fit when a victim
+        # is put back, so the monotone shut-out checks do not hold for it.
+        monotone = not any(t.pod.has_pod_constraints for t in scenario.pending)
+        if monotone and self._preemptor_shut_out(scenario, freed):
             # The preemptor cannot be placed even now, before any victim is re-placed: whoever takes the
             # first turn, its own turn can only fail (the monotone checks of _preemptor_shut_out; a pod
             # whose fit depends on other pods is left to them).
@@ -547,7 +548,7 @@ class Solver:
                 waiting.pop(nxt.uid, None)
                 if self._replace_victim(stmt, nxt):
                     self._restore_unmoved(stmt, nxt, cp)
-                    if not placed and self._preemptor_shut_out(scenario, freed):
+                    if not placed and monotone and self._preemptor_shut_out(scenario, freed):
                         stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
                         return False
                 if self._loses_kept(scenario, nxt, evicted):
