@@ -398,6 +398,8 @@ class JobsByQueue:
         # Orderings given a memo of comparisons (the solvers' simulations, which rebuild an ordering per
         # scenario over mostly the same queues) find their comparisons there already: keys would only add.
         self._keyed = not victim and memo is None
+        # Victim orderings whose victims' allocations are fixed are keyed too, on the fast path only.
+        self._victim_keyed = victim and fixed_victims and memo is None
         # With `fast` (keyed orderings): fresh keys by their inputs, and rules 7-8's outcome per sibling pair.
         self._fresh: dict[
             tuple[str, int, int, int, int, int, int], tuple[bool, bool, int, bool, float, float]
@@ -480,7 +482,7 @@ class JobsByQueue:
                     break
             if self._has_jobs(node):
                 lo, hi = 0, len(siblings)
-                if not self._keyed:
+                if not self._keyed and not (self._victim_keyed and self.fast):
                     while lo < hi:
                         mid = (lo + hi) // 2
                         if self._before(node, siblings[mid]):
@@ -503,6 +505,7 @@ class JobsByQueue:
                     # keys (rules 1-6 all equal) decided by rules 7-8 alone, which read no allocation.
                     k = self._fresh_key(node)
                     keys = self._keys
+                    inv = self.victim  # victims: the comparator's order inverted, rules 1-8 alike
                     while lo < hi:
                         mid = (lo + hi) // 2
                         other = siblings[mid]
@@ -515,7 +518,7 @@ class JobsByQueue:
                                 ko = self._key_of(other)
                         else:
                             ko = self._key_of(other)
-                        if k < ko if k != ko else self._tie(node, other):
+                        if (ko < k if inv else k < ko) if k != ko else self._tie(node, other) != inv:
                             hi = mid
                         else:
                             lo = mid + 1
@@ -528,23 +531,47 @@ class JobsByQueue:
         kept = None if fresh else self._keys.get(q.name)
         if kept is not None and kept[0] == a[0] and kept[1] == a[1] and kept[2] == a[2]:
             return kept[3]
-        k = self.cmp.key(q, self._best_job(self._leaf_of(q)))
+        k = self._victim_key(q) if self.victim else self.cmp.key(q, self._best_job(self._leaf_of(q)))
         self._keys[q.name] = (a[0], a[1], a[2], k)
         return k
+
+    def _victim_key(self, q: QueueInfo) -> tuple[bool, bool, int, bool, float, float]:
+        """Victim mode's key of `q`: :meth:`QueueComparator.key` without a job, its rule 5 (the dominant
+        share with the job) taken minus the victims :meth:`_before` would pass for `q` (those popped from
+        its best leaf, and that leaf's best job). Victim orderings are keyed only with `fixed_victims`, so
+        each victim's allocation is the one summed when the ordering first read it."""
+        leaf = self._leaf_of(q)
+        qa = q.allocated
+        rest = [qa[0], qa[1], qa[2]]
+        best = self._best_job(leaf)
+        for v in (*self.popped.get(leaf.name, ()), *((best,) if best is not None else ())):
+            va = self.cmp._allocated(v)
+            rest[0] -= va[0]
+            rest[1] -= va[1]
+            rest[2] -= va[2]
+        k = self.cmp.key(q, None)
+        sh, _ = self.cmp._shares(q)
+        return (k[0], k[1], k[2], k[3], _dshare(self.ssn.total, sh, rest), k[5])
 
     def _fresh_key(self, q: QueueInfo) -> tuple[bool, bool, int, bool, float, float]:
         """``_key_of(q, fresh=True)``, looked up by the inputs the key reads that can change while the
         ordering lives: `q`'s allocation and its best job's init resources (fair shares, allocatable shares,
-        quotas, priority and the cluster total are fixed once the session's shares are divided)."""
+        quotas, priority and the cluster total are fixed once the session's shares are divided). In victim
+        mode, :meth:`_victim_key` afresh."""
         a = q.allocated
-        job = self._best_job(self._leaf_of(q))
-        i = self.cmp.init_res(job)
-        memo_key = (q.name, a[0], a[1], a[2], i[0], i[1], i[2])
-        k = self._fresh.get(memo_key)
-        if k is None or q._alloc_share is None:
-            k = self.cmp.key(q, job)
-            if q._alloc_share is not None:
-                self._fresh[memo_key] = k
+        if self.victim:
+            k = self._victim_key(q)
+        else:
+            job = self._best_job(self._leaf_of(q))
+            i = self.cmp.init_res(job)
+            memo_key = (q.name, a[0], a[1], a[2], i[0], i[1], i[2])
+            hit = self._fresh.get(memo_key)
+            if hit is None or q._alloc_share is None:
+                k = self.cmp.key(q, job)
+                if q._alloc_share is not None:
+                    self._fresh[memo_key] = k
+            else:
+                k = hit
         self._keys[q.name] = (a[0], a[1], a[2], k)
         return k
 
