@@ -6,17 +6,21 @@ tie. Property: for random synthetic clusters (flat and nested queue trees; idle,
 pending job -- each popped job sometimes "placed" (its init resources charged to its queue and ancestors, as
 a commit does), sometimes pushed back -- gives the same sequence both ways; so does popping every victim of
 a victim ordering built as the reclaim / preempt solvers build it (fixed victims, the job index's runs,
-the rest of an elastic victim pushed back as a view); and whole cycles give the same record byte for byte.
+the rest of an elastic victim pushed back as a view); whole cycles give the same record byte for byte; and
+every conformance scenario (hand-made ties: identical queues and jobs) ends in the same state.
 """
 
 from __future__ import annotations
 
+import json
 from functools import cache
+from pathlib import Path
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.conformance import run_doc, scenario_files
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.solver import job_view, tasks_to_evict
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
@@ -141,3 +145,17 @@ def _record(state: ClusterState, fast: bool) -> bytes:
 def test_a_cycle_decides_the_same_with_the_fast_reinsertion(seed: int, tree: tuple[int, int]) -> None:
     state = _state(seed, tree[0], tree[1])
     assert _record(state, True) == _record(state, False)
+
+
+def test_every_conformance_scenario_ends_the_same_with_the_fast_reinsertion() -> None:
+    root = Path(__file__).parent / "conformance"
+    docs = [
+        json.loads(p.read_text())
+        for p in [*scenario_files(root / "kai"), *scenario_files(root / "hourglass")]
+    ]
+    docs = [d for d in docs if d["run"]["mode"] != "fair_share"]
+    assert len(docs) > 300
+    for doc in docs:
+        fast = repr(run_doc(json.loads(json.dumps(doc))))
+        with mock.patch.object(JobsByQueue, "fast", False):
+            assert fast == repr(run_doc(json.loads(json.dumps(doc)))), doc.get("name")
