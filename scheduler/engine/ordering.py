@@ -505,6 +505,7 @@ class JobsByQueue:
                     # keys (rules 1-6 all equal) decided by rules 7-8 alone, which read no allocation.
                     k = self._fresh_key(node)
                     keys = self._keys
+                    ties = self._ties
                     inv = self.victim  # victims: the comparator's order inverted, rules 1-8 alike
                     while lo < hi:
                         mid = (lo + hi) // 2
@@ -518,7 +519,19 @@ class JobsByQueue:
                                 ko = self._key_of(other)
                         else:
                             ko = self._key_of(other)
-                        if (ko < k if inv else k < ko) if k != ko else self._tie(node, other) != inv:
+                        if k != ko:
+                            before = ko < k if inv else k < ko
+                        else:  # _tie(node, other), its kept outcome looked up here
+                            tie = ties.get((node.name, other.name))
+                            if (
+                                tie is not None
+                                and tie[0] is node._alloc_share
+                                and tie[1] is other._alloc_share
+                            ):
+                                before = tie[2] != inv
+                            else:
+                                before = self._tie(node, other) != inv
+                        if before:
                             hi = mid
                         else:
                             lo = mid + 1
