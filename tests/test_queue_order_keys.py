@@ -75,6 +75,10 @@ def test_a_cycle_decides_the_same_without_the_keys(seed: int, nodes: int, depts:
     state = _state(seed, nodes, depts, per)
     _, keyed = _cycle(state)
     # Every key equal: each re-insertion falls back to the comparator, as before the keys.
-    with mock.patch.object(JobsByQueue, "_key_of", lambda self, q, fresh=False: ()):
+    # (and fast re-insertion off: it decides a tie of keys by rules 7-8 alone, see test_ordering_fast.py).
+    with (
+        mock.patch.object(JobsByQueue, "_key_of", lambda self, q, fresh=False: ()),
+        mock.patch.object(JobsByQueue, "fast", False),
+    ):
         _, plain = _cycle(state)
     assert keyed == plain

@@ -248,17 +248,18 @@ class QueueComparator:
         lds, rds = _dshare(total, lsh, lqa), _dshare(total, rsh, rqa)
         if lds != rds:
             return -1 if lds < rds else 1
-        # 7. smaller allocatable share (<= everywhere, < somewhere).
-        if all(a <= b for a, b in zip(lx, rx, strict=True)) and any(
-            a < b for a, b in zip(lx, rx, strict=True)
-        ):
-            return -1
-        if all(b <= a for a, b in zip(lx, rx, strict=True)) and any(
-            b < a for a, b in zip(lx, rx, strict=True)
-        ):
-            return 1
-        # 8. older queue first.
-        return -1 if (lq.spec.order, lq.name) < (rq.spec.order, rq.name) else 1
+        return _rules_7_8(lq, rq, lx, rx)
+
+
+def _rules_7_8(lq: QueueInfo, rq: QueueInfo, lx: list[float], rx: list[float]) -> int:
+    """The comparator's last rules, given the queues' allocatable shares with unlimited as infinity."""
+    # 7. smaller allocatable share (<= everywhere, < somewhere).
+    if all(a <= b for a, b in zip(lx, rx, strict=True)) and any(a < b for a, b in zip(lx, rx, strict=True)):
+        return -1
+    if all(b <= a for a, b in zip(lx, rx, strict=True)) and any(b < a for a, b in zip(lx, rx, strict=True)):
+        return 1
+    # 8. older queue first.
+    return -1 if (lq.spec.order, lq.name) < (rq.spec.order, rq.name) else 1
 
 
 def _dshare(total: Vec, shares: list[int | None], alloc: Vec) -> float:
@@ -363,6 +364,10 @@ class JobsByQueue:
     solvers keep them across attempts instead of heaping every job again.
     """
 
+    fast = True
+    """Re-insert with :meth:`_fresh_key` and :meth:`_tie` (the same probes and outcomes, cheaper); False
+    keeps the plain key-then-comparator path, the reference the tests compare the fast path with."""
+
     def __init__(
         self,
         ssn: Session,
@@ -393,6 +398,13 @@ class JobsByQueue:
         # Orderings given a memo of comparisons (the solvers' simulations, which rebuild an ordering per
         # scenario over mostly the same queues) find their comparisons there already: keys would only add.
         self._keyed = not victim and memo is None
+        # Victim orderings whose victims' allocations are fixed are keyed too, on the fast path only.
+        self._victim_keyed = victim and fixed_victims and memo is None
+        # With `fast` (keyed orderings): fresh keys by their inputs, and rules 7-8's outcome per sibling pair.
+        self._fresh: dict[
+            tuple[str, int, int, int, int, int, int], tuple[bool, bool, int, bool, float, float]
+        ] = {}
+        self._ties: dict[tuple[str, str], tuple[list[int | None], list[int | None], bool]] = {}
         for name in sorted(runs or ()):
             assert runs is not None
             self._leaves[name] = _Leaf(victim, runs[name])
@@ -470,14 +482,14 @@ class JobsByQueue:
                     break
             if self._has_jobs(node):
                 lo, hi = 0, len(siblings)
-                if not self._keyed:
+                if not self._keyed and not (self._victim_keyed and self.fast):
                     while lo < hi:
                         mid = (lo + hi) // 2
                         if self._before(node, siblings[mid]):
                             hi = mid
                         else:
                             lo = mid + 1
-                else:
+                elif not self.fast:
                     # The comparator's rules 1-6 as keys: a key comparison decides unless the keys tie.
                     k = self._key_of(node, fresh=True)
                     while lo < hi:
@@ -485,6 +497,41 @@ class JobsByQueue:
                         other = siblings[mid]
                         ko = self._key_of(other)
                         if k < ko if k != ko else self._before(node, other):
+                            hi = mid
+                        else:
+                            lo = mid + 1
+                else:
+                    # The same probes, each cheaper: the fresh key looked up by what it reads, and a tie of
+                    # keys (rules 1-6 all equal) decided by rules 7-8 alone, which read no allocation.
+                    k = self._fresh_key(node)
+                    keys = self._keys
+                    ties = self._ties
+                    inv = self.victim  # victims: the comparator's order inverted, rules 1-8 alike
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        other = siblings[mid]
+                        kept = keys.get(other.name)
+                        if kept is not None:
+                            a = other.allocated
+                            if kept[0] == a[0] and kept[1] == a[1] and kept[2] == a[2]:
+                                ko = kept[3]
+                            else:
+                                ko = self._key_of(other)
+                        else:
+                            ko = self._key_of(other)
+                        if k != ko:
+                            before = ko < k if inv else k < ko
+                        else:  # _tie(node, other), its kept outcome looked up here
+                            tie = ties.get((node.name, other.name))
+                            if (
+                                tie is not None
+                                and tie[0] is node._alloc_share
+                                and tie[1] is other._alloc_share
+                            ):
+                                before = tie[2] != inv
+                            else:
+                                before = self._tie(node, other) != inv
+                        if before:
                             hi = mid
                         else:
                             lo = mid + 1
@@ -497,9 +544,64 @@ class JobsByQueue:
         kept = None if fresh else self._keys.get(q.name)
         if kept is not None and kept[0] == a[0] and kept[1] == a[1] and kept[2] == a[2]:
             return kept[3]
-        k = self.cmp.key(q, self._best_job(self._leaf_of(q)))
+        k = self._victim_key(q) if self.victim else self.cmp.key(q, self._best_job(self._leaf_of(q)))
         self._keys[q.name] = (a[0], a[1], a[2], k)
         return k
+
+    def _victim_key(self, q: QueueInfo) -> tuple[bool, bool, int, bool, float, float]:
+        """Victim mode's key of `q`: :meth:`QueueComparator.key` without a job, its rule 5 (the dominant
+        share with the job) taken minus the victims :meth:`_before` would pass for `q` (those popped from
+        its best leaf, and that leaf's best job). Victim orderings are keyed only with `fixed_victims`, so
+        each victim's allocation is the one summed when the ordering first read it."""
+        leaf = self._leaf_of(q)
+        qa = q.allocated
+        rest = [qa[0], qa[1], qa[2]]
+        best = self._best_job(leaf)
+        for v in (*self.popped.get(leaf.name, ()), *((best,) if best is not None else ())):
+            va = self.cmp._allocated(v)
+            rest[0] -= va[0]
+            rest[1] -= va[1]
+            rest[2] -= va[2]
+        k = self.cmp.key(q, None)
+        sh, _ = self.cmp._shares(q)
+        return (k[0], k[1], k[2], k[3], _dshare(self.ssn.total, sh, rest), k[5])
+
+    def _fresh_key(self, q: QueueInfo) -> tuple[bool, bool, int, bool, float, float]:
+        """``_key_of(q, fresh=True)``, looked up by the inputs the key reads that can change while the
+        ordering lives: `q`'s allocation and its best job's init resources (fair shares, allocatable shares,
+        quotas, priority and the cluster total are fixed once the session's shares are divided). In victim
+        mode, :meth:`_victim_key` afresh."""
+        a = q.allocated
+        if self.victim:
+            k = self._victim_key(q)
+        else:
+            job = self._best_job(self._leaf_of(q))
+            i = self.cmp.init_res(job)
+            memo_key = (q.name, a[0], a[1], a[2], i[0], i[1], i[2])
+            hit = self._fresh.get(memo_key)
+            if hit is None or q._alloc_share is None:
+                k = self.cmp.key(q, job)
+                if q._alloc_share is not None:
+                    self._fresh[memo_key] = k
+            else:
+                k = hit
+        self._keys[q.name] = (a[0], a[1], a[2], k)
+        return k
+
+    def _tie(self, a: QueueInfo, b: QueueInfo) -> bool:
+        """:meth:`_before` for siblings whose keys tie: rules 1-6 of the comparator are then all equal, so
+        rules 7-8 decide (smaller allocatable share, then the older queue). They read only the queues'
+        allocatable shares, frozen once the session's shares are divided: kept per pair while they are."""
+        sa, sb = a._alloc_share, b._alloc_share
+        hit = self._ties.get((a.name, b.name))
+        if hit is not None and hit[0] is sa and hit[1] is sb:
+            return hit[2]
+        _, lx = self.cmp._shares(a)
+        _, rx = self.cmp._shares(b)
+        out = _rules_7_8(a, b, lx, rx) < 0
+        if sa is not None and sb is not None:
+            self._ties[(a.name, b.name)] = (sa, sb, out)
+        return out
 
     def _flush(self) -> None:
         while self._dirty:
