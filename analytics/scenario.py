@@ -486,19 +486,17 @@ class Scenario(_Spec):
                         " (give it in nodes[].labels or nodes[].domains)"
                     )
         for i, w in enumerate(self.workloads):
-            self._constraint(w, f"workloads[{i}].topology_constraint")
+            shapes: list[tuple[_PodShape, str]] = [(w, f"workloads[{i}].topology_constraint")]
             if isinstance(w, FixedWorkload):
-                for k, j in enumerate(w.jobs):
-                    self._constraint(w.shape_of(j), f"workloads[{i}].jobs[{k}].topology_constraint")
+                shapes += [
+                    (w.shape_of(j), f"workloads[{i}].jobs[{k}].topology_constraint") for k, j in enumerate(w.jobs)
+                ]
+            for pod_shape, where in shapes:
+                self._constraint(pod_shape, where)
+                self._subgroups(pod_shape, where)  # their constraints too
 
     def _constraint(self, w: _PodShape, where: str) -> tuple[str | None, str | None, str | None]:
-        """(topology, required level, preferred level) of a workload; raises ValueError naming *where*.
-        Checks its subgroups' constraints too."""
-        for k, sg in enumerate(w.subgroups):
-            self._resolve(
-                sg.topology_constraint,
-                where.replace("topology_constraint", f"subgroups[{k}].topology_constraint"),
-            )
+        """(topology, required level, preferred level) of a workload; raises ValueError naming *where*."""
         return self._resolve(w.topology_constraint, where)
 
     def _subgroups(self, w: _PodShape, where: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +68,6 @@ def _started_at_first_bind(events: list[ev.EventBase]) -> dict[str, str]:
     return {e.name: label[e.name] for e in binds if e.at_ms == binds[0].at_ms}
 
 
-def _count(started: dict[str, str]) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for subgroup in started.values():
-        out[subgroup] = out.get(subgroup, 0) + 1
-    return out
-
-
 # A job that does not fit whole (more pods than GPUs) starts when each PodSet can reach its own minimum.
 CASES: list[tuple[str, dict[str, Any], int, dict[str, int] | None]] = [
     (
@@ -115,7 +109,7 @@ def test_subgroup_minimums_decide_what_starts(
     if expected is None:
         assert not any(isinstance(e, ev.PodBound) for e in events), title
         return
-    assert _count(_started_at_first_bind(events)) == expected, title
+    assert Counter(_started_at_first_bind(events).values()) == expected, title
 
 
 def test_keep_pending_and_poisson_jobs_carry_their_subgroups(tmp_path: Path) -> None:

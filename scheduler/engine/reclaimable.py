@@ -186,31 +186,10 @@ def refused_whatever_else(
     rq = reclaimer_job.queue
     if rq is None:
         return True
-    remaining: dict[str, Vec] = {}
-    involved = [req[r] > 0 for r in range(3)]
-    for job, tasks in lost:
-        vq = job.queue
-        if vq is None:
-            continue
-        chunks = victim_chunks(ssn, job, tasks)
-        if not chunks:
-            continue
-        lr, lv = leveled_queues(rq, vq)
-        if lv.name not in remaining:
-            remaining[lv.name] = list(snap.allocated[lv.name])
-        for chunk in chunks:
-            rem = remaining[lv.name]
-            if not (
-                maintain_fair_share(lv, rem)
-                or guarantee_deserved_quota(lr, snap.allocated[lr.name], req, lv, rem)
-            ):
-                return True
-            for q in vq.ancestors():
-                cur = remaining.setdefault(q.name, list(snap.allocated[q.name]))
-                for r in range(3):
-                    cur[r] -= chunk[r]
-                    if chunk[r] > 0:
-                        involved[r] = True
+    kept = _kept_after(ssn, snap, rq, req, lost)
+    if kept is None:
+        return True
+    remaining, involved = kept
     mult = max(ssn.config.saturation_multiplier, 1.0)
     releasing = [t for t in evicted if t.status is PodStatus.RELEASING and t.job.queue is not None]
     for level in rq.ancestors():
@@ -223,21 +202,8 @@ def refused_whatever_else(
                 tv = ssn.task_vec(t)
                 for r in range(3):
                     mine[r] -= tv[r]
-        for name in sorted(remaining):
-            sib = ssn.queues[name]
-            if sib is level or sib.parent is not level.parent:
-                continue
-            theirs = remaining[name]
-            for r in range(3):
-                if not involved[r]:
-                    continue
-                ratio_mine = _ratio(mine[r], level.fair_share[r])
-                if (
-                    ratio_mine > 1
-                    and sib.fair_share[r] > 0
-                    and ratio_mine * mult >= _ratio(theirs[r], sib.fair_share[r])
-                ):
-                    return True
+        if _over_a_sibling(ssn, level, mine, remaining, involved, mult):
+            return True
     return False
 
 
@@ -262,6 +228,30 @@ def victim_chunks(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> list
     return out
 
 
+def _over_a_sibling(
+    ssn: Session, level: QueueInfo, mine: Vec, remaining: dict[str, Vec], involved: list[bool], mult: float
+) -> bool:
+    """KAI's boundary: on an involved resource, the reclaimer's side at ``level`` would hold ``mine`` over its
+    fair share, at a ratio (times the saturation multiplier) at least that of a victim sibling keeping
+    ``remaining``."""
+    for name in sorted(remaining):
+        sib = ssn.queues[name]
+        if sib is level or sib.parent is not level.parent:
+            continue
+        theirs = remaining[name]
+        for r in range(3):
+            if not involved[r]:
+                continue
+            ratio_mine = _ratio(mine[r], level.fair_share[r])
+            if (
+                ratio_mine > 1
+                and sib.fair_share[r] > 0
+                and ratio_mine * mult >= _ratio(theirs[r], sib.fair_share[r])
+            ):
+                return True
+    return False
+
+
 def _ratio(alloc: int, fair: int) -> float:
     if fair == 0:
         return _INF if alloc > 0 else 0.0
@@ -279,6 +269,23 @@ def reclaimable(
     rq = reclaimer_job.queue
     if rq is None:
         return False
+    kept = _kept_after(ssn, snap, rq, req, victims)
+    if kept is None:
+        return False
+    remaining, involved = kept
+    return _within_boundaries(ssn, snap, reclaimer_job, rq, req, remaining, involved)
+
+
+def _kept_after(
+    ssn: Session,
+    snap: QueueSnapshot,
+    rq: QueueInfo,
+    req: Vec,
+    victims: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
+) -> tuple[dict[str, Vec], list[bool]] | None:
+    """The victims' losses chunk by chunk, each checked against its side's fair share or the reclaimer's
+    deserved quota (KAI's per-victim check): None when a chunk is refused, else what each queue of the
+    victims' sides keeps and which resources the scenario involves (the request's and any lost)."""
     remaining: dict[str, Vec] = {}
     involved = [req[r] > 0 for r in range(3)]
     for job, tasks in victims:
@@ -297,14 +304,14 @@ def reclaimable(
                 maintain_fair_share(lv, rem)
                 or guarantee_deserved_quota(lr, snap.allocated[lr.name], req, lv, rem)
             ):
-                return False
+                return None
             for q in vq.ancestors():
                 cur = remaining.setdefault(q.name, list(snap.allocated[q.name]))
                 for r in range(3):
                     cur[r] -= chunk[r]
                     if chunk[r] > 0:
                         involved[r] = True
-    return _within_boundaries(ssn, snap, reclaimer_job, rq, req, remaining, involved)
+    return remaining, involved
 
 
 def _within_boundaries(
@@ -319,21 +326,8 @@ def _within_boundaries(
     mult = max(ssn.config.saturation_multiplier, 1.0)
     for level in rq.ancestors():
         mine = _add(remaining.get(level.name, snap.allocated[level.name]), req)
-        for name in sorted(remaining):
-            sib = ssn.queues[name]
-            if sib is level or sib.parent is not level.parent:
-                continue
-            theirs = remaining[name]
-            for r in range(3):
-                if not involved[r]:
-                    continue
-                ratio_mine = _ratio(mine[r], level.fair_share[r])
-                if (
-                    ratio_mine > 1
-                    and sib.fair_share[r] > 0
-                    and ratio_mine * mult >= _ratio(theirs[r], sib.fair_share[r])
-                ):
-                    return False
+        if _over_a_sibling(ssn, level, mine, remaining, involved, mult):
+            return False
         if not job.preemptible and not non_preemptible_fits(level, snap.allocated_np[level.name], req):
             return False
     return True
