@@ -628,12 +628,7 @@ class Solver:
             tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
             if not tasks or any(t.shared or t.pod.has_pod_constraints or t.request.gpus <= 0 for t in tasks):
                 continue
-            keep = keeps.get(v.uid)
-            if keep is None:
-                keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
-                    self.keep_in is not None and self.keep_in(v, req, evicted)
-                )
-            if not keep:
+            if not self._keeps(v, req, evicted, keeps):
                 continue
             for t in tasks:
                 gv = t.request.gpus
@@ -667,14 +662,19 @@ class Solver:
             tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
             if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
                 continue
-            keep = keeps.get(v.uid)
-            if keep is None:
-                keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
-                    self.keep_in is not None and self.keep_in(v, req, evicted)
-                )
-            if keep and any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
+            if self._keeps(v, req, evicted, keeps) and any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
                 return True
         return False
+
+    def _keeps(self, v: JobInfo, req: Vec, evicted: list[TaskInfo], keeps: dict[str, bool]) -> bool:
+        """Whether the validator refuses every scenario that loses a task of victim `v` (`must_keep`, or
+        `keep_in` with what this simulation evicted); cached per victim in `keeps`."""
+        keep = keeps.get(v.uid)
+        if keep is None:
+            keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
+                self.keep_in is not None and self.keep_in(v, req, evicted)
+            )
+        return keep
 
     def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
         """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
