@@ -8,8 +8,6 @@ so b is not bound there: qb's priority gives it the fair share, so b reclaims a 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -25,8 +23,8 @@ from scheduler.engine.delta import DeltaEncoder, expand_records
 from scheduler.engine.inflight import DEFAULT_BIND_DEADLINE_MS, binds_in_flight, track
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.service import Service
+from tests.replay_cli import replay_verify
 
-ROOT = Path(__file__).resolve().parent.parent
 T1, T2 = 1_000, 2_000
 
 
@@ -214,15 +212,7 @@ def test_service_with_a_slow_binder_never_overcommits_a_node_and_replays(tmp_pat
         assert sum(bound.values()) <= 8, (r.cycle_id, bound)
         live["n1"] = bound
     assert len(placed) == 2  # n1 holds two 4-GPU pods; nothing more was ever bound
-    rep = subprocess.run(
-        [sys.executable, "-m", "analytics.cli", "replay", str(directory), "--verify"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
-    assert rep.stdout.strip().splitlines()[-1] == f"replay: {len(recs)} cycles, 0 mismatches"
+    assert replay_verify(directory) == f"replay: {len(recs)} cycles, 0 mismatches"
 
 
 def test_a_delta_record_carries_the_in_flight_set_whole() -> None:

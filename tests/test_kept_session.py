@@ -10,8 +10,6 @@ session holds, then runs the actions on each and compares the records byte for b
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -32,8 +30,7 @@ from scheduler.engine.state import SUBGROUP_LABEL, Node, PodStatus, StateBuilder
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
 from scheduler.synthetic import SyntheticSpec, synthetic_events
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.replay_cli import replay_verify
 
 
 def fingerprint(ssn: Session) -> dict[str, Any]:
@@ -443,15 +440,7 @@ def test_service_with_kept_sessions_replays_with_zero_mismatches(tmp_path: Path,
                 {"plugin": "proportion", "OnSession": "OnSessionOpen"},
             )
             assert value is not None and value >= 0
-    rep = subprocess.run(
-        [sys.executable, "-m", "analytics.cli", "replay", str(directory), "--verify"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
-    assert rep.stdout.strip().splitlines()[-1] == "replay: 30 cycles, 0 mismatches"
+    assert replay_verify(directory) == "replay: 30 cycles, 0 mismatches"
 
 
 def test_changes_name_pods_and_groups_and_give_up_on_wide_events() -> None:

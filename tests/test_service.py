@@ -24,6 +24,7 @@ from scheduler.engine.delta import expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Folder, Service
 from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.replay_cli import replay_verify
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -272,12 +273,4 @@ def test_sigkill_exactly_once(tmp_path: Path) -> None:
     assert last_offset == end - 1  # every valid event was folded into a recorded cycle
 
     # And the user's check: `hourglass replay LOG --verify` over the log the killed services left.
-    rep = subprocess.run(
-        [sys.executable, "-m", "analytics.cli", "replay", str(directory), "--verify"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert rep.returncode == 0, rep.stdout[-2000:] + rep.stderr[-2000:]
-    assert rep.stdout.strip().splitlines()[-1] == f"replay: {len(ids)} cycles, 0 mismatches"
+    assert replay_verify(directory) == f"replay: {len(ids)} cycles, 0 mismatches"
