@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from scheduler.conformance import SCENARIOS_DIR
 from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY
 
 
@@ -31,11 +32,11 @@ def _days(text: str) -> int:
     return value
 
 
-DEFAULT_CONFORMANCE_DIR = Path(__file__).resolve().parent.parent / "tests" / "conformance"
+DEFAULT_CONFORMANCE_DIR = SCENARIOS_DIR
 
 
 def _cmd_conformance(args: argparse.Namespace) -> int:
-    from scheduler.conformance import run_file, scenario_files
+    from scheduler.conformance.runner import run_file, scenario_files
 
     root = Path(args.dir)
     if not root.exists():
@@ -63,26 +64,26 @@ def _cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def _cmd_simulate(args: argparse.Namespace) -> int:
-    from analytics.simulate_cli import run_cli
+    from analytics.simulation.cli import run_cli
 
     return run_cli(args)
 
 
 def _cmd_placement_benchmark(args: argparse.Namespace) -> int:
-    from analytics.placement_benchmark import run_cli
+    from analytics.simulation.placement_benchmark import run_cli
 
     return run_cli(args)
 
 
 def _cmd_replay(args: argparse.Namespace) -> int:
-    from analytics.replay import run_cli
+    from analytics.rerun.replay import run_cli
 
     return run_cli(args)
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
-    from analytics.store import StoreError, query
-    from analytics.store import render as render_rows
+    from analytics.audit.store import StoreError, query
+    from analytics.audit.store import render as render_rows
 
     try:
         columns, rows = query(args.store, args.query)
@@ -101,8 +102,8 @@ def _cmd_fairshare(args: argparse.Namespace) -> int:
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """``hourglass report``: build, print, and optionally write the HTML page."""
-    from analytics.report import ReportError, connect, render, report_from
-    from analytics.report_html import write_html
+    from analytics.reports.report import ReportError, connect, render, report_from
+    from analytics.reports.report_html import write_html
 
     try:
         con, db = connect(args.store)
@@ -123,8 +124,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_sink(args: argparse.Namespace) -> int:
     import time
 
-    from analytics.archive import archive, retain
-    from analytics.store import AuditStore, StoreError, sink_from_log
+    from analytics.audit.archive import archive, retain
+    from analytics.audit.store import AuditStore, StoreError, sink_from_log
     from ingest.backends import open_log
     from ingest.log import LogError, Topics
 
@@ -182,7 +183,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from analytics.replay import ReplayError, load_engine_config
+    from analytics.rerun.replay import ReplayError, load_engine_config
     from fairshare.config import FairshareConfigError
     from fairshare.settings import cli_overrides, load_settings
     from ingest.backends import open_log
@@ -264,57 +265,57 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_bind(args: argparse.Namespace) -> int:
-    from scheduler.binder import run_cli
+    from scheduler.kube.binder import run_cli
 
     return run_cli(args)
 
 
 def _cmd_webhook(args: argparse.Namespace) -> int:
-    from scheduler.webhook import run_cli
+    from scheduler.kube.webhook import run_cli
 
     return run_cli(args)
 
 
 def _cmd_apply_crds(args: argparse.Namespace) -> int:
-    from ingest.crds import run_cli
+    from ingest.kube.crds import run_cli
 
     return run_cli(args)
 
 
 def _cmd_reserve(args: argparse.Namespace) -> int:
-    from scheduler.reservation import reserve_cli
+    from scheduler.kube.reservation import reserve_cli
 
     return reserve_cli(args)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from analytics.explain import run_cli
+    from analytics.reports.explain import run_cli
 
     return run_cli(args)
 
 
 def _cmd_ingest(args: argparse.Namespace) -> int:
-    from ingest.watcher import run_cli
+    from ingest.kube.watcher import run_cli
 
     return run_cli(args)
 
 
-# --- issue 16 items 3-4: eta and check (analytics/eta.py, analytics/check.py) ---
+# --- issue 16 items 3-4: eta and check (analytics/forecast/eta.py, analytics/forecast/check.py) ---
 def _cmd_eta(args: argparse.Namespace) -> int:
-    from analytics.eta import run_cli
+    from analytics.forecast.eta import run_cli
 
     return run_cli(args)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from analytics.check import run_cli
+    from analytics.forecast.check import run_cli
 
     return run_cli(args)
 
 
 def _add_eta_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from analytics.check import add_arguments as check_arguments
-    from analytics.eta import add_arguments as eta_arguments
+    from analytics.forecast.check import add_arguments as check_arguments
+    from analytics.forecast.eta import add_arguments as eta_arguments
 
     et = sub.add_parser(
         "eta",
@@ -343,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("dir", nargs="?", default=str(DEFAULT_CONFORMANCE_DIR), help="directory of scenario files")
     c.set_defaults(func=_cmd_conformance)
-    from analytics.simulate_cli import add_arguments as simulate_arguments
+    from analytics.simulation.cli import add_arguments as simulate_arguments
 
     s = sub.add_parser(
         "simulate",
@@ -352,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     simulate_arguments(s)
     s.set_defaults(func=_cmd_simulate)
-    from analytics.placement_benchmark import add_arguments as placement_benchmark_arguments
+    from analytics.simulation.placement_benchmark import add_arguments as placement_benchmark_arguments
 
     b = sub.add_parser(
         "placement-benchmark",
@@ -360,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     placement_benchmark_arguments(b)
     b.set_defaults(func=_cmd_placement_benchmark)
-    from analytics.replay import add_arguments as replay_arguments
+    from analytics.rerun.replay import add_arguments as replay_arguments
 
     r = sub.add_parser(
         "replay",
@@ -467,14 +468,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fairshare_arguments(f)
     f.set_defaults(func=_cmd_fairshare)
-    from scheduler.binder import add_arguments as bind_arguments
+    from scheduler.kube.binder import add_arguments as bind_arguments
 
     bd = sub.add_parser(
         "bind", help="apply cycle records to Kubernetes: bind, evict, pending reasons (docs/binder.md)"
     )
     bind_arguments(bd)
     bd.set_defaults(func=_cmd_bind)
-    from scheduler.webhook import add_arguments as webhook_arguments
+    from scheduler.kube.webhook import add_arguments as webhook_arguments
 
     wh = sub.add_parser(
         "webhook",
@@ -490,7 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account)"
     )
     rs.set_defaults(func=_cmd_reserve)
-    from ingest.crds import add_arguments as crds_arguments
+    from ingest.kube.crds import add_arguments as crds_arguments
 
     ac = sub.add_parser(
         "apply-crds",
@@ -498,13 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crds_arguments(ac)
     ac.set_defaults(func=_cmd_apply_crds)
-    from analytics.explain import add_arguments as explain_arguments
+    from analytics.reports.explain import add_arguments as explain_arguments
 
     ex = sub.add_parser("explain", help="why a pod is pending, bound or was evicted (docs/explain.md)")
     explain_arguments(ex)
     ex.set_defaults(func=_cmd_explain)
     _add_eta_check(sub)  # issue 16 items 3-4: eta and check
-    from ingest.watcher import add_arguments as ingest_arguments
+    from ingest.kube.watcher import add_arguments as ingest_arguments
 
     ig = sub.add_parser(
         "ingest",
@@ -513,8 +514,8 @@ def build_parser() -> argparse.ArgumentParser:
     ingest_arguments(ig)
     ig.set_defaults(func=_cmd_ingest)
     # -- hourglass whatif (issue 16 items 1-2): one block, so merges stay easy
-    from analytics.whatif import add_arguments as whatif_arguments
-    from analytics.whatif import run_cli as whatif_run
+    from analytics.rerun.whatif import add_arguments as whatif_arguments
+    from analytics.rerun.whatif import run_cli as whatif_run
 
     wi = sub.add_parser(
         "whatif",

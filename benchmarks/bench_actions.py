@@ -1,7 +1,7 @@
 """Action benchmarks in KAI's shape: reclaim-, preempt- and consolidation-heavy clusters.
 
 N nodes x 8 GPUs, 4 leaf queues in 2 departments, 1-GPU jobs (see
-:func:`scheduler.synthetic.contention_events`). One line per figure:
+:func:`tests.support.synthetic.contention_events`). One line per figure:
 ``bench: reclaim nodes=1000 running=8000 pending=8000 evictions=4000 seconds=S``.
 
     python benchmarks/bench_actions.py [--shapes reclaim,preempt,consolidation] [--nodes 100,500,1000]
@@ -15,7 +15,7 @@ import time
 from scheduler.engine.cycle import ACTIONS, open_session
 from scheduler.engine.decisions import make_record
 from scheduler.engine.state import PodStatus, fold
-from scheduler.synthetic import CONTENTION_SHAPES, contention_events
+from tests.support.synthetic import CONTENTION_SHAPES, contention_events
 
 
 def run(shape: str, nodes: int) -> float:

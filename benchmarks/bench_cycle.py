@@ -28,7 +28,7 @@ from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
 from scheduler.engine.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
 def run(

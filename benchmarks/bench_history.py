@@ -28,10 +28,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analytics.archive import archive
-from analytics.simlog import CYCLES_FILE, read_cycles, read_records
-from analytics.store import AuditStore, load_cycles, load_events, load_run_dir, open_readonly
-from analytics.views import history_dir
+from analytics.audit.archive import archive
+from analytics.audit.store import AuditStore, load_cycles, load_events, load_run_dir, open_readonly
+from analytics.audit.views import history_dir
+from analytics.rundir import CYCLES_FILE, read_cycles, read_records
 from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.delta import delta_of
 

@@ -43,7 +43,7 @@ from ingest.filelog import FileLog, FsyncPolicy
 from ingest.log import Log
 from scheduler.engine.state import StateBuilder
 from scheduler.service import Folder
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 KAFKA_SH = Path(__file__).resolve().parent.parent / "tools" / "kafka" / "kafka.sh"
 

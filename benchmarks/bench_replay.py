@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from analytics.replay import replay
-from analytics.simlog import DirLog, read_events, read_manifest
-from analytics.simulate import simulate
+from analytics.rerun.replay import replay
+from analytics.rundir import DirLog, read_events, read_manifest
+from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
 from scheduler.engine.state import StateBuilder

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from analytics.report import build_report, connect, render, report_from
-from analytics.store import AuditStore
+from analytics.audit.store import AuditStore
+from analytics.reports.report import build_report, connect, render, report_from
 
 PERIOD_MS = 300_000
 
@@ -201,7 +201,7 @@ def main() -> None:
             render(build_report(db, queue=queue), "table", io.StringIO())
 
         def html() -> None:
-            from analytics.report_html import write_html
+            from analytics.reports.report_html import write_html
 
             con, path = connect(db)  # as `hourglass report --html` does: one connection for both
             try:

@@ -22,7 +22,7 @@ import cProfile
 import pstats
 from pathlib import Path
 
-from analytics.simulate import simulate
+from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
 

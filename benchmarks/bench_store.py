@@ -5,7 +5,7 @@ cheap): ``--cycles`` cycles of ``--per-cycle`` decisions (90 % Unschedulable wit
 rest Bind / Pipeline / Evict) and ``--queues`` queues each. They are appended to an embedded FileLog
 (``fsync="never"``), then ``sink_from_log`` loads them into a fresh DuckDB file; rows / s counts decision,
 queue and cycle rows. The query is the ready query of ``docs/sql.md`` on a read-only connection
-(median of ``--repeat`` runs, on a connection already open; the full ``analytics.store.query`` path, which
+(median of ``--repeat`` runs, on a connection already open; the full ``analytics.audit.store.query`` path, which
 also parses the statement and opens the file, is reported too). Run:
 
     python benchmarks/bench_store.py [--cycles 1000] [--per-cycle 1000] [--queues 20]
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from analytics.store import AuditStore, open_readonly, query, sink_from_log
+from analytics.audit.store import AuditStore, open_readonly, query, sink_from_log
 from ingest.filelog import FileLog
 from ingest.log import Topics
 

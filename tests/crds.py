@@ -1,6 +1,6 @@
 """Installing CRDs on the test API server the way the docs tell users to: ``kubectl apply --server-side``.
 
-``server_side_apply(api, docs)`` is ``hourglass apply-crds`` (``ingest/crds.py``: each CRD as an apply patch,
+``server_side_apply(api, docs)`` is ``hourglass apply-crds`` (``ingest/kube/crds.py``: each CRD as an apply patch,
 conflicts forced, the request ``kubectl apply --server-side --force-conflicts -f deploy/crds/`` makes), plus
 a wait until each CRD's resources are served (a just-updated CRD's handler can lag its status).
 """
@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from ingest.crds import apply_crds
+from ingest.kube.crds import apply_crds
 
 ROOT = Path(__file__).resolve().parent.parent
 CRD_DIR = ROOT / "deploy" / "crds"

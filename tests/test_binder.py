@@ -17,7 +17,9 @@ import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.binder import (
+from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.delta import delta_of
+from scheduler.kube.binder import (
     ANNOTATION_CYCLE,
     ANNOTATION_GPU_DEVICES,
     ANNOTATION_GPU_PORTION,
@@ -35,8 +37,6 @@ from scheduler.binder import (
     plan,
     queue_status,
 )
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
-from scheduler.engine.delta import delta_of
 
 ROOT = Path(__file__).resolve().parent.parent
 CRDS = ROOT / "deploy" / "crds"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.webhook import MUTATE_PATH
+from scheduler.kube.webhook import MUTATE_PATH
 from tests import test_deploy
 from tests.test_deploy import _helm_run, by_kind, component, parse_cli, render
 from tests.test_gpu_sharing import MATCH_CONDITIONS

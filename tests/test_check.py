@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from analytics.cli import main
-from analytics.simlog import read_events
+from analytics.rundir import read_events
 
 H = 3_600_000
 MIN = 60_000

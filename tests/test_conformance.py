@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler.conformance import run_file, scenario_files
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.runner import run_file, scenario_files
 
-ROOT = Path(__file__).parent / "conformance"
+ROOT = SCENARIOS_DIR
 FILES = list(scenario_files(ROOT / "kai")) + list(scenario_files(ROOT / "hourglass"))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.conformance import NOW_MS, load_state
+from scheduler.conformance.runner import NOW_MS, load_state
 from scheduler.engine.actions import consolidation
 from scheduler.engine.cycle import open_session, result_state, run_actions
 from scheduler.engine.session import Session, SessionConfig

@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from analytics.audit.store import query
 from analytics.cli import main
-from analytics.replay import ReplayError, replay
-from analytics.simlog import CYCLES_FILE, read_cycles, read_records
-from analytics.store import query
-from scheduler.binder import MarkPending, Memory, PendingMark, plan
+from analytics.rerun.replay import ReplayError, replay
+from analytics.rundir import CYCLES_FILE, read_cycles, read_records
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.delta import (
     DeltaEncoder,
@@ -22,6 +21,7 @@ from scheduler.engine.delta import (
     expand,
     expand_records,
 )
+from scheduler.kube.binder import MarkPending, Memory, PendingMark, plan
 
 ROOT = Path(__file__).resolve().parent.parent
 V1_RUN = Path(__file__).resolve().parent / "fixtures" / "v1-run"  # written by the v1 writer (commit 23c5df9)

@@ -598,7 +598,7 @@ def test_crds_accept_kai_objects_and_reject_invalid_ones(
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
 
-    from scheduler.binder import queue_status
+    from scheduler.kube.binder import queue_status
 
     custom: Any = client.CustomObjectsApi(crd_api)  # returns untyped JSON objects
     prefix = f"hg{uuid.uuid4().hex[:6]}"

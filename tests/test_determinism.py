@@ -18,7 +18,7 @@ from scheduler.engine.cycle import run_cycle, settle
 from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ def test_same_inputs_same_record(spec: SyntheticSpec) -> None:
 _CHILD = """
 import sys
 from tests.test_determinism import _records
-from scheduler.synthetic import SyntheticSpec
+from tests.support.synthetic import SyntheticSpec
 for seed in (1, 2, 3):
     for r in _records(SyntheticSpec(nodes=6, gpus_per_node=4, pending_pods=40, departments=2,
                                     queues_per_department=2, seed=seed, topology_fraction=0.5 * (seed - 1),

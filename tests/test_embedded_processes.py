@@ -13,7 +13,7 @@ from pathlib import Path
 from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
 def _cli(*args: str) -> list[str]:

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from analytics.cli import main
-from analytics.eta import EtaError, RuntimeModel, job_stem
-from analytics.simlog import read_events
+from analytics.forecast.eta import EtaError, RuntimeModel, job_stem
+from analytics.rundir import read_events
 
 H = 3_600_000
 MIN = 60_000
@@ -220,8 +220,8 @@ def test_backtest_on_the_shipped_trace(tmp_path: Path, capsys: pytest.CaptureFix
     examples/ (11 nodes, 45 GPUs): the backtest runs and ends with the line other tools parse."""
     import re
 
-    from analytics.simlog import DirLog
-    from analytics.simulate import simulate
+    from analytics.rundir import DirLog
+    from analytics.simulation.simulate import simulate
     from ingest.tenants import DEFAULT_TENANTS, load_tenants
     from ingest.trace import DEFAULT_PODS, read_nodes, read_pods
 
@@ -310,7 +310,7 @@ def test_fork_leaves_the_original_untouched(tmp_path: Path) -> None:
     ],
 )
 def test_times_read_as_the_log_clock(ms: int, now: int, text: str) -> None:
-    from analytics.eta import format_time
+    from analytics.forecast.eta import format_time
 
     assert format_time(ms, now) == text
 
@@ -325,7 +325,7 @@ def test_step_coarsens_the_forward_cycles(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_a_gated_pod_is_not_pending_yet(tmp_path: Path) -> None:
-    from analytics.eta import Setting, Tracker, estimate
+    from analytics.forecast.eta import Setting, Tracker, estimate
     from ingest import events as ev
     from scheduler.engine.session import SessionConfig
 
@@ -416,7 +416,7 @@ def test_time_based_fair_share_on_a_service_log(tmp_path: Path, capsys: pytest.C
     """A service log does not say how usage was computed: with --fairshare-config (the file `hourglass
     fairshare` used) the forward runs recompute it, and the answer is the run directory's, which is what
     really happened (queue b's next turn at 8h06, a's at 7h06)."""
-    from analytics.replay import load_engine_config
+    from analytics.rerun.replay import load_engine_config
     from ingest.events import dump_event
     from ingest.filelog import FileLog
     from ingest.log import Topics

@@ -1,4 +1,4 @@
-"""Tests for the event contract (ingest.events) and the quantity parsers (ingest.units)."""
+"""Tests for the event contract (ingest.events) and the quantity parsers (ingest.kube.units)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ from ingest.events import (
     event_key,
     parse_event,
 )
-from ingest.units import parse_bytes, parse_cpu_millicores, parse_fraction_milli, parse_gpu_milli
+from ingest.kube.units import parse_bytes, parse_cpu_millicores, parse_fraction_milli, parse_gpu_milli
 
 # One fully populated example of every event type.
 EXAMPLES: list[EventBase] = [

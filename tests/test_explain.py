@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
+from analytics.audit.store import AuditStore, load_cycles, load_events, query
 from analytics.cli import main
-from analytics.explain import ExplainError, explain, parse_time
-from analytics.simlog import DirLog
-from analytics.simulate import simulate
-from analytics.store import AuditStore, load_cycles, load_events, query
+from analytics.reports.explain import ExplainError, explain, parse_time
+from analytics.rundir import DirLog
+from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
+from scheduler.conformance import SCENARIOS_DIR
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
 from tests.test_simulate import _first_tasks, _small_nodes_csv
 
@@ -206,11 +207,11 @@ def _scenario_store(tmp_path: Path, name: str) -> Path:
     import json
     from dataclasses import replace
 
-    from scheduler.conformance import NOW_MS, load_state
+    from scheduler.conformance.runner import NOW_MS, load_state
     from scheduler.engine.cycle import run_cycle
     from scheduler.engine.state import evolve
 
-    [path] = (Path(__file__).parent / "conformance" / "hourglass").rglob(f"{name}.json")
+    [path] = (SCENARIOS_DIR / "hourglass").rglob(f"{name}.json")
     state, config = load_state(json.loads(path.read_text()))
     # Scenario pods have bare names; explain looks pods up as namespace/name.
     state = replace(state, pods=tuple(evolve(p, uid=f"default/{p.uid}") for p in state.pods))

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ingest.events import EVENT_TYPES, FAST_PATH, EventError, dump_event, parse_event
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 NAMES = st.sampled_from(["a", "q1", "team-a", "node-1", "x.y", "default", "A", "-bad", "a_b", "é", ""])
 INTS = st.one_of(

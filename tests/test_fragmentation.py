@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import scheduler.engine.fragmentation as frag
-from analytics.placement_benchmark import (
+from analytics.simulation.placement_benchmark import (
     NodeClasses,
     arrival_sequence,
     build_state,

@@ -1,8 +1,8 @@
-"""One number, one definition: every GPU-hours figure is the rule of :mod:`analytics.gpuhours`.
+"""One number, one definition: every GPU-hours figure is the rule of :mod:`analytics.audit.gpuhours`.
 
 On the two-queue example cut to two days (one reclaim eviction five minutes in, a pod still running at the
 end), the simulate summary, ``hourglass report``, ``hourglass sql`` over ``pod_runs`` and
-:func:`analytics.gpuhours.held_gpu_ms` give each queue the same milli-GPU x ms, over the whole run and over
+:func:`analytics.audit.gpuhours.held_gpu_ms` give each queue the same milli-GPU x ms, over the whole run and over
 windows that cut the evicted run (in its grace period and before it) and the run still open at the end.
 Floats are compared with a tolerance of half a GPU-millisecond, in hours.
 """
@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from analytics.audit.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms
 from analytics.cli import main
-from analytics.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "two-queue-oscillation.yaml"
 DAY = 86_400_000

@@ -1,6 +1,6 @@
 """GPU sharing at run time on a real kube-apiserver with the Hourglass admission webhook registered.
 
-The webhook (``scheduler/webhook.py``) runs in this process over TLS on 127.0.0.1 with a certificate from a
+The webhook (``scheduler/kube/webhook.py``) runs in this process over TLS on 127.0.0.1 with a certificate from a
 throwaway CA; the API server calls it through a MutatingWebhookConfiguration whose ``caBundle`` is that CA and
 whose ``matchConditions`` are the chart's. No kubelet runs, so a small "node agent" stands in for the device
 plugin and ``hourglass reserve``: it writes the GPU each new reservation pod was given
@@ -31,9 +31,9 @@ import pytest
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.binder import Binder, KubeApi, RetryPolicy
 from scheduler.engine.decisions import Decision
-from scheduler.reservation import (
+from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
+from scheduler.kube.reservation import (
     ANNOTATION_RESERVED_GPU,
     ANNOTATION_SHARERS,
     GpuSharing,
@@ -42,7 +42,7 @@ from scheduler.reservation import (
     reservation_pod,
     reservation_pod_name,
 )
-from scheduler.webhook import MUTATE_PATH, serve
+from scheduler.kube.webhook import MUTATE_PATH, serve
 from tests.test_binder import record
 
 FAST = RetryPolicy(attempts=3, base_s=0.01)

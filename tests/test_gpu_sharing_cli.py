@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ingest.filelog import FileLog
-from scheduler.reservation import ANNOTATION_RESERVED_GPU, SharingConfig, reservation_pod
+from scheduler.kube.reservation import ANNOTATION_RESERVED_GPU, SharingConfig, reservation_pod
 
 ROOT = Path(__file__).resolve().parent.parent
 

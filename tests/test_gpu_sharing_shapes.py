@@ -18,14 +18,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.reservation import (
+from scheduler.kube.reservation import (
     SharingConfig,
     gpu_group,
     reservation_pod,
     reservation_pod_name,
     visibility_data,
 )
-from scheduler.webhook import MUTATE_PATH, configmap_name, mutation, review, serve
+from scheduler.kube.webhook import MUTATE_PATH, configmap_name, mutation, review, serve
 
 KEYS = ["NVIDIA_VISIBLE_DEVICES", "GPU_PORTION", "RUNAI_NUM_OF_GPUS"]
 

@@ -260,8 +260,8 @@ def _observe_solver_case(
 
     ``podgroups`` maps job names to PodGroup objects' ``metadata`` extras (uid, labels): each goes through
     the real path, Kubernetes object -> PodGroupUpserted -> its JSON -> the state fold's Job."""
-    from scheduler.conformance import NOW_MS as CONFORMANCE_NOW_MS
-    from scheduler.conformance import load_state
+    from scheduler.conformance.runner import NOW_MS as CONFORMANCE_NOW_MS
+    from scheduler.conformance.runner import load_state
 
     _, gpus, quotas, jobs, _ = next(c for c in SOLVER_CASES if c[0] == case)
     doc = {
@@ -287,7 +287,7 @@ def _observe_solver_case(
 def _with_podgroup(job: Any, meta: Any) -> Any:
     """``job`` as the fold makes it from a PodGroup object with ``meta`` merged into its metadata."""
     from ingest.events import dump_event, parse_event
-    from ingest.kube import podgroup_upserted
+    from ingest.kube.translate import podgroup_upserted
     from scheduler.engine.state import StateBuilder
 
     obj = {
@@ -336,7 +336,7 @@ def test_evicted_pods_carry_the_podgroups_uid_and_node_pool(
 
 def test_the_metric_labels_are_contract_v2_fields_old_events_keep_their_bytes() -> None:
     from ingest.events import dump_event
-    from ingest.kube import podgroup_upserted
+    from ingest.kube.translate import podgroup_upserted
 
     base = {"name": "g", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"}
     plain = podgroup_upserted({"metadata": base, "spec": {"queue": "q"}}, 0)

@@ -23,7 +23,7 @@ from fairshare.metrics import KAI_LATENCY_BUCKETS_MS, FairshareMetrics, KaiLaten
 from fairshare.service import FairshareService
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.binder import Binder, KubeApi
+from scheduler.kube.binder import Binder, KubeApi
 from scheduler.metrics import BinderMetrics, serve
 from tests.test_binder import FAST, apply_crds, bind, make_node, make_pod, make_queue, record
 from tests.test_fairshare_service import FlakySource, append, cluster

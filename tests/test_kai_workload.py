@@ -18,7 +18,7 @@ import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.binder import ANNOTATION_GPU_PORTION
+from scheduler.kube.binder import ANNOTATION_GPU_PORTION
 from tests.test_binder import apply_crds, make_node, read_pod
 from tests.test_kube_e2e import Pipeline, _decisions
 

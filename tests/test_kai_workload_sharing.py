@@ -23,8 +23,8 @@ import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.binder import Binder, KubeApi, RetryPolicy
-from scheduler.reservation import (
+from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
+from scheduler.kube.reservation import (
     ANNOTATION_SHARERS,
     GpuSharing,
     SharingConfig,

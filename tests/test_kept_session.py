@@ -29,8 +29,8 @@ from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import SUBGROUP_LABEL, Node, PodStatus, StateBuilder
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
-from scheduler.synthetic import SyntheticSpec, synthetic_events
 from tests.replay_cli import replay_verify
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
 def fingerprint(ssn: Session) -> dict[str, Any]:

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from analytics.explain import explain
-from analytics.store import AuditStore, sink_from_log
+from analytics.audit.store import AuditStore, sink_from_log
+from analytics.reports.explain import explain
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.binder import ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, Binder, KubeApi, RetryPolicy
+from scheduler.kube.binder import ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, Binder, KubeApi, RetryPolicy
 from scheduler.service import Service
 from tests.test_binder import apply_crds, make_node, make_pod, pod_events, read_pod
 

@@ -25,8 +25,8 @@ from kubernetes.client.exceptions import ApiException
 
 from ingest.events import parse_event
 from ingest.filelog import FileLog
+from ingest.kube.watcher import KubeApi, KubeIngest
 from ingest.log import DEFAULT_TOPICS
-from ingest.watcher import KubeApi, KubeIngest
 from tests.kubeapi import APISERVER_SH, KubeAPI, _read_env
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.filelog import FileLog
-from ingest.kube import pod_requests
+from ingest.kube.translate import pod_requests
 from tests.test_binder import apply_crds, make_node, read_pod
 from tests.test_kube_e2e import Pipeline, _decisions, _queue
 

@@ -24,8 +24,8 @@ import pytest
 
 from ingest.events import parse_event
 from ingest.filelog import FileLog
+from ingest.kube.watcher import KubeApi, KubeIngest
 from ingest.log import DEFAULT_TOPICS, Log
-from ingest.watcher import KubeApi, KubeIngest
 from tests.test_binder import apply_crds, make_node, make_pod, make_queue, read_pod
 from tests.test_kube_e2e import Pipeline, _last, _podgroup
 
@@ -225,7 +225,7 @@ def test_without_the_topology_crd_ingest_says_so_once_and_keeps_flowing(
     ns = kube_namespace
     topo = f"{ns}-dc"
     state = tmp_path / "state.json"
-    caplog.set_level(logging.INFO, logger="ingest.watcher")
+    caplog.set_level(logging.INFO, logger="ingest.kube.watcher")
     with kube_api.api_client() as api:
         apply_crds(api)
         _delete_topology_crd(api)
@@ -276,7 +276,7 @@ def test_without_permission_on_topologies_ingest_says_so_once_and_keeps_flowing(
 
     ns = kube_namespace
     user = f"{ns}-ingest"
-    caplog.set_level(logging.INFO, logger="ingest.watcher")
+    caplog.set_level(logging.INFO, logger="ingest.kube.watcher")
     with kube_api.api_client() as admin:
         apply_crds(admin)
         rbac = client.RbacAuthorizationV1Api(admin)

@@ -1,4 +1,4 @@
-"""Kubernetes objects -> contract events (ingest/kube.py) and pod grouping (ingest/podgrouper.py).
+"""Kubernetes objects -> contract events (ingest/kube/translate.py) and pod grouping (ingest/kube/podgrouper.py).
 
 Pure translation, no server: the objects are the JSON dicts the API server sends.
 """
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from ingest import kube
-from ingest.kube import KubeError
-from ingest.podgrouper import plan_pod_group, podgroup_manifest, podgroup_patch, resolve_owners
+from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest, podgroup_patch, resolve_owners
+from ingest.kube.translate import KubeError
 
 
 def node(**status: Any) -> dict[str, Any]:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.conformance import run_doc, scenario_files
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.runner import run_doc, scenario_files
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.solver import job_view, tasks_to_evict
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
@@ -28,7 +28,7 @@ from scheduler.engine.decisions import make_record
 from scheduler.engine.ordering import JobsByQueue, job_init_resources
 from scheduler.engine.session import JobInfo, Session
 from scheduler.engine.state import ClusterState, fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
 @cache
@@ -148,7 +148,7 @@ def test_a_cycle_decides_the_same_with_the_fast_reinsertion(seed: int, tree: tup
 
 
 def test_every_conformance_scenario_ends_the_same_with_the_fast_reinsertion() -> None:
-    root = Path(__file__).parent / "conformance"
+    root = SCENARIOS_DIR
     docs = [
         json.loads(p.read_text())
         for p in [*scenario_files(root / "kai"), *scenario_files(root / "hourglass")]

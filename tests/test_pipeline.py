@@ -12,9 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from analytics.replay import load_source, replay
-from analytics.simlog import usage_record
-from analytics.store import AuditStore, sink_from_log
+from analytics.audit.store import AuditStore, sink_from_log
+from analytics.rerun.replay import load_source, replay
+from analytics.rundir import usage_record
 from ingest import events as ev
 from ingest.backends import open_log
 from ingest.filelog import FileLog
@@ -24,7 +24,7 @@ from scheduler.engine.delta import expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 GPU = 1000
 

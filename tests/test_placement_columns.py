@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 import scheduler.engine.placement as placement
 from ingest import events as ev
+from scheduler.conformance import SCENARIOS_DIR
 from scheduler.engine.columns import NO_ROOM, columns
 from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
 from scheduler.engine.decisions import make_record
@@ -255,7 +256,7 @@ def test_whole_cycle_records_are_identical(cluster: tuple[list[object], SessionC
 
 def test_fast_path_and_columns_agree_with_the_plain_scan_on_the_synthetic_mix() -> None:
     """Columns and the binpack fast path together, against neither, on a small synthetic cycle."""
-    from scheduler.synthetic import SyntheticSpec, synthetic_events
+    from tests.support.synthetic import SyntheticSpec, synthetic_events
 
     events: list[object] = list(synthetic_events(SyntheticSpec(nodes=40, pending_pods=400, departments=2)))
     with _columns(True):
@@ -268,11 +269,10 @@ def test_fast_path_and_columns_agree_with_the_plain_scan_on_the_synthetic_mix() 
 
 def test_conformance_scenarios_decide_the_same_with_columns_at_any_size() -> None:
     """The KAI scenarios are small clusters, under ``COLUMNS_MIN_NODES``: force the columns on for them."""
-    from pathlib import Path
 
-    from scheduler.conformance import run_file, scenario_files
+    from scheduler.conformance.runner import run_file, scenario_files
 
-    root = Path(__file__).parent / "conformance"
+    root = SCENARIOS_DIR
     files = list(scenario_files(root / "kai")) + list(scenario_files(root / "hourglass"))
     assert files
     for path in files:

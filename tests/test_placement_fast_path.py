@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import scheduler.engine.placement as placement
 from scheduler.engine.cycle import open_session, result_state, run_actions
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
 def _placements(spec: SyntheticSpec) -> list[tuple[str, str, str | None, tuple[int, ...]]]:

@@ -17,9 +17,9 @@ import pytest
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.binder import Binder, KubeApi, RetryPolicy
 from scheduler.engine.decisions import CycleRecord, Decision
-from scheduler.podgroup_status import (
+from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
+from scheduler.kube.podgroup_status import (
     ClearConditions,
     ConditionMemory,
     SetCondition,

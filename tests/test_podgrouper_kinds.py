@@ -1,4 +1,4 @@
-"""Pod grouping parity with KAI's pod-grouper for the kinds issue 14 names (ingest/podgrouper.py).
+"""Pod grouping parity with KAI's pod-grouper for the kinds issue 14 names (ingest/kube/podgrouper.py).
 
 One table per kind: the owner chain a pod has in a real cluster (immediate owner first) -> the PodGroup
 KAI's plugin makes (name, minMember, priority class, queue, owner). Bad annotations are errors naming the
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ingest.kube import KubeError
-from ingest.podgrouper import plan_pod_group, podgroup_manifest, resolve_owners, skip_podgrouper
+from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest, resolve_owners, skip_podgrouper
+from ingest.kube.translate import KubeError
 
 
 def pod(name: str = "p", labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:

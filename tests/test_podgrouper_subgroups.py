@@ -1,4 +1,4 @@
-"""Subgroups the pod-grouper builds, as KAI's plugins build them (issue 15 item 3, ingest/podgrouper.py).
+"""Subgroups the pod-grouper builds, as KAI's plugins build them (issue 15 item 3, ingest/kube/podgrouper.py).
 
 One table per kind: the pod and its owner chain -> the PodGroup's ``spec.subGroups`` and the subgroup the pod
 joins. LeaderWorkerSet: ``leader`` (1) + ``workers`` (size - 1). Grove: the PodGang's podgroups (one per
@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ingest import kube
-from ingest.kube import KubeError
-from ingest.podgrouper import plan_pod_group, podgroup_manifest
+from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest
+from ingest.kube.translate import KubeError
 from tests.test_podgrouper_kinds import owner, pod
 
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"

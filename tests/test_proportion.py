@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.fairshare import check_fair_share_scenario, fair_share_scenario_inputs
 from scheduler.engine.proportion import (
     RESOURCES,
     UNITS,
@@ -22,10 +24,9 @@ from scheduler.engine.proportion import (
     requestable_share,
     unassigned,
 )
-from scheduler.fairshare_scenarios import check_fair_share_scenario, fair_share_scenario_inputs
 
 G = 1000  # one GPU in engine units (milli-GPU)
-SCENARIOS = sorted((Path(__file__).parent / "conformance" / "kai" / "fair-share").glob("*.json"))
+SCENARIOS = sorted((SCENARIOS_DIR / "kai" / "fair-share").glob("*.json"))
 
 
 def gq(

@@ -17,7 +17,7 @@ from scheduler.engine.decisions import make_record
 from scheduler.engine.ordering import JobsByQueue, QueueComparator
 from scheduler.engine.session import Session
 from scheduler.engine.state import ClusterState, fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 sizes = {
     "seed": st.integers(0, 10_000),

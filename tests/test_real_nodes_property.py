@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from scheduler.engine.cycle import result_state, run_cycle, settle
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, HostPort, Pod, PodStatus, evolve, fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 NOW = (PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.RELEASING)  # on the node right now
 LATER = (PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.PIPELINED)  # once releasing pods are gone

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from scheduler.conformance import NOW_MS, load_state
+from scheduler.conformance.runner import NOW_MS, load_state
 from scheduler.engine import minruntime
 from scheduler.engine.actions import preempt, reclaim
 from scheduler.engine.actions.solver import tasks_to_evict

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from analytics.cli import main
-from analytics.replay import NO_USAGE, replay
-from analytics.simlog import CYCLES_FILE, DirLog, read_cycles, read_manifest
-from analytics.simulate import simulate
+from analytics.rerun.replay import NO_USAGE, replay
+from analytics.rundir import CYCLES_FILE, DirLog, read_cycles, read_manifest
+from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants, parse_tenants
 from ingest.trace import read_nodes
 from tests.test_simulate import _first_tasks, _small_nodes_csv

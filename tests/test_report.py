@@ -28,12 +28,20 @@ import duckdb
 import pytest
 import yaml
 
+from analytics.audit.store import SCHEMA, query, resolve_store
+from analytics.audit.views import history_dir
 from analytics.cli import main
-from analytics.report import Report, ReportError, build_report, jain_index, nearest_rank, parse_time, render
-from analytics.simlog import DirLog, read_cycles
-from analytics.simulate import simulate
-from analytics.store import SCHEMA, query, resolve_store
-from analytics.views import history_dir
+from analytics.reports.report import (
+    Report,
+    ReportError,
+    build_report,
+    jain_index,
+    nearest_rank,
+    parse_time,
+    render,
+)
+from analytics.rundir import DirLog, read_cycles
+from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
 from tests.test_simulate import _first_tasks, _small_nodes_csv
@@ -424,7 +432,7 @@ def test_a_store_written_before_the_views_gets_them(
     if history_dir(src).is_dir():  # the days already moved to Parquet come along
         shutil.copytree(history_dir(src), history_dir(old))
     con = duckdb.connect(str(old))
-    con.execute(SCHEMA)  # the tables only, as the store was before analytics/views.py
+    con.execute(SCHEMA)  # the tables only, as the store was before analytics/audit/views.py
     con.execute(f"ATTACH '{resolve_store(default[0])}' AS src (READ_ONLY)")
     for t in (
         "store_meta", "recent_events", "recent_cycles", "recent_decisions", "recent_pending", "pending_open",
@@ -537,7 +545,7 @@ def test_the_queries_in_docs_report_md_rederive_the_report(default: tuple[Path, 
 
 
 def test_an_empty_store_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from analytics.store import AuditStore
+    from analytics.audit.store import AuditStore
 
     AuditStore(tmp_path / "empty.duckdb").close()
     assert main(["report", "--store", str(tmp_path / "empty.duckdb")]) == 2
@@ -545,11 +553,11 @@ def test_an_empty_store_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureF
 
 
 def test_a_window_of_milliseconds_says_so_instead_of_bare_zeros(tmp_path: Path) -> None:
-    from analytics.store import AuditStore, load_cycles, load_events
+    from analytics.audit.store import AuditStore, load_cycles, load_events
     from ingest.events import dump_event
     from scheduler.engine.cycle import run_cycle
     from scheduler.engine.state import fold
-    from scheduler.synthetic import SyntheticSpec, synthetic_events
+    from tests.support.synthetic import SyntheticSpec, synthetic_events
 
     events = synthetic_events(SyntheticSpec(nodes=2, pending_pods=10, departments=1, queues_per_department=2))
     record, _ = run_cycle(fold(events), now_ms=events[-1].at_ms)

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from analytics.cli import main
-from analytics.report_html import PLOTS
+from analytics.reports.report_html import PLOTS
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "docs" / "img" / "report.png"
@@ -152,8 +152,8 @@ def test_screenshot(chromium: str, page: Path, tmp_path: Path) -> None:
 
 def test_the_plotted_series_average_to_the_reported_figures(run: Path) -> None:
     """Each bucket is a time-weighted mean, so the buckets average back to the report's means."""
-    from analytics.report import connect, report_from
-    from analytics.report_html import series
+    from analytics.reports.report import connect, report_from
+    from analytics.reports.report_html import series
 
     con, db = connect(run)
     try:

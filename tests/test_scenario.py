@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from analytics.cli import main
-from analytics.scenario import ScenarioError, load_scenario, parse_duration_ms
-from analytics.simlog import DirLog, read_cycles, read_events
-from analytics.simulate import simulate
+from analytics.rundir import DirLog, read_cycles, read_events
+from analytics.simulation.scenario import ScenarioError, load_scenario, parse_duration_ms
+from analytics.simulation.simulate import simulate
 from ingest import events as ev
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "two-queue-oscillation.yaml"

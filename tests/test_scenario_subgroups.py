@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from analytics.cli import main
-from analytics.scenario import ScenarioError, parse_scenario
-from analytics.simlog import read_events
+from analytics.rundir import read_events
+from analytics.simulation.scenario import ScenarioError, parse_scenario
 from ingest import events as ev
 from scheduler.engine.state import SUBGROUP_LABEL
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from analytics.cli import main
-from analytics.scenario import ScenarioError, load_scenario
-from analytics.simlog import read_events
+from analytics.rundir import read_events
+from analytics.simulation.scenario import ScenarioError, load_scenario
 from ingest import events as ev
 from tests.topology_builders import BLOCK, HOST, RACK, racks_scenario, simulate_json, write_scenario
 

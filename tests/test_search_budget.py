@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analytics.explain import advice
-from analytics.replay import ReplayError, as_recorded, engine_config, load_engine_config
+from analytics.reports.explain import advice
+from analytics.rerun.replay import ReplayError, as_recorded, engine_config, load_engine_config
 from ingest.tenants import EngineSpec
 from scheduler.engine.actions import solver
 from scheduler.engine.actions.budget import REASON
@@ -24,7 +24,7 @@ from scheduler.engine.cycle import open_session, result_state, run_actions, sett
 from scheduler.engine.decisions import Decision, config_hash, make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 # A small contended workload whose reclaim succeeds for two jobs after 7 and 1 simulated scenarios and fails
 # two after 19 each (found by scanning seeds; the figures are asserted below).

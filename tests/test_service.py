@@ -23,8 +23,8 @@ from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.delta import expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Folder, Service
-from scheduler.synthetic import SyntheticSpec, synthetic_events
 from tests.replay_cli import replay_verify
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from analytics.cli import main
-from analytics.simlog import DirLog, read_cycles, read_events, read_manifest
-from analytics.simulate import SimulationResult, Simulator, simulate
+from analytics.rundir import DirLog, read_cycles, read_events, read_manifest
+from analytics.simulation.simulate import SimulationResult, Simulator, simulate
 from ingest import events as ev
 from ingest.tenants import DEFAULT_TENANTS, TenantsError, load_tenants, parse_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, TraceTask, read_nodes, read_pods

@@ -15,7 +15,7 @@ from scheduler.engine.ordering import job_init_resources
 from scheduler.engine.reclaimable import can_reclaim
 from scheduler.engine.session import Session
 from scheduler.engine.state import ClusterState, fold
-from scheduler.synthetic import SyntheticSpec, contention_events, synthetic_events
+from tests.support.synthetic import SyntheticSpec, contention_events, synthetic_events
 
 
 def _view(index: JobIndex) -> tuple[object, ...]:

@@ -23,7 +23,7 @@ from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
 from scheduler.engine.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 SMALL = dict(nodes=12, gpus_per_node=8, pending_pods=120, departments=3, queues_per_department=3)
 

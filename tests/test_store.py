@@ -18,12 +18,9 @@ from typing import Any
 
 import pytest
 
-from analytics.archive import archive, retain
-from analytics.cli import main
-from analytics.gpuhours import held_gpu_ms
-from analytics.simlog import CYCLES_FILE, EVENTS_FILE, DirLog, read_cycles
-from analytics.simulate import simulate
-from analytics.store import (
+from analytics.audit.archive import archive, retain
+from analytics.audit.gpuhours import held_gpu_ms
+from analytics.audit.store import (
     AuditStore,
     StoreError,
     check_select,
@@ -33,7 +30,10 @@ from analytics.store import (
     query,
     sink_from_log,
 )
-from analytics.views import history_dir
+from analytics.audit.views import history_dir
+from analytics.cli import main
+from analytics.rundir import CYCLES_FILE, EVENTS_FILE, DirLog, read_cycles
+from analytics.simulation.simulate import simulate
 from ingest.backends import open_log
 from ingest.log import Topics
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
@@ -245,7 +245,7 @@ def test_who_evicted_whom(run: Path, db: Path) -> None:
 
 def test_gpu_hours_per_queue_per_day(run: Path, db: Path) -> None:
     # The ready query over queue_days (daily_queue for archived days) against the Python definition of
-    # held GPU time (analytics.gpuhours), day by day.
+    # held GPU time (analytics.audit.gpuhours), day by day.
     _, rows = query(db, _ready_queries()["GPU-hours per queue per day"])
     got = {(r[0], str(r[1])): float(r[2]) for r in rows}
     assert len({d for d, _ in got}) > 1 and sum(got.values()) > 0

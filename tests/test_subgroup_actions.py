@@ -2,7 +2,7 @@
 
 The solvers place a job whose subgroups carry constraints with allocate's subgroup walk, each PodSet within
 its nested domain -- the preemptor and every re-placed victim. The behaviour is pinned by the conformance
-scenarios ``sg-act-*`` (tests/conformance/hourglass/real-nodes/subgroups/, written by
+scenarios ``sg-act-*`` (scheduler/conformance/scenarios/hourglass/real-nodes/subgroups/, written by
 tools/real_node_scenarios.py); here: each holds, and each fails once the subgroups' constraints are dropped.
 """
 
@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from scheduler.conformance import run_doc
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.runner import run_doc
 from scheduler.engine.cycle import open_session, result_state, run_actions, run_cycle, settle
 from scheduler.engine.session import ACTIVE_ALLOCATED, SessionConfig
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
-SCENARIOS = sorted((Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "subgroups").glob("sg-act-*.json"))
+SCENARIOS = sorted((SCENARIOS_DIR / "hourglass" / "real-nodes" / "subgroups").glob("sg-act-*.json"))
 
 
 def test_there_is_a_subgroup_scenario_for_each_action() -> None:

@@ -1,6 +1,6 @@
 """Hierarchical PodGroups (issue 15 item 3): the contract, the fold, and properties of allocation.
 
-The behaviour tables are the scenarios in tests/conformance/hourglass/real-nodes/subgroups/ (written by
+The behaviour tables are the scenarios in scheduler/conformance/scenarios/hourglass/real-nodes/subgroups/ (written by
 tools/real_node_scenarios.py); here each of them is also run without its subgroups to show it fails then,
 and synthetic clusters with subgroups check that a PodSet's gang and a subgroup's required rack are never
 broken and that the cycle stays deterministic.
@@ -18,15 +18,16 @@ from hypothesis import strategies as st
 
 from ingest import kube
 from ingest.events import EventError, PodGroupUpserted, dump_event, parse_event
-from ingest.kube import KubeError
-from scheduler.conformance import run_doc
+from ingest.kube.translate import KubeError
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.runner import run_doc
 from scheduler.engine.cycle import open_session, run_actions, run_cycle
 from scheduler.engine.session import ACTIVE_ALLOCATED, SessionConfig
 from scheduler.engine.state import SubGroup, fold, subgroup_minimum
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 SCENARIOS = sorted(
-    (Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "subgroups").glob("sg-*.json")
+    (SCENARIOS_DIR / "hourglass" / "real-nodes" / "subgroups").glob("sg-*.json")
 )
 BASE = {
     "type": "PodGroupUpserted",
@@ -250,7 +251,7 @@ def test_each_subgroup_scenario_depends_on_its_subgroups(path: Path) -> None:
 
 
 def test_not_ready_message_names_the_short_subgroup() -> None:
-    from scheduler.conformance import NOW_MS, load_state
+    from scheduler.conformance.runner import NOW_MS, load_state
 
     path = next(p for p in SCENARIOS if p.stem.startswith("sg-14"))
     state, config = load_state(json.loads(path.read_text()))

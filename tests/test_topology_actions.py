@@ -2,7 +2,7 @@
 domain, and the audit store, ``report`` and ``explain`` say where each constrained gang landed.
 
 The action behaviour is pinned by the conformance scenarios ``topo-27..29`` and ``topo-act-*``
-(tests/conformance/hourglass/real-nodes/topology/, written by tools/real_node_scenarios.py); here: they
+(scheduler/conformance/scenarios/hourglass/real-nodes/topology/, written by tools/real_node_scenarios.py); here: they
 run and each depends on the feature, unconstrained jobs keep their exact path, and the record / store /
 report / explain side, run through the command line as a user would.
 """
@@ -18,12 +18,13 @@ from typing import Any
 
 import pytest
 
-from scheduler.conformance import run_doc
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.runner import run_doc
 from scheduler.engine.cycle import result_state, run_cycle, settle
 from scheduler.engine.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 from tests.topology_builders import (
     BLOCK,
     RACK,
@@ -35,7 +36,7 @@ from tests.topology_builders import (
     write_scenario,
 )
 
-SCENARIOS = Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "topology"
+SCENARIOS = SCENARIOS_DIR / "hourglass" / "real-nodes" / "topology"
 ACTION_SCENARIOS = sorted(
     [*SCENARIOS.glob("topo-act-*.json"), *SCENARIOS.glob("topo-2[789]-*-frees-rack-*.json")]
 )
@@ -200,7 +201,7 @@ def _recorded(config: SessionConfig) -> tuple[list[tuple[int, Any]], list[Any]]:
 def test_a_log_recorded_before_binds_named_the_domain_replays_without_mismatches() -> None:
     """An old writer's records (no ``details.topology``; its config hashes as one without the field) replay
     with the default config: ``as_recorded`` picks the details-less config and the re-run matches."""
-    from analytics.replay import as_recorded, diff_records, engine_config, replay_cycles
+    from analytics.rerun.replay import as_recorded, diff_records, engine_config, replay_cycles
     from scheduler.engine.decisions import config_hash
 
     old_cfg = SessionConfig(topology_details=False)
@@ -225,7 +226,7 @@ def test_a_log_recorded_before_binds_named_the_domain_replays_without_mismatches
 
 
 def test_a_new_record_carries_the_domain_and_hashes_the_switch() -> None:
-    from analytics.replay import as_recorded
+    from analytics.rerun.replay import as_recorded
     from scheduler.engine.decisions import config_hash
 
     _, records = _recorded(SessionConfig())

@@ -1,6 +1,6 @@
 """Topology-constrained allocation (issue 15) on synthetic clusters: properties a user relies on.
 
-The scenario tables are in tests/conformance/hourglass/real-nodes/topology/ (tools/real_node_scenarios.py);
+The scenario tables are in scheduler/conformance/scenarios/hourglass/real-nodes/topology/ (tools/real_node_scenarios.py);
 these check, over many seeded clusters, that a required level is never broken and that a job waiting on
 its constraint says which level it needs.
 """
@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.conformance import run_doc
+from scheduler.conformance import SCENARIOS_DIR
+from scheduler.conformance.runner import run_doc
 from scheduler.engine.cycle import result_state, run_cycle, settle
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, PodStatus, fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 _PLACED = (PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING)
 
@@ -80,7 +81,7 @@ _CONTROLS = {
     "topo-36-topology-without-level",
 }
 _SCENARIOS = sorted(
-    (Path(__file__).parent / "conformance" / "hourglass" / "real-nodes" / "topology").glob("topo-*.json")
+    (SCENARIOS_DIR / "hourglass" / "real-nodes" / "topology").glob("topo-*.json")
 )
 
 

@@ -15,7 +15,7 @@ from ingest.events import (
     dump_event,
     parse_event,
 )
-from ingest.kube import KubeError
+from ingest.kube.translate import KubeError
 from scheduler.engine.state import Topology, fold
 
 TOPOLOGY_CR = {
@@ -204,7 +204,7 @@ def _pod(annotations: dict[str, str] | None = None) -> dict[str, Any]:
 def test_pod_grouper_copies_workload_annotations_into_the_podgroup(
     owners: list[dict[str, Any]], pod_annotations: dict[str, str], expected: tuple[str | None, ...]
 ) -> None:
-    from ingest.podgrouper import plan_pod_group, podgroup_manifest, podgroup_patch
+    from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest, podgroup_patch
 
     plan = plan_pod_group(_pod(pod_annotations), owners)
     manifest = podgroup_manifest(plan)
@@ -278,6 +278,6 @@ def test_topology_events_through_the_log_fold_and_cycle() -> None:
     ],
 )
 def test_explain_advice_for_a_gang_waiting_on_its_topology(details: dict[str, Any], expected: str) -> None:
-    from analytics.explain import advice
+    from analytics.reports.explain import advice
 
     assert expected in advice("TopologyConstraint", details, (0, 8000), 16000, [])

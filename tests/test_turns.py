@@ -20,7 +20,7 @@ from scheduler.engine.cycle import open_session
 from scheduler.engine.ordering import JobsByQueue, Run, turns
 from scheduler.engine.session import JobInfo, Session
 from scheduler.engine.state import fold
-from scheduler.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
 @cache

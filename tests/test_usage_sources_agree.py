@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from analytics.cli import main
-from analytics.simlog import read_cycles, read_events
+from analytics.rundir import read_cycles, read_events
 from fairshare.config import FairshareConfig
 from fairshare.decay import usage_at
 from fairshare.ledger import EventLedger

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from analytics.cli import main
-from analytics.whatif import (
+from analytics.rerun.whatif import (
     WhatIfError,
     expand_sweeps,
     load_recording,

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from analytics.cli import main
-from analytics.whatif import parse_change, rerun_service
-from analytics.whatif import service_outcomes as recorded_outcomes
-from analytics.whatif_service import ServiceLogError, load_service_recording
+from analytics.rerun.whatif import parse_change, rerun_service
+from analytics.rerun.whatif import service_outcomes as recorded_outcomes
+from analytics.rerun.whatif_service import ServiceLogError, load_service_recording
 from fairshare.config import FairshareConfig
 from fairshare.service import FairshareService
 from ingest import events as ev
@@ -307,7 +307,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_no_change_reproduces_each_pods_binds_evictions_and_starts(case: Case, tmp_path: Path) -> None:
-    from analytics.whatif_service import rerun
+    from analytics.rerun.whatif_service import rerun
 
     nodes, queues, jobs = _mixed(case.mixed) if case.mixed else _two_queues(case.backlog)
     with open_log(str(tmp_path / "log")) as log:
@@ -353,7 +353,7 @@ def test_a_no_change_whatif_of_an_embedded_service_log_reproduces_it(embedded: P
 
 def test_the_per_pod_outcomes_match_too(embedded: Path) -> None:
     """Binds, evictions and start times per pod, not only the aggregates."""
-    from analytics.whatif_service import _Driver
+    from analytics.rerun.whatif_service import _Driver
 
     rec = load_service_recording(str(embedded))
     d = _Driver(rec, rec.config)
@@ -409,7 +409,7 @@ def test_bad_settings_for_a_service_log_are_refused_clearly(
     rc = main(["whatif", str(embedded), "--recorded-config", str(other)])
     assert rc == 2 and "--engine-config" in capsys.readouterr().err  # replay's opener names the mismatch
     with pytest.raises(ServiceLogError):
-        from analytics.whatif_service import service_config
+        from analytics.rerun.whatif_service import service_config
 
         service_config(ENGINE, parse_change("nodes=3"))
 
@@ -489,7 +489,7 @@ def test_a_no_change_windowed_whatif_equals_the_recording_inside_the_window(
     """`--window FROM..TO` starts from the recorded state at FROM (pods running, binds and evictions in
     flight, pending pods) and re-runs to TO: with no change, every event up to TO comes back at its time and
     in its order, and the window's figures are the recording's."""
-    from analytics.whatif_service import log_window, rerun
+    from analytics.rerun.whatif_service import log_window, rerun
 
     nodes, queues, jobs = _mixed(case.mixed) if case.mixed else _two_queues(case.backlog)
     with open_log(str(tmp_path / "log")) as log:
@@ -520,7 +520,7 @@ def test_a_windowed_whatif_keeps_the_recording_before_from_and_changes_it_after(
     """At kValue 0 from 3 h on: before FROM the log is the recording's; from FROM the engine decides under
     kValue 0. b's job running at FROM runs its recorded remaining time (nothing reclaims it), then the tie
     goes to a, which keeps the cluster to TO: b starts nothing in the window."""
-    from analytics.whatif_service import log_window, rerun, service_config
+    from analytics.rerun.whatif_service import log_window, rerun, service_config
 
     rec = load_service_recording(str(embedded))
     window = log_window(rec, (3 * H, 10 * H))
@@ -591,7 +591,7 @@ def _a_then_b() -> tuple[list[ev.NodeUpserted], list[ev.QueueUpserted], list[Job
 def test_recomputed_usage_with_no_change_reproduces_the_recording(two_backlogs: Path) -> None:
     """The fair-share service recomputes each recorded snapshot, as of its time, from the re-run's own
     events: with no change they are the recorded snapshots (same ids), and the run is the recording."""
-    from analytics.whatif_service import rerun, usage_config
+    from analytics.rerun.whatif_service import rerun, usage_config
 
     rec = load_service_recording(str(two_backlogs))
     assert rec.usage_source == "eventlog"
@@ -662,8 +662,8 @@ def test_prometheus_snapshots_are_kept_unless_recompute_is_asked(two_backlogs: P
     source with the recorded window; a usage setting change recomputes."""
     from dataclasses import replace
 
-    from analytics.whatif import usage_text
-    from analytics.whatif_service import usage_config
+    from analytics.rerun.whatif import usage_text
+    from analytics.rerun.whatif_service import usage_config
 
     rec = replace(load_service_recording(str(two_backlogs)), usage_source="prometheus")
     assert usage_config(rec, []) is None
@@ -688,9 +688,9 @@ def test_out_keeps_a_service_logs_whatif_as_a_run_directory(
     """``--out DIR`` writes the what-if's own events, cycle records and usage snapshots as a run directory:
     measured again it gives the what-if's figures, ``replay --verify`` re-runs every cycle to the same
     record, and ``report`` / ``sql`` read it; a sweep writes DIR/0, DIR/1."""
-    from analytics.replay import replay
-    from analytics.store import query
-    from analytics.whatif import outcomes
+    from analytics.audit.store import query
+    from analytics.rerun.replay import replay
+    from analytics.rerun.whatif import outcomes
 
     out = tmp_path / "kzero"
     rc = main(["whatif", str(embedded), "--set", "fairshare.k_value=0", "--out", str(out), "--json"])
@@ -780,7 +780,7 @@ def test_a_recorded_unavailable_snapshot_stays_unavailable_with_usage_recomputed
     """What if the settings differed, not what if Prometheus had been up: with ``--usage recompute`` the
     cycles that ran without usage in the recording run without usage in the what-if, and with no change the
     what-if is the recording."""
-    from analytics.whatif_service import rerun, usage_config
+    from analytics.rerun.whatif_service import rerun, usage_config
 
     rec = load_service_recording(str(outage))
     blind = [r.logical_time_ms for r in rec.records if not r.usage_available]

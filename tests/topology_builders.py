@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from analytics.cli import main
-from scheduler.synthetic import SyntheticSpec
+from tests.support.synthetic import SyntheticSpec
 
 BLOCK, RACK, HOST = "sim.io/block", "sim.io/rack", "kubernetes.io/hostname"
 

@@ -1,8 +1,8 @@
-"""Writes the real-nodes conformance scenarios (tests/conformance/hourglass/real-nodes/).
+"""Writes the real-nodes conformance scenarios (scheduler/conformance/scenarios/hourglass/real-nodes/).
 
 The scenarios are data, checked in; this script is how they were written, kept so a change to the table is
 one edit here and a re-run: ``python3 tools/real_node_scenarios.py``. Each entry states a cluster, queues,
-jobs and the outcome a user would notice (tests/conformance/hourglass/SCHEMA.md).
+jobs and the outcome a user would notice (scheduler/conformance/scenarios/hourglass/SCHEMA.md).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-OUT = Path(__file__).resolve().parent.parent / "tests" / "conformance" / "hourglass" / "real-nodes"
+OUT = Path(__file__).resolve().parent.parent / "scheduler" / "conformance" / "scenarios" / "hourglass" / "real-nodes"
 GB = 1_000_000_000
 
 

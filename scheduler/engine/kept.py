@@ -24,7 +24,7 @@ both ways, and replays a service run). It builds afresh instead when there is no
 when the config, the nodes or the queues differ (rare: they are compared whole, so an unchanged node
 re-announced is fine), when an event may have changed many pods at once (a node removed) or is of a kind
 :class:`Changes` does not know, or when the changes do not lead from the last snapshot to this one.
-The simulator (``analytics/simulate.py``) keeps its session the same way. Replays build every session
+The simulator (``analytics/simulation/simulate.py``) keeps its session the same way. Replays build every session
 afresh (``run_cycle``): they check the service's and the simulator's records with an independent
 construction.
 """

@@ -1,0 +1,487 @@
+"""``hourglass report --html FILE``: the report as one self-contained, offline HTML page with plots.
+
+Plots are matplotlib figures written as inline SVG (``docs/report.md`` says why): the page has no script,
+no stylesheet link, no image or font URL, so a browser opening it makes no network request, and it renders
+the same with JavaScript disabled. Time series are time-weighted means over at most :data:`POINTS`
+buckets of the window (computed in DuckDB from the report's views), so the page stays small however many
+cycles the store holds.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import duckdb
+
+from analytics.reports.report import (
+    EVICTION_KINDS,
+    GPU_MILLI,
+    MS_PER_DAY,
+    MS_PER_HOUR,
+    Report,
+    ReportError,
+    connect,
+    fmt_duration,
+    fmt_time,
+    queue_story,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["PLOTS", "POINTS", "series", "write_html"]
+
+POINTS: Final = 300
+# The id of each plot's <figure> element, in page order (the browser test counts them).
+PLOTS: Final = ("allocation", "fair-share", "usage", "waits", "evictions", "fairness")
+_KIND_STYLE: Final = {
+    "reclaim": ("o", "#d62728"),
+    "preempt": ("s", "#9467bd"),
+    "consolidation": ("^", "#2ca02c"),
+    "other": ("x", "#7f7f7f"),
+}
+
+
+def _bucketed(con: duckdb.DuckDBPyConnection, lo: int, hi: int, width: int) -> list[tuple[Any, ...]]:
+    """Per queue per bucket: time-weighted mean allocated, fair share (capped, classic capped), usage."""
+    # Each interval is spread over the buckets it touches (computed, not a range join: 1 M intervals stay
+    # ~1 M rows), then clipped to each bucket.
+    return con.execute(
+        """
+        WITH i AS (
+          SELECT queue, start_ms, end_ms, gpu_allocated, gpu_fair_share_capped, gpu_fair_share_classic_capped,
+                 gpu_usage,
+                 unnest(range((greatest(start_ms, $lo) - $lo) // $w, (least(end_ms, $hi) - 1 - $lo) // $w + 1)) AS b
+          FROM queue_intervals WHERE start_ms < $hi AND end_ms > $lo AND end_ms > start_ms
+        )
+        SELECT b, queue,
+               sum(gpu_allocated * ov) / bl, sum(gpu_fair_share_capped * ov) / bl,
+               sum(gpu_fair_share_classic_capped * ov) / bl, sum(gpu_usage * ov) / bl
+        FROM (
+          SELECT *, greatest(0, least(end_ms, $lo + (b + 1) * $w, $hi) - greatest(start_ms, $lo + b * $w)) AS ov,
+                 least($lo + (b + 1) * $w, $hi) - ($lo + b * $w) AS bl
+          FROM i)
+        GROUP BY b, queue, bl ORDER BY b
+        """,
+        {"lo": lo, "hi": hi, "w": width},
+    ).fetchall()
+
+
+def series(con: duckdb.DuckDBPyConnection, report: Report) -> dict[str, Any]:
+    """The plot data of *report*, queried from its store's views over the same window."""
+    lo, hi = report.window.from_ms, report.window.to_ms
+    width = max(-(-(hi - lo) // POINTS), 1)
+    n = -(-(hi - lo) // width)
+    names = [r.name for r in report.queues]
+    per: dict[str, dict[str, list[float]]] = {
+        q: {k: [0.0] * n for k in ("allocated", "fair", "fair_classic", "usage")} for q in names
+    }
+    for b, q, alloc, fair, classic, usage in _bucketed(con, lo, hi, width):
+        if q in per and 0 <= b < n:
+            p = per[q]
+            p["allocated"][b] = float(alloc or 0) / GPU_MILLI
+            p["fair"][b] = float(fair or 0) / GPU_MILLI
+            p["fair_classic"][b] = float(classic or 0) / GPU_MILLI
+            p["usage"][b] = float(usage or 0)
+    cap = [0.0] * n
+    for b, v in con.execute(
+        """
+        WITH c AS (
+          SELECT at_ms AS s, coalesce(lead(at_ms) OVER (ORDER BY "offset"), $hi) AS e, gpu_milli FROM capacity_changes
+        ), i AS (
+          SELECT s, e, gpu_milli,
+                 unnest(range((greatest(s, $lo) - $lo) // $w, (least(e, $hi) - 1 - $lo) // $w + 1)) AS b
+          FROM c WHERE s < $hi AND e > $lo AND e > s
+        )
+        SELECT b, sum(gpu_milli * greatest(0, least(e, $lo + (b + 1) * $w, $hi) - greatest(s, $lo + b * $w)))
+                  / (least($lo + (b + 1) * $w, $hi) - ($lo + b * $w))
+        FROM i GROUP BY b
+        """,
+        {"lo": lo, "hi": hi, "w": width},
+    ).fetchall():
+        if 0 <= b < n:
+            cap[b] = float(v or 0) / GPU_MILLI
+    fragmented = [0.0] * n
+    for b, v in con.execute(
+        """
+        WITH d AS (SELECT at_ms, sum(d_fragmented) AS d FROM fragmentation_changes GROUP BY at_ms),
+        c AS (
+          SELECT at_ms AS s, coalesce(lead(at_ms) OVER (ORDER BY at_ms), greatest($hi, at_ms)) AS e,
+                 sum(d) OVER (ORDER BY at_ms ROWS UNBOUNDED PRECEDING) AS v
+          FROM d
+        ), i AS (
+          SELECT s, e, v, unnest(range((greatest(s, $lo) - $lo) // $w, (least(e, $hi) - 1 - $lo) // $w + 1)) AS b
+          FROM c WHERE s < $hi AND e > $lo AND e > s
+        )
+        SELECT b, sum(v * greatest(0, least(e, $lo + (b + 1) * $w, $hi) - greatest(s, $lo + b * $w)))
+                  / (least($lo + (b + 1) * $w, $hi) - ($lo + b * $w))
+        FROM i GROUP BY b
+        """,
+        {"lo": lo, "hi": hi, "w": width},
+    ).fetchall():
+        if 0 <= b < n:
+            fragmented[b] = float(v or 0) / GPU_MILLI
+    waits: dict[str, list[float]] = defaultdict(list)
+    for q, w in con.execute(
+        "SELECT queue, wait_ms FROM job_waits WHERE first_bind_ms >= $lo AND first_bind_ms < $hi",
+        {"lo": lo, "hi": hi},
+    ).fetchall():
+        waits[q].append(w / 1000)
+    evictions = con.execute(
+        "SELECT logical_time_ms, queue, kind, evictor_queue FROM evictions"
+        " WHERE logical_time_ms >= $lo AND logical_time_ms < $hi ORDER BY logical_time_ms",
+        {"lo": lo, "hi": hi},
+    ).fetchall()
+    return {
+        "t_ms": [lo + b * width for b in range(n)] + [hi],
+        "queues": per,
+        "capacity": cap,
+        "fragmented": fragmented,
+        "waits": dict(waits),
+        "evictions": evictions,
+    }
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _time_axis(report: Report) -> tuple[float, str]:
+    """Divisor and label for the x axis (days of a long window, hours of a short one)."""
+    if report.window.length_ms >= 3 * MS_PER_DAY:
+        return MS_PER_DAY, "days" if report.window.from_ms < 10 * 365 * MS_PER_DAY else "days since epoch"
+    return MS_PER_HOUR, "hours"
+
+
+def _mpl_at_least(major: int, minor: int) -> bool:
+    import matplotlib
+
+    parts = matplotlib.__version__.split(".")
+    return (int(parts[0]), int(re.sub(r"\D.*", "", parts[1]) or 0)) >= (major, minor)
+
+
+def _svg(fig: Figure, left_chars: int = 0) -> str:
+    """The figure as an inline <svg>; fixed margins (room for *left_chars* of y tick labels).
+
+    Margins are set, not measured: ``bbox_inches="tight"`` and ``tight_layout`` each cost another
+    rendering pass with text measuring, which dominated the page's time on big stores.
+    """
+    w, h = fig.get_size_inches()
+    left = (0.75 + 0.065 * left_chars) / w
+    fig.subplots_adjust(left=left, right=1 - 0.2 / w, top=1 - 0.3 / h, bottom=0.55 / h)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})  # no date: the same store gives the same page
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG sits inside HTML
+
+
+def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """plot id -> (title, inline SVG)."""
+    try:
+        import matplotlib
+    except ImportError as e:
+        raise ReportError("--html needs matplotlib: pip install 'hourglass[plot]'") from e
+    matplotlib.use("Agg")  # files only; never a display
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": "hourglass", "font.size": 9})
+    div, unit = _time_axis(report)
+    t = [x / div for x in data["t_ms"]]
+    leaves = [r.name for r in report.queues if r.leaf]
+    per = data["queues"]
+    out: dict[str, tuple[str, str]] = {}
+
+    # 1. allocation stacked by leaf queue, against capacity
+    fig, ax = plt.subplots(figsize=(10, 4))
+    if leaves:
+        ax.stackplot(
+            t,
+            [per[q]["allocated"] + per[q]["allocated"][-1:] for q in leaves],
+            labels=leaves,
+            step="post",
+            alpha=0.85,
+        )
+    ax.step(
+        t,
+        data["capacity"] + data["capacity"][-1:],
+        where="post",
+        color="black",
+        linewidth=1.2,
+        label="capacity",
+    )
+    frag = data["fragmented"]
+    ax.step(
+        t,
+        frag + frag[-1:],
+        where="post",
+        color="black",
+        linestyle="--",
+        linewidth=0.8,
+        label="fragmented (idle)",
+    )
+    ax.set_xlabel(unit)
+    ax.set_ylabel("GPUs (mean per bucket)")
+    ax.legend(loc="upper left", fontsize="small", ncol=3)
+    out["allocation"] = (
+        "GPUs allocated per leaf queue, stacked, against the capacity; idle GPUs that are fragmented",
+        _svg(fig),
+    )
+
+    # 2. fair share vs allocated, one panel per queue
+    names = [r.name for r in report.queues]
+    cols = 2 if len(names) > 1 else 1
+    rows_n = -(-len(names) // cols)
+    fig, axes = plt.subplots(rows_n, cols, figsize=(10, 2.2 * rows_n + 0.4), squeeze=False, sharex=True)
+    for k, q in enumerate(names):
+        a = axes[k // cols][k % cols]
+        a.step(
+            t,
+            per[q]["allocated"] + per[q]["allocated"][-1:],
+            where="post",
+            label="allocated",
+            color="#1f77b4",
+        )
+        a.step(t, per[q]["fair"] + per[q]["fair"][-1:], where="post", label="fair share", color="#ff7f0e")
+        a.step(
+            t,
+            per[q]["fair_classic"] + per[q]["fair_classic"][-1:],
+            where="post",
+            label="fair share, no kValue",
+            color="#ff7f0e",
+            linestyle=":",
+            linewidth=0.9,
+        )
+        a.set_title(q, fontsize=9)
+        a.set_ylabel("GPUs")
+    for k in range(len(names), rows_n * cols):
+        axes[k // cols][k % cols].set_visible(False)
+    axes[0][0].legend(fontsize="small")
+    for a in axes[-1]:
+        a.set_xlabel(unit)
+    height = 2.2 * rows_n + 0.4
+    fig.subplots_adjust(hspace=0.45 / height * 4, wspace=0.18)
+    out["fair-share"] = ("Fair share (capped at capacity) vs allocated, per queue", _svg(fig))
+
+    # 3. decayed usage
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    for q in names:
+        ax.step(t, per[q]["usage"] + per[q]["usage"][-1:], where="post", label=q)
+    ax.set_xlabel(unit)
+    ax.set_ylabel("share of the cluster")
+    if not any(v for q in names for v in per[q]["usage"]):
+        ax.text(
+            0.5,
+            0.6,
+            "no usage recorded (k_value = 0: the fair share ignores history)",
+            transform=ax.transAxes,
+            ha="center",
+        )
+    ax.legend(loc="upper left", fontsize="small", ncol=3)
+    out["usage"] = ("Decayed historical usage per queue (what the time-based fair share sees)", _svg(fig))
+
+    # 4. wait-time distributions (leaf queues: every job belongs to one)
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    waits = [[max(w, 1.0) / 3600 for w in data["waits"].get(q, [])] for q in leaves]
+    if any(waits):
+        # Matplotlib 3.10 renamed vert=False to orientation="horizontal" (and deprecated the former).
+        horizontal = {"orientation": "horizontal"} if _mpl_at_least(3, 10) else {"vert": False}
+        ax.boxplot([w if w else [float("nan")] for w in waits], whis=(1, 99), **horizontal)
+        ax.set_yticks(range(1, len(leaves) + 1), leaves)
+        ax.set_xscale("log")
+    ax.set_xlabel("hours from submission to first bind (log; whiskers p1-p99)")
+    out["waits"] = ("Wait-time distribution per leaf queue", _svg(fig, max(map(len, leaves), default=0)))
+
+    # 5. eviction timeline
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    ys = {q: i for i, q in enumerate(names)}
+    for kind in EVICTION_KINDS:
+        pts = [(e[0] / div, ys.get(e[1], -1)) for e in data["evictions"] if e[2] == kind]
+        if pts:
+            marker, color = _KIND_STYLE[kind]
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=kind, s=18)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_xlim(t[0], t[-1])
+    ax.set_xlabel(unit)
+    if data["evictions"]:
+        ax.legend(fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no evictions in the window", transform=ax.transAxes, ha="center")
+    out["evictions"] = (
+        "Evictions over time, by the queue that suffered them and the evicting action",
+        _svg(fig, max(map(len, names), default=0)),
+    )
+
+    # 6. Jain's index and allocation ratio per bucket
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    tr = report.jain_trend
+    if tr:
+        xs = [*(b["from_ms"] / div for b in tr), tr[-1]["to_ms"] / div]
+        jain = [b["jain_index"] or 0.0 for b in tr]
+        ratio = [b["allocation_ratio"] for b in tr]
+        ax.step(xs, [*jain, jain[-1]], where="post", label="Jain's index")
+        ax.step(xs, [*ratio, ratio[-1]], where="post", label="allocation ratio")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel(unit)
+    ax.legend(fontsize="small")
+    out["fairness"] = (f"Jain's fairness index and allocation ratio per {report.bucket}", _svg(fig))
+    return out
+
+
+# --------------------------------------------------------------------------- the page
+
+_CSS: Final = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1280px; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; }
+table { border-collapse: collapse; font-size: 12px; margin: .5em 0; }
+th, td { border-bottom: 1px solid #ddd; padding: 3px 7px; text-align: right; }
+th:first-child, td:first-child { text-align: left; }
+.meta { color: #555; } .note { color: #555; font-size: 12.5px; }
+pre.story { white-space: pre-wrap; background: #f6f6f6; padding: .8em; }
+figure { margin: 1em 0; } figcaption { font-weight: 600; margin-bottom: .3em; }
+svg { max-width: 100%; height: auto; }
+"""
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    h = "".join(f"<th>{html.escape(x)}</th>" for x in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def render_html(report: Report, data: dict[str, Any]) -> str:
+    """The whole page as a string."""
+    figs = _figures(report, data)
+    win = report.window
+    qrows = [
+        [
+            "\u00a0\u00a0" * r.depth + r.name,
+            "∞" if r.deserved_gpus is None else f"{r.deserved_gpus:,.1f}",
+            f"{r.fair_share_gpus:,.1f}",
+            f"{r.fair_share_classic_gpus:,.1f}",
+            f"{r.allocated_gpus:,.1f}",
+            f"{r.requested_gpus:,.1f}",
+            f"{r.gpu_hours:,.1f}",
+            f"{r.cpu_hours:,.1f}",
+            f"{r.fair_share_gpu_hours:,.1f}",
+            _pct(r.received_over_fair_share),
+            _pct(r.cluster_share),
+            f"{r.usage_end:.3f}",
+            fmt_duration(r.wait_p50_s),
+            fmt_duration(r.wait_p90_s),
+            fmt_duration(r.wait_p99_s),
+            "/".join(str(r.evictions_suffered[k]) for k in EVICTION_KINDS[:3]),
+            "/".join(str(r.evictions_caused[k]) for k in EVICTION_KINDS[:3]),
+            r.pending_reasons[0]["reason"] if r.pending_reasons else "-",
+        ]
+        for r in report.queues
+    ]
+    head = [
+        "queue",
+        "deserved",
+        "fair share",
+        "fair (no kValue)",
+        "allocated",
+        "requested",
+        "GPU-h",
+        "CPU core-h",
+        "fair-share GPU-h",
+        "received ÷ fair",
+        "of cluster",
+        "decayed usage",
+        "wait p50",
+        "p90",
+        "p99",
+        "evicted r/p/c",
+        "caused r/p/c",
+        "typical pending reason",
+    ]
+    c = report.cluster
+    crows = [
+        ["capacity (mean GPUs)", f"{c.capacity_gpus:,.1f}"],
+        ["GPU-hours allocated / capacity", f"{c.gpu_hours_allocated:,.1f} / {c.capacity_gpu_hours:,.1f}"],
+        ["allocation ratio", _pct(c.allocation_ratio)],
+        ["idle GPUs (mean)", f"{c.idle_gpus:,.2f}"],
+        ["fragmented GPUs (mean / at end)", f"{c.fragmented_gpus:,.2f} / {c.fragmented_gpus_at_end:,.2f}"],
+        [
+            "evictions reclaim / preempt / consolidation",
+            "/".join(str(c.evictions[k]) for k in EVICTION_KINDS[:3]),
+        ],
+        [
+            f"Jain's index ({c.jain_queues} leaf queues)",
+            "-" if c.jain_index is None else f"{c.jain_index:.3f}",
+        ],
+    ]
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>Hourglass fairness report {html.escape(fmt_time(win.from_ms))} → {html.escape(fmt_time(win.to_ms))}</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>Hourglass fairness report</h1>",
+        f'<p class="meta">Store <code>{html.escape(report.store)}</code>; window {html.escape(fmt_time(win.from_ms))} →'
+        f" {html.escape(fmt_time(win.to_ms))} ({html.escape(fmt_duration(win.length_ms / 1000))}); the store spans"
+        f" {html.escape(fmt_time(win.store_first_ms))} → {html.escape(fmt_time(win.store_last_ms))}. Every figure can be"
+        " re-derived with <code>hourglass sql</code> from the views in docs/report.md.</p>",
+    ]
+    if report.focus is not None:
+        parts.append(f'<pre class="story">{html.escape(queue_story(report, report.focus))}</pre>')
+    parts += [
+        "<h2>Queues</h2>",
+        _table(head, qrows),
+        "<h2>Cluster</h2>",
+        _table(["figure", "value"], crows),
+    ]
+    if report.placements:
+        parts += [
+            "<h2>Topology: gangs with a constraint, first placed in the window</h2>",
+            _table(
+                ["queue", "gangs", "required level", "preferred level", "got preferred level"],
+                [
+                    [
+                        p["queue"],
+                        str(p["gangs"]),
+                        str(p["with_required_level"]),
+                        str(p["with_preferred_level"]),
+                        "-"
+                        if p["preferred_hit_rate"] is None
+                        else f"{p['got_preferred_level']} ({_pct(p['preferred_hit_rate'])})",
+                    ]
+                    for p in report.placements
+                ],
+            ),
+        ]
+    parts += [f'<p class="note">Note: {html.escape(n)}</p>' for n in report.notes]
+    for pid in PLOTS:
+        title, svg = figs[pid]
+        parts.append(f'<figure id="plot-{pid}"><figcaption>{html.escape(title)}</figcaption>{svg}</figure>')
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_html(report: Report, path: Path, con: duckdb.DuckDBPyConnection | None = None) -> None:
+    """Query the plot series of *report* from its store (on *con* if given) and write the page to *path*."""
+    own = con is None
+    if con is None:
+        con, _ = connect(report.store)
+    try:
+        data = series(con, report)
+    except duckdb.Error as e:
+        raise ReportError(f"{report.store}: query failed: {e}") from e
+    finally:
+        if own:
+            con.close()
+    try:
+        path.write_text(render_html(report, data), encoding="utf-8")
+    except OSError as e:
+        raise ReportError(f"cannot write {path}: {e}") from e

@@ -1,0 +1,694 @@
+"""Pod grouping: the PodGroup of a pod that names none, as KAI's pod-grouper decides it.
+
+A pod without the ``pod-group-name`` annotation gets a PodGroup derived from its **top owner**
+(follow ``ownerReferences`` up, kai-spec §1.1 and §2.3).
+Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
+
+* bare pod: ``pg-<pod>-<pod uid>``, 1, train. Deployment: one per pod, inference.
+* Job: one per pod (``pg-<pod>-<job uid>``), 1, train; with ``kai.scheduler/batch-min-member: N`` on the
+  Job, one gang ``pg-<job>-<uid>`` of N. CronJob: one per run, the pod's Job, ``pg-<job>-<job uid>``.
+* JobSet: :func:`_jobset` (``batch-min-member`` on the JobSet overrides the size).
+* LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<i>`` of ``leaderWorkerTemplate.size``
+  (:func:`_lws`), with KAI's subgroups ``leader`` (1) and ``workers`` (size - 1) (:func:`_lws_subgroups`;
+  LWS ``subGroupPolicy`` segments are not built).
+* Grove (PodCliqueSet, PodClique, ...): the PodGang of the pod's ``grove.io/podgang`` label, one subgroup
+  per PodClique with its ``minReplicas`` and pack constraint (:func:`_grove`).
+* Knative Service: one gang per Revision of its ``min-scale``, inference. Notebook: build.
+* Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
+  with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
+  operator: one group named by the selector.
+* PyTorchJob, TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of
+  replicas. RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
+
+``kai.scheduler/skip-podgrouper: "true"`` on the pod or an owner: no PodGroup is made
+(:func:`skip_podgrouper`; the watcher then requires the pod's ``pod-group-name``).
+
+Topology: ``kai.scheduler/topology``, ``-required-placement`` and ``-preferred-placement`` annotations on the
+top owner (the pod when it has none) become the PodGroup's ``spec.topologyConstraint``.
+
+Subgroups: a plan's ``subgroups`` become ``spec.subGroups``; ``pod_subgroup`` is the subgroup the pod joins,
+which the watcher gives the pod as KAI's ``kai.scheduler/subgroup-name`` label in its ``PodSubmitted`` event
+(the Pod object itself is not patched). JobSet gets none: KAI's JobSet grouper makes one PodGroup per
+replicatedJob (InOrder) or one for all (AnyOrder), without subgroups.
+
+Queue: label ``kai.scheduler/queue`` on the top owner, then on the pod, then label ``project``, then
+``default-queue``. Priority class: label ``priorityClassName`` on the top owner or the pod, then
+``pod.spec.priorityClassName``, then the per-kind default. Preemptibility: label
+``kai.scheduler/preemptibility`` on the top owner, then the pod.
+
+The functions here are pure except :func:`resolve_owners`, which reads owners through a ``get``
+callable the caller supplies (the watcher passes one backed by the API server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ingest.kube.translate import (
+    ANNOTATION_TOPOLOGY,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    LABEL_PREEMPTIBILITY,
+    LABEL_QUEUE,
+    KubeError,
+    check_queue_name,
+    object_key,
+)
+
+__all__ = [
+    "ANNOTATION_MIN_MEMBER",
+    "ANNOTATION_SKIP_PODGROUPER",
+    "DEFAULT_QUEUE",
+    "LABEL_SUBGROUP",
+    "MANAGED_BY",
+    "OwnerGetter",
+    "PodGroupPlan",
+    "plan_pod_group",
+    "podgroup_manifest",
+    "podgroup_patch",
+    "resolve_owners",
+    "skip_podgrouper",
+]
+
+DEFAULT_QUEUE: Final = "default-queue"
+MANAGED_BY: Final = "hourglass-ingest"
+PODGROUP_API_VERSION: Final = "scheduling.run.ai/v2alpha2"
+LABEL_PROJECT: Final = "project"
+LABEL_PRIORITY_CLASS: Final = "priorityClassName"
+LABEL_JOBSET_REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+#: On a Job or JobSet: the gang size (KAI's min-member override), an integer >= 1.
+ANNOTATION_MIN_MEMBER: Final = "kai.scheduler/batch-min-member"
+#: "true" on the pod or any owner: PodGroups are made elsewhere; the pod must name its own.
+ANNOTATION_SKIP_PODGROUPER: Final = "kai.scheduler/skip-podgrouper"
+LABEL_LWS_GROUP_INDEX: Final = "leaderworkerset.sigs.k8s.io/group-index"
+LABEL_LWS_WORKER_INDEX: Final = "leaderworkerset.sigs.k8s.io/worker-index"
+ANNOTATION_LWS_SIZE: Final = "leaderworkerset.sigs.k8s.io/size"
+LABEL_KNATIVE_REVISION: Final = "serving.knative.dev/revision"
+ANNOTATION_KNATIVE_MIN_SCALE: Final = "autoscaling.knative.dev/min-scale"
+LABEL_SPARK_APP_NAME: Final = "spark-app-name"
+LABEL_SPARK_APP_SELECTOR: Final = "spark-app-selector"
+#: Grove: the PodGang a pod belongs to (set by the Grove operator), and the PodGang's topology name.
+LABEL_GROVE_PODGANG: Final = "grove.io/podgang"
+ANNOTATION_GROVE_TOPOLOGY: Final = "grove.io/topology-name"
+GROVE_PODGANG_API: Final = "scheduler.grove.io/v1alpha1"
+_GROVE_KINDS: Final = frozenset(
+    {
+        ("grove.io", "PodCliqueSet"),
+        ("grove.io", "PodGangSet"),
+        ("grove.io", "PodClique"),
+        ("grove.io", "PodCliqueScalingGroup"),
+    }
+)
+#: The pod label that puts a pod in a subgroup of its PodGroup (KAI).
+LABEL_SUBGROUP: Final = "kai.scheduler/subgroup-name"
+_MAX_OWNER_DEPTH = 10
+
+#: (API group, kind) whose pods KAI groups by the next owner down (or the pod itself): KAI's
+#: skip-top-owner grouper. The skipped owner's labels are inherited (queue, priority, ...).
+_SKIP_TOP_OWNER: Final = frozenset({("argoproj.io", "Workflow"), ("trainer.kubeflow.org", "TrainJob")})
+
+# Kubeflow training operators: kind -> the spec field holding the replica specs.
+_KUBEFLOW_REPLICA_SPECS: Final = {
+    "PyTorchJob": "pytorchReplicaSpecs",
+    "TFJob": "tfReplicaSpecs",
+    "XGBoostJob": "xgbReplicaSpecs",
+    "JAXJob": "jaxReplicaSpecs",
+    "MPIJob": "mpiReplicaSpecs",
+}
+
+OwnerGetter = Callable[[str, str, str, str], dict[str, Any] | None]
+"""``get(api_version, kind, namespace, name)`` -> the object, or None when it cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupPlan:
+    """The PodGroup a pod belongs to, as the pod-grouper decided it."""
+
+    name: str
+    namespace: str
+    min_member: int
+    queue: str
+    priority_class: str
+    preemptibility: str | None  # "preemptible" | "non-preemptible" | None (derive from priority)
+    owner: dict[str, Any] = field(default_factory=dict)  # the ownerReference the PodGroup object gets
+    top_owner_kind: str = "Pod"
+    # spec.topologyConstraint from the workload's kai.scheduler/topology* annotations (empty = none).
+    topology_constraint: dict[str, str] = field(default_factory=dict)
+    # spec.subGroups (KAI's CRD form: name, minMember, parent, topologyConstraint) and the subgroup this pod
+    # joins (its kai.scheduler/subgroup-name label); empty / None = no subgroups.
+    subgroups: tuple[dict[str, Any], ...] = ()
+    pod_subgroup: str | None = None
+
+
+_TOPOLOGY_ANNOTATIONS: Final = (
+    ("topology", ANNOTATION_TOPOLOGY),
+    ("requiredTopologyLevel", ANNOTATION_TOPOLOGY_REQUIRED),
+    ("preferredTopologyLevel", ANNOTATION_TOPOLOGY_PREFERRED),
+)
+
+
+def _topology_constraint(workload: dict[str, Any]) -> dict[str, str]:
+    """``spec.topologyConstraint`` from KAI's annotations on the workload (empty values left out)."""
+    ann = _annotations(workload)
+    return {f: ann[a].strip() for f, a in _TOPOLOGY_ANNOTATIONS if ann.get(a, "").strip()}
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    m = obj.get("metadata")
+    return m if isinstance(m, dict) else {}
+
+
+def _sub(obj: dict[str, Any] | None, key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is an object, else an empty dict."""
+    value = obj.get(key) if isinstance(obj, dict) else None
+    return value if isinstance(value, dict) else {}
+
+
+def _labels(obj: dict[str, Any]) -> dict[str, str]:
+    labels = _meta(obj).get("labels")
+    return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+
+
+def _controller_ref(obj: dict[str, Any]) -> dict[str, Any] | None:
+    refs = [r for r in _meta(obj).get("ownerReferences") or [] if isinstance(r, dict)]
+    for r in refs:
+        if r.get("controller"):
+            return r
+    return refs[0] if refs else None
+
+
+def resolve_owners(pod: dict[str, Any], get: OwnerGetter) -> list[dict[str, Any]]:
+    """The owner chain of ``pod``, immediate owner first, top owner last (empty for a bare pod).
+
+    An owner that cannot be read (deleted, or not readable with our RBAC) ends the chain; it is
+    represented by a stub built from the ownerReference, so grouping still keys on its name and uid.
+    """
+    chain: list[dict[str, Any]] = []
+    namespace = str(_meta(pod).get("namespace") or "")
+    current = pod
+    seen: set[str] = set()
+    for _ in range(_MAX_OWNER_DEPTH):
+        ref = _controller_ref(current)
+        if ref is None or str(ref.get("uid")) in seen:
+            break
+        seen.add(str(ref.get("uid")))
+        api_version, kind, name = (
+            str(ref.get("apiVersion", "")),
+            str(ref.get("kind", "")),
+            str(ref.get("name", "")),
+        )
+        obj = get(api_version, kind, namespace, name)
+        if obj is None:
+            chain.append(
+                {
+                    "apiVersion": api_version,
+                    "kind": kind,
+                    "metadata": {"name": name, "namespace": namespace, "uid": str(ref.get("uid", ""))},
+                }
+            )
+            break
+        obj = {"apiVersion": api_version, "kind": kind, **obj}
+        chain.append(obj)
+        current = obj
+    return chain
+
+
+def _owner_ref(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = _meta(obj)
+    return {
+        "apiVersion": str(obj.get("apiVersion") or "v1"),
+        "kind": str(obj.get("kind") or "Pod"),
+        "name": str(meta.get("name") or ""),
+        "uid": str(meta.get("uid") or ""),
+    }
+
+
+def _int_at(owner: dict[str, Any], path: tuple[str, ...], pod_key: str, default: int | None) -> int | None:
+    """An integer field of an owner's object (None/default when absent); an error when not an integer."""
+    cur: Any = owner
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return default
+        cur = cur[p]
+    if isinstance(cur, bool) or not isinstance(cur, int) or cur < 0:
+        where = f"{owner.get('kind')} {object_key(owner)} " + ".".join(path)
+        raise _grouping_error(pod_key, where, cur, "must be a non-negative integer")
+    return cur
+
+
+def _grouping_error(pod_key: str, where: str, value: object, problem: str) -> KubeError:
+    err = KubeError("Pod", pod_key, where, value, problem)
+    err.reason = "HourglassPodGrouping"
+    err.reason_code = "pod_grouping"
+    return err
+
+
+def _replicas_sum(owner: dict[str, Any], specs_field: str, pod_key: str) -> int:
+    """minAvailable of a Kubeflow job: schedulingPolicy.minAvailable, else the sum of all replicas."""
+    min_available = _int_at(owner, ("spec", "runPolicy", "schedulingPolicy", "minAvailable"), pod_key, None)
+    if min_available is not None and min_available > 0:
+        return min_available
+    specs = _sub(owner, "spec").get(specs_field)
+    if not isinstance(specs, dict) or not specs:
+        raise _grouping_error(
+            pod_key, f"{owner.get('kind')} {object_key(owner)} spec.{specs_field}", specs, "is missing"
+        )
+    total = 0
+    for role in sorted(specs):
+        replicas = _int_at(owner, ("spec", specs_field, role, "replicas"), pod_key, 0) or 0
+        if replicas == 0:
+            where = f"{owner.get('kind')} {object_key(owner)} spec.{specs_field}.{role}.replicas"
+            raise _grouping_error(pod_key, where, replicas, "must be > 0")
+        total += replicas
+    return total
+
+
+def _ray(cluster: dict[str, Any], pod_key: str) -> int:
+    """Head (1) plus, per non-suspended worker group, (minReplicas if > 0 else replicas) x numOfHosts."""
+    total = 1
+    spec = _sub(cluster, "spec")
+    for i, group in enumerate(spec.get("workerGroupSpecs") or []):
+        if not isinstance(group, dict) or group.get("suspended") is True:
+            continue
+        wrapped = {"kind": cluster.get("kind"), "metadata": _meta(cluster), "g": group}
+        replicas = _int_at(wrapped, ("g", "replicas"), pod_key, 0) or 0
+        minimum = _int_at(wrapped, ("g", "minReplicas"), pod_key, 0) or 0
+        hosts = _int_at(wrapped, ("g", "numOfHosts"), pod_key, 1) or 1
+        if minimum > replicas:
+            where = f"RayCluster {object_key(cluster)} spec.workerGroupSpecs[{i}].minReplicas"
+            raise _grouping_error(pod_key, where, minimum, f"exceeds replicas {replicas}")
+        total += (minimum if minimum > 0 else replicas) * hosts
+    return total
+
+
+def _jobset(owner: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, int]:
+    """JobSet: one group per replicatedJob when startupPolicy.startupPolicyOrder is InOrder, else one for all.
+
+    minAvailable of a replicatedJob = replicas x min(parallelism, completions if set); parallelism
+    defaults to 1. A missing startupPolicy is JobSet's API default, AnyOrder.
+    """
+    spec = _sub(owner, "spec")
+    in_order = _sub(spec, "startupPolicy").get("startupPolicyOrder")
+    base = f"pg-{_meta(owner).get('name')}-{_meta(owner).get('uid')}"
+    sizes: dict[str, int] = {}
+    for i, rj in enumerate(spec.get("replicatedJobs") or []):
+        if not isinstance(rj, dict):
+            continue
+        wrapped = {"kind": "JobSet", "metadata": _meta(owner), "rj": rj}
+        replicas = _int_at(wrapped, ("rj", "replicas"), pod_key, 1) or 0
+        parallelism = _int_at(wrapped, ("rj", "template", "spec", "parallelism"), pod_key, 1) or 0
+        completions = _int_at(wrapped, ("rj", "template", "spec", "completions"), pod_key, None)
+        per_job = min(parallelism, completions) if completions is not None else parallelism
+        sizes[str(rj.get("name") or f"replicated-job-{i}")] = replicas * per_job
+    if in_order == "InOrder":
+        rj_name = _labels(pod).get(LABEL_JOBSET_REPLICATED_JOB)
+        if rj_name is None or rj_name not in sizes:
+            where = f"metadata.labels[{LABEL_JOBSET_REPLICATED_JOB}]"
+            raise _grouping_error(pod_key, where, rj_name, "does not name a replicatedJob of the JobSet")
+        return f"{base}-{rj_name}", max(sizes[rj_name], 1)
+    return base, max(sum(sizes.values()), 1)
+
+
+def _annotations(obj: dict[str, Any] | None) -> dict[str, str]:
+    ann = _meta(obj).get("annotations") if isinstance(obj, dict) else None
+    return {str(k): str(v) for k, v in ann.items()} if isinstance(ann, dict) else {}
+
+
+def _api_group(obj: dict[str, Any] | None) -> str:
+    api_version = str(obj.get("apiVersion", "")) if isinstance(obj, dict) else ""
+    return api_version.split("/")[0] if "/" in api_version else ""
+
+
+def skip_podgrouper(pod: dict[str, Any], owners: list[dict[str, Any]]) -> str | None:
+    """Where ``kai.scheduler/skip-podgrouper: "true"`` is set (``Pod ns/p``, ``Job ns/j``), or None.
+
+    KAI's contract for external PodGroups: such a pod joins the PodGroup its ``pod-group-name``
+    annotation names, and the pod-grouper creates or rewrites nothing for it.
+    """
+    for obj, kind in [(pod, "Pod"), *((o, str(o.get("kind"))) for o in owners)]:
+        if _annotations(obj).get(ANNOTATION_SKIP_PODGROUPER, "").strip().lower() == "true":
+            return f"{kind} {object_key(obj)}"
+    return None
+
+
+def _min_member_override(obj: dict[str, Any], pod_key: str) -> int | None:
+    """``kai.scheduler/batch-min-member`` of a Job / JobSet: None when absent, an error unless an int >= 1."""
+    raw = _annotations(obj).get(ANNOTATION_MIN_MEMBER)
+    if raw is None:
+        return None
+    where = f"{obj.get('kind')} {object_key(obj)} metadata.annotations[{ANNOTATION_MIN_MEMBER}]"
+    try:
+        value = int(raw.strip(), 10)
+    except ValueError:
+        raise _grouping_error(pod_key, where, raw, "must be an integer >= 1") from None
+    if value < 1:
+        raise _grouping_error(pod_key, where, raw, "must be an integer >= 1")
+    return value
+
+
+def _lws(lws: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, int]:
+    """LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<group-index>``.
+
+    minMember is ``spec.leaderWorkerTemplate.size`` (leader + workers). With ``startupPolicy: LeaderReady``
+    a leader (worker-index 0) that is not bound yet is a gang of 1, so it can start first (KAI).
+    """
+    name = f"pg-{_meta(lws).get('name')}-{_meta(lws).get('uid')}"
+    size = _int_at(lws, ("spec", "leaderWorkerTemplate", "size"), pod_key, None)
+    if size is None or size < 1:
+        where = f"LeaderWorkerSet {object_key(lws)} spec.leaderWorkerTemplate.size"
+        raise _grouping_error(pod_key, where, size, "must be an integer >= 1")
+    policy = _sub(lws, "spec").get("startupPolicy") or "LeaderCreated"
+    if policy not in ("LeaderCreated", "LeaderReady"):
+        where = f"LeaderWorkerSet {object_key(lws)} spec.startupPolicy"
+        raise _grouping_error(pod_key, where, policy, "must be LeaderCreated or LeaderReady")
+    labels = _labels(pod)
+    min_member = size
+    if policy == "LeaderReady":
+        raw_size = _annotations(pod).get(ANNOTATION_LWS_SIZE)
+        if raw_size is not None and raw_size.strip().isdigit():
+            min_member = int(raw_size)
+        is_leader = labels.get(LABEL_LWS_WORKER_INDEX) == "0"
+        if is_leader and not _sub(pod, "spec").get("nodeName"):
+            min_member = 1
+    group_index = labels.get(LABEL_LWS_GROUP_INDEX, "")
+    if group_index.isdigit():
+        name = f"{name}-group-{int(group_index)}"
+    return name, min_member
+
+
+def _lws_subgroups(min_member: int, pod: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], str]:
+    """KAI's LWS subgroups (no segmentation): ``leader`` (1 pod) and ``workers`` (the rest of the gang, when
+    there is one), and the pod's subgroup (worker-index 0 is the leader)."""
+    subgroups: list[dict[str, Any]] = [{"name": "leader", "minMember": 1}]
+    if min_member > 1:
+        subgroups.append({"name": "workers", "minMember": min_member - 1})
+    is_leader = _labels(pod).get(LABEL_LWS_WORKER_INDEX) == "0"
+    return tuple(subgroups), "leader" if is_leader else "workers"
+
+
+def _pack_constraint(obj: dict[str, Any], topology: str, pod_key: str, where: str) -> dict[str, str]:
+    """A Grove ``topologyConstraint.packConstraint`` ({required, preferred}) as KAI's topologyConstraint."""
+    pack = _sub(_sub(obj, "topologyConstraint"), "packConstraint")
+    out = {}
+    for grove_key, kai_key in (
+        ("required", "requiredTopologyLevel"),
+        ("preferred", "preferredTopologyLevel"),
+    ):
+        value = pack.get(grove_key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise _grouping_error(
+                pod_key, f"{where}.topologyConstraint.packConstraint.{grove_key}", value, "must be a string"
+            )
+        out[kai_key] = value
+    if out and not topology:
+        raise _grouping_error(
+            pod_key,
+            f"{where}.topologyConstraint",
+            out,
+            f"needs a topology name (annotation {ANNOTATION_GROVE_TOPOLOGY} or {ANNOTATION_TOPOLOGY} on the PodGang)",
+        )
+    return {"topology": topology, **out} if out else {}
+
+
+def _grove(
+    pod: dict[str, Any], get: OwnerGetter | None, pod_key: str
+) -> tuple[dict[str, Any], int, tuple[dict[str, Any], ...], str | None, dict[str, str]]:
+    """Grove: the PodGang named by the pod's ``grove.io/podgang`` label is the PodGroup (KAI's Grove grouper).
+
+    Returns (PodGang, minMember, subgroups, the pod's subgroup, the PodGang's topologyConstraint). Each of
+    ``spec.podgroups`` (one per PodClique) is a subgroup of ``minReplicas`` pods, holding the pods its
+    ``podReferences`` name; ``spec.topologyConstraintGroupConfigs`` with ``podGroupNames`` become their
+    parents; ``topologyConstraint.packConstraint`` (required / preferred level) at each of these levels
+    becomes that level's constraint on the topology named by the PodGang's ``grove.io/topology-name`` (else
+    ``kai.scheduler/topology``) annotation. minMember is the sum of the podgroups' minReplicas.
+    """
+    namespace = str(_meta(pod).get("namespace") or "")
+    gang_name = _labels(pod).get(LABEL_GROVE_PODGANG)
+    if not gang_name:
+        raise _grouping_error(
+            pod_key,
+            f"metadata.labels[{LABEL_GROVE_PODGANG}]",
+            None,
+            "is required on a Grove pod (the PodGang it belongs to)",
+        )
+    gang = get(GROVE_PODGANG_API, "PodGang", namespace, gang_name) if get is not None else None
+    if gang is None:
+        raise _grouping_error(
+            pod_key, f"PodGang {namespace}/{gang_name}", gang_name, "no readable PodGang yet"
+        )
+    gang = {"apiVersion": GROVE_PODGANG_API, "kind": "PodGang", **gang}
+    ann = _annotations(gang)
+    topology = ann.get(ANNOTATION_GROVE_TOPOLOGY) or ann.get(ANNOTATION_TOPOLOGY) or ""
+    spec = _sub(gang, "spec")
+    where = f"PodGang {namespace}/{gang_name} spec"
+    constraint = _pack_constraint(spec, topology, pod_key, where)
+    parents: dict[str, str] = {}
+    subgroups: list[dict[str, Any]] = []
+    for i, cfg in enumerate(spec.get("topologyConstraintGroupConfigs") or []):
+        names = cfg.get("podGroupNames") if isinstance(cfg, dict) else None
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("name"), str):
+            raise _grouping_error(
+                pod_key, f"{where}.topologyConstraintGroupConfigs[{i}].name", cfg, "is required"
+            )
+        if not names:
+            continue
+        for n in names:
+            parents[str(n)] = cfg["name"]
+        entry: dict[str, Any] = {"name": cfg["name"]}
+        tc = _pack_constraint(cfg, topology, pod_key, f"{where}.topologyConstraintGroupConfigs[{i}]")
+        if tc:
+            entry["topologyConstraint"] = tc
+        subgroups.append(entry)
+    pod_name = str(_meta(pod).get("name") or "")
+    pod_subgroup: str | None = None
+    total = 0
+    for i, pg in enumerate(spec.get("podgroups") or []):
+        pg_where = f"{where}.podgroups[{i}]"
+        if not isinstance(pg, dict) or not isinstance(pg.get("name"), str) or not pg.get("name"):
+            raise _grouping_error(pod_key, f"{pg_where}.name", pg, "is required")
+        minimum = pg.get("minReplicas")
+        if isinstance(minimum, bool) or not isinstance(minimum, int) or minimum <= 0:
+            raise _grouping_error(pod_key, f"{pg_where}.minReplicas", minimum, "must be an integer > 0")
+        total += minimum
+        entry = {"name": pg["name"], "minMember": minimum}
+        if pg["name"] in parents:
+            entry["parent"] = parents[pg["name"]]
+        tc = _pack_constraint(pg, topology, pod_key, pg_where)
+        if tc:
+            entry["topologyConstraint"] = tc
+        subgroups.append(entry)
+        for ref in pg.get("podReferences") or []:
+            if (
+                isinstance(ref, dict)
+                and ref.get("name") == pod_name
+                and ref.get("namespace", namespace) == namespace
+            ):
+                pod_subgroup = pg["name"]
+    return gang, max(total, 1), tuple(subgroups), pod_subgroup, constraint
+
+
+def _knative_revision(
+    service: dict[str, Any], owners: list[dict[str, Any]], pod: dict[str, Any], get: OwnerGetter | None
+) -> dict[str, Any]:
+    """The Revision a Knative Service's pod runs (its ``serving.knative.dev/revision`` label)."""
+    pod_key = object_key(pod)
+    rev_name = _labels(pod).get(LABEL_KNATIVE_REVISION)
+    if not rev_name:
+        where = f"metadata.labels[{LABEL_KNATIVE_REVISION}]"
+        raise _grouping_error(pod_key, where, None, "is required on a Knative Service's pod")
+    for o in owners:
+        if o.get("kind") == "Revision" and _meta(o).get("name") == rev_name and _meta(o).get("uid"):
+            return o
+    namespace = str(_meta(pod).get("namespace") or "")
+    rev = get("serving.knative.dev/v1", "Revision", namespace, rev_name) if get is not None else None
+    if rev is None:
+        where = f"Knative Service {object_key(service)} revision"
+        raise _grouping_error(pod_key, where, rev_name, "no readable Revision yet")
+    return {"apiVersion": "serving.knative.dev/v1", "kind": "Revision", **rev}
+
+
+def plan_pod_group(
+    pod: dict[str, Any], owners: list[dict[str, Any]], get: OwnerGetter | None = None
+) -> PodGroupPlan:
+    """Decide the PodGroup of ``pod`` from its owner chain (see the module doc for the rules).
+
+    ``get`` is used only for RayJob / RayService, whose gang size lives on the RayCluster they
+    created (``status.rayClusterName``). Raises :class:`KubeError` (reason ``HourglassPodGrouping``
+    or an invalid queue label) when the owner's spec cannot give a group.
+    """
+    meta = _meta(pod)
+    pod_key = object_key(pod)
+    namespace = str(meta.get("namespace") or "")
+    pod_name, pod_uid = str(meta.get("name") or ""), str(meta.get("uid") or "")
+    top = owners[-1] if owners else None
+    inherited: dict[str, str] = {}
+    if top is not None and (_api_group(top), str(top.get("kind"))) in _SKIP_TOP_OWNER:
+        # Argo Workflow, Kubeflow TrainJob: group by the next owner down (the pod for an Argo step, the
+        # JobSet for a TrainJob), with the skipped owner's labels on top of that owner's (KAI).
+        inherited = _labels(top)
+        owners = owners[:-1]
+        top = owners[-1] if owners else None
+    kind = str(top.get("kind")) if top else "Pod"
+    group_api = _api_group(top)
+
+    name = f"pg-{_meta(top).get('name')}-{_meta(top).get('uid')}" if top else f"pg-{pod_name}-{pod_uid}"
+    pod_ref = _owner_ref({"apiVersion": "v1", "kind": "Pod", **pod})
+    owner_ref = _owner_ref(top) if top else pod_ref
+    label_owner = top  # the object whose labels come before the pod's (queue, priority, preemptibility)
+    min_member = 1
+    default_priority = "train"
+    subgroups: tuple[dict[str, Any], ...] = ()
+    pod_subgroup: str | None = None
+    constraint: dict[str, str] | None = None  # the workload's own (Grove); else from KAI's annotations
+    pod_labels = _labels(pod)
+    if (
+        (top is None or kind == "Pod")
+        and LABEL_SPARK_APP_NAME in pod_labels
+        and LABEL_SPARK_APP_SELECTOR in pod_labels
+    ):
+        # Spark submitted without the operator: driver and executors share the app's selector label.
+        name = pod_labels[LABEL_SPARK_APP_SELECTOR]
+    elif top is None:
+        pass
+    elif kind == "Deployment" and group_api == "apps":
+        name, owner_ref = f"pg-{pod_name}-{pod_uid}", pod_ref
+        default_priority = "inference"
+    elif kind == "Job" and group_api == "batch":
+        gang = _min_member_override(top, pod_key)
+        if gang is None:
+            name = f"pg-{pod_name}-{_meta(top).get('uid')}"  # one PodGroup per pod
+        else:
+            min_member = gang  # the whole Job is one gang of that size
+    elif kind == "CronJob" and group_api == "batch":
+        # One PodGroup per run: the Job this pod belongs to, not the CronJob (KAI's CronJob grouper).
+        job = owners[-2] if len(owners) >= 2 else None
+        if job is None or job.get("kind") != "Job" or not _meta(job).get("uid"):
+            raise _grouping_error(pod_key, f"CronJob {object_key(top)}", None, "the pod's Job cannot be read")
+        name = f"pg-{_meta(job).get('name')}-{_meta(job).get('uid')}"
+        owner_ref, label_owner = _owner_ref(job), job
+    elif kind == "JobSet":
+        name, min_member = _jobset(top, pod, pod_key)
+        min_member = _min_member_override(top, pod_key) or min_member
+    elif kind == "LeaderWorkerSet" and group_api == "leaderworkerset.x-k8s.io":
+        name, min_member = _lws(top, pod, pod_key)
+        subgroups, pod_subgroup = _lws_subgroups(min_member, pod)
+    elif (group_api, kind) in _GROVE_KINDS:
+        podgang, min_member, subgroups, pod_subgroup, constraint = _grove(pod, get, pod_key)
+        name = f"pg-{_meta(podgang).get('name')}-{_meta(podgang).get('uid')}"
+        owner_ref, label_owner = _owner_ref(podgang), podgang
+        pcn = _sub(podgang, "spec").get("priorityClassName")
+        if isinstance(pcn, str) and pcn:
+            default_priority = pcn
+    elif kind == "Service" and group_api == "serving.knative.dev":
+        # Knative: one gang per Revision of at least its min-scale pods; inference by default (KAI).
+        rev = _knative_revision(top, owners, pod, get)
+        name = f"pg-{_meta(rev).get('name')}-{_meta(rev).get('uid')}"
+        raw = _annotations(rev).get(ANNOTATION_KNATIVE_MIN_SCALE, "1").strip()
+        min_member = int(raw) if raw.isdigit() and int(raw) > 0 else 1  # KAI: unparsable = 1
+        owner_ref, label_owner, default_priority = _owner_ref(rev), rev, "inference"
+    elif kind == "Notebook" and group_api == "kubeflow.org":
+        default_priority = "build"
+    elif kind in _KUBEFLOW_REPLICA_SPECS and group_api == "kubeflow.org":
+        min_member = _replicas_sum(top, _KUBEFLOW_REPLICA_SPECS[kind], pod_key)
+    elif kind == "RayCluster":
+        min_member = _ray(top, pod_key)
+    elif kind in ("RayJob", "RayService") and get is not None:
+        status = _sub(top, "status")
+        cluster_name = status.get("rayClusterName") or (status.get("activeServiceStatus") or {}).get(
+            "rayClusterName"
+        )
+        cluster = (
+            get(str(top.get("apiVersion")), "RayCluster", namespace, str(cluster_name))
+            if cluster_name
+            else None
+        )
+        if cluster is None:
+            raise _grouping_error(
+                pod_key,
+                f"{kind} {object_key(top)} status.rayClusterName",
+                cluster_name,
+                "no readable RayCluster yet",
+            )
+        min_member = _ray({"kind": "RayCluster", **cluster}, pod_key)
+
+    owner_labels = {**(_labels(label_owner) if label_owner else {}), **inherited}
+    queue = (
+        owner_labels.get(LABEL_QUEUE)
+        or pod_labels.get(LABEL_QUEUE)
+        or owner_labels.get(LABEL_PROJECT)
+        or pod_labels.get(LABEL_PROJECT)
+        or DEFAULT_QUEUE
+    )
+    if problem := check_queue_name(queue):
+        source = LABEL_QUEUE if LABEL_QUEUE in owner_labels or LABEL_QUEUE in pod_labels else LABEL_PROJECT
+        raise KubeError("Pod", pod_key, f"metadata.labels[{source}]", queue, problem)
+    spec = _sub(pod, "spec")
+    priority = (
+        owner_labels.get(LABEL_PRIORITY_CLASS)
+        or pod_labels.get(LABEL_PRIORITY_CLASS)
+        or str(spec.get("priorityClassName") or "")
+        or default_priority
+    )
+    pre = owner_labels.get(LABEL_PREEMPTIBILITY) or pod_labels.get(LABEL_PREEMPTIBILITY) or None
+    if pre is not None and pre not in ("preemptible", "non-preemptible"):
+        raise KubeError(
+            "Pod",
+            pod_key,
+            f"metadata.labels[{LABEL_PREEMPTIBILITY}]",
+            pre,
+            "must be preemptible or non-preemptible",
+        )
+    return PodGroupPlan(
+        name=name,
+        namespace=namespace,
+        min_member=max(min_member, 1),
+        queue=queue,
+        priority_class=priority,
+        preemptibility=pre,
+        owner=owner_ref,
+        top_owner_kind=kind,
+        topology_constraint=constraint
+        if constraint is not None
+        else _topology_constraint(label_owner if label_owner is not None else pod),
+        subgroups=subgroups,
+        pod_subgroup=pod_subgroup,
+    )
+
+
+def _spec(plan: PodGroupPlan) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "minMember": plan.min_member,
+        "queue": plan.queue,
+        "priorityClassName": plan.priority_class,
+    }
+    if plan.preemptibility:
+        spec["preemptibility"] = plan.preemptibility
+    if plan.topology_constraint:
+        spec["topologyConstraint"] = dict(plan.topology_constraint)
+    if plan.subgroups:
+        spec["subGroups"] = [dict(sg) for sg in plan.subgroups]
+    return spec
+
+
+def podgroup_manifest(plan: PodGroupPlan) -> dict[str, Any]:
+    """The PodGroup object to create for ``plan`` (owned by the top owner, so it is garbage-collected)."""
+    meta: dict[str, Any] = {
+        "name": plan.name,
+        "namespace": plan.namespace,
+        "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_QUEUE: plan.queue},
+    }
+    if plan.owner.get("uid"):
+        meta["ownerReferences"] = [{**plan.owner, "blockOwnerDeletion": False, "controller": False}]
+    return {"apiVersion": PODGROUP_API_VERSION, "kind": "PodGroup", "metadata": meta, "spec": _spec(plan)}
+
+
+def podgroup_patch(existing: dict[str, Any], plan: PodGroupPlan) -> dict[str, Any] | None:
+    """A merge patch bringing an existing PodGroup's managed fields to ``plan``, or None if they match."""
+    current = _sub(existing, "spec")
+    wanted = _spec(plan)
+    diff = {k: v for k, v in wanted.items() if current.get(k) != v}
+    return {"spec": diff} if diff else None

@@ -1,0 +1,1104 @@
+"""The binder (``hourglass bind``): cycle records in, Kubernetes API calls out.
+
+The binder consumes the decisions topic from its committed offset (consumer group ``hourglass-binder``)
+and applies each :class:`~scheduler.engine.decisions.CycleRecord` to the cluster:
+
+* ``Evict`` → delete the pod with a grace period, after a Normal ``Preempted`` / ``Evicted`` Event naming
+  the action and its message (404: already gone, success);
+* ``Bind`` → POST the ``pods/binding`` subresource; the binding's annotations (GPU devices, portion per
+  device, cycle id) are copied onto the pod by the API server in the same write, so whoever sees
+  ``spec.nodeName`` also sees the devices. 409 with the pod on the same node is success (no duplicate),
+  on another node a conflict (dead letter + Warning ``FailedBinding``); 404: the pod is gone, skipped;
+* ``Unschedulable`` → pod condition ``PodScheduled=False`` (reason ``Unschedulable``) when the reason or
+  message changed, and a Warning ``Unschedulable`` Event at most once per pod per ``event_interval_s``
+  unless the reason code changed (then at once);
+* the record's queues → the ``status`` of the ``scheduling.run.ai/v2`` Queue objects (allocated,
+  allocatedNonPreemptible, requested, fairShare; GPU devices, CPU millicores, memory MB, exact decimals),
+  written only when it changed (404: no such Queue object, skipped).
+* ``Pipeline`` decisions need no call: the pod waits for its node to be freed and is bound by a later
+  cycle's ``Bind``.
+
+What to call is decided by the pure function :func:`plan` (record + :class:`Memory` + time → actions +
+next memory); :class:`Binder` executes the actions through the small :class:`Kube` interface, retrying
+connection errors, 429 and 5xx with exponential backoff. A permanent failure (another 4xx) becomes a
+dead-letter record on the dead-letter topic (JSON ``{source_topic, source_offset, target, reason_code,
+message, raw}``) and, for pods, a Warning Event. When the API server stays unreachable the record is not
+committed and is re-applied later: the offset is committed only after a record is fully applied, and
+re-applying a partly applied record is harmless (binds answer 409 on the same node, deletes 404).
+Dead letters already on the topic for the same record and target are not written twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+from ingest.kube.client import add_kubeconfig_argument
+from ingest.kube.translate import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
+from ingest.kube.units import decimal_text
+from ingest.log import DEFAULT_TOPICS, Log, Topics
+from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.kube.podgroup_status import (
+    ClearConditions,
+    ConditionMemory,
+    ConditionWriter,
+    SetCondition,
+    plan_conditions,
+)
+from scheduler.kube.reservation import DEFAULT_NAMESPACE as DEFAULT_RESERVATION_NAMESPACE
+from scheduler.kube.reservation import GpuSharing, SharingConfig, SharingError
+from scheduler.metrics import BinderMetrics
+
+__all__ = [
+    "ANNOTATION_CYCLE",
+    "ANNOTATION_GPU_DEVICES",
+    "ANNOTATION_GPU_PORTION",
+    "COMPONENT",
+    "DEFAULT_GROUP",
+    "BindPod",
+    "Binder",
+    "BinderStats",
+    "EventSpec",
+    "EvictPod",
+    "Invalid",
+    "Kube",
+    "KubeApi",
+    "KubeError",
+    "KubeUnavailable",
+    "MarkPending",
+    "Memory",
+    "PendingMark",
+    "Plan",
+    "RetryPolicy",
+    "WriteQueueStatus",
+    "event_name",
+    "plan",
+    "queue_status",
+    "queue_status_part",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_GROUP: Final = "hourglass-binder"
+COMPONENT: Final = "hourglass-binder"
+QUEUE_GROUP: Final = "scheduling.run.ai"
+QUEUE_VERSION: Final = "v2"
+QUEUE_PLURAL: Final = "queues"
+EVENT_MESSAGE_MAX: Final = 1024  # core/v1 Events reject longer messages on some servers; keep the head
+CLUSTER_EVENT_NAMESPACE: Final = "default"  # events about cluster-scoped objects (Queues) live here
+
+
+# --------------------------------------------------------------------------- actions (pure data)
+
+
+@dataclass(frozen=True, slots=True)
+class BindPod:
+    """Bind one pod to a node; ``annotations`` travel with the binding onto the pod."""
+
+    namespace: str
+    name: str
+    node: str
+    annotations: tuple[tuple[str, str], ...]
+    action: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class EvictPod:
+    """Delete one pod with a grace period, on behalf of ``action`` (reclaim, preempt, ...)."""
+
+    namespace: str
+    name: str
+    node: str | None
+    action: str | None
+    message: str | None
+    grace_seconds: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class MarkPending:
+    """Tell a pending pod why: the condition (if it changed) and a Warning Event (if not rate-limited)."""
+
+    namespace: str
+    name: str
+    reason: str
+    message: str
+    condition: bool
+    event: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WriteQueueStatus:
+    """Replace the status fields Hourglass owns on one Queue object."""
+
+    name: str
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """A decision the binder cannot act on (e.g. a pod reference that is not ``namespace/name``)."""
+
+    target: str
+    reason_code: str
+    message: str
+    raw: str
+
+
+Action = EvictPod | BindPod | MarkPending | WriteQueueStatus
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMark:
+    """What the binder last told one pending pod."""
+
+    reason: str
+    message: str
+    event_at: float  # clock time of the last Warning Event
+    job: str = ""  # the pending job the pod belongs to (a delta record clears pending jobs, not pods)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """The binder's rate-limit and change-detection state, keyed by pod uid and queue name."""
+
+    pending: Mapping[str, PendingMark] = field(default_factory=dict)
+    queues: Mapping[str, str] = field(default_factory=dict)  # canonical JSON of the last written status
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The calls one record needs, in order, and the memory after they are made."""
+
+    actions: tuple[Action, ...]
+    invalid: tuple[Invalid, ...]
+    memory: Memory
+
+
+# --------------------------------------------------------------------------- pure planning
+
+
+def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
+    """Engine units → the Queue CRD's status units (as KAI's spec): GPU devices, millicores, MB (10^6 B).
+
+    Exact: GPUs and MB are decimal strings when not whole (0.5 GPU → "0.5"); unlimited (None) is left out.
+    """
+    out: dict[str, int | str] = {}
+    gpu, cpu, mem = vec.get("gpu"), vec.get("cpu"), vec.get("memory")
+    if gpu is not None:
+        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else decimal_text(gpu, 1000)
+    if cpu is not None:
+        out["cpu"] = cpu
+    if mem is not None:
+        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else decimal_text(mem, 10**6)
+    return out
+
+
+# QueueRecord field -> the Queue status field it is written to
+_STATUS_FIELDS: Final = {
+    "allocated": "allocated",
+    "allocated_non_preemptible": "allocatedNonPreemptible",
+    "requested": "requested",
+    "fair_share": "fairShare",
+}
+
+
+def queue_status(q: QueueRecord) -> dict[str, Any]:
+    """The Queue object's status fields from one queue's division (``deploy/crds`` units and names)."""
+    return {status: _resources(getattr(q, f)) for f, status in _STATUS_FIELDS.items()}
+
+
+def queue_status_part(change: Mapping[str, Any]) -> dict[str, Any]:
+    """The status fields one ``queue_changes`` entry of a delta record changes (may be empty)."""
+    return {status: _resources(change[f]) for f, status in _STATUS_FIELDS.items() if f in change}
+
+
+def _split_pod(uid: str) -> tuple[str, str] | None:
+    ns, sep, name = uid.partition("/")
+    if not sep or not ns or not name or "/" in name:
+        return None
+    return ns, name
+
+
+def _raw(d: Decision) -> str:
+    return json.dumps(d.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def _bind_annotations(d: Decision, cycle_id: str) -> tuple[tuple[str, str], ...]:
+    ann = [(ANNOTATION_CYCLE, cycle_id)]
+    if d.gpu_devices:
+        ann.append((ANNOTATION_GPU_DEVICES, ",".join(str(i) for i in d.gpu_devices)))
+        ann.append((ANNOTATION_GPU_PORTION, str(d.gpu_milli_per_device or 1000)))
+    return tuple(sorted(ann))
+
+
+def plan(
+    record: CycleRecord,
+    memory: Memory,
+    now: float,
+    *,
+    grace_seconds: int | None = 30,
+    event_interval_s: float = 60.0,
+) -> Plan:
+    """The Kubernetes calls that apply ``record``, given what was already told (``memory``) at ``now``.
+
+    Order: evictions, then binds, then pending pods, then queue status. After a full record, pending-pod
+    memory keeps only the pods it lists as pending (every pending job is in a full record), so a pod that
+    was bound and becomes pending again is told at once, and the memory stays as large as the pending set.
+    A delta record (:mod:`scheduler.engine.delta`) lists only the pending jobs that changed: the other
+    remembered pods stay pending, less the jobs it clears and the pods it binds, evicts or pipelines, and
+    each of them still gets its periodic Warning Event.
+    """
+    evicts: list[Action] = []
+    binds: list[Action] = []
+    pendings: list[Action] = []
+    invalid: list[Invalid] = []
+    pending_next: dict[str, PendingMark] = {}
+
+    def pod_ref(d: Decision, uid: str | None) -> tuple[str, str] | None:
+        ref = _split_pod(uid or "")
+        if ref is None:
+            invalid.append(
+                Invalid(
+                    uid or d.job,
+                    "bad_pod_ref",
+                    f"{d.kind} decision names pod {uid!r}, not 'namespace/name'",
+                    _raw(d),
+                )
+            )
+        return ref
+
+    for d in record.decisions:
+        if d.kind == "Evict":
+            ref = pod_ref(d, d.pod)
+            if ref is not None:
+                evicts.append(EvictPod(ref[0], ref[1], d.node, d.action, d.message, grace_seconds))
+        elif d.kind == "Bind":
+            ref = pod_ref(d, d.pod)
+            if ref is not None and d.node is None:
+                invalid.append(
+                    Invalid(d.pod or d.job, "bad_decision", "Bind decision without a node", _raw(d))
+                )
+            elif ref is not None and d.node is not None:
+                binds.append(BindPod(ref[0], ref[1], d.node, _bind_annotations(d, record.cycle_id), d.action))
+        elif d.kind == "Unschedulable":
+            reason = d.reason or "Unschedulable"
+            message = d.message or reason
+            for uid in d.pods:
+                ref = pod_ref(d, uid)
+                if ref is None or uid in pending_next:
+                    continue
+                prev = memory.pending.get(uid)
+                condition = prev is None or (prev.reason, prev.message) != (reason, message)
+                event = prev is None or prev.reason != reason or now - prev.event_at >= event_interval_s
+                event_at = now if event or prev is None else prev.event_at
+                pending_next[uid] = PendingMark(reason, message, event_at, d.job)
+                if condition or event:
+                    pendings.append(MarkPending(ref[0], ref[1], reason, message, condition, event))
+        # Pipeline: nothing to call; a later cycle binds the pod once its node is free.
+
+    if not record.is_full:
+        cleared = set(record.cleared)
+        placed = {d.pod for d in record.decisions if d.kind != "Unschedulable"}
+        changed = {d.job for d in record.decisions if d.kind == "Unschedulable"}
+        for uid, mark in memory.pending.items():
+            if uid in pending_next or uid in placed or mark.job in cleared or mark.job in changed:
+                continue
+            ref = _split_pod(uid)
+            if ref is None:
+                continue
+            if now - mark.event_at >= event_interval_s:
+                mark = PendingMark(mark.reason, mark.message, now, mark.job)
+                pendings.append(MarkPending(ref[0], ref[1], mark.reason, mark.message, False, True))
+            pending_next[uid] = mark
+
+    statuses: list[Action] = []
+    queues_next: dict[str, str] = {}
+    for q in record.queues:
+        status = queue_status(q)
+        canon = json.dumps(status, sort_keys=True, separators=(",", ":"))
+        queues_next[q.name] = canon
+        if memory.queues.get(q.name) != canon:
+            statuses.append(WriteQueueStatus(q.name, status))
+    for change in record.queue_changes:
+        # A delta names only the changed fields; the status write is a merge patch, so writing just the
+        # changed status fields is right even when this binder (restarted mid-chain) never saw the rest.
+        name = str(change.get("name", ""))
+        part = queue_status_part(change)
+        if not part:
+            continue
+        known = json.loads(memory.queues.get(name, "{}"))
+        status = {**known, **part}
+        canon = json.dumps(status, sort_keys=True, separators=(",", ":"))
+        queues_next[name] = canon
+        if memory.queues.get(name) != canon:
+            statuses.append(WriteQueueStatus(name, part))
+    # Queues absent from this record keep their last status in memory (they may come back unchanged).
+    merged_queues = {**memory.queues, **queues_next}
+    return Plan(
+        actions=(*evicts, *binds, *pendings, *statuses),
+        invalid=tuple(invalid),
+        memory=Memory(pending=pending_next, queues=merged_queues),
+    )
+
+
+# --------------------------------------------------------------------------- the Kubernetes interface
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed. ``status`` is the HTTP status, 0 when the server was not reached."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+        self.message = message
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: no answer, too many requests, or a server error."""
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+class KubeUnavailable(RuntimeError):
+    """Transient failures outlasted the retry policy; the record stays uncommitted and is re-applied."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventSpec:
+    """A core/v1 Event about one object; one Event object per (object, reason), its count bumped."""
+
+    kind: str  # "Pod" or "Queue"
+    namespace: str | None  # None for cluster-scoped objects
+    name: str
+    type: str  # "Normal" or "Warning"
+    reason: str
+    message: str
+    api_version: str = "v1"
+
+
+def event_name(ev: EventSpec) -> str:
+    """A deterministic Event name per (object, reason), so repeats update one Event instead of piling up."""
+    digest = hashlib.sha256(f"{ev.kind}/{ev.namespace}/{ev.name}/{ev.reason}".encode()).hexdigest()[:12]
+    return f"{ev.name[:200]}.hourglass.{digest}"
+
+
+class Kube(Protocol):
+    """The Kubernetes calls the binder makes; every method raises :class:`KubeError` on failure."""
+
+    def bind(self, namespace: str, name: str, node: str, annotations: Mapping[str, str]) -> None:
+        """POST the pod's binding subresource."""
+
+    def pod_node(self, namespace: str, name: str) -> str | None:
+        """The pod's ``spec.nodeName`` (None when unbound)."""
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
+        """Delete the pod with a grace period (None: the pod's own)."""
+
+    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+        """Set one condition in the pod's status (merged by type)."""
+
+    def upsert_event(self, ev: EventSpec) -> None:
+        """Create the Event, or bump its count and message if it exists."""
+
+    def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the Queue object's status subresource."""
+
+    def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
+        """Set or clear a PodGroup's ``status.schedulingConditions``; False when it already said so."""
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeApi:
+    """:class:`Kube` over the official client (``kubernetes.client.ApiClient``).
+
+    Every call passes ``_preload_content=False``: the generated client cannot deserialise the binding
+    subresource's ``Status`` answer (dependency notes, "Binding quirk"), and the binder needs no typed
+    responses anyway. Non-2xx answers still raise ``ApiException`` (mapped to :class:`KubeError`).
+    """
+
+    def __init__(self, api_client: Any, timeout_s: float = 30.0) -> None:
+        from kubernetes import client
+
+        self._client = client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.timeout = timeout_s
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
+        except ApiException as e:
+            message = e.reason or ""
+            body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
+            if body:
+                try:
+                    message = json.loads(body).get("message", message)
+                except (ValueError, AttributeError):
+                    message = body[:500]
+            raise KubeError(int(e.status or 0), str(message)) from None
+        except (HTTPError, OSError) as e:
+            raise KubeError(0, f"{type(e).__name__}: {e}") from None
+
+    def bind(self, namespace: str, name: str, node: str, annotations: Mapping[str, str]) -> None:
+        c = self._client
+        body = c.V1Binding(
+            metadata=c.V1ObjectMeta(name=name, annotations=dict(annotations) or None),
+            target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    def pod_node(self, namespace: str, name: str) -> str | None:
+        r = self._call(self.core.read_namespaced_pod, name, namespace)
+        node = json.loads(r.data).get("spec", {}).get("nodeName")
+        return str(node) if node else None
+
+    def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
+        self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_seconds)
+
+    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+        # A strategic merge patch merges status.conditions by type: other conditions are kept.
+        body = {"status": {"conditions": [dict(condition)]}}
+        self._call(
+            self.core.patch_namespaced_pod_status,
+            name,
+            namespace,
+            body,
+            _content_type="application/strategic-merge-patch+json",
+        )
+
+    def upsert_event(self, ev: EventSpec) -> None:
+        ns = ev.namespace or CLUSTER_EVENT_NAMESPACE
+        name = event_name(ev)
+        now = _now_rfc3339()
+        message = ev.message[:EVENT_MESSAGE_MAX]
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {
+                "apiVersion": ev.api_version,
+                "kind": ev.kind,
+                "name": ev.name,
+                **({"namespace": ev.namespace} if ev.namespace else {}),
+            },
+            "reason": ev.reason,
+            "message": message,
+            "type": ev.type,
+            "count": 1,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+        }
+        try:
+            self._call(self.core.create_namespaced_event, ns, body)
+            return
+        except KubeError as e:
+            if e.status != 409:
+                raise
+        r = self._call(self.core.read_namespaced_event, name, ns)
+        count = int(json.loads(r.data).get("count") or 1)
+        patch = {"count": count + 1, "message": message, "lastTimestamp": now, "type": ev.type}
+        self._call(
+            self.core.patch_namespaced_event, name, ns, patch, _content_type="application/merge-patch+json"
+        )
+
+    def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._call(
+            self.custom.patch_cluster_custom_object_status,
+            QUEUE_GROUP,
+            QUEUE_VERSION,
+            QUEUE_PLURAL,
+            name,
+            {"status": dict(status)},
+            _content_type="application/merge-patch+json",
+        )
+
+    def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
+        return ConditionWriter(self.custom, self._call).apply(action)
+
+
+# --------------------------------------------------------------------------- execution
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff for transient failures: ``base_s``, doubling, capped at ``max_s``."""
+
+    attempts: int = 6
+    base_s: float = 0.2
+    max_s: float = 5.0
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        return float(min(self.max_s, self.base_s * 2 ** (attempt - 1)))
+
+
+@dataclass(slots=True)
+class BinderStats:
+    """What the binder did (lifetime counters)."""
+
+    records: int = 0
+    bound: int = 0
+    already_bound: int = 0
+    conflicts: int = 0
+    evicted: int = 0
+    already_gone: int = 0
+    pending_conditions: int = 0
+    pending_events: int = 0
+    queue_statuses: int = 0
+    queues_missing: int = 0
+    retries: int = 0
+    unavailable: int = 0  # records left uncommitted because the API server stayed unreachable
+    dead_letters: int = 0
+    dead_letters_skipped: int = 0
+    events_failed: int = 0
+    podgroup_conditions: int = 0  # PodGroup status.schedulingConditions set
+    podgroup_conditions_cleared: int = 0
+    podgroups_missing: int = 0  # a pending job whose PodGroup object does not exist (404)
+    podgroup_conditions_failed: int = 0  # best effort, like Events: logged, never dead-lettered
+    shared_bound: int = 0  # binds of GPU-sharing pods whose visibility ConfigMap was written first
+    reservations_deleted: int = 0
+
+
+class Binder:
+    """Applies cycle records from the decisions topic to Kubernetes; resumes from its committed offset."""
+
+    def __init__(
+        self,
+        log: Log,
+        kube: Kube,
+        topics: Topics = DEFAULT_TOPICS,
+        *,
+        group: str = DEFAULT_GROUP,
+        grace_seconds: int | None = 30,
+        event_interval_s: float = 60.0,
+        retry: RetryPolicy | None = None,
+        batch_size: int = 100,
+        poll_interval_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        sharing: GpuSharing | None = None,
+        metrics: BinderMetrics | None = None,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.log = log
+        # KAI's task_bind_latency_milliseconds (``--metrics-port``); ``timer`` times each bind.
+        self.metrics = metrics
+        self._timer = timer
+        self.sharing = sharing  # GPU sharing at run time (scheduler/kube/reservation.py); None: annotations only
+        self._synced_at = 0.0
+        self.kube = kube
+        self.topics = topics
+        self.group = group
+        self.grace_seconds = grace_seconds
+        self.event_interval_s = event_interval_s
+        self.retry = retry or RetryPolicy()
+        self.batch_size = batch_size
+        self.poll_interval_s = poll_interval_s
+        self._clock = clock
+        self._sleep = sleep
+        self.memory = Memory()
+        self.conditions = ConditionMemory()
+        self.stats = BinderStats()
+        self.position = 0
+        self.dead_seen: set[str] = set()
+        self._started = False
+        self._stop = False
+
+    # -- start-up ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Read the committed position and the dead letters this binder already wrote."""
+        self.position = self.log.committed(self.group, self.topics.decisions)
+        prefix = f"{self.topics.decisions}:"
+        for r in self.log.scan(self.topics.deadletter, batch=5000):
+            if r.key is not None and r.key.decode(errors="replace").startswith(prefix):
+                self.dead_seen.add(r.key.decode(errors="replace"))
+        self._started = True
+        self._sync_reservations()
+        log.info("binder: resuming at decisions offset %d", self.position)
+
+    # -- one record ----------------------------------------------------------------------------
+
+    def _sync_reservations(self, nodes: Collection[str] | None = None) -> None:
+        """Reservation pods (on ``nodes``, or all) against their sharers: no orphan survives a restart."""
+        if self.sharing is None:
+            return
+        if nodes is None:
+            self._synced_at = self._clock()
+        sharing = self.sharing
+        try:
+            n = self._with_retry("reservation sync", lambda: sharing.reconcile(nodes))
+        except (KubeError, KubeUnavailable) as e:
+            log.warning("reservation sync failed, will retry: %s", e)
+            return
+        self.stats.reservations_deleted += n
+
+    def _with_retry(self, what: str, fn: Callable[[], Any]) -> Any:
+        for attempt in range(1, self.retry.attempts + 1):
+            try:
+                return fn()
+            except KubeError as e:
+                if not e.transient:
+                    raise
+                if attempt == self.retry.attempts:
+                    raise KubeUnavailable(f"{what}: {e} (after {attempt} attempts)") from e
+                self.stats.retries += 1
+                delay = self.retry.delay(attempt)
+                log.warning("%s: %s; retrying in %.1fs", what, e, delay)
+                self._sleep(delay)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _dead_letter(self, offset: int, target: str, reason_code: str, message: str, raw: str) -> None:
+        key = f"{self.topics.decisions}:{offset}:{target}"
+        if key in self.dead_seen:
+            self.stats.dead_letters_skipped += 1
+            return
+        value = {
+            "source_topic": self.topics.decisions,
+            "source_offset": offset,
+            "target": target,
+            "reason_code": reason_code,
+            "message": message,
+            "raw": raw,
+        }
+        body = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+        self.log.append(self.topics.deadletter, key.encode(), body)
+        self.dead_seen.add(key)
+        self.stats.dead_letters += 1
+        log.warning("dead letter for %s at decisions offset %d: %s: %s", target, offset, reason_code, message)
+
+    def _event(self, ev: EventSpec) -> None:
+        """Events are best effort: a permanent failure is logged and counted, never dead-lettered.
+
+        Transient failures are retried like any call; an unreachable server (KubeUnavailable) propagates, so
+        the record stays uncommitted like for any other call.
+        """
+        try:
+            self._with_retry(f"event {ev.reason} on {ev.name}", lambda: self.kube.upsert_event(ev))
+        except KubeError as e:
+            self.stats.events_failed += 1
+            log.warning("event %s on %s/%s failed: %s", ev.reason, ev.namespace, ev.name, e)
+
+    def _fail(
+        self,
+        offset: int,
+        target: str,
+        code: str,
+        message: str,
+        raw: str,
+        pod: tuple[str, str] | None = None,
+        event_reason: str | None = None,
+    ) -> None:
+        """A permanent failure: a dead letter, and a Warning Event on the pod when one is named."""
+        self._dead_letter(offset, target, code, message, raw)
+        if pod is not None and event_reason is not None:
+            self._event(EventSpec("Pod", pod[0], pod[1], "Warning", event_reason, message))
+
+    def _apply(self, offset: int, a: Action, cycle_id: str) -> None:
+        k = self.kube
+        if isinstance(a, BindPod):
+            uid = f"{a.namespace}/{a.name}"
+            raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
+            annotations = dict(a.annotations)
+            try:
+                shared = self._prepare_sharing(a)
+                if shared is not None:
+                    annotations.update(shared)
+                self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
+            except SharingError as e:
+                self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
+                return
+            except KubeError as e:
+                if e.status == 404:
+                    self.stats.already_gone += 1
+                    return
+                if e.status != 409:
+                    self._fail(
+                        offset,
+                        uid,
+                        "bind_rejected",
+                        f"binding {uid} to {a.node} failed: {e}",
+                        raw,
+                        (a.namespace, a.name),
+                        "FailedBinding",
+                    )
+                    return
+                try:
+                    current = self._with_retry(f"read {uid}", lambda: k.pod_node(a.namespace, a.name))
+                except KubeError as e2:
+                    if e2.status == 404:
+                        self.stats.already_gone += 1
+                        return
+                    raise
+                if current == a.node:
+                    self.stats.already_bound += 1
+                    return
+                self.stats.conflicts += 1
+                self._fail(
+                    offset,
+                    uid,
+                    "bind_conflict",
+                    f"pod {uid} is already bound to node {current}; the scheduler chose {a.node}"
+                    f" (cycle {cycle_id})",
+                    raw,
+                    (a.namespace, a.name),
+                    "FailedBinding",
+                )
+                return
+            self.stats.bound += 1
+            self.stats.shared_bound += shared is not None
+            self._event(
+                EventSpec(
+                    "Pod",
+                    a.namespace,
+                    a.name,
+                    "Normal",
+                    "Scheduled",
+                    f"Successfully assigned {uid} to {a.node}",
+                )
+            )
+        elif isinstance(a, EvictPod):
+            uid = f"{a.namespace}/{a.name}"
+            raw = json.dumps({"cycle_id": cycle_id, "kind": "Evict", "pod": uid, "action": a.action})
+            what = a.message or f"Pod {uid} was evicted by the {a.action or 'scheduler'} action"
+            reason = "Preempted" if a.action in ("reclaim", "preempt") else "Evicted"
+            try:
+                self._event(EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}"))
+                self._with_retry(f"evict {uid}", lambda: k.delete_pod(a.namespace, a.name, a.grace_seconds))
+            except KubeError as e:
+                if e.status == 404:
+                    self.stats.already_gone += 1
+                    return
+                self._fail(
+                    offset,
+                    uid,
+                    "evict_rejected",
+                    f"deleting {uid} failed: {e}",
+                    raw,
+                    (a.namespace, a.name),
+                    "FailedEviction",
+                )
+                return
+            self.stats.evicted += 1
+        elif isinstance(a, MarkPending):
+            uid = f"{a.namespace}/{a.name}"
+            text = f"{a.reason}: {a.message}"
+            try:
+                if a.condition:
+                    cond = {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": text,
+                        "lastTransitionTime": _now_rfc3339(),
+                    }
+                    self._with_retry(
+                        f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond)
+                    )
+                    self.stats.pending_conditions += 1
+            except KubeError as e:
+                if e.status == 404:
+                    self.stats.already_gone += 1
+                    return
+                raw = json.dumps({"cycle_id": cycle_id, "kind": "Unschedulable", "pod": uid})
+                self._dead_letter(
+                    offset, uid, "condition_rejected", f"setting PodScheduled on {uid} failed: {e}", raw
+                )
+                return
+            if a.event:
+                self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text))
+                self.stats.pending_events += 1
+        else:
+            try:
+                self._with_retry(f"queue status {a.name}", lambda: k.patch_queue_status(a.name, a.status))
+            except KubeError as e:
+                if e.status == 404:
+                    self.stats.queues_missing += 1
+                    return
+                raw = json.dumps({"cycle_id": cycle_id, "queue": a.name, "status": a.status}, sort_keys=True)
+                self._dead_letter(
+                    offset,
+                    f"queue/{a.name}",
+                    "queue_status_rejected",
+                    f"writing the status of Queue {a.name} failed: {e}",
+                    raw,
+                )
+                self._event(
+                    EventSpec(
+                        "Queue",
+                        None,
+                        a.name,
+                        "Warning",
+                        "FailedStatusUpdate",
+                        f"writing the status of Queue {a.name} failed: {e}",
+                        api_version=f"{QUEUE_GROUP}/{QUEUE_VERSION}",
+                    )
+                )
+                return
+            self.stats.queue_statuses += 1
+
+    def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
+        """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""
+        ann = dict(a.annotations)
+        milli = int(ann.get(ANNOTATION_GPU_PORTION, "1000") or 1000)
+        if self.sharing is None or ANNOTATION_GPU_DEVICES not in ann or milli >= 1000:
+            return None
+        devices = [int(d) for d in ann[ANNOTATION_GPU_DEVICES].split(",") if d]
+        sharing = self.sharing
+        out: dict[str, str] = self._with_retry(
+            f"gpu sharing {a.namespace}/{a.name}",
+            lambda: sharing.prepare(a.namespace, a.name, a.node, devices, milli),
+        )
+        return out
+
+    def apply_record(self, offset: int, value: bytes) -> None:
+        """Apply one decisions record fully; raises :class:`KubeUnavailable` to leave it uncommitted."""
+        try:
+            record = CycleRecord.loads(value)
+        except ValueError as e:
+            raw = value.decode("utf-8", errors="backslashreplace")
+            self._dead_letter(offset, "record", "bad_record", f"not a cycle record: {str(e)[:300]}", raw)
+            return
+        p = plan(
+            record,
+            self.memory,
+            self._clock(),
+            grace_seconds=self.grace_seconds,
+            event_interval_s=self.event_interval_s,
+        )
+        for bad in p.invalid:
+            self._dead_letter(offset, bad.target, bad.reason_code, bad.message, bad.raw)
+        for a in p.actions:
+            if isinstance(a, BindPod) and self.metrics is not None:
+                started = self._timer()
+                try:
+                    self._apply(offset, a, record.cycle_id)
+                finally:  # as KAI's deferred observation: failed binds are timed too
+                    self.metrics.task_bind_latency.observe_seconds(self._timer() - started)
+            else:
+                self._apply(offset, a, record.cycle_id)
+        cond_actions, conditions = plan_conditions(record, self.conditions)
+        for c in cond_actions:
+            self._condition(c)
+        self.memory = p.memory  # only once every call went through (or failed for good)
+        self.conditions = conditions
+        evicted_on = {a.node for a in p.actions if isinstance(a, EvictPod) and a.node}
+        if evicted_on:
+            self._sync_reservations(evicted_on)  # an evicted sharer may have been the last of its device
+
+    def _condition(self, c: SetCondition | ClearConditions) -> None:
+        """PodGroup scheduling conditions are best effort (like Events); an unreachable server propagates."""
+        try:
+            changed = self._with_retry(
+                f"podgroup condition {c.job}", lambda: self.kube.write_podgroup_condition(c)
+            )
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.podgroups_missing += 1
+                return
+            self.stats.podgroup_conditions_failed += 1
+            log.warning("scheduling condition of PodGroup %s failed: %s", c.job, e)
+            return
+        if changed and isinstance(c, SetCondition):
+            self.stats.podgroup_conditions += 1
+        elif changed:
+            self.stats.podgroup_conditions_cleared += 1
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Apply the next batch of records; False when there was nothing to read or the API is down."""
+        if not self._started:
+            self.start()
+        records = self.log.read(self.topics.decisions, self.position, self.batch_size)
+        if not records:
+            if (
+                self.sharing is not None
+                and self._clock() - self._synced_at >= self.sharing.cfg.sync_interval_s
+            ):
+                self._sync_reservations()  # sharers that finished or were deleted by their owners
+            return False
+        for r in records:
+            try:
+                self.apply_record(r.offset, r.value)
+            except KubeUnavailable as e:
+                self.stats.unavailable += 1
+                log.warning("decisions offset %d not applied, will retry: %s", r.offset, e)
+                return False
+            self.stats.records += 1
+            self.position = r.offset + 1
+            self.log.commit(self.group, self.topics.decisions, self.position)
+        return True
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current step."""
+        self._stop = True
+
+    def run(self, max_steps: int | None = None, stop_when_idle: bool = False) -> BinderStats:
+        """Step until ``max_steps`` batches, or idle (``stop_when_idle``), or :meth:`stop`."""
+        if not self._started:
+            self.start()
+        done = 0
+        while not self._stop and (max_steps is None or done < max_steps):
+            if self.step():
+                done += 1
+                continue
+            if stop_when_idle:
+                # Caught up, or (one-shot use) the API server stayed unreachable: the caller sees
+                # ``stats.unavailable`` and the uncommitted record is applied by the next run.
+                break
+            self._sleep(self.poll_interval_s)
+        return self.stats
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def add_arguments(p: Any) -> None:
+    """The ``bind`` subcommand's arguments (``p`` is an ``argparse.ArgumentParser``)."""
+    p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
+    add_kubeconfig_argument(p)
+    p.add_argument("--topic-prefix", default=None, help="use PREFIX.decisions, PREFIX.deadletter as topics")
+    p.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default {DEFAULT_GROUP})")
+    p.add_argument(
+        "--grace-period",
+        type=int,
+        default=30,
+        help="seconds of grace for evicted pods (default 30; -1: the pod's)",
+    )
+    p.add_argument(
+        "--event-interval",
+        type=float,
+        default=60.0,
+        help="at most one Unschedulable Event per pod per this many seconds, unless the reason changes",
+    )
+    p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls when idle")
+    p.add_argument(
+        "--gpu-sharing",
+        action="store_true",
+        help="make fractional GPUs real: reservation pods and visibility ConfigMaps (docs/gpu-sharing.md)",
+    )
+    p.add_argument(
+        "--reservation-namespace",
+        default=DEFAULT_RESERVATION_NAMESPACE,
+        help=f"namespace of the GPU reservation pods (default {DEFAULT_RESERVATION_NAMESPACE})",
+    )
+    p.add_argument("--reservation-image", default="hourglass:latest", help="image of the reservation pods")
+    p.add_argument(
+        "--reservation-service-account", default=None, help="service account of the reservation pods"
+    )
+    p.add_argument(
+        "--reservation-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait for a reservation pod to report its GPU (default 60)",
+    )
+    p.add_argument(
+        "--reservation-sync-interval",
+        type=float,
+        default=30.0,
+        help="when idle, reconcile reservation pods with their sharers this often (default 30 s)",
+    )
+    p.add_argument(
+        "--stop-when-idle",
+        action="store_true",
+        help="exit when every record is applied (or the API server stays unreachable: exit code 1)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics (KAI's kai_task_bind_latency_milliseconds) on this port",
+    )
+    p.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
+    )
+
+
+def run_cli(args: Any) -> int:
+    """``hourglass bind``: apply cycle records until stopped (SIGTERM) or idle (``--stop-when-idle``)."""
+    import signal
+    import sys
+
+    from ingest.backends import open_log
+    from ingest.kube.client import api_client
+    from ingest.log import LogError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    topics = Topics.from_prefix(args.topic_prefix)
+    try:
+        api = api_client(args.kubeconfig)
+    except Exception as e:  # the kubernetes config loaders raise several unrelated types
+        print(f"bind: cannot load a Kubernetes configuration: {e}", file=sys.stderr)
+        return 2
+    try:
+        log_ = open_log(args.log, topics=topics.all(), role="binder")
+    except LogError as e:
+        print(f"bind: {e}", file=sys.stderr)
+        return 2
+    sharing = None
+    if args.gpu_sharing:
+        kube_api = KubeApi(api)
+        cfg = SharingConfig(
+            namespace=args.reservation_namespace,
+            image=args.reservation_image,
+            service_account=args.reservation_service_account,
+            timeout_s=args.reservation_timeout,
+            sync_interval_s=args.reservation_sync_interval,
+        )
+        sharing = GpuSharing(kube_api.core, kube_api._call, cfg)
+    metrics = None
+    server = None
+    if args.metrics_port is not None:
+        from scheduler.metrics import serve
+
+        metrics = BinderMetrics.create()
+        try:
+            server = serve(metrics, args.metrics_host, args.metrics_port)
+        except OSError as e:
+            print(
+                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
+            )
+            log_.close()
+            return 2
+    with log_:
+        binder = Binder(
+            log_,
+            KubeApi(api),
+            topics,
+            group=args.group,
+            grace_seconds=None if args.grace_period < 0 else args.grace_period,
+            event_interval_s=args.event_interval,
+            poll_interval_s=args.poll_interval,
+            sharing=sharing,
+            metrics=metrics,
+        )
+        signal.signal(signal.SIGTERM, lambda *_: binder.stop())
+        try:
+            st = binder.run(stop_when_idle=args.stop_when_idle)
+        except KeyboardInterrupt:
+            st = binder.stats
+        finally:
+            if server is not None:
+                server.close()
+        behind = binder.position < log_.end_offset(topics.decisions)
+    print(
+        f"bind: {st.records} records applied, {st.bound} bound ({st.already_bound} already), {st.evicted}"
+        f" evicted ({st.already_gone} already gone), {st.conflicts} conflicts, {st.pending_conditions}"
+        f" pending conditions, {st.pending_events} pending events, {st.queue_statuses} queue statuses,"
+        f" {st.dead_letters} dead letters, decisions position {binder.position}"
+    )
+    return 1 if args.stop_when_idle and behind else 0

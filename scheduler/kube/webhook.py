@@ -1,0 +1,205 @@
+"""``hourglass webhook``: the mutating admission webhook that wires GPU-sharing pods (docs/gpu-sharing.md).
+
+A pod for our scheduler that asks for a GPU share (``gpu-fraction`` or ``gpu-memory``) gets, on CREATE:
+
+* the annotation ``hourglass.io/gpu-configmap: <name>``: the ConfigMap the binder fills in before binding;
+* in its GPU container (``gpu-fraction-container-name``, else the first one) the environment variables
+  ``NVIDIA_VISIBLE_DEVICES``, ``GPU_PORTION`` and ``RUNAI_NUM_OF_GPUS``, each read from that ConfigMap
+  (``configMapKeyRef``, not optional), as KAI's admission webhook injects them. The kubelet cannot start
+  the container before the ConfigMap holds the keys, and the NVIDIA container runtime exposes exactly the
+  devices ``NVIDIA_VISIBLE_DEVICES`` names.
+
+Every other pod is answered "allowed, unchanged". In the cluster the webhook is only called for sharing
+pods at all (``matchConditions`` in the chart's MutatingWebhookConfiguration), so an outage of this server
+never blocks other pods; sharing pods are refused while it is down (``failurePolicy: Fail``), since
+without the wiring their container would see no GPU or all of them.
+
+The ConfigMap name is ``<pod name or generateName>`` + 10 hex digits of ``sha256(admission request uid)``
++ ``-gpu``: pods created from a ``generateName`` have no name yet when admission runs.
+
+:func:`mutation` (pure) decides the JSON patch; :func:`review` answers one AdmissionReview; :func:`serve`
+runs the HTTPS server (a ThreadingHTTPServer with the given certificate).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import ssl
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Final
+
+from ingest.kube.translate import ANNOTATION_GPU_CONFIGMAP, ANNOTATION_GPU_FRACTION, ANNOTATION_GPU_MEMORY
+from scheduler.kube.reservation import VISIBILITY_KEYS
+
+__all__ = [
+    "ANNOTATION_CONTAINER",
+    "MUTATE_PATH",
+    "configmap_name",
+    "mutation",
+    "review",
+    "serve",
+    "sharing_pod",
+]
+
+log = logging.getLogger(__name__)
+
+MUTATE_PATH: Final = "/mutate-pods"
+ANNOTATION_CONTAINER: Final = "gpu-fraction-container-name"  # KAI: the container that gets the GPU share
+_MAX_BODY: Final = 4 * 1024 * 1024
+
+
+def sharing_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
+    """A pod for ``scheduler_name`` asking for a GPU share (the pods the webhook wires)."""
+    if (pod.get("spec") or {}).get("schedulerName") != scheduler_name:
+        return False
+    ann = (pod.get("metadata") or {}).get("annotations") or {}
+    return ANNOTATION_GPU_FRACTION in ann or ANNOTATION_GPU_MEMORY in ann
+
+
+def configmap_name(pod: Mapping[str, Any], request_uid: str) -> str:
+    """The visibility ConfigMap's name for a pod being created (a DNS subdomain of at most 253 chars)."""
+    meta = pod.get("metadata") or {}
+    base = str(meta.get("name") or meta.get("generateName") or "pod").rstrip("-.")[:200] or "pod"
+    return f"{base}-{hashlib.sha256(request_uid.encode()).hexdigest()[:10]}-gpu"
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def mutation(pod: Mapping[str, Any], request_uid: str, scheduler_name: str) -> list[dict[str, Any]]:
+    """The JSON patch that wires a sharing pod (empty for any other pod, or one already wired)."""
+    if not sharing_pod(pod, scheduler_name):
+        return []
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    if ANNOTATION_GPU_CONFIGMAP in ann:
+        return []
+    containers = (pod.get("spec") or {}).get("containers") or []
+    if not containers:
+        return []
+    wanted = ann.get(ANNOTATION_CONTAINER)
+    index = next((i for i, c in enumerate(containers) if c.get("name") == wanted), 0)
+    name = configmap_name(pod, request_uid)
+    env = [e for e in containers[index].get("env") or [] if e.get("name") not in VISIBILITY_KEYS]
+    env += [
+        {"name": key, "valueFrom": {"configMapKeyRef": {"name": name, "key": key, "optional": False}}}
+        for key in VISIBILITY_KEYS
+    ]
+    ops: list[dict[str, Any]] = []
+    if "annotations" not in meta or meta["annotations"] is None:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {ANNOTATION_GPU_CONFIGMAP: name}})
+    else:
+        ops.append(
+            {"op": "add", "path": f"/metadata/annotations/{_escape(ANNOTATION_GPU_CONFIGMAP)}", "value": name}
+        )
+    ops.append({"op": "add", "path": f"/spec/containers/{index}/env", "value": env})
+    return ops
+
+
+def review(body: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
+    """The AdmissionReview answer to one request: always allowed, with the patch when the pod shares a GPU."""
+    request = body.get("request") or {}
+    uid = str(request.get("uid") or "")
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    pod = request.get("object") or {}
+    if request.get("operation") == "CREATE" and request.get("kind", {}).get("kind") == "Pod":
+        ops = mutation(pod, uid, scheduler_name)
+        if ops:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+            log.info(
+                "wired GPU-sharing pod %s/%s",
+                request.get("namespace"),
+                (pod.get("metadata") or {}).get("name") or (pod.get("metadata") or {}).get("generateName"),
+            )
+    return {
+        "apiVersion": body.get("apiVersion", "admission.k8s.io/v1"),
+        "kind": "AdmissionReview",
+        "response": response,
+    }
+
+
+def _handler(scheduler_name: str) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, payload: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_GET(self) -> None:
+            if self.path in ("/healthz", "/readyz"):
+                self._send(200, b"ok", "text/plain")
+            else:
+                self._send(404, b"not found", "text/plain")
+
+        def do_POST(self) -> None:
+            if self.path.split("?")[0] != MUTATE_PATH:
+                self._send(404, b"not found", "text/plain")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length <= 0 or length > _MAX_BODY:
+                self._send(400, b"an AdmissionReview body is required", "text/plain")
+                return
+            try:
+                body = json.loads(self.rfile.read(length))
+                answer = review(body, scheduler_name)
+            except (ValueError, AttributeError, TypeError) as e:
+                self._send(400, f"not an AdmissionReview: {e}".encode(), "text/plain")
+                return
+            self._send(200, json.dumps(answer).encode())
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("webhook: " + format, *args)
+
+    return Handler
+
+
+def serve(
+    host: str, port: int, certfile: str, keyfile: str, scheduler_name: str = "hourglass"
+) -> ThreadingHTTPServer:
+    """An HTTPS server answering AdmissionReviews on :data:`MUTATE_PATH` (not started: call serve_forever)."""
+    server = ThreadingHTTPServer((host, port), _handler(scheduler_name))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(certfile, keyfile)
+    server.socket = ctx.wrap_socket(server.socket, server_side=True)
+    return server
+
+
+def add_arguments(p: Any) -> None:
+    """The ``webhook`` subcommand's arguments (``p`` is an ``argparse.ArgumentParser``)."""
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=9443, help="HTTPS port (default 9443)")
+    p.add_argument("--tls-cert", required=True, help="PEM certificate the API server trusts (caBundle)")
+    p.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
+    p.add_argument("--scheduler-name", default="hourglass", help="wire pods with this spec.schedulerName")
+
+
+def run_cli(args: Any) -> int:
+    """``hourglass webhook``: serve until SIGTERM."""
+    import signal
+    import sys
+    import threading
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        server = serve(args.host, args.port, args.tls_cert, args.tls_key, args.scheduler_name)
+    except (OSError, ssl.SSLError) as e:
+        print(f"webhook: cannot serve on {args.host}:{args.port} with {args.tls_cert}: {e}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
+    log.info("webhook: serving %s on https://%s:%d", MUTATE_PATH, args.host, args.port)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
