@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from scheduler.conformance import SCENARIOS_DIR
-from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY
+from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY
 
 
 def _positive_int(text: str) -> int:
@@ -183,12 +183,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import logging
     import signal
 
-    from analytics.rerun.replay import ReplayError, load_engine_config
     from fairshare.config import FairshareConfigError
     from fairshare.settings import cli_overrides, load_settings
     from ingest.backends import open_log
     from ingest.log import LogError, Topics
-    from scheduler.engine.decisions import config_hash
+    from scheduler.config import EngineConfigError, load_engine_config
+    from scheduler.engine.record.decisions import config_hash
     from scheduler.engine.session import SessionConfig
     from scheduler.service import Service
 
@@ -196,7 +196,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     topics = Topics.from_prefix(args.topic_prefix)
     try:
         config = load_engine_config(args.engine_config) if args.engine_config else SessionConfig()
-    except ReplayError as e:
+    except EngineConfigError as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
     # The fair-share settings (fairshare/settings.py) are the one source of k_value, shared with `fairshare`.

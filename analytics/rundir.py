@@ -6,9 +6,9 @@ engine. Format of a run directory (``hourglass simulate --out DIR``; see ``docs/
 
 * ``events.jsonl``: one event per line, :func:`ingest.events.dump_event` bytes, in offset order (line ``i``
   is offset ``i``);
-* ``cycles.jsonl``: one :meth:`scheduler.engine.decisions.CycleRecord.dumps` per line, in cycle order: a
+* ``cycles.jsonl``: one :meth:`scheduler.engine.record.decisions.CycleRecord.dumps` per line, in cycle order: a
   full checkpoint first and every ``checkpoint_every`` records, deltas in between
-  (:mod:`scheduler.engine.delta`; runs written before delta records hold only full v1 records);
+  (:mod:`scheduler.engine.record.delta`; runs written before delta records hold only full v1 records);
 * ``usage.jsonl``: the usage snapshots the cycles consumed (runs with ``k_value`` > 0), one JSON object per
   line in the usage topic's format (``id``, ``as_of_ms``, ``available``, ``queues``; see
   :mod:`scheduler.usage`), so a replay re-runs those cycles with the same usage;
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
 from ingest.events import Event, EventBase, dump_event, parse_event
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder, expand_records
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder, expand_records
 from scheduler.usage import UsageInput, parse_usage_record
 
 __all__ = [

@@ -13,7 +13,7 @@ import argparse
 import time
 
 from scheduler.engine.cycle import ACTIONS, open_session
-from scheduler.engine.decisions import make_record
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.state import PodStatus, fold
 from tests.support.synthetic import CONTENTION_SHAPES, contention_events
 

@@ -25,7 +25,7 @@ import argparse
 import time
 
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
-from scheduler.engine.decisions import make_record
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events

@@ -32,8 +32,8 @@ from analytics.audit.archive import archive
 from analytics.audit.store import AuditStore, load_cycles, load_events, load_run_dir, open_readonly
 from analytics.audit.views import history_dir
 from analytics.rundir import CYCLES_FILE, read_cycles, read_records
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import delta_of
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import delta_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "production-cadence.yaml"

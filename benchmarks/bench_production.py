@@ -22,8 +22,8 @@ import time
 
 from ingest import events as ev
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session, run_cycle
-from scheduler.engine.decisions import make_record
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.state import StateBuilder
 
 

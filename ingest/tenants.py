@@ -10,7 +10,7 @@ value that does not convert exactly (``0.0001`` GPU) is an error, never rounded.
 * :meth:`TenantsConfig.queue_events` gives the ``QueueUpserted`` events (parents before children).
 * :meth:`TenantsConfig.queue_for` maps a task name to a leaf queue with a stable hash (sha256 or crc32 of
   the name, never Python's salted ``hash()``), so the mapping is the same on every run and machine.
-* :meth:`scheduler.engine.session.SessionConfig.from_engine_spec` turns ``engine`` into the engine's config.
+* :func:`scheduler.config.session_config` turns ``engine`` into the engine's config.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ class EngineSpec(_Spec):
     """Engine knobs (see :class:`scheduler.engine.session.SessionConfig`).
 
     ``node_scoring`` names a registered node-scoring rule (``kai``; ``bestfit``, ``fgd``, ``frag-aware``
-    once ``scheduler.engine.fragmentation`` is importable); it is checked when a simulation starts.
+    once ``scheduler.engine.scoring.fragmentation`` is importable); it is checked when a simulation starts.
     ``usage_half_life_s`` / ``usage_refresh_s`` shape the historical usage the simulator feeds the
     time-based fair share; they only matter when ``k_value`` > 0.
     """

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily
 
 from fairshare.metrics import KAI_LATENCY_BUCKETS_MS, KaiLatencyHistogram, whole_ms
-from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.record.decisions import CycleRecord
 
 __all__ = [
     "KAI_LATENCY_BUCKETS_MS",  # re-exported from fairshare.metrics

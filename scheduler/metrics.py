@@ -28,8 +28,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from fairshare.metrics import KaiLatencyHistogram, RegistryServer, latency_registry, serve_registry
 from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
-from scheduler.engine.decisions import CycleRecord, make_record
 from scheduler.engine.proportion import RESOURCES, QueueShare
+from scheduler.engine.record.decisions import CycleRecord, make_record
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState
 from scheduler.kai_metrics import DEFAULT_NODE_POOL, ON_SESSION_OPEN, KaiCycleMetrics, kai_queue_families

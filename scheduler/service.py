@@ -3,7 +3,7 @@
 Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``docs/service.md``:
 
 * A cycle is a pure function of (fold of the events log up to ``events_offset``, config, logical time),
-  and its ``cycle_id`` is derived from those inputs (:func:`scheduler.engine.decisions.cycle_id`). Logical time
+  and its ``cycle_id`` is derived from those inputs (:func:`scheduler.engine.record.decisions.cycle_id`). Logical time
   is the ``at_ms`` of the last folded event, never the wall clock. The service keeps its session between
   cycles and patches it from the pods and pod groups the new events name (:mod:`scheduler.engine.kept`);
   the patched session equals the one built from the snapshot, so replays (which build afresh) verify.
@@ -15,7 +15,7 @@ Exactly-once by an idempotent scheme (no Kafka transactions), documented in ``do
   appended since): a cycle that is re-run after a crash produces the same id and is not appended twice.
 * Dead letters are made idempotent the same way: on start the dead-letter topic is read and the
   ``(source_topic, source_offset)`` pairs already present are never dead-lettered again.
-* Records are written as deltas (:mod:`scheduler.engine.delta`): the first record a service writes after
+* Records are written as deltas (:mod:`scheduler.engine.record.delta`): the first record a service writes after
   it starts is a full checkpoint, then one every ``checkpoint_every`` records; every other record carries
   what changed since the record the service wrote just before it. A re-run cycle whose id is already
   recorded is not written, and the chain is unaffected: after a start nothing is written before the first
@@ -39,8 +39,6 @@ from typing import Any, Final
 
 from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
 from scheduler.engine.inflight import (
     DEFAULT_BIND_DEADLINE_MS,
     InFlightBind,
@@ -49,6 +47,8 @@ from scheduler.engine.inflight import (
     track,
 )
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (

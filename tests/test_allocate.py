@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from scheduler.engine.cycle import open_session, result_state, run_actions
-from scheduler.engine.decisions import make_record
 from scheduler.engine.proportion import ResourceQuota
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, PodStatus, Queue
 
 GB = 10**9

@@ -17,8 +17,8 @@ import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
-from scheduler.engine.delta import delta_of
+from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.delta import delta_of
 from scheduler.kube.binder import (
     ANNOTATION_CYCLE,
     ANNOTATION_GPU_DEVICES,

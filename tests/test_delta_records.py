@@ -12,8 +12,8 @@ from analytics.audit.store import query
 from analytics.cli import main
 from analytics.rerun.replay import ReplayError, replay
 from analytics.rundir import CYCLES_FILE, read_cycles, read_records
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
-from scheduler.engine.delta import (
+from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.delta import (
     DeltaEncoder,
     DeltaReader,
     RecordChainError,

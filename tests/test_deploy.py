@@ -768,7 +768,7 @@ def test_rendered_chart_is_accepted_and_rbac_holds_on_a_real_apiserver(
 
 def _queue_record(name: str, vec: dict[str, int], parent: str | None = None) -> Any:
     """A QueueRecord (engine units) with every quantity equal to ``vec``."""
-    from scheduler.engine.decisions import QueueRecord
+    from scheduler.engine.record.decisions import QueueRecord
 
     return QueueRecord(
         name=name, parent=parent, priority=100, deserved=dict(vec), limit=dict(vec),
@@ -780,7 +780,7 @@ def _queue_record(name: str, vec: dict[str, int], parent: str | None = None) -> 
 
 def _scheduler_metrics() -> Any:
     """Real scheduler metrics after one cycle of a two-level queue tree with every kind of decision."""
-    from scheduler.engine.decisions import CycleRecord, Decision
+    from scheduler.engine.record.decisions import CycleRecord, Decision
     from scheduler.metrics import SchedulerMetrics, observe_cycle, observe_dead_letters
 
     vec = {"gpu": 1000, "cpu": 2000, "memory": 10**9}

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.engine.cycle import run_cycle, settle
-from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events

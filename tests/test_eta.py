@@ -416,10 +416,10 @@ def test_time_based_fair_share_on_a_service_log(tmp_path: Path, capsys: pytest.C
     """A service log does not say how usage was computed: with --fairshare-config (the file `hourglass
     fairshare` used) the forward runs recompute it, and the answer is the run directory's, which is what
     really happened (queue b's next turn at 8h06, a's at 7h06)."""
-    from analytics.rerun.replay import load_engine_config
     from ingest.events import dump_event
     from ingest.filelog import FileLog
     from ingest.log import Topics
+    from scheduler.config import load_engine_config
     from scheduler.service import Service
 
     root = Path(__file__).resolve().parent.parent

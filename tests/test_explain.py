@@ -14,7 +14,7 @@ from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
 from scheduler.conformance import SCENARIOS_DIR
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from tests.test_simulate import _first_tasks, _small_nodes_csv
 
 

@@ -20,7 +20,7 @@ from ingest import events as ev
 from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
@@ -223,7 +223,7 @@ def test_a_source_that_never_answered_is_unavailable_at_once(tmp_path: Path) -> 
 def test_the_scheduler_cycle_uses_the_published_usage(tmp_path: Path) -> None:
     """Queue `a` held the whole 4-GPU cluster for 100 s; then `a` and `b` each want all 4 GPUs. With the
     snapshot and kValue 1, `b` has the larger fair share and its job is bound first."""
-    from scheduler.engine.decisions import CycleRecord
+    from scheduler.engine.record.decisions import CycleRecord
     from scheduler.engine.session import SessionConfig
     from scheduler.service import Service
 

@@ -21,7 +21,7 @@ from ingest import events as ev
 from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.engine.decisions import CycleRecord, config_hash
+from scheduler.engine.record.decisions import CycleRecord, config_hash
 from scheduler.engine.session import SessionConfig
 
 ROOT = Path(__file__).resolve().parent.parent

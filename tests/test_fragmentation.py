@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-import scheduler.engine.fragmentation as frag
+import scheduler.engine.scoring.fragmentation as frag
 from analytics.simulation.placement_benchmark import (
     NodeClasses,
     arrival_sequence,
@@ -16,8 +16,9 @@ from analytics.simulation.placement_benchmark import (
     unallocated_at,
 )
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, read_nodes, read_pods
-from scheduler.engine.fragmentation import FragModel, TaskType, node_fragmentation, typical_task_types
+from scheduler.engine import scoring
 from scheduler.engine.placement import ordered_fits
+from scheduler.engine.scoring.fragmentation import FragModel, TaskType, node_fragmentation, typical_task_types
 from scheduler.engine.session import GPU_MILLI, Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest
 
@@ -122,8 +123,7 @@ def _place(ssn: Session, uid: str, node: str, devices: tuple[int, ...], portion:
 
 
 def test_fgd_chooses_the_gpu_and_the_engine_places_there() -> None:
-    frag.register_fragmentation_policies(TYPICAL)
-    try:
+    with scoring.task_types_in_use(TYPICAL):
         node = Node(name="n", cpu=64000, memory=1 << 40, gpus=4, gpu_model="1080")
         pods = [
             Pod(uid="a", name="a", job="a", request=PodRequest(cpu=1000, gpu_fraction_milli=500)),
@@ -146,8 +146,6 @@ def test_fgd_chooses_the_gpu_and_the_engine_places_there() -> None:
         _place(ssn_kai, "b", "n", (1,), 800)
         kai_fit = ordered_fits(ssn_kai, next(t for t in ssn_kai.tasks if t.uid == "t"), ssn_kai.nodes)[0][0]
         assert kai_fit.devices == (0,)  # the engine's binpack: fullest fitting GPU
-    finally:
-        frag.register_fragmentation_policies()
 
 
 def test_bestfit_prefers_the_node_left_fullest() -> None:

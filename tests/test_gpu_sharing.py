@@ -31,7 +31,7 @@ import pytest
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.engine.decisions import Decision
+from scheduler.engine.record.decisions import Decision
 from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
 from scheduler.kube.reservation import (
     ANNOTATION_RESERVED_GPU,

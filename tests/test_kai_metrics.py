@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fairshare.metrics import FairshareMetrics, serve_registry
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.decisions import CycleRecord, Decision
+from scheduler.engine.record.decisions import CycleRecord, Decision
 from scheduler.engine.state import evolve
 from scheduler.metrics import (
     CYCLE_KEY,

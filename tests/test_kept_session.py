@@ -23,8 +23,8 @@ from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.engine.cycle import open_session, run_actions, run_cycle
-from scheduler.engine.decisions import make_record
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import SUBGROUP_LABEL, Node, PodStatus, StateBuilder
 from scheduler.metrics import SchedulerMetrics

@@ -15,8 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fairshare.prometheus import PrometheusSource, PrometheusSourceConfig
 from fairshare.source import SourceUnavailable
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.decisions import CycleRecord
 from scheduler.engine.proportion import ResourceQuota
+from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, Queue
 from scheduler.metrics import (
     CYCLE_KEY,

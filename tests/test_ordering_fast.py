@@ -24,8 +24,8 @@ from scheduler.conformance.runner import run_doc, scenario_files
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.solver import job_view, tasks_to_evict
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
-from scheduler.engine.decisions import make_record
 from scheduler.engine.ordering import JobsByQueue, job_init_resources
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import JobInfo, Session
 from scheduler.engine.state import ClusterState, fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events

@@ -19,8 +19,8 @@ from ingest import events as ev
 from ingest.backends import open_log
 from ingest.filelog import FileLog
 from ingest.log import Log, Topics
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import expand_records
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service

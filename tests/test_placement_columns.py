@@ -21,7 +21,8 @@ from ingest import events as ev
 from scheduler.conformance import SCENARIOS_DIR
 from scheduler.engine.columns import NO_ROOM, columns
 from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
-from scheduler.engine.decisions import make_record
+from scheduler.engine.record.decisions import make_record
+from scheduler.engine.scoring import kai as kai_scoring
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import PodStatus, fold
 
@@ -251,7 +252,7 @@ def test_whole_cycle_records_are_identical(cluster: tuple[list[object], SessionC
         assert kept.idle_cpu[r] == node.idle(0)
         assert kept.idle_memory[r] == node.idle(1)
         assert kept.whole_idle[r] == len(node.whole_idle_devices())
-        assert kept.gpus_left[r] == placement._gpus_left_milli(node)
+        assert kept.gpus_left[r] == kai_scoring.gpus_left_milli(node)
 
 
 def test_fast_path_and_columns_agree_with_the_plain_scan_on_the_synthetic_mix() -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.engine.decisions import CycleRecord, Decision
+from scheduler.engine.record.decisions import CycleRecord, Decision
 from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
 from scheduler.kube.podgroup_status import (
     ClearConditions,

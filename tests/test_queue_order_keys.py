@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
-from scheduler.engine.decisions import make_record
 from scheduler.engine.ordering import JobsByQueue, QueueComparator
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import Session
 from scheduler.engine.state import ClusterState, fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events

@@ -16,12 +16,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analytics.reports.explain import advice
-from analytics.rerun.replay import ReplayError, as_recorded, engine_config, load_engine_config
+from analytics.rerun.replay import as_recorded, engine_config
 from ingest.tenants import EngineSpec
+from scheduler.config import EngineConfigError, load_engine_config, session_config
 from scheduler.engine.actions import solver
 from scheduler.engine.actions.budget import REASON
 from scheduler.engine.cycle import open_session, result_state, run_actions, settle
-from scheduler.engine.decisions import Decision, config_hash, make_record
+from scheduler.engine.record.decisions import Decision, config_hash, make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events
@@ -196,7 +197,7 @@ def test_bad_budget_is_a_clear_error(tmp_path: Path, value: object) -> None:
         SessionConfig(solver_job_budget=value)  # type: ignore[arg-type]
     f = tmp_path / "engine.json"
     f.write_text(json.dumps({"solver_action_budget": value}))
-    with pytest.raises(ReplayError, match="solver_action_budget must be a whole number"):
+    with pytest.raises(EngineConfigError, match="solver_action_budget must be a whole number"):
         load_engine_config(f)
 
 
@@ -206,8 +207,8 @@ def test_explain_advises_on_a_cut_search() -> None:
 
 
 def test_tenants_engine_section_sets_the_budget() -> None:
-    assert SessionConfig.from_engine_spec(EngineSpec()).solver_job_budget == SessionConfig().solver_job_budget
-    cfg = SessionConfig.from_engine_spec(EngineSpec(solver_job_budget=8, solver_action_budget=None))
+    assert session_config(EngineSpec()).solver_job_budget == SessionConfig().solver_job_budget
+    cfg = session_config(EngineSpec(solver_job_budget=8, solver_action_budget=None))
     assert (cfg.solver_job_budget, cfg.solver_action_budget) == (8, None)
     with pytest.raises(ValueError, match="solver_job_budget"):
         EngineSpec(solver_job_budget=-1)

@@ -19,8 +19,8 @@ from ingest.events import Event, PodDeleted, PodGroupDeleted, PodGroupUpserted, 
 from ingest.filelog import FileLog
 from ingest.log import Log, Topics
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import expand_records
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Folder, Service
 from tests.replay_cli import replay_verify

@@ -22,9 +22,9 @@ from analytics.simulation.simulate import SimulationResult, Simulator, simulate
 from ingest import events as ev
 from ingest.tenants import DEFAULT_TENANTS, TenantsError, load_tenants, parse_tenants
 from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, TraceTask, read_nodes, read_pods
+from scheduler.config import session_config
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.session import SessionConfig
+from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.state import StateBuilder
 
 SLICE = 300
@@ -213,7 +213,7 @@ def test_cycle_records_replay_from_the_event_log(small: tuple[Path, SimulationRe
     fresh, patched = SESSIONS[out]
     assert fresh == 1 and patched > 100  # built once, then kept (scheduler/engine/kept.py)
     manifest = read_manifest(out)
-    config = SessionConfig.from_engine_spec(load_tenants(DEFAULT_TENANTS).engine)
+    config = session_config(load_tenants(DEFAULT_TENANTS).engine)
     assert manifest["engine_config_hash"] == json.loads(next(read_cycles(out)).dumps())["config_hash"]
     by_offset: dict[int, list[CycleRecord]] = defaultdict(list)
     for r in read_cycles(out):

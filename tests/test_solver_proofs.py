@@ -20,7 +20,7 @@ import pytest
 
 from scheduler.engine.actions import consolidation_sim, solver
 from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
-from scheduler.engine.decisions import make_record
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events

@@ -18,10 +18,11 @@ from typing import Any
 
 import pytest
 
+from scheduler.config import session_config
 from scheduler.conformance import SCENARIOS_DIR
 from scheduler.conformance.runner import run_doc
 from scheduler.engine.cycle import result_state, run_cycle, settle
-from scheduler.engine.decisions import make_record
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events
@@ -202,7 +203,7 @@ def test_a_log_recorded_before_binds_named_the_domain_replays_without_mismatches
     """An old writer's records (no ``details.topology``; its config hashes as one without the field) replay
     with the default config: ``as_recorded`` picks the details-less config and the re-run matches."""
     from analytics.rerun.replay import as_recorded, diff_records, engine_config, replay_cycles
-    from scheduler.engine.decisions import config_hash
+    from scheduler.engine.record.decisions import config_hash
 
     old_cfg = SessionConfig(topology_details=False)
     events, records = _recorded(old_cfg)
@@ -227,7 +228,7 @@ def test_a_log_recorded_before_binds_named_the_domain_replays_without_mismatches
 
 def test_a_new_record_carries_the_domain_and_hashes_the_switch() -> None:
     from analytics.rerun.replay import as_recorded
-    from scheduler.engine.decisions import config_hash
+    from scheduler.engine.record.decisions import config_hash
 
     _, records = _recorded(SessionConfig())
     assert any(d.details.get("topology") for r in records for d in r.decisions if d.kind == "Bind")
@@ -250,7 +251,7 @@ def test_a_bad_topology_details_value_is_a_clear_error() -> None:
 def test_a_scenario_files_engine_section_sets_topology_details() -> None:
     from ingest.tenants import EngineSpec
 
-    assert SessionConfig.from_engine_spec(EngineSpec()).topology_details is True
-    assert SessionConfig.from_engine_spec(EngineSpec(topology_details=False)).topology_details is False
+    assert session_config(EngineSpec()).topology_details is True
+    assert session_config(EngineSpec(topology_details=False)).topology_details is False
     with pytest.raises(ValueError, match="topology_details"):
         EngineSpec(topology_details="yes")  # type: ignore[arg-type]

@@ -32,8 +32,8 @@ from ingest import events as ev
 from ingest.backends import open_log
 from ingest.events import dump_event
 from ingest.log import Log, Topics
-from scheduler.engine.decisions import CycleRecord
-from scheduler.engine.delta import DeltaReader
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import DeltaReader
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Service
 

@@ -3,7 +3,7 @@
 A job pending for reason R with message M from t1 to t2 is one ``pending`` row; a queue whose division
 was D from t1 to t2 is one ``queue_spans`` row, whatever the number of cycles in between. :class:`Intervals`
 is the sink's state machine: it reads records in log order (v1 full records, v2 checkpoints and deltas,
-:mod:`scheduler.engine.delta`), keeps the open intervals, and hands out the rows to write:
+:mod:`scheduler.engine.record.delta`), keeps the open intervals, and hands out the rows to write:
 
 * ``cycles``: one row per record (its inputs, kind, a sequence number, and the cluster's top-level totals
   of the division in effect, which the report's capped fair share needs);
@@ -27,8 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
-from scheduler.engine.delta import RecordChainError, patch_queue
+from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.delta import RecordChainError, patch_queue
 
 __all__ = ["DAY_MS", "RESOURCES", "Intervals", "OpenPending", "OpenQueue", "queue_columns"]
 

@@ -40,7 +40,7 @@ from analytics.audit.history import Intervals
 from analytics.audit.views import create_table_views, create_views, history_dir
 from analytics.rundir import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
 from ingest.log import DEFAULT_TOPICS, Log, Topics
-from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.record.decisions import CycleRecord
 from scheduler.usage import UsageRecordError, parse_usage_record
 
 __all__ = [

@@ -50,7 +50,7 @@ from ingest import events as ev
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest
 from ingest.kube.translate import KubeError, pod_group_annotation, pod_submitted, podgroup_upserted
 from scheduler.engine.cycle import result_state, run_cycle
-from scheduler.engine.decisions import Decision
+from scheduler.engine.record.decisions import Decision
 
 __all__ = ["CheckError", "CheckResult", "add_arguments", "check", "objects_from_yaml", "run_cli"]
 

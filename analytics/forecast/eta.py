@@ -44,7 +44,7 @@ from typing import Any, Final
 import polars as pl
 
 from analytics.reports.explain import advice
-from analytics.rerun.replay import ReplayError, ReplaySource, load_engine_config, load_source
+from analytics.rerun.replay import ReplayError, ReplaySource, load_source
 from analytics.rundir import read_manifest
 from analytics.simulation.simulate import gc_tuned
 from fairshare.config import FairshareConfig, FairshareConfigError
@@ -54,10 +54,11 @@ from fairshare.source import ALLOCATION_SCHEMA
 from fairshare.source import RESOURCES as FAIRSHARE_RESOURCES
 from ingest import events as ev
 from ingest.log import Topics
+from scheduler.config import EngineConfigError, load_engine_config
 from scheduler.engine.cycle import result_state, run_cycle
-from scheduler.engine.decisions import CycleRecord, Decision
-from scheduler.engine.delta import RecordChainError, expand_records
 from scheduler.engine.kept import KeptRun
+from scheduler.engine.record.decisions import CycleRecord, Decision
+from scheduler.engine.record.delta import RecordChainError, expand_records
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Pod, PodStatus, StateBuilder
 
@@ -722,7 +723,7 @@ def _open(spec: str, engine_config: str | None, topic_prefix: str | None) -> Rep
     try:
         cfg = load_engine_config(engine_config) if engine_config else None
         return load_source(spec, config=cfg, topics=Topics.from_prefix(topic_prefix))
-    except ReplayError as exc:
+    except (ReplayError, EngineConfigError) as exc:
         raise EtaError(str(exc)) from None
 
 

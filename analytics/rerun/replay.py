@@ -35,9 +35,10 @@ from analytics.simulation.simulate import gc_tuned
 from ingest.backends import open_log
 from ingest.events import Event, EventError, parse_event
 from ingest.log import DEFAULT_TOPICS, LogError, Topics
+from scheduler.config import EngineConfigError, load_engine_config
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.decisions import CycleRecord, Decision, config_hash
-from scheduler.engine.delta import DeltaReader, RecordChainError
+from scheduler.engine.record.decisions import CycleRecord, Decision, config_hash
+from scheduler.engine.record.delta import DeltaReader, RecordChainError
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import StateBuilder
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
@@ -54,7 +55,6 @@ __all__ = [
     "as_recorded",
     "diff_records",
     "engine_config",
-    "load_engine_config",
     "load_source",
     "pod_decisions",
     "replay",
@@ -164,7 +164,7 @@ def replay_cycles(
 ) -> Iterator[tuple[CycleRecord, CycleRecord | None]]:
     """(recorded, re-run) for each record, folding *events* up to each record's ``events_offset``.
 
-    *records* are full records (deltas expanded, :mod:`scheduler.engine.delta`); each is re-run as a
+    *records* are full records (deltas expanded, :mod:`scheduler.engine.record.delta`); each is re-run as a
     record of its own version (a v1 record is compared with what a v1 writer made). They must come in
     cycle order (``events_offset`` never decreasing). A record that consumed a
     usage snapshot is re-run with the snapshot of that id from *usage*; if it is not there the record is
@@ -320,29 +320,6 @@ class ReplaySource:
     usage: dict[str, UsageInput]
     config: SessionConfig
     close: Callable[[], None] = lambda: None
-
-
-def load_engine_config(path: Path | str) -> SessionConfig:
-    """A :class:`SessionConfig` from a JSON or YAML mapping of its fields; clear errors otherwise."""
-    import yaml
-
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ReplayError(f"{p}: cannot read engine config: {exc}") from exc
-    if data is None:
-        data = {}
-    if not isinstance(data, dict):
-        raise ReplayError(f"{p}: engine config must be a mapping of SessionConfig fields")
-    known = set(SessionConfig.__dataclass_fields__)
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ReplayError(f"{p}: unknown engine config field(s) {unknown}; known: {sorted(known)}")
-    try:
-        return SessionConfig(**data)
-    except (TypeError, ValueError) as exc:
-        raise ReplayError(f"{p}: {exc}") from exc
 
 
 def _is_run_dir(spec: str) -> bool:
@@ -679,7 +656,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 on_total=bar.set_total,
             )
             src.close()
-        except ReplayError as exc:
+        except (ReplayError, EngineConfigError) as exc:
             err.print(f"replay: {exc}", markup=False, highlight=False)
             return 2
     if args.verify:

@@ -72,7 +72,7 @@ from analytics.simulation.simulate import JobSpec, KeepPending, Simulator, Usage
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.tenants import TenantsConfig
-from scheduler.engine.decisions import CycleRecord
+from scheduler.engine.record.decisions import CycleRecord
 
 __all__ = [
     "Censored",
@@ -1231,13 +1231,13 @@ def _service_variant(
 
 
 def _recorded_config(path: Path | None) -> Any:
-    from analytics.rerun.replay import ReplayError, load_engine_config
+    from scheduler.config import EngineConfigError, load_engine_config
 
     if path is None:
         return None
     try:
         return load_engine_config(path)
-    except ReplayError as exc:
+    except EngineConfigError as exc:
         raise WhatIfError(str(exc)) from None
 
 

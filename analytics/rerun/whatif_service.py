@@ -52,8 +52,8 @@ from fairshare.snapshot import SnapshotError, UsageSnapshot
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics, check_read_args
-from scheduler.engine.decisions import CycleRecord, config_hash
-from scheduler.engine.delta import RecordChainError, expand_records
+from scheduler.engine.record.decisions import CycleRecord, config_hash
+from scheduler.engine.record.delta import RecordChainError, expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Service
 from scheduler.usage import UsageInput

@@ -28,7 +28,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import scheduler.engine.fragmentation as frag
+import scheduler.engine.scoring.fragmentation as frag
 from ingest.trace import (
     DEFAULT_GPU_NODES,
     DEFAULT_PODS,
@@ -38,6 +38,7 @@ from ingest.trace import (
     task_node_affinity,
     task_requests,
 )
+from scheduler.engine import scoring
 from scheduler.engine.placement import ordered_fits
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, MatchExpression, Pod, PodRequest, node_from_event
@@ -282,8 +283,25 @@ def run_seed(
     started = time.perf_counter()
     config = policy_config(policy)
     tasks = read_pods(pods_csv)
-    if config.node_scoring in ("fgd", "frag-aware"):
-        frag.register_fragmentation_policies(frag.typical_task_types(tasks))
+    if config.node_scoring not in ("fgd", "frag-aware"):
+        return _run_seed(policy, seed, config, tasks, nodes_csv, limit, progress, session_out, group_nodes, started)
+    with scoring.task_types_in_use(frag.typical_task_types(tasks)):
+        return _run_seed(policy, seed, config, tasks, nodes_csv, limit, progress, session_out, group_nodes, started)
+
+
+def _run_seed(
+    policy: str,
+    seed: int,
+    config: SessionConfig,
+    tasks: list[TraceTask],
+    nodes_csv: Path | str,
+    limit: int | None,
+    progress: Callable[[int, int], None] | None,
+    session_out: list[Session] | None,
+    group_nodes: bool,
+    started: float,
+) -> SeedResult:
+    # FGD scores against this trace's own task types (the paper's protocol), set by run_seed around this call.
     rng = random.Random(seed)
     capacity = sum(e.gpus for e in read_nodes(nodes_csv)) * GPU_MILLI
     sequence = arrival_sequence(tasks, capacity, rng)

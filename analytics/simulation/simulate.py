@@ -47,7 +47,6 @@ import contextlib
 import gc
 import hashlib
 import heapq
-import importlib
 import math
 import time
 from collections import Counter
@@ -60,8 +59,10 @@ from analytics.rundir import NullLog, SimLog, usage_record
 from ingest import events as ev
 from ingest.tenants import TenantsConfig
 from ingest.trace import TraceTask, task_node_affinity, task_requests
-from scheduler.engine.decisions import CycleRecord, Decision, config_hash
+from scheduler.config import session_config
+from scheduler.engine import scoring
 from scheduler.engine.kept import KeptRun, KeptSession
+from scheduler.engine.record.decisions import CycleRecord, Decision, config_hash
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import SUBGROUP_LABEL, StateBuilder
 
@@ -328,7 +329,7 @@ class Simulator:
         self.period_ms = (period_s if period_s is not None else tenants.cycle_period_s) * 1000
         if self.period_ms <= 0:
             raise ValueError(f"the cycle period must be positive, got {self.period_ms / 1000:g} s")
-        self.config: SessionConfig = SessionConfig.from_engine_spec(tenants.engine)
+        self.config: SessionConfig = session_config(tenants.engine)
         _check_scoring(self.config.node_scoring)
         self.seed = seed
         self.log: SimLog = log if log is not None else NullLog()
@@ -1105,14 +1106,7 @@ def _request_probe(shapes: Sequence[tuple[ev.PodRequests, int]]) -> tuple[int, i
 
 def _check_scoring(name: str) -> None:
     """Fail early, with the known names, on a node-scoring rule the engine does not have."""
-    from scheduler.engine import placement
-
-    if name not in placement.NODE_SCORERS:
-        with contextlib.suppress(ImportError):  # registers the fragmentation-aware rules, if present
-            importlib.import_module("scheduler.engine.fragmentation")
-    if name not in placement.NODE_SCORERS:
-        known = ", ".join(sorted(placement.NODE_SCORERS))
-        raise ValueError(f"unknown node_scoring {name!r} (known: {known})")
+    scoring.check_name(name)
 
 
 def simulate(

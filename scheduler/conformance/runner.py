@@ -407,7 +407,7 @@ def compare(doc: dict[str, Any], state: ClusterState, ssn: Session | None) -> li
             if missing:
                 diffs.append(f"job {job}: filter reasons {sorted(got)}, expected to include {missing}")
         if exp.get("no_decision"):
-            from scheduler.engine.decisions import decisions_of
+            from scheduler.engine.record.decisions import decisions_of
 
             decided = {d.job for d in decisions_of(ssn)}
             for job in exp["no_decision"]:

@@ -3,7 +3,7 @@
 One row per node, in node-name order (the rank of :class:`~scheduler.engine.session.FreeIndex`). The
 columns hold what placement's checks read: future (idle + releasing) CPU and memory, pods counted as KAI
 counts them, whole free devices, and ``room`` — the most milli-GPU left on a device that already hosts
-shared pods and is not all releasing (what ``placement.fits_existing_shared`` asks). Rows are refreshed
+shared pods and is not all releasing (what ``predicates.fit.fits_existing_shared`` asks). Rows are refreshed
 lazily: ``Session._set`` marks the nodes it touches in ``FreeIndex.dirty`` and :meth:`Columns.sync` rewrites
 only those rows before a query. Node specs are fixed within a session, so the checks that read only the
 spec (:func:`placement.static_reason`) are computed once per task signature and kept.
@@ -52,7 +52,7 @@ class Columns:
         self.whole_future = np.zeros(n, dtype=np.int64)  # len(NodeInfo.whole_future_devices())
         self.whole_idle = np.zeros(n, dtype=np.int64)  # len(NodeInfo.whole_idle_devices())
         self.room = np.zeros(n, dtype=np.int64)  # see the module docstring
-        self.gpus_left = np.zeros(n, dtype=np.int64)  # placement._gpus_left_milli
+        self.gpus_left = np.zeros(n, dtype=np.int64)  # scoring.kai.gpus_left_milli
         for r in range(n):
             self._row(r)
         idx.dirty = set()
@@ -129,7 +129,7 @@ class Columns:
 
     def shared_room_mask(self, fraction_milli: int | None, memory_mib: int | None) -> BoolArray:
         """Nodes with a device already shared (not all releasing) that has room for the task's portion
-        (what ``placement.fits_existing_shared`` asks of each node)."""
+        (what ``predicates.fit.fits_existing_shared`` asks of each node)."""
         portion, known = self.portions(fraction_milli, memory_mib)
         mask: BoolArray = known & (self.room >= portion)
         return mask

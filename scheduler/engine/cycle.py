@@ -12,8 +12,8 @@ from types import ModuleType
 from typing import Literal
 
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
-from scheduler.engine.decisions import RECORD_VERSION, CycleRecord, InFlightBind, make_record
 from scheduler.engine.inflight import apply_in_flight
+from scheduler.engine.record.decisions import RECORD_VERSION, CycleRecord, InFlightBind, make_record
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, Pod, PodStatus, evolve
 

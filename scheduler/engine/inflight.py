@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Final
 
-from scheduler.engine.decisions import CycleRecord, InFlightBind
+from scheduler.engine.record.decisions import CycleRecord, InFlightBind
 from scheduler.engine.state import ClusterState, PodStatus, evolve
 
 __all__ = ["DEFAULT_BIND_DEADLINE_MS", "InFlightBind", "apply_in_flight", "binds_in_flight", "track"]

@@ -38,8 +38,8 @@ from operator import attrgetter
 from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
-from scheduler.engine.decisions import CycleRecord, InFlightBind, make_record
 from scheduler.engine.inflight import apply_in_flight
+from scheduler.engine.record.decisions import CycleRecord, InFlightBind, make_record
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,

@@ -3,35 +3,24 @@
 Node scores follow KAI's plugin constants and are summed: +1000 when a shared-GPU task fits an existing
 shared device (binpack sharing), +100 when the task fits on idle capacity (not only on releasing capacity),
 +10 for a CPU-only task on a CPU-only node, plus the node-placement score (binpack 0..9, spread 0..1).
-Ties go to the node name, ascending. Scoring rules are looked up by name in :data:`NODE_SCORERS`, so a new
-policy is a new function, not an edit across the engine.
+Ties go to the node name, ascending. Scoring rules are looked up by name in :mod:`scheduler.engine.scoring`
+(the one table of them), so a new policy is a new entry there, not an edit across the engine.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import numpy as np
 import numpy.typing as npt
 
-from scheduler.engine import predicates
+from scheduler.engine import predicates, scoring
 from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
-from scheduler.engine.labels import node_terms_match, untolerated_taint
+from scheduler.engine.predicates.fit import Fit, fits_existing_shared
+from scheduler.engine.predicates.labels import node_terms_match, untolerated_taint
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
-
-
-@dataclass(frozen=True, slots=True)
-class Fit:
-    """How a task fits one node: on idle capacity now, or only once releasing pods are gone."""
-
-    node: NodeInfo
-    idle: bool
-    devices: tuple[int, ...]
-    portion: int  # shared pods: milli-GPU on each device
-    new_shared_group: bool
 
 
 def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
@@ -140,109 +129,6 @@ def _fit_shared(ssn: Session, task: TaskInfo, node: NodeInfo, idle_ok: bool) -> 
     return Fit(node, idle, tuple(chosen), portion, new_group)
 
 
-def fits_existing_shared(node: NodeInfo, task: TaskInfo) -> bool:
-    """True when a shared-GPU task fits a device that already hosts shared pods (not all releasing)."""
-    req = task.request
-    portion = req.gpu_fraction_milli
-    if portion is None and req.gpu_memory_mib is not None:
-        portion = node.memory_portion(req.gpu_memory_mib)
-    if portion is None:
-        return False
-    shared, alloc, pipe = node.dev_shared, node.dev_alloc, node.dev_pipe
-    for d in range(node.gpus):
-        # dev_future(d) = GPU_MILLI - alloc - pipe, inlined: the binpack fast path asks this per node
-        held = alloc[d] + pipe[d]
-        if shared[d] > 0 and held > 0 and GPU_MILLI - held >= portion:
-            return True
-    return False
-
-
-NodeScorer = Callable[[Session, TaskInfo, Sequence[Fit]], list[float]]
-
-
-def _placement_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
-    cpu_only = task.is_cpu_only()
-    strategy = ssn.config.cpu_placement if cpu_only else ssn.config.gpu_placement
-    if strategy == "none":
-        return [0.0] * len(fits)
-
-    def free(n: NodeInfo) -> int:
-        return n.future(0) if cpu_only else n.free_gpus_milli()
-
-    def total(n: NodeInfo) -> int:
-        return n.spec.cpu if cpu_only else n.gpus * GPU_MILLI
-
-    if strategy == "spread":
-        # KAI's spread counts what is left of shared GPUs too (GetSumOfIdleGPUs + releasing): a node whose
-        # shared GPU still has room is freer than one whose GPU is full.
-        spread_free = (lambda n: n.future(0)) if cpu_only else _gpus_left_milli
-        return [spread_free(f.node) / total(f.node) if total(f.node) else 0.0 for f in fits]
-    frees = [free(f.node) for f in fits if total(f.node)]
-    lo, hi = (min(frees), max(frees)) if frees else (0, 0)
-    out = []
-    for f in fits:
-        if not total(f.node) or hi == 0:
-            out.append(0.0)
-        elif lo == hi:
-            out.append(9.0)
-        else:
-            out.append(9.0 * (1 - (free(f.node) - lo) / (hi - lo)))
-    return out
-
-
-def _gpus_left_milli(n: NodeInfo) -> int:
-    """Idle + releasing GPU capacity in milli-GPU, whole devices and the room left on shared ones."""
-    whole = n.whole_future_devices()
-    left = GPU_MILLI * len(whole)
-    for d in range(n.gpus):
-        if n.dev_shared[d] > 0 and d not in whole:
-            left += max(n.dev_future(d), 0)
-    return left
-
-
-def kai_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
-    """KAI's summed node scores (see module docstring)."""
-    base = _placement_scores(ssn, task, fits)
-    # gpusharingorder runs only with binpack at both levels (KAI enables it iff placementStrategy.gpu is
-    # binpack): with node-level spread, fractional pods spread over nodes and pack only within one.
-    sharing_bonus = (
-        task.shared
-        and ssn.config.gpu_sharing_placement == "binpack"
-        and ssn.config.gpu_placement == "binpack"
-    )
-    cpu_only = task.is_cpu_only()
-    out = []
-    for f, s in zip(fits, base, strict=True):
-        if sharing_bonus and fits_existing_shared(f.node, task):
-            s += 1000
-        if f.idle:
-            s += 100
-        if cpu_only and f.node.gpus == 0:
-            s += 10
-        out.append(s)
-    return out
-
-
-NODE_SCORERS: dict[str, NodeScorer] = {"kai": kai_scores}
-
-# A scoring rule may also pick the GPU device(s) inside each node: it gets every Fit before scoring and
-# returns it, possibly with other devices (e.g. FGD puts a shared task on the GPU that fragments least).
-DeviceChooser = Callable[[Session, TaskInfo, Fit], Fit]
-DEVICE_CHOOSERS: dict[str, DeviceChooser] = {}
-
-
-def register_scorer(name: str, scorer: NodeScorer, choose_devices: DeviceChooser | None = None) -> None:
-    """Make a node-scoring rule selectable by name (``SessionConfig.node_scoring``).
-
-    `choose_devices`, if given, re-chooses each Fit's devices before the rule scores the fits.
-    """
-    NODE_SCORERS[name] = scorer
-    if choose_devices is None:
-        DEVICE_CHOOSERS.pop(name, None)
-    else:
-        DEVICE_CHOOSERS[name] = choose_devices
-
-
 def _node_maxima(ssn: Session) -> tuple[int, int, int]:
     """The largest GPU count, CPU and memory of a Ready node (node specs are fixed within a session)."""
     cached: tuple[list[NodeInfo], int, tuple[int, int, int]] | None = getattr(ssn, "_node_maxima", None)
@@ -300,11 +186,11 @@ def ordered_fits(
                 fits.append(r)
             else:
                 why[r] += 1
-    choose = DEVICE_CHOOSERS.get(ssn.config.node_scoring)
-    if choose is not None:
-        fits = [choose(ssn, task, f) for f in fits]
+    rule = scoring.lookup(ssn.config.node_scoring)
+    if rule.choose_devices is not None:
+        fits = [rule.choose_devices(ssn, task, f) for f in fits]
     if len(fits) > 1:
-        scores = NODE_SCORERS[ssn.config.node_scoring](ssn, task, fits)
+        scores = rule.score(ssn, task, fits)
         pref = predicates.preference_scores(ssn, task, [f.node for f in fits]) if task.preferences else None
         if pref is not None:
             scores = [a + b for a, b in zip(scores, pref, strict=True)]
@@ -410,8 +296,7 @@ def _vector_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> 
     return (
         COLUMNS
         and len(nodes) >= COLUMNS_MIN_NODES
-        and NODE_SCORERS.get(cfg.node_scoring) is kai_scores
-        and cfg.node_scoring not in DEVICE_CHOOSERS
+        and scoring.is_plain_kai(cfg.node_scoring)
         and not task.constrained  # includes preferences, extended resources, ports, volumes
         and not ssn.anti_present
         and not task.request.is_shared
@@ -423,7 +308,7 @@ def _vector_best(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_
     """:func:`ordered_fits` ``[0]`` for a task :func:`_vector_applies` to, computed over the columns.
 
     Feasibility (static checks, future CPU / memory, pod count, whole free devices), fitting on idle
-    capacity, and :func:`kai_scores` are vector ops with the scalar code's integer and float arithmetic,
+    capacity, and :func:`scheduler.engine.scoring.kai.kai_scores` are vector ops with the scalar code's integer and float arithmetic,
     in the same order; the best score wins, ties to the node name. Only the winner is asked :func:`fit`,
     for its ``Fit``. None when the task fits nowhere (the caller then scans for the reasons).
     """
@@ -493,8 +378,7 @@ def _walk_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bo
         and task.request.is_shared
         and cfg.gpu_placement in ("spread", "none")
         and len(nodes) >= COLUMNS_MIN_NODES
-        and NODE_SCORERS.get(cfg.node_scoring) is kai_scores
-        and cfg.node_scoring not in DEVICE_CHOOSERS
+        and scoring.is_plain_kai(cfg.node_scoring)
         and not task.constrained
         and not ssn.anti_present
         and columns(ssn) is not None

@@ -15,12 +15,11 @@ import bisect
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
 
-from scheduler.engine import hostports as host_ports
 from scheduler.engine import subgroups
-from scheduler.engine.extended import gpu_equivalent_milli
-from scheduler.engine.podindex import Entry, PodIndex
+from scheduler.engine.predicates import hostports as host_ports
+from scheduler.engine.predicates.extended import gpu_equivalent_milli
+from scheduler.engine.predicates.podindex import Entry, PodIndex
 from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
 from scheduler.engine.state import (
     ClusterState,
@@ -33,9 +32,6 @@ from scheduler.engine.state import (
     Queue,
     subgroup_minimum,
 )
-
-if TYPE_CHECKING:
-    from ingest.tenants import EngineSpec
 
 GPU_MILLI = 1000
 G, C, M = 0, 1, 2  # indices into resource vectors: milli-GPU, millicores, bytes
@@ -612,22 +608,6 @@ class SessionConfig:
         """This config writing no ``details.topology`` on Binds: the behaviour of a config recorded without
         the ``topology_details`` field."""
         return replace(self, topology_details=False)
-
-    @classmethod
-    def from_engine_spec(cls, e: EngineSpec) -> SessionConfig:
-        """The engine configuration a tenants file's ``engine`` section describes."""
-        return cls(
-            gpu_placement=e.gpu_placement,
-            cpu_placement=e.cpu_placement,
-            gpu_sharing_placement=e.gpu_sharing_placement,
-            node_scoring=e.node_scoring,
-            k_value=e.k_value,
-            default_preempt_min_runtime_ms=e.default_preempt_min_runtime_s * 1000,
-            default_reclaim_min_runtime_ms=e.default_reclaim_min_runtime_s * 1000,
-            solver_job_budget=e.solver_job_budget,
-            solver_action_budget=e.solver_action_budget,
-            topology_details=e.topology_details,
-        )
 
 
 class Session:

@@ -1,7 +1,7 @@
 """The binder (``hourglass bind``): cycle records in, Kubernetes API calls out.
 
 The binder consumes the decisions topic from its committed offset (consumer group ``hourglass-binder``)
-and applies each :class:`~scheduler.engine.decisions.CycleRecord` to the cluster:
+and applies each :class:`~scheduler.engine.record.decisions.CycleRecord` to the cluster:
 
 * ``Evict`` → delete the pod with a grace period, after a Normal ``Preempted`` / ``Evicted`` Event naming
   the action and its message (404: already gone, success);
@@ -43,7 +43,7 @@ from ingest.kube.client import add_kubeconfig_argument
 from ingest.kube.translate import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.kube.units import decimal_text
 from ingest.log import DEFAULT_TOPICS, Log, Topics
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.kube.podgroup_status import (
     ClearConditions,
     ConditionMemory,
@@ -250,7 +250,7 @@ def plan(
     Order: evictions, then binds, then pending pods, then queue status. After a full record, pending-pod
     memory keeps only the pods it lists as pending (every pending job is in a full record), so a pod that
     was bound and becomes pending again is told at once, and the memory stays as large as the pending set.
-    A delta record (:mod:`scheduler.engine.delta`) lists only the pending jobs that changed: the other
+    A delta record (:mod:`scheduler.engine.record.delta`) lists only the pending jobs that changed: the other
     remembered pods stay pending, less the jobs it clears and the pods it binds, evicts or pipelines, and
     each of them still gets its periodic Warning Event.
     """

@@ -90,7 +90,7 @@ def _scaled(raw: list[float], weight: float) -> list[float]:
 
 def preference_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[float] | None:
     """Node scores from the task's preferences (None when it states none)."""
-    from scheduler.engine.labels import node_term_matches
+    from scheduler.engine.predicates.labels import node_term_matches
 
     pod = task.pod
     has_pref_pod = any(t.weight for t in pod.pod_affinity) or any(t.weight for t in pod.pod_anti_affinity)

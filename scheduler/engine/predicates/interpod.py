@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.engine.labels import selector_matches, term_namespaces
+from scheduler.engine.predicates.labels import selector_matches, term_namespaces
 from scheduler.engine.state import PodAffinityTerm
 
 if TYPE_CHECKING:

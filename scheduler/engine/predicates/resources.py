@@ -1,5 +1,5 @@
 """The extended-resources filter: every resource a pod asks for beyond CPU, memory and ``nvidia.com/gpu``
-must fit the node's allocatable (see :mod:`scheduler.engine.extended` for how GPUs among them are charged)."""
+must fit the node's allocatable (see :mod:`scheduler.engine.predicates.extended` for how GPUs among them are charged)."""
 
 from __future__ import annotations
 

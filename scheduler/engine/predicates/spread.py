@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.engine.labels import node_terms_match, selector_matches, untolerated_taint
 from scheduler.engine.predicates.interpod import domain_counts
+from scheduler.engine.predicates.labels import node_terms_match, selector_matches, untolerated_taint
 from scheduler.engine.state import SpreadConstraint
 
 if TYPE_CHECKING:

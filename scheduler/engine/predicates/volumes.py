@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from scheduler.engine.labels import node_terms_match
+from scheduler.engine.predicates.labels import node_terms_match
 
 if TYPE_CHECKING:
     from scheduler.engine.session import NodeInfo

@@ -15,7 +15,7 @@ at a cycle a second with thousands of jobs pending it would repeat megabytes a s
 A writer (:class:`DeltaEncoder`) emits a full record (a checkpoint) first, whenever it is reset (the
 service starts) and every ``checkpoint_every`` records; everything else is a delta on the record it wrote
 just before. A reader (:func:`expand` / :class:`DeltaReader`) applies deltas to the last full decision set
-and gets back exactly the full record the cycle made: :func:`scheduler.engine.decisions.make_record` emits
+and gets back exactly the full record the cycle made: :func:`scheduler.engine.record.decisions.make_record` emits
 full records in canonical order, so expanding yields the same canonical bytes (what ``replay --verify``
 compares). Cycle ids are those of the cycles; only the record bytes differ.
 """
@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 
 __all__ = [
     "DEFAULT_CHECKPOINT_EVERY",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.engine.labels import selector_matches, term_covers
+from scheduler.engine.predicates.labels import selector_matches, term_covers
 from scheduler.engine.state import LabelSelector, PodAffinityTerm
 
 SelectorKey = tuple[LabelSelector, tuple[str, ...]]

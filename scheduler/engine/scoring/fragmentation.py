@@ -13,15 +13,15 @@ fragmentation is ``F_n = sum_m p_m * F_n(m)`` with, for free CPU ``C``, per-GPU 
 This follows the simulator that produced the paper's figures (``pkg/utils/frag.go``); memory is not part
 of the measure. See ``shared/research/fgd-protocol.md`` §1.5–§1.6.
 
-Scoring rules registered with :func:`scheduler.engine.placement.register_scorer` when this module is imported:
+Scoring rules listed in :mod:`scheduler.engine.scoring` under these names:
 
 * ``"bestfit"``: the paper's best-fit baseline (least weighted CPU + GPU left over after placement);
 * ``"fgd"``: Fragmentation Gradient Descent, ``score = floor(100 * sigmoid(-dF / 1000))`` where ``dF`` is
   the growth of ``F_n`` when the task lands; a shared task goes to the GPU with the best score;
 * ``"frag-aware"``: FGD whose ties prefer nodes already in use (see :class:`FragAwarePolicy`).
 
-``fgd`` and ``frag-aware`` use the typical task types of the shipped default trace unless
-:func:`register_fragmentation_policies` is called with another distribution.
+``fgd`` and ``frag-aware`` use the typical task types of the shipped default trace
+(:func:`scheduler.engine.scoring.task_types_in_use` swaps in another distribution).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from scheduler.engine.placement import Fit, register_scorer
+from scheduler.engine.predicates.fit import Fit
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ __all__ = [
     "cluster_fragmentation",
     "default_task_types",
     "node_fragmentation",
-    "register_fragmentation_policies",
+    "policies",
     "typical_task_types",
 ]
 
@@ -310,7 +310,7 @@ class FgdPolicy:
         return float(_sigmoid_score(self.delta(task, fit)))
 
     def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
-        """Node scorer for :func:`scheduler.engine.placement.register_scorer`."""
+        """Node scorer (:data:`scheduler.engine.scoring.NodeScorer`)."""
         return [self.node_score(ssn, task, f) for f in fits]
 
 
@@ -331,21 +331,12 @@ class FragAwarePolicy(FgdPolicy):
         return float(_sigmoid_score(self.delta(task, fit)) * 10 + (1 if fit.node.pods > 0 else 0))
 
 
-def register_fragmentation_policies(types: Sequence[TaskType] | None = None) -> tuple[FgdPolicy, FgdPolicy]:
-    """(Re)register ``fgd`` and ``frag-aware`` for a task-type distribution (default: the shipped trace's).
-
-    Returns the two policy objects (their memo tables live as long as the registration).
-    """
-    fgd: FgdPolicy
-    aware: FgdPolicy
+def policies(types: Sequence[TaskType] | None = None) -> tuple[FgdPolicy, FgdPolicy]:
+    """The ``fgd`` and ``frag-aware`` policies for a task-type distribution (default: the shipped trace's,
+    read on first use). Their memo tables live as long as the returned objects."""
     if types is None:
-        fgd = _LazyPolicy(FgdPolicy)  # type: ignore[assignment]
-        aware = _LazyPolicy(FragAwarePolicy)  # type: ignore[assignment]
-    else:
-        fgd, aware = FgdPolicy(types), FragAwarePolicy(types)
-    register_scorer("fgd", fgd.scores, fgd.choose)
-    register_scorer("frag-aware", aware.scores, aware.choose)
-    return fgd, aware
+        return _LazyPolicy(FgdPolicy), _LazyPolicy(FragAwarePolicy)  # type: ignore[return-value]
+    return FgdPolicy(types), FragAwarePolicy(types)
 
 
 class _LazyPolicy:
@@ -366,6 +357,3 @@ class _LazyPolicy:
     def choose(self, ssn: Session, task: TaskInfo, fit: Fit) -> Fit:
         return self._get().choose(ssn, task, fit)
 
-
-register_scorer("bestfit", bestfit_scores)
-register_fragmentation_policies()

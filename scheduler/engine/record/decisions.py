@@ -9,7 +9,7 @@ duplicates. Serialisation is canonical JSON (sorted keys, no whitespace), byte-i
 Record versions: ``v: 1`` records (written before delta records existed) are always full and keep their
 exact bytes when re-serialised. ``v: 2`` records say which ``kind`` they are: a ``full`` record (a
 checkpoint) holds every queue and every pending job; a ``delta`` record holds what changed since the record
-named by ``base`` (:mod:`scheduler.engine.delta`). :func:`make_record` makes full v2 records in canonical
+named by ``base`` (:mod:`scheduler.engine.record.delta`). :func:`make_record` makes full v2 records in canonical
 order (other decisions as the session committed them, then ``Unschedulable`` sorted by job; queues sorted
 by name), which is what lets a delta chain be expanded back to the identical full record.
 """
