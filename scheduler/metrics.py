@@ -27,9 +27,10 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from fairshare.metrics import KaiLatencyHistogram, RegistryServer, latency_registry, serve_registry
-from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
+from scheduler.engine.cycle import DEFAULT_ORDER
+from scheduler.engine.kept import KeptSession, run_kept_cycle
 from scheduler.engine.proportion import RESOURCES, QueueShare
-from scheduler.engine.record.decisions import CycleRecord, make_record
+from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState
 from scheduler.kai_metrics import DEFAULT_NODE_POOL, ON_SESSION_OPEN, KaiCycleMetrics, kai_queue_families
@@ -39,6 +40,7 @@ __all__ = [
     "ENGINE_PER_BASE_UNIT",
     "LATENCY_BUCKETS",
     "BinderMetrics",
+    "CycleTimer",
     "MetricsServer",
     "SchedulerMetrics",
     "capacity_of",
@@ -406,6 +408,29 @@ def proportion_seconds(seconds: float) -> dict[tuple[str, str], float]:
     return {("proportion", ON_SESSION_OPEN): seconds}
 
 
+class CycleTimer:
+    """Wall-clock seconds of each step of one cycle, as :func:`observe_cycle` reads them.
+
+    Pass :meth:`step` as the cycle's ``on_step`` hook (:data:`scheduler.engine.cycle.StepHook`); timing
+    only observes the cycle, it never feeds it. ``durations`` then has ``open_session``, one key per action
+    and :data:`CYCLE_KEY` for the whole cycle (from the timer's creation to the record).
+    """
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._clock = clock
+        self._start = self._last = clock()
+        self.durations: dict[str, float] = {}
+
+    def step(self, name: str) -> None:
+        """One step of the cycle ended (see :data:`scheduler.engine.cycle.StepHook`)."""
+        now = self._clock()
+        if name == "record":
+            self.durations[CYCLE_KEY] = now - self._start
+            return
+        self.durations[name] = now - self._last
+        self._last = now
+
+
 def run_timed_cycle(
     state: ClusterState,
     config: SessionConfig | None = None,
@@ -414,37 +439,15 @@ def run_timed_cycle(
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
     clock: Callable[[], float] = time.perf_counter,
-    opener: Callable[
-        [ClusterState, SessionConfig | None, int, Mapping[str, Mapping[str, float]] | None], Session
-    ]
-    | None = None,
 ) -> tuple[CycleRecord, Session, dict[str, float]]:
-    """:func:`scheduler.engine.cycle.run_cycle` plus wall-clock durations for :func:`observe_cycle`.
-
-    The record is the same as ``run_cycle``'s (timing only observes the cycle, it never feeds it).
-    ``durations`` has ``open_session``, one key per action and :data:`CYCLE_KEY` for the whole cycle.
-    ``opener`` opens the session instead of a fresh timed one (the service passes its kept session's,
-    :mod:`scheduler.engine.kept`; the session may carry ``plugin_seconds`` as a :class:`_TimedSession` does).
-    """
-    durations: dict[str, float] = {}
-    t0 = clock()
-    if opener is None:
-        # open_session's Session, timed around its fair-share division (KAI's proportion plugin).
-        ssn: Session = _TimedSession(
-            state, config, now_ms, {k: dict(v) for k, v in (usage or {}).items()}, clock
-        )
-    else:
-        ssn = opener(state, config, now_ms, usage)
-    t1 = clock()
-    durations["open_session"] = t1 - t0
-    for name in actions:
-        run_actions(ssn, (name,))  # one at a time, with run_actions' own skip rules
-        t2 = clock()
-        durations[name] = t2 - t1
-        t1 = t2
-    record = make_record(ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None)
-    durations[CYCLE_KEY] = clock() - t0
-    return record, ssn, durations
+    """One cycle on a fresh session, timed as the service times its cycles: the record is ``run_cycle``'s,
+    plus the durations :func:`observe_cycle` reads and the fair-share division's ``plugin_seconds``."""
+    timer = CycleTimer(clock)
+    kept = KeptSession(timed_session_factory(clock))
+    record, ssn = run_kept_cycle(
+        kept, state, config, now_ms, usage, usage_snapshot_id, actions, on_step=timer.step
+    )
+    return record, ssn, timer.durations
 
 
 def observe_dead_letters(metrics: SchedulerMetrics, reasons: Iterable[str]) -> None:

@@ -42,22 +42,21 @@ from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
 from scheduler.engine.inflight import (
     DEFAULT_BIND_DEADLINE_MS,
     InFlightBind,
-    apply_in_flight,
     binds_in_flight,
     track,
 )
 from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
 from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
-from scheduler.engine.session import Session, SessionConfig
+from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
+    CycleTimer,
     SchedulerMetrics,
     capacity_of,
     observe_cycle,
     observe_dead_letters,
     proportion_seconds,
-    run_timed_cycle,
     timed_session_factory,
 )
 from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
@@ -441,37 +440,23 @@ class Service:
         state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
         # Binds of earlier cycles whose PodBound has not been folded yet count as placed (inflight.py).
         in_flight = binds_in_flight(self.tracked_binds.values(), state, now_ms, self.bind_deadline_ms)
-        if self.metrics is None:
-            record, _ = run_kept_cycle(
-                self.kept,
-                state,
-                self.config,
-                now_ms,
-                usage,
-                usage_id,
-                builder=builder,
-                changes=changes,
-                in_flight=in_flight,
-            )
-        else:
-            opened = apply_in_flight(state, in_flight)  # the in-flight pods placed (the kept session patches them)
-            uids = {b.pod for b in in_flight}
-            overlay = {p.uid: p for p in opened.pods if p.uid in uids}
-
-            # The same record; the timings only observe the cycle, they never feed it.
-            def opener(*a: Any) -> Session:
-                ssn = self.kept.open(*a, builder=builder, changes=changes, in_flight=overlay)
-                if "divide" in self.kept.timings:  # patched: time the division as a fresh timed one does
-                    ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
-                return ssn
-
-            record, ssn, durations = run_timed_cycle(
-                opened, self.config, now_ms, usage, usage_id, opener=opener
-            )
-            if in_flight:
-                record = record.model_copy(update={"in_flight": list(in_flight)})
-            self.kept.close()
-            observe_cycle(self.metrics, record, durations, capacity=capacity_of(ssn), session=ssn)
+        timer = CycleTimer() if self.metrics is not None else None
+        record, ssn = run_kept_cycle(
+            self.kept,
+            state,
+            self.config,
+            now_ms,
+            usage,
+            usage_id,
+            builder=builder,
+            changes=changes,
+            in_flight=in_flight,
+            on_step=timer.step if timer is not None else None,
+        )
+        if self.metrics is not None and timer is not None:
+            if "divide" in self.kept.timings:  # patched: time the division as a fresh timed session does
+                ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
+            observe_cycle(self.metrics, record, timer.durations, capacity=capacity_of(ssn), session=ssn)
         st.cycle_seconds += time.perf_counter() - t1
         st.cycles += 1
         st.sessions_patched = self.kept.patched

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping
 from operator import attrgetter
 from typing import Any, Final
 
-from scheduler.engine.cycle import DEFAULT_ORDER, run_actions
+from scheduler.engine.cycle import DEFAULT_ORDER, StepHook, run_actions
 from scheduler.engine.inflight import apply_in_flight
 from scheduler.engine.record.decisions import CycleRecord, InFlightBind, make_record
 from scheduler.engine.session import (
@@ -600,6 +600,7 @@ def run_kept_cycle(
     builder: StateBuilder | None = None,
     changes: Changes | None = None,
     in_flight: tuple[InFlightBind, ...] | list[InFlightBind] = (),
+    on_step: StepHook | None = None,
 ) -> tuple[CycleRecord, Session]:
     """:func:`scheduler.engine.cycle.run_cycle` on the kept session (see :meth:`KeptSession.open` for
     ``builder`` and ``changes``): the same record, the session patched instead of built.
@@ -610,11 +611,15 @@ def run_kept_cycle(
     opened = apply_in_flight(state, in_flight)
     overlay = {p.uid: p for p in opened.pods if p.uid in {b.pod for b in in_flight}} if in_flight else None
     ssn = kept.open(opened, config, now_ms, usage, builder=builder, changes=changes, in_flight=overlay)
-    run_actions(ssn, actions)
+    if on_step is not None:
+        on_step("open_session")
+    run_actions(ssn, actions, on_step)
     record = make_record(
         ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None, in_flight=in_flight
     )
     kept.close()
+    if on_step is not None:
+        on_step("record")
     return record, ssn
 
 

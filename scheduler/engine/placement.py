@@ -18,8 +18,8 @@ import numpy.typing as npt
 
 from scheduler.engine import predicates, scoring
 from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
-from scheduler.engine.predicates.fit import Fit, fits_existing_shared
 from scheduler.engine.predicates.labels import node_terms_match, untolerated_taint
+from scheduler.engine.scoring.fit import Fit, fits_existing_shared
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
 

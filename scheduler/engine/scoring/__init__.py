@@ -24,7 +24,7 @@ from scheduler.engine.scoring import fragmentation
 from scheduler.engine.scoring.kai import kai_scores
 
 if TYPE_CHECKING:
-    from scheduler.engine.predicates.fit import Fit
+    from scheduler.engine.scoring.fit import Fit
     from scheduler.engine.session import Session, TaskInfo
 
 NodeScorer = Callable[["Session", "TaskInfo", Sequence["Fit"]], list[float]]

@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from scheduler.engine.predicates.fit import Fit
+from scheduler.engine.scoring.fit import Fit
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.engine.predicates.fit import Fit, fits_existing_shared
+from scheduler.engine.scoring.fit import Fit, fits_existing_shared
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
 
 

@@ -1,4 +1,4 @@
-"""A candidate placement: how a task fits one node, and which GPU devices it would take there."""
+"""A candidate placement the scoring rules rank: how a task fits one node, and the GPU devices it takes there."""
 
 from __future__ import annotations
 
