@@ -25,10 +25,10 @@ from scheduler.kube.binder import (
     ANNOTATION_GPU_PORTION,
     DEFAULT_GROUP,
     Binder,
+    BinderApi,
     BindPod,
     EventSpec,
     EvictPod,
-    KubeApi,
     MarkPending,
     Memory,
     RetryPolicy,
@@ -415,7 +415,7 @@ def test_bind_is_idempotent_annotates_devices_marks_pending_and_writes_queue_sta
         t=1000,
     )
     log.append(DEFAULT_TOPICS.decisions, b"c1", rec1.dumps())
-    b = Binder(log, KubeApi(api), grace_seconds=0, retry=FAST)
+    b = Binder(log, BinderApi(api), grace_seconds=0, retry=FAST)
     st = b.run(stop_when_idle=True)
     assert (st.records, st.bound, st.already_bound, st.dead_letters) == (1, 2, 0, 0)
     assert log.committed(DEFAULT_GROUP, DEFAULT_TOPICS.decisions) == 1
@@ -444,14 +444,14 @@ def test_bind_is_idempotent_annotates_devices_marks_pending_and_writes_queue_sta
 
     # Re-applying the same record (another consumer group, e.g. after a crash before the commit): no
     # error, no duplicate binding, the pending pod's one Event is updated rather than duplicated.
-    again = Binder(log, KubeApi(api), group="replay", grace_seconds=0, retry=FAST).run(stop_when_idle=True)
+    again = Binder(log, BinderApi(api), group="replay", grace_seconds=0, retry=FAST).run(stop_when_idle=True)
     assert (again.bound, again.already_bound, again.conflicts, again.dead_letters) == (0, 2, 0, 0)
     [ev] = pod_events(api, ns, "waiting")
     assert ev["count"] == 2
 
     # The engine now wants "whole" on the other node: a conflict, reported, the pod stays where it is.
     log.append(DEFAULT_TOPICS.decisions, b"c2", record([bind(f"{ns}/whole", n2, (0,), 1000)], t=2000).dumps())
-    resumed = Binder(log, KubeApi(api), grace_seconds=0, retry=FAST)  # restart: resumes at offset 1
+    resumed = Binder(log, BinderApi(api), grace_seconds=0, retry=FAST)  # restart: resumes at offset 1
     st2 = resumed.run(stop_when_idle=True)
     assert (st2.records, st2.conflicts, st2.dead_letters) == (1, 1, 1)
     [dl] = dead_letters(log)
@@ -460,7 +460,7 @@ def test_bind_is_idempotent_annotates_devices_marks_pending_and_writes_queue_sta
     assert read_pod(api, ns, "whole")["spec"]["nodeName"] == n1
     assert "FailedBinding" in [e["reason"] for e in pod_events(api, ns, "whole")]
     # Applying the conflicting record once more does not dead-letter it twice.
-    Binder(log, KubeApi(api), group="replay2", grace_seconds=0, retry=FAST).run(stop_when_idle=True)
+    Binder(log, BinderApi(api), group="replay2", grace_seconds=0, retry=FAST).run(stop_when_idle=True)
     assert len(dead_letters(log)) == 1
 
 
@@ -480,7 +480,7 @@ def test_evict_deletes_and_a_gone_pod_is_success(api: Any, kube_namespace: str, 
         None,
         record([evict(f"{ns}/victim", node), evict(f"{ns}/never-was", node)], t=3).dumps(),
     )
-    st = Binder(log, KubeApi(api), grace_seconds=0, retry=FAST).run(stop_when_idle=True)
+    st = Binder(log, BinderApi(api), grace_seconds=0, retry=FAST).run(stop_when_idle=True)
     assert (st.records, st.bound, st.evicted, st.already_gone, st.dead_letters) == (3, 1, 1, 2, 0)
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
@@ -499,7 +499,7 @@ def test_pending_events_are_rate_limited_and_updated_when_the_reason_changes(
     make_pod(api, ns, "p", queue=f"{ns}-a")
     log = FileLog(tmp_path / "log")
     clock = [0.0]
-    b = Binder(log, KubeApi(api), event_interval_s=60, retry=FAST, clock=lambda: clock[0])
+    b = Binder(log, BinderApi(api), event_interval_s=60, retry=FAST, clock=lambda: clock[0])
     for t, (reason, msg) in enumerate(
         [
             ("PodSchedulingErrors", "m1"),
@@ -539,7 +539,7 @@ def test_permanent_failures_are_dead_lettered_and_an_unreachable_server_blocks_t
     cfg.host = "http://127.0.0.1:9"  # discard port: connection refused
     slept: list[float] = []
     with client.ApiClient(cfg) as down:
-        st = Binder(log, KubeApi(down, timeout_s=2), retry=FAST, sleep=slept.append).run(stop_when_idle=True)
+        st = Binder(log, BinderApi(down, timeout_s=2), retry=FAST, sleep=slept.append).run(stop_when_idle=True)
     assert st.unavailable == 1 and st.records == 1  # the bad record was dead-lettered and committed
     assert log.committed(DEFAULT_GROUP, DEFAULT_TOPICS.decisions) == 1
     assert slept[:2] == [0.01, 0.02]  # exponential backoff
@@ -548,7 +548,7 @@ def test_permanent_failures_are_dead_lettered_and_an_unreachable_server_blocks_t
 
     # A user without RBAC rights: 403 is permanent, dead-lettered once, and the record is committed.
     with kube_api.api_client(token=kube_api.user_token) as forbidden:
-        st = Binder(log, KubeApi(forbidden), retry=FAST).run(stop_when_idle=True)
+        st = Binder(log, BinderApi(forbidden), retry=FAST).run(stop_when_idle=True)
     assert (st.records, st.bound, st.dead_letters, st.events_failed) == (1, 0, 1, 1)
     dl = dead_letters(log)[-1]
     assert dl["reason_code"] == "bind_rejected" and "403" in dl["message"]
@@ -609,7 +609,7 @@ class _Crash(BaseException):
 class _CrashAfterBinds:
     """The real client, with the process dying right after the ``n``-th successful bind."""
 
-    def __init__(self, inner: KubeApi, n: int) -> None:
+    def __init__(self, inner: BinderApi, n: int) -> None:
         self.inner, self.n = inner, n
 
     def __getattr__(self, name: str) -> Any:
@@ -637,10 +637,10 @@ def test_crash_mid_record_then_restart_loses_and_duplicates_nothing(
         record([bind(f"{ns}/p{i}", node, (i,), 1000) for i in range(3)], t=1).dumps(),
     )
     with pytest.raises(_Crash):
-        Binder(log, _CrashAfterBinds(KubeApi(api), 2), retry=FAST).run(stop_when_idle=True)  # type: ignore[arg-type]
+        Binder(log, _CrashAfterBinds(BinderApi(api), 2), retry=FAST).run(stop_when_idle=True)  # type: ignore[arg-type]
     assert log.committed(DEFAULT_GROUP, DEFAULT_TOPICS.decisions) == 0  # the record was not fully applied
     assert [("nodeName" in read_pod(api, ns, p)["spec"]) for p in ("p0", "p1", "p2")] == [True, True, False]
-    st = Binder(log, KubeApi(api), retry=FAST).run(stop_when_idle=True)
+    st = Binder(log, BinderApi(api), retry=FAST).run(stop_when_idle=True)
     assert (st.records, st.bound, st.already_bound, st.conflicts, st.dead_letters) == (1, 1, 2, 0, 0)
     assert [read_pod(api, ns, p)["spec"]["nodeName"] for p in ("p0", "p1", "p2")] == [node] * 3
     assert log.committed(DEFAULT_GROUP, DEFAULT_TOPICS.decisions) == 1

@@ -32,7 +32,7 @@ import pytest
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.engine.record.decisions import Decision
-from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
+from scheduler.kube.binder import Binder, BinderApi, RetryPolicy
 from scheduler.kube.reservation import (
     ANNOTATION_RESERVED_GPU,
     ANNOTATION_SHARERS,
@@ -285,7 +285,7 @@ class NodeAgent:
 class BindSpy:
     """The real client; at each bind, records the pod's visibility ConfigMap as the binder left it."""
 
-    def __init__(self, inner: KubeApi) -> None:
+    def __init__(self, inner: BinderApi) -> None:
         self.inner = inner
         self.seen: dict[str, dict[str, str] | None] = {}
 
@@ -356,7 +356,7 @@ def test_reservations_follow_sharers_and_pods_bind_only_once_their_gpu_is_set(
         _create(api, ns, _pod(name, fraction="0.5"))
     agent = NodeAgent(api, reservation_ns)
     cfg = SharingConfig(namespace=reservation_ns, timeout_s=10, poll_s=0.05, sync_interval_s=0)
-    kube = KubeApi(api)
+    kube = BinderApi(api)
     spy = BindSpy(kube)
     log = FileLog(tmp_path / "log")
     binder = Binder(
@@ -417,7 +417,7 @@ def test_unwired_pods_and_silent_reservations_are_not_bound(
     unwired = _pod("unwired")  # created without a gpu-fraction annotation, so the webhook skipped it
     _create(api, ns, unwired)
     cfg = SharingConfig(namespace=reservation_ns, timeout_s=0.3, poll_s=0.05, sync_interval_s=3600)
-    kube = KubeApi(api)
+    kube = BinderApi(api)
     silent = NodeAgent(api, reservation_ns, report=False)  # the reservation pod never starts
     log = FileLog(tmp_path / "log")
     binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube._call, cfg, sleep=silent.tick))
@@ -450,7 +450,7 @@ def test_a_restarted_binder_leaves_no_orphan_reservation_pods(
         _create(api, ns, _pod(name, fraction="0.5"))
     agent = NodeAgent(api, reservation_ns)
     cfg = SharingConfig(namespace=reservation_ns, timeout_s=10, poll_s=0.05, sync_interval_s=3600)
-    kube = KubeApi(api)
+    kube = BinderApi(api)
     log = FileLog(tmp_path / "log")
     sharing = GpuSharing(kube.core, kube._call, cfg, sleep=agent.tick)
     log.append(
@@ -514,7 +514,7 @@ def test_a_sharer_arriving_while_its_reservation_pod_is_deleted_waits_for_a_new_
             )
         agent.tick(seconds)
 
-    kube = KubeApi(api)
+    kube = BinderApi(api)
     log = FileLog(tmp_path / "log")
     binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube._call, cfg, sleep=tick))
     log.append(DEFAULT_TOPICS.decisions, None, _record([_bind(f"{ns}/late", node, 0)], 1))

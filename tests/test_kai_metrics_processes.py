@@ -23,7 +23,7 @@ from fairshare.metrics import KAI_LATENCY_BUCKETS_MS, FairshareMetrics, KaiLaten
 from fairshare.service import FairshareService
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.kube.binder import Binder, KubeApi
+from scheduler.kube.binder import Binder, BinderApi
 from scheduler.metrics import BinderMetrics, serve
 from tests.test_binder import FAST, apply_crds, bind, make_node, make_pod, make_queue, record
 from tests.test_fairshare_service import FlakySource, append, cluster
@@ -117,7 +117,7 @@ def test_the_binder_times_each_bind_as_kais_task_bind_latency(
     log.append(DEFAULT_TOPICS.decisions, b"c1", rec.dumps())
     metrics = BinderMetrics.create()
     timer = _ticks(0.0, 0.0079, 1.0, 1.030, 2.0, 5.0)
-    b = Binder(log, KubeApi(api), grace_seconds=0, retry=FAST, metrics=metrics, timer=timer)
+    b = Binder(log, BinderApi(api), grace_seconds=0, retry=FAST, metrics=metrics, timer=timer)
     st = b.run(stop_when_idle=True)
     assert (st.bound, st.already_gone) == (2, 1)
     with serve(metrics) as ep:

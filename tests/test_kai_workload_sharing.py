@@ -23,7 +23,7 @@ import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
+from scheduler.kube.binder import Binder, BinderApi, RetryPolicy
 from scheduler.kube.reservation import (
     ANNOTATION_SHARERS,
     GpuSharing,
@@ -72,7 +72,7 @@ def test_fractional_pair_shares_one_device_wired_as_kai(
                 core.create_namespaced_pod(ns, doc)
                 pods.append(doc["metadata"]["name"])
 
-            kube = KubeApi(api)
+            kube = BinderApi(api)
             agent = NodeAgent(api, reservations)
             cfg = SharingConfig(namespace=reservations, timeout_s=10, poll_s=0.05, sync_interval_s=0)
             with FileLog(tmp_path / "log") as log:

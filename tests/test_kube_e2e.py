@@ -21,7 +21,13 @@ from analytics.audit.store import AuditStore, sink_from_log
 from analytics.reports.explain import explain
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.kube.binder import ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, Binder, KubeApi, RetryPolicy
+from scheduler.kube.binder import (
+    ANNOTATION_GPU_DEVICES,
+    ANNOTATION_GPU_PORTION,
+    Binder,
+    BinderApi,
+    RetryPolicy,
+)
 from scheduler.service import Service
 from tests.test_binder import apply_crds, make_node, make_pod, pod_events, read_pod
 
@@ -86,9 +92,9 @@ class Pipeline:
         from ingest import watcher
 
         self.log = log
-        self.ingest = watcher.KubeIngest(watcher.KubeApi(api), log, namespace=ns, watch_timeout_s=30)
+        self.ingest = watcher.KubeIngest(watcher.BinderApi(api), log, namespace=ns, watch_timeout_s=30)
         self.service = Service(log, poll_interval_s=0.05)
-        self.binder = Binder(log, KubeApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
+        self.binder = Binder(log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
 
     def step(self) -> bool:
         """One round of ingest, scheduler and binder; True when ingest appended events."""
@@ -182,7 +188,7 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
 
             # Phase 2: queue B (deserved 3 GPUs, holding none) asks for 2 GPUs: reclaim from A. The binder
             # restarts first: it resumes after the records it applied, nothing is applied twice.
-            p.binder = Binder(log, KubeApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
+            p.binder = Binder(log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
             make_pod(api, ns, "b-train", gpus=2, queue=qb, node_selector=sel)
             p.settle(lambda: "nodeName" in read_pod(api, ns, "b-train")["spec"])
             assert p.binder.stats.already_bound == 0

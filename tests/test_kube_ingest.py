@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes.client.exceptions import ApiException
 
 from ingest.events import parse_event
 from ingest.filelog import FileLog
-from ingest.kube.watcher import KubeApi, KubeIngest
+from ingest.kube.client import KubeApi, KubeError
+from ingest.kube.watcher import KubeIngest
 from ingest.log import DEFAULT_TOPICS
 from tests.kubeapi import APISERVER_SH, KubeAPI, _read_env
 
@@ -67,7 +67,7 @@ PYTORCHJOB_CRD = {
 def _apply_crd(api: KubeApi, doc: dict[str, Any]) -> None:
     try:
         api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=doc)
-    except ApiException as exc:
+    except KubeError as exc:
         if exc.status != 409:  # already applied by another test of the session
             raise
 
@@ -92,7 +92,7 @@ def kapi(kube_api: KubeAPI) -> Iterator[KubeApi]:
                 try:
                     api.request("GET", served)
                     break
-                except ApiException:
+                except KubeError:
                     assert time.monotonic() < deadline, f"{served} not served"
                     time.sleep(0.2)
         yield api
@@ -458,7 +458,7 @@ def uncached_kube(kube_api: KubeAPI, tmp_path: Path) -> Iterator[tuple[KubeApi, 
                     api.request("GET", "/apis/scheduling.run.ai/v2alpha2/podgroups")
                     api.request("GET", QUEUES)
                     break
-                except ApiException:
+                except KubeError:
                     assert time.monotonic() < deadline, "CRDs not served"
                     time.sleep(0.2)
             yield api, etcd_url

@@ -24,7 +24,8 @@ import pytest
 
 from ingest.events import parse_event
 from ingest.filelog import FileLog
-from ingest.kube.watcher import KubeApi, KubeIngest
+from ingest.kube.client import KubeApi, KubeError
+from ingest.kube.watcher import KubeIngest
 from ingest.log import DEFAULT_TOPICS, Log
 from tests.test_binder import apply_crds, make_node, make_pod, make_queue, read_pod
 from tests.test_kube_e2e import Pipeline, _last, _podgroup
@@ -205,7 +206,7 @@ def _delete_topology_crd(api: Any) -> None:
     while True:
         try:
             KubeApi(api).request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status == 404:
                 return
         assert time.monotonic() < deadline, "topologies are still served"

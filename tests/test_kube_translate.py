@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ingest import kube
+from ingest.kube import translate as kube
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest, podgroup_patch, resolve_owners
-from ingest.kube.translate import KubeError
+from ingest.kube.translate import InvalidObject
 
 
 def node(**status: Any) -> dict[str, Any]:
@@ -71,7 +71,7 @@ def test_node_gpu_memory_label_in_bytes_is_converted_and_not_ready_is_seen() -> 
 
 
 def test_node_bad_quantity_names_the_field_and_value() -> None:
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         kube.node_upserted(node(allocatable={"cpu": "lots"}), 0)
     assert e.value.reason == "HourglassInvalidNode"
     assert "status.allocatable[cpu]='lots'" in e.value.message
@@ -143,16 +143,16 @@ def test_queue_unset_limit_is_a_hard_cap_of_zero_with_a_warning() -> None:
 def test_invalid_queue_values_are_specific_errors(
     resources: dict[str, Any], field: str, problem: str
 ) -> None:
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         kube.queue_upserted(queue(resources), 0)
     assert e.value.reason == "HourglassInvalidQueue" and e.value.reason_code == "invalid_queue"
     assert field in e.value.message and problem in e.value.message
 
 
 def test_queue_bad_duration_and_missing_resources() -> None:
-    with pytest.raises(KubeError, match=r"spec.reclaimMinRuntime='ten minutes': must be a Go duration"):
+    with pytest.raises(InvalidObject, match=r"spec.reclaimMinRuntime='ten minutes': must be a Go duration"):
         kube.queue_upserted(queue({"gpu": UNLIMITED}, reclaimMinRuntime="ten minutes"), 0)
-    with pytest.raises(KubeError, match=r"spec.resources=None: is required"):
+    with pytest.raises(InvalidObject, match=r"spec.resources=None: is required"):
         kube.queue_upserted({"metadata": {"name": "q"}, "spec": {}}, 0)
 
 
@@ -187,7 +187,7 @@ def test_podgroup_translation() -> None:
     ],
 )
 def test_invalid_podgroups(spec: dict[str, Any], text: str) -> None:
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         kube.podgroup_upserted(pg(**spec), 0)
     assert e.value.reason == "HourglassInvalidPodGroup"
     assert text in e.value.message
@@ -232,7 +232,7 @@ def test_pod_gpu_sharing_annotations() -> None:
 )
 def test_invalid_gpu_requests(annotations: dict[str, str], gpus: str | None, text: str) -> None:
     container = req(cpu="1", **({"nvidia.com/gpu": gpus} if gpus else {}))
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         kube.pod_requests(pod([container], annotations))
     assert e.value.reason == "HourglassInvalidPod"
     assert text in e.value.message
@@ -263,7 +263,7 @@ def test_pod_submitted_carries_queue_label_placement_and_priority() -> None:
 
 
 def test_pod_bad_queue_label() -> None:
-    with pytest.raises(KubeError, match=r"metadata.labels\[kai.scheduler/queue\]='Team A'"):
+    with pytest.raises(InvalidObject, match=r"metadata.labels\[kai.scheduler/queue\]='Team A'"):
         kube.pod_submitted(pod([req(cpu="1")], labels={"kai.scheduler/queue": "Team A"}), "g", 0)
 
 
@@ -321,7 +321,7 @@ def test_pytorchjob_gang_is_the_sum_of_replicas_and_queue_comes_from_the_owner()
 
 def test_pytorchjob_with_zero_replicas_is_a_grouping_error() -> None:
     job = owner("PyTorchJob", "kubeflow.org/v1", "t", {"pytorchReplicaSpecs": {"Worker": {"replicas": 0}}})
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         plan_pod_group(pod(), [job])
     assert e.value.reason == "HourglassPodGrouping" and "Worker.replicas" in e.value.message
 
@@ -389,9 +389,9 @@ def test_labels_override_priority_and_preemptibility_and_bad_values_are_errors()
         "team-c",
         1,
     )
-    with pytest.raises(KubeError, match=r"kai\.scheduler/preemptibility"):
+    with pytest.raises(InvalidObject, match=r"kai\.scheduler/preemptibility"):
         plan_pod_group(pod(labels={"kai.scheduler/preemptibility": "sometimes"}), [])
-    with pytest.raises(KubeError, match="not a valid queue name"):
+    with pytest.raises(InvalidObject, match="not a valid queue name"):
         plan_pod_group(pod(labels={"kai.scheduler/queue": "UPPER"}), [])
 
 
@@ -463,9 +463,9 @@ def test_pod_extended_requests_sum_containers_and_init_max() -> None:
     assert kube.pod_requests(obj).extended == {"nvidia.com/mig-1g.10gb": 1, "rdma/ib": 3}
     # ephemeral-storage is documented as unchecked; an unqualified unknown name is an error, never dropped.
     assert kube.pod_requests(pod([req(**{"ephemeral-storage": "1Gi"})])).extended == {}
-    with pytest.raises(KubeError, match="not a resource Hourglass knows"):
+    with pytest.raises(InvalidObject, match="not a resource Hourglass knows"):
         kube.pod_requests(pod([req(fpga="1")]))
-    with pytest.raises(KubeError, match="whole numbers"):
+    with pytest.raises(InvalidObject, match="whole numbers"):
         kube.pod_requests(pod([req(**{"rdma/ib": "500m"})]))
 
 

@@ -18,6 +18,7 @@ import pytest
 from ingest.events import QueueDeleted, QueueUpserted, dump_event, event_key, parse_event
 from ingest.filelog import FILE_HEADER, FileLog, FsyncPolicy
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics
+from ingest.memlog import MemoryLog
 
 Opener = Callable[[], Log]
 
@@ -175,6 +176,14 @@ class TestFileLog(LogContract):
     @pytest.fixture
     def opener(self, tmp_path: Path) -> Iterator[Opener]:
         yield lambda: FileLog(tmp_path / "log")
+
+
+class TestMemoryLog(LogContract):
+    @pytest.fixture
+    def opener(self) -> Iterator[Opener]:
+        # An in-memory log lives as long as its object: "reopening" it is getting the same one back.
+        log = MemoryLog()
+        yield lambda: log
 
 
 @pytest.mark.timeout(300)

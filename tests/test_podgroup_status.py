@@ -18,7 +18,7 @@ import pytest
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.engine.record.decisions import CycleRecord, Decision
-from scheduler.kube.binder import Binder, KubeApi, RetryPolicy
+from scheduler.kube.binder import Binder, BinderApi, RetryPolicy
 from scheduler.kube.podgroup_status import (
     ClearConditions,
     ConditionMemory,
@@ -194,7 +194,7 @@ def test_binder_writes_and_clears_kais_scheduling_condition(
             },
         )
     log = FileLog(tmp_path / "log")
-    b = Binder(log, KubeApi(api), retry=FAST)
+    b = Binder(log, BinderApi(api), retry=FAST)
     job = f"{ns}/train"
 
     def apply(rec: CycleRecord) -> None:
@@ -227,7 +227,7 @@ def test_binder_writes_and_clears_kais_scheduling_condition(
     assert b.stats.podgroup_conditions == 1  # unchanged: no second write
 
     # A restarted binder (empty memory) sees the same condition on the object and writes nothing.
-    b = Binder(log, KubeApi(api), retry=FAST)
+    b = Binder(log, BinderApi(api), retry=FAST)
     apply(record([pending(job, "OverLimit", "queue team-a would exceed its GPU limit")], 3))
     assert b.stats.podgroup_conditions == 0
     assert _pg(api, ns, "train")["status"]["schedulingConditions"][0]["transitionID"] == "1"

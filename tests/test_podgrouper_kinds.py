@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest, resolve_owners, skip_podgrouper
-from ingest.kube.translate import KubeError
+from ingest.kube.translate import InvalidObject
 
 
 def pod(name: str = "p", labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def test_leaderworkerset_is_a_gang_of_size_per_group(
     ids=["no-size", "unknown-policy"],
 )
 def test_leaderworkerset_bad_spec_is_a_grouping_error(lws: dict[str, Any], message: str) -> None:
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         plan_pod_group(pod(), [lws])
     assert e.value.reason == "HourglassPodGrouping" and message in e.value.message
 
@@ -136,7 +136,7 @@ def test_cronjob_gets_one_podgroup_per_job_run() -> None:
         "uid": "nightly-1000-uid",
     }
     assert (a.queue, c.queue) == ("default-queue", "default-queue")  # the Job's labels, as KAI reads them
-    with pytest.raises(KubeError, match="the pod's Job cannot be read"):
+    with pytest.raises(InvalidObject, match="the pod's Job cannot be read"):
         plan_pod_group(pod(), [cron])
 
 
@@ -168,7 +168,7 @@ def test_batch_min_member_on_a_jobset_overrides_the_computed_gang() -> None:
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
 def test_bad_batch_min_member_is_an_error_naming_it(value: str) -> None:
     job = owner("Job", "batch/v1", "j", annotations={"kai.scheduler/batch-min-member": value})
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         plan_pod_group(pod(), [job])
     assert (
         "kai.scheduler/batch-min-member" in e.value.message and "must be an integer >= 1" in e.value.message
@@ -306,9 +306,9 @@ def test_knative_queue_comes_from_the_revision_and_a_missing_revision_is_read_or
     )
     got = plan_pod_group(pod(labels=KNATIVE_POD), [svc], lambda *a: rev if a[1] == "Revision" else None)
     assert (got.name, got.min_member) == ("pg-hello-00001-hello-00001-uid", 2)
-    with pytest.raises(KubeError, match="no readable Revision yet"):
+    with pytest.raises(InvalidObject, match="no readable Revision yet"):
         plan_pod_group(pod(labels=KNATIVE_POD), [svc], lambda *a: None)
-    with pytest.raises(KubeError, match=r"serving\.knative\.dev/revision"):
+    with pytest.raises(InvalidObject, match=r"serving\.knative\.dev/revision"):
         plan_pod_group(pod(), [svc])
 
 

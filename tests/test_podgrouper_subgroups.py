@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from ingest import kube
+from ingest.kube import translate as kube
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest
-from ingest.kube.translate import KubeError
+from ingest.kube.translate import InvalidObject
 from tests.test_podgrouper_kinds import owner, pod
 
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
@@ -217,7 +217,7 @@ def test_grove_group_configs_are_parents_and_kai_topology_annotation_is_read() -
 def test_bad_grove_podgang_is_a_grouping_error(
     gang: dict[str, Any] | None, labels: dict[str, str], text: str
 ) -> None:
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         plan_pod_group(pod("prefill-0", labels), _grove_owners(), _getter(gang))
     assert e.value.reason == "HourglassPodGrouping"
     assert text in e.value.message

@@ -16,9 +16,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from ingest import kube
 from ingest.events import EventError, PodGroupUpserted, dump_event, parse_event
-from ingest.kube.translate import KubeError
+from ingest.kube import translate as kube
+from ingest.kube.translate import InvalidObject
 from scheduler.conformance import SCENARIOS_DIR
 from scheduler.conformance.runner import run_doc
 from scheduler.engine.cycle import open_session, run_actions, run_cycle
@@ -212,7 +212,7 @@ def test_podgroup_subgroups_translate() -> None:
     ],
 )
 def test_invalid_podgroup_subgroups(spec: dict[str, Any], text: str) -> None:
-    with pytest.raises(KubeError) as e:
+    with pytest.raises(InvalidObject) as e:
         kube.podgroup_upserted(_pg(**spec), 0)
     assert text in e.value.message
 

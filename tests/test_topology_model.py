@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from ingest import kube
 from ingest.events import (
     NodeUpserted,
     PodGroupUpserted,
@@ -15,7 +14,8 @@ from ingest.events import (
     dump_event,
     parse_event,
 )
-from ingest.kube.translate import KubeError
+from ingest.kube import translate as kube
+from ingest.kube.translate import InvalidObject
 from scheduler.engine.state import Topology, fold
 
 TOPOLOGY_CR = {
@@ -62,7 +62,7 @@ def test_topology_cr_translates_to_levels_widest_first() -> None:
     ],
 )
 def test_bad_topology_cr_is_a_clear_error(spec: dict[str, Any], message: str) -> None:
-    with pytest.raises(KubeError, match=message):
+    with pytest.raises(InvalidObject, match=message):
         kube.topology_upserted({"metadata": {"name": "t"}, "spec": spec}, 0)
 
 
@@ -132,7 +132,7 @@ def test_podgroup_topology_constraint_from_spec_or_kai_annotations(
 def test_bad_podgroup_topology_constraint_names_the_field(
     spec: dict[str, Any] | None, annotations: dict[str, str], message: str
 ) -> None:
-    with pytest.raises(KubeError, match=message):
+    with pytest.raises(InvalidObject, match=message):
         kube.podgroup_upserted(pg(spec, annotations), 0)
 
 

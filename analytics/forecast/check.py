@@ -48,7 +48,7 @@ from analytics.reports.explain import advice
 from fairshare.config import FairshareConfig
 from ingest import events as ev
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest
-from ingest.kube.translate import KubeError, pod_group_annotation, pod_submitted, podgroup_upserted
+from ingest.kube.translate import InvalidObject, pod_group_annotation, pod_submitted, podgroup_upserted
 from scheduler.engine.cycle import result_state, run_cycle
 from scheduler.engine.record.decisions import Decision
 
@@ -210,7 +210,7 @@ def _events(objs: list[dict[str, Any]], tr: Tracker, at_ms: int) -> tuple[list[e
                 )
             out.append(pod_submitted(obj, group, at_ms).model_copy(update={"created_at_ms": at_ms}))
             pods.append(uid)
-    except KubeError as exc:
+    except InvalidObject as exc:
         raise CheckError(str(exc)) from None
     if not pods:
         raise CheckError(

@@ -43,10 +43,10 @@ from typing import Any, Final
 
 import polars as pl
 
+from analytics.gctune import gc_tuned
 from analytics.reports.explain import advice
 from analytics.rerun.replay import ReplayError, ReplaySource, load_source
 from analytics.rundir import read_manifest
-from analytics.simulation.simulate import gc_tuned
 from fairshare.config import FairshareConfig, FairshareConfigError
 from fairshare.decay import roll_up, usage_at
 from fairshare.ledger import EventLedger

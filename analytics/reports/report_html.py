@@ -10,7 +10,6 @@ cycles the store holds.
 from __future__ import annotations
 
 import html
-import io
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import duckdb
 
+from analytics.reports import htmlkit
 from analytics.reports.report import (
     EVICTION_KINDS,
     GPU_MILLI,
@@ -32,7 +32,7 @@ from analytics.reports.report import (
 )
 
 if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+    pass
 
 __all__ = ["PLOTS", "POINTS", "series", "write_html"]
 
@@ -164,24 +164,6 @@ def _mpl_at_least(major: int, minor: int) -> bool:
     return (int(parts[0]), int(re.sub(r"\D.*", "", parts[1]) or 0)) >= (major, minor)
 
 
-def _svg(fig: Figure, left_chars: int = 0) -> str:
-    """The figure as an inline <svg>; fixed margins (room for *left_chars* of y tick labels).
-
-    Margins are set, not measured: ``bbox_inches="tight"`` and ``tight_layout`` each cost another
-    rendering pass with text measuring, which dominated the page's time on big stores.
-    """
-    w, h = fig.get_size_inches()
-    left = (0.75 + 0.065 * left_chars) / w
-    fig.subplots_adjust(left=left, right=1 - 0.2 / w, top=1 - 0.3 / h, bottom=0.55 / h)
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})  # no date: the same store gives the same page
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG sits inside HTML
-
-
 def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]:
     """plot id -> (title, inline SVG)."""
     try:
@@ -231,7 +213,7 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
     ax.legend(loc="upper left", fontsize="small", ncol=3)
     out["allocation"] = (
         "GPUs allocated per leaf queue, stacked, against the capacity; idle GPUs that are fragmented",
-        _svg(fig),
+        htmlkit.svg(fig),
     )
 
     # 2. fair share vs allocated, one panel per queue
@@ -267,7 +249,7 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
         a.set_xlabel(unit)
     height = 2.2 * rows_n + 0.4
     fig.subplots_adjust(hspace=0.45 / height * 4, wspace=0.18)
-    out["fair-share"] = ("Fair share (capped at capacity) vs allocated, per queue", _svg(fig))
+    out["fair-share"] = ("Fair share (capped at capacity) vs allocated, per queue", htmlkit.svg(fig))
 
     # 3. decayed usage
     fig, ax = plt.subplots(figsize=(10, 3.2))
@@ -284,7 +266,7 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
             ha="center",
         )
     ax.legend(loc="upper left", fontsize="small", ncol=3)
-    out["usage"] = ("Decayed historical usage per queue (what the time-based fair share sees)", _svg(fig))
+    out["usage"] = ("Decayed historical usage per queue (what the time-based fair share sees)", htmlkit.svg(fig))
 
     # 4. wait-time distributions (leaf queues: every job belongs to one)
     fig, ax = plt.subplots(figsize=(10, 3.2))
@@ -296,7 +278,7 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
         ax.set_yticks(range(1, len(leaves) + 1), leaves)
         ax.set_xscale("log")
     ax.set_xlabel("hours from submission to first bind (log; whiskers p1-p99)")
-    out["waits"] = ("Wait-time distribution per leaf queue", _svg(fig, max(map(len, leaves), default=0)))
+    out["waits"] = ("Wait-time distribution per leaf queue", htmlkit.svg(fig, max(map(len, leaves), default=0)))
 
     # 5. eviction timeline
     fig, ax = plt.subplots(figsize=(10, 2.8))
@@ -315,7 +297,7 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
         ax.text(0.5, 0.5, "no evictions in the window", transform=ax.transAxes, ha="center")
     out["evictions"] = (
         "Evictions over time, by the queue that suffered them and the evicting action",
-        _svg(fig, max(map(len, names), default=0)),
+        htmlkit.svg(fig, max(map(len, names), default=0)),
     )
 
     # 6. Jain's index and allocation ratio per bucket
@@ -330,30 +312,11 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
     ax.set_ylim(0, 1.05)
     ax.set_xlabel(unit)
     ax.legend(fontsize="small")
-    out["fairness"] = (f"Jain's fairness index and allocation ratio per {report.bucket}", _svg(fig))
+    out["fairness"] = (f"Jain's fairness index and allocation ratio per {report.bucket}", htmlkit.svg(fig))
     return out
 
 
 # --------------------------------------------------------------------------- the page
-
-_CSS: Final = """
-body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1280px; color: #222; }
-h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.8em; }
-table { border-collapse: collapse; font-size: 12px; margin: .5em 0; }
-th, td { border-bottom: 1px solid #ddd; padding: 3px 7px; text-align: right; }
-th:first-child, td:first-child { text-align: left; }
-.meta { color: #555; } .note { color: #555; font-size: 12.5px; }
-pre.story { white-space: pre-wrap; background: #f6f6f6; padding: .8em; }
-figure { margin: 1em 0; } figcaption { font-weight: 600; margin-bottom: .3em; }
-svg { max-width: 100%; height: auto; }
-"""
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    h = "".join(f"<th>{html.escape(x)}</th>" for x in head)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(x)}</td>" for x in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>"
-
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
@@ -427,7 +390,7 @@ def render_html(report: Report, data: dict[str, Any]) -> str:
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Hourglass fairness report {html.escape(fmt_time(win.from_ms))} → {html.escape(fmt_time(win.to_ms))}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{htmlkit.CSS}</style></head><body>",
         "<h1>Hourglass fairness report</h1>",
         f'<p class="meta">Store <code>{html.escape(report.store)}</code>; window {html.escape(fmt_time(win.from_ms))} →'
         f" {html.escape(fmt_time(win.to_ms))} ({html.escape(fmt_duration(win.length_ms / 1000))}); the store spans"
@@ -438,14 +401,14 @@ def render_html(report: Report, data: dict[str, Any]) -> str:
         parts.append(f'<pre class="story">{html.escape(queue_story(report, report.focus))}</pre>')
     parts += [
         "<h2>Queues</h2>",
-        _table(head, qrows),
+        htmlkit.table(head, qrows),
         "<h2>Cluster</h2>",
-        _table(["figure", "value"], crows),
+        htmlkit.table(["figure", "value"], crows),
     ]
     if report.placements:
         parts += [
             "<h2>Topology: gangs with a constraint, first placed in the window</h2>",
-            _table(
+            htmlkit.table(
                 ["queue", "gangs", "required level", "preferred level", "got preferred level"],
                 [
                     [

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from analytics.gctune import gc_tuned
 from analytics.rundir import read_events, read_manifest, read_records, read_usage
-from analytics.simulation.simulate import gc_tuned
 from ingest.backends import open_log
 from ingest.events import Event, EventError, parse_event
 from ingest.log import DEFAULT_TOPICS, LogError, Topics

@@ -55,6 +55,7 @@ from typing import Any, Final
 import yaml
 
 from analytics.audit.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
+from analytics.gctune import gc_tuned
 from analytics.progress import count_bar, day_bar
 from analytics.rerun.replay import add_log_argument
 from analytics.rerun.whatif_html import CLUSTER_ROWS, FIGURES, HEAD, fmt
@@ -68,7 +69,7 @@ from analytics.rerun.whatif_service import (
 )
 from analytics.rerun.whatif_service import rerun as rerun_service_log
 from analytics.rundir import CYCLES_FILE, EVENTS_FILE, DirLog, SimLog, read_cycles, read_manifest
-from analytics.simulation.simulate import JobSpec, KeepPending, Simulator, UsageFn, gc_tuned, simulate
+from analytics.simulation.simulate import JobSpec, KeepPending, Simulator, UsageFn, simulate
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.tenants import TenantsConfig

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from analytics.reports.report_html import _CSS, _svg, _table
-from analytics.simulation.cli import duration
+from analytics.humanize import duration
+from analytics.reports import htmlkit
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -129,7 +129,7 @@ def _bars(doc: dict[str, Any]) -> str:
     ax.set_xticks(list(xs), leaves)
     ax.set_ylabel("GPU-hours")
     ax.legend(fontsize="small")
-    return _svg(fig, 8)
+    return htmlkit.svg(fig, 8)
 
 
 def _waits(doc: dict[str, Any]) -> str:
@@ -145,7 +145,7 @@ def _waits(doc: dict[str, Any]) -> str:
     ax.set_xticks(list(xs), leaves)
     ax.set_ylabel("wait, hours")
     ax.legend(fontsize="small")
-    return _svg(fig, 8)
+    return htmlkit.svg(fig, 8)
 
 
 def _steps(
@@ -182,7 +182,7 @@ def _allocation(doc: dict[str, Any], recorded: Timeline, whatif: Timeline) -> st
         ax.set_ylabel(f"GPUs held, {label}")
     axes[0].legend(fontsize="small", loc="lower right")
     axes[1].set_xlabel("simulated days")
-    return _svg(fig, 6)
+    return htmlkit.svg(fig, 6)
 
 
 def _section(doc: dict[str, Any], recorded: Timeline, whatif: Timeline, n: int) -> list[str]:
@@ -204,9 +204,9 @@ def _section(doc: dict[str, Any], recorded: Timeline, whatif: Timeline, n: int) 
     parts = [
         f"<h2>What if {html.escape(_changed(doc))}</h2>",
         "<h3>Queues</h3>",
-        _table(head, rows),
+        htmlkit.table(head, rows),
         "<h3>Cluster</h3>",
-        _table(["figure", "recorded", "what-if"], crows),
+        htmlkit.table(["figure", "recorded", "what-if"], crows),
         f'<p class="note">Pods that never finished by themselves in the recording run for their recorded time'
         f" so far: {c['running_at_end']} running at the end, {c['evicted_unfinished']} evicted and unfinished,"
         f" {c['never_started']} never started.</p>",
@@ -229,7 +229,7 @@ def render_html(runs: Sequence[tuple[dict[str, Any], Timeline, Timeline]], recor
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>Hourglass what-if of {html.escape(recording)}</title>",
-        f"<style>{_CSS}</style></head><body>",
+        f"<style>{htmlkit.CSS}</style></head><body>",
         "<h1>Hourglass what-if</h1>",
         f"<p class=\"meta\">Recording <code>{html.escape(recording)}</code>: the users' and nodes' actions"
         " replayed, every scheduling outcome re-decided under the changed settings (docs/whatif.md).</p>",

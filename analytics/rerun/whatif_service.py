@@ -52,6 +52,7 @@ from fairshare.snapshot import SnapshotError, UsageSnapshot
 from ingest import events as ev
 from ingest.events import dump_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics, check_read_args
+from ingest.memlog import MemoryLog
 from scheduler.engine.record.decisions import CycleRecord, config_hash
 from scheduler.engine.record.delta import RecordChainError, expand_records
 from scheduler.engine.session import SessionConfig
@@ -91,44 +92,6 @@ class Setting(Protocol):
 
     @property
     def value(self) -> Any: ...
-
-
-class MemoryLog(Log):
-    """An in-memory :class:`~ingest.log.Log` (the what-if's own log: nothing is written anywhere)."""
-
-    def __init__(self) -> None:
-        self.topics: dict[str, list[Record]] = defaultdict(list)
-        self.commits: dict[tuple[str, str], int] = {}
-
-    def append(self, topic: str, key: bytes | None, value: bytes) -> int:
-        """Append one record; its offset."""
-        recs = self.topics[topic]
-        recs.append(Record(len(recs), key, value))
-        return len(recs) - 1
-
-    def append_many(self, topic: str, records: Iterable[tuple[bytes | None, bytes]]) -> list[int]:
-        """Append records in order; their offsets."""
-        return [self.append(topic, k, v) for k, v in records]
-
-    def read(self, topic: str, from_offset: int, max_records: int = 1000) -> list[Record]:
-        """Up to *max_records* records from *from_offset*."""
-        check_read_args(from_offset, max_records)
-        return self.topics[topic][from_offset : from_offset + max_records]
-
-    def end_offset(self, topic: str) -> int:
-        """The next offset of *topic*."""
-        return len(self.topics[topic])
-
-    def commit(self, group: str, topic: str, offset: int) -> None:
-        """Remember *group*'s position."""
-        self.commits[(group, topic)] = offset
-
-    def committed(self, group: str, topic: str) -> int:
-        """*group*'s position (0 if none)."""
-        return self.commits.get((group, topic), 0)
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 class _AsOf(Log):

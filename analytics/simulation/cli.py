@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from analytics.humanize import duration
 from analytics.simulation.simulate import (
     GPU_MILLI,
     JobSpec,
@@ -104,17 +105,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="salt of the task -> queue hash (0 = the plain task name; default 0); with --config: replaces"
         " the scenario's seed",
     )
-
-
-def duration(seconds: float) -> str:
-    """Seconds as s, min, h or d (the summary's and whatif's tables)."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def render_summary(summary: dict[str, Any], console: Console) -> None:

@@ -43,18 +43,17 @@ devices, a fractional one a device with that much free).
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import hashlib
 import heapq
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from analytics.gctune import gc_tuned
 from analytics.rundir import NullLog, SimLog, usage_record
 from ingest import events as ev
 from ingest.tenants import TenantsConfig
@@ -1038,25 +1037,6 @@ class Simulator:
                 "evictions": self.evictions,
             },
         }
-
-
-@contextlib.contextmanager
-def gc_tuned() -> Iterator[None]:
-    """Fewer cyclic-GC passes while the simulation runs; restored afterwards.
-
-    Every cycle builds a fresh session (a ``NodeInfo`` per node, ~1,200 on the default trace), so the
-    young generation fills every few hundred microseconds and each collection re-traverses everything the
-    run keeps alive: about 30-40% of the run's CPU time. Freezing what exists at the start (the loaded
-    trace) and collecting the young generation less often removes most of it; output is unaffected.
-    """
-    old = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(50_000, 20, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
 
 
 def _check_subgroups(spec: JobSpec) -> None:

@@ -52,7 +52,7 @@ from ingest.kube.translate import (
     ANNOTATION_TOPOLOGY_REQUIRED,
     LABEL_PREEMPTIBILITY,
     LABEL_QUEUE,
-    KubeError,
+    InvalidObject,
     check_queue_name,
     object_key,
 )
@@ -238,8 +238,8 @@ def _int_at(owner: dict[str, Any], path: tuple[str, ...], pod_key: str, default:
     return cur
 
 
-def _grouping_error(pod_key: str, where: str, value: object, problem: str) -> KubeError:
-    err = KubeError("Pod", pod_key, where, value, problem)
+def _grouping_error(pod_key: str, where: str, value: object, problem: str) -> InvalidObject:
+    err = InvalidObject("Pod", pod_key, where, value, problem)
     err.reason = "HourglassPodGrouping"
     err.reason_code = "pod_grouping"
     return err
@@ -517,7 +517,7 @@ def plan_pod_group(
     """Decide the PodGroup of ``pod`` from its owner chain (see the module doc for the rules).
 
     ``get`` is used only for RayJob / RayService, whose gang size lives on the RayCluster they
-    created (``status.rayClusterName``). Raises :class:`KubeError` (reason ``HourglassPodGrouping``
+    created (``status.rayClusterName``). Raises :class:`InvalidObject` (reason ``HourglassPodGrouping``
     or an invalid queue label) when the owner's spec cannot give a group.
     """
     meta = _meta(pod)
@@ -625,7 +625,7 @@ def plan_pod_group(
     )
     if problem := check_queue_name(queue):
         source = LABEL_QUEUE if LABEL_QUEUE in owner_labels or LABEL_QUEUE in pod_labels else LABEL_PROJECT
-        raise KubeError("Pod", pod_key, f"metadata.labels[{source}]", queue, problem)
+        raise InvalidObject("Pod", pod_key, f"metadata.labels[{source}]", queue, problem)
     spec = _sub(pod, "spec")
     priority = (
         owner_labels.get(LABEL_PRIORITY_CLASS)
@@ -635,7 +635,7 @@ def plan_pod_group(
     )
     pre = owner_labels.get(LABEL_PREEMPTIBILITY) or pod_labels.get(LABEL_PREEMPTIBILITY) or None
     if pre is not None and pre not in ("preemptible", "non-preemptible"):
-        raise KubeError(
+        raise InvalidObject(
             "Pod",
             pod_key,
             f"metadata.labels[{LABEL_PREEMPTIBILITY}]",

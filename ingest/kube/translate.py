@@ -2,7 +2,7 @@
 
 Nothing here talks to the API server: :mod:`ingest.kube.watcher` fetches objects and
 :mod:`ingest.kube.podgrouper` decides pod groups; this module only maps one object to
-the event contract of :mod:`ingest.events`, or raises :class:`KubeError` naming
+the event contract of :mod:`ingest.events`, or raises :class:`InvalidObject` naming
 the offending field and value. The mapping follows KAI Scheduler's semantics
 (kai-spec §2.1 Queue, §2.2 PodGroup, §2.3 labels, §2.5 GPU sharing, §2.6 pod
 status); docs/ingest.md has the full table.
@@ -71,7 +71,7 @@ __all__ = [
     "LABEL_QUEUE",
     "LABEL_TASK_PRIORITY",
     "PRIORITY_CLASSES",
-    "KubeError",
+    "InvalidObject",
     "PodView",
     "check_queue_name",
     "claim_names",
@@ -141,7 +141,7 @@ _DURATION_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "μs": 1_000, "ms": 10**6, "
 _DURATION_NS["h"] = 3600 * 10**9
 
 
-class KubeError(ValueError):
+class InvalidObject(ValueError):
     """A Kubernetes object that cannot be translated.
 
     ``reason`` is the Kubernetes Event reason posted on the object (``HourglassInvalidQueue``, ...),
@@ -221,8 +221,8 @@ def _exact(value: Any) -> Fraction:
     return Fraction(dec)
 
 
-def _fail_model(kind: str, key: str, exc: ValidationError) -> KubeError:
-    return KubeError(kind, key, "", None, validation_message(exc))
+def _fail_model(kind: str, key: str, exc: ValidationError) -> InvalidObject:
+    return InvalidObject(kind, key, "", None, validation_message(exc))
 
 
 # --------------------------------------------------------------------------- nodes
@@ -245,7 +245,7 @@ def node_upserted(obj: dict[str, Any], at_ms: int) -> NodeUpserted:
         try:
             return int(parse(alloc[resource]))
         except ValueError as exc:
-            raise KubeError(
+            raise InvalidObject(
                 "Node", name, f"status.allocatable[{resource}]", alloc[resource], str(exc)
             ) from None
 
@@ -253,7 +253,7 @@ def node_upserted(obj: dict[str, Any], at_ms: int) -> NodeUpserted:
     memory = quantity("memory", parse_bytes, 0)
     gpu_milli = quantity(GPU_RESOURCE, parse_gpu_milli, 0)
     if gpu_milli % 1000:
-        raise KubeError(
+        raise InvalidObject(
             "Node",
             name,
             f"status.allocatable[{GPU_RESOURCE}]",
@@ -272,7 +272,7 @@ def node_upserted(obj: dict[str, Any], at_ms: int) -> NodeUpserted:
     if LABEL_GPU_MEMORY in labels:
         raw = labels[LABEL_GPU_MEMORY]
         if not raw.isdigit() or int(raw) == 0:
-            raise KubeError(
+            raise InvalidObject(
                 "Node", name, f"metadata.labels[{LABEL_GPU_MEMORY}]", raw, "must be a positive integer"
             )
         gpu_memory = int(raw)
@@ -298,7 +298,7 @@ def node_upserted(obj: dict[str, Any], at_ms: int) -> NodeUpserted:
                 )
             )
         except ValidationError as exc:
-            raise KubeError("Node", name, f"spec.taints[{i}]", t, validation_message(exc)) from None
+            raise InvalidObject("Node", name, f"spec.taints[{i}]", t, validation_message(exc)) from None
     try:
         return NodeUpserted(
             name=name,
@@ -369,13 +369,13 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
     spec = _dict(obj.get("spec"))
     warnings: list[str] = []
     if "resources" not in spec or not isinstance(spec.get("resources"), dict):
-        raise KubeError("Queue", name, "spec.resources", spec.get("resources"), "is required")
+        raise InvalidObject("Queue", name, "spec.resources", spec.get("resources"), "is required")
     res_spec = spec["resources"]
     resources: dict[str, QueueResource] = {}
     for resource in ("gpu", "cpu", "memory"):
         entry = res_spec.get(resource)
         if entry is not None and not isinstance(entry, dict):
-            raise KubeError("Queue", name, f"spec.resources.{resource}", entry, "must be an object")
+            raise InvalidObject("Queue", name, f"spec.resources.{resource}", entry, "must be an object")
         entry = entry or {}
         values: dict[str, int | None] = {}
         for key in ("quota", "limit"):
@@ -384,28 +384,28 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
             try:
                 amount = _exact(raw)
             except ValueError as exc:
-                raise KubeError("Queue", name, field, raw, str(exc)) from None
+                raise InvalidObject("Queue", name, field, raw, str(exc)) from None
             if amount == -1:
                 values[key] = None
                 continue
             if amount < 0:
-                raise KubeError("Queue", name, field, raw, "must be >= 0, or -1 for unlimited")
+                raise InvalidObject("Queue", name, field, raw, "must be >= 0, or -1 for unlimited")
             try:
                 values[key] = _queue_amount(resource, raw)
             except ValueError as exc:
-                raise KubeError("Queue", name, field, raw, str(exc)) from None
+                raise InvalidObject("Queue", name, field, raw, str(exc)) from None
         raw_weight = entry.get("overQuotaWeight", 0)
         field = f"spec.resources.{resource}.overQuotaWeight"
         try:
             weight = _exact(raw_weight)
         except ValueError as exc:
-            raise KubeError("Queue", name, field, raw_weight, str(exc)) from None
+            raise InvalidObject("Queue", name, field, raw_weight, str(exc)) from None
         if weight < 0:
-            raise KubeError("Queue", name, field, raw_weight, "must be >= 0")
+            raise InvalidObject("Queue", name, field, raw_weight, "must be >= 0")
         quota, limit = values["quota"], values["limit"]
         if limit is not None and quota is not None and quota > limit:
             hint = " (an unset limit is a hard cap of 0; use -1 for no cap)" if "limit" not in entry else ""
-            raise KubeError(
+            raise InvalidObject(
                 "Queue",
                 name,
                 f"spec.resources.{resource}.quota",
@@ -422,12 +422,12 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
     parent = spec.get("parentQueue") or None
     priority = spec.get("priority", 100)
     if isinstance(priority, bool) or not isinstance(priority, int):
-        raise KubeError("Queue", name, "spec.priority", priority, "must be an integer")
+        raise InvalidObject("Queue", name, "spec.priority", priority, "must be an integer")
     if parent is not None and (not isinstance(parent, str) or (problem := check_queue_name(parent))):
         problem = check_queue_name(parent) if isinstance(parent, str) else "must be a string"
-        raise KubeError("Queue", name, "spec.parentQueue", parent, problem or "")
+        raise InvalidObject("Queue", name, "spec.parentQueue", parent, problem or "")
     if parent == name:
-        raise KubeError("Queue", name, "spec.parentQueue", parent, "a queue cannot be its own parent")
+        raise InvalidObject("Queue", name, "spec.parentQueue", parent, "a queue cannot be its own parent")
     runtimes: dict[str, int | None] = {}
     for key in ("preemptMinRuntime", "reclaimMinRuntime"):
         raw = spec.get(key)
@@ -437,7 +437,7 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
         try:
             runtimes[key] = _parse_duration_ms(raw)
         except ValueError as exc:
-            raise KubeError("Queue", name, f"spec.{key}", raw, str(exc)) from None
+            raise InvalidObject("Queue", name, f"spec.{key}", raw, str(exc)) from None
     display = spec.get("displayName")
     try:
         event = QueueUpserted(
@@ -474,15 +474,15 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
     spec = _dict(obj.get("spec"))
     queue = spec.get("queue")
     if not isinstance(queue, str) or not queue:
-        raise KubeError("PodGroup", key, "spec.queue", queue, "is required (the leaf queue of the group)")
+        raise InvalidObject("PodGroup", key, "spec.queue", queue, "is required (the leaf queue of the group)")
     if problem := check_queue_name(queue):
-        raise KubeError("PodGroup", key, "spec.queue", queue, problem)
+        raise InvalidObject("PodGroup", key, "spec.queue", queue, problem)
     min_member = spec.get("minMember", 1)
     if isinstance(min_member, bool) or not isinstance(min_member, int) or min_member < 0:
-        raise KubeError("PodGroup", key, "spec.minMember", min_member, "must be an integer >= 0")
+        raise InvalidObject("PodGroup", key, "spec.minMember", min_member, "must be an integer >= 0")
     pre = spec.get("preemptibility") or ""
     if pre == "semi-preemptible":
-        raise KubeError(
+        raise InvalidObject(
             "PodGroup",
             key,
             "spec.preemptibility",
@@ -491,17 +491,17 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
             " not implement yet; use 'preemptible' or 'non-preemptible'",
         )
     if pre not in ("", "preemptible", "non-preemptible"):
-        raise KubeError(
+        raise InvalidObject(
             "PodGroup", key, "spec.preemptibility", pre, "must be 'preemptible', 'non-preemptible' or empty"
         )
     pcn = spec.get("priorityClassName") or None
     if pcn is not None and not isinstance(pcn, str):
-        raise KubeError("PodGroup", key, "spec.priorityClassName", pcn, "must be a string")
+        raise InvalidObject("PodGroup", key, "spec.priorityClassName", pcn, "must be a string")
     topology, required, preferred = topology_constraint(obj)
     subgroups = _subgroups(key, spec)
     min_sub = spec.get("minSubGroup")
     if min_sub is not None and (isinstance(min_sub, bool) or not isinstance(min_sub, int) or min_sub < 1):
-        raise KubeError("PodGroup", key, "spec.minSubGroup", min_sub, "must be an integer >= 1")
+        raise InvalidObject("PodGroup", key, "spec.minSubGroup", min_sub, "must be an integer >= 1")
     k8s_uid = meta.get("uid")
     node_pool = _dict(meta.get("labels")).get(LABEL_NODE_POOL)
     try:
@@ -533,27 +533,27 @@ def _subgroups(key: str, spec: dict[str, Any]) -> list[SubGroup]:
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise KubeError("PodGroup", key, "spec.subGroups", raw, "must be a list")
+        raise InvalidObject("PodGroup", key, "spec.subGroups", raw, "must be a list")
     out: list[SubGroup] = []
     for i, item in enumerate(raw):
         where = f"spec.subGroups[{i}]"
         if not isinstance(item, dict):
-            raise KubeError("PodGroup", key, where, item, "must be an object")
+            raise InvalidObject("PodGroup", key, where, item, "must be an object")
         tc = item.get("topologyConstraint") or {}
         if not isinstance(tc, dict):
-            raise KubeError("PodGroup", key, f"{where}.topologyConstraint", tc, "must be an object")
+            raise InvalidObject("PodGroup", key, f"{where}.topologyConstraint", tc, "must be an object")
         for field in ("name", "parent"):
             if item.get(field) is not None and not isinstance(item.get(field), str):
-                raise KubeError("PodGroup", key, f"{where}.{field}", item.get(field), "must be a string")
+                raise InvalidObject("PodGroup", key, f"{where}.{field}", item.get(field), "must be a string")
         for field in ("minMember", "minSubGroup"):
             v = item.get(field)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-                raise KubeError("PodGroup", key, f"{where}.{field}", v, "must be an integer >= 0")
+                raise InvalidObject("PodGroup", key, f"{where}.{field}", v, "must be an integer >= 0")
         values: list[str | None] = []
         for field, _ in _CONSTRAINT_FIELDS:
             v = tc.get(field)
             if v is not None and not isinstance(v, str):
-                raise KubeError("PodGroup", key, f"{where}.topologyConstraint.{field}", v, "must be a string")
+                raise InvalidObject("PodGroup", key, f"{where}.topologyConstraint.{field}", v, "must be a string")
             values.append(v or None)
         try:
             out.append(
@@ -568,7 +568,7 @@ def _subgroups(key: str, spec: dict[str, Any]) -> list[SubGroup]:
                 )
             )
         except ValidationError as exc:
-            raise KubeError("PodGroup", key, where, item.get("name"), validation_message(exc)) from None
+            raise InvalidObject("PodGroup", key, where, item.get("name"), validation_message(exc)) from None
     return out
 
 
@@ -589,21 +589,21 @@ def topology_constraint(obj: dict[str, Any]) -> tuple[str | None, str | None, st
     key = object_key(obj)
     raw = _dict(obj.get("spec")).get("topologyConstraint")
     if raw is not None and not isinstance(raw, dict):
-        raise KubeError("PodGroup", key, "spec.topologyConstraint", raw, "must be an object")
+        raise InvalidObject("PodGroup", key, "spec.topologyConstraint", raw, "must be an object")
     tc = raw or {}
     annotations = _str_map(_meta(obj).get("annotations"))
     values: list[str | None] = []
     for field, annotation in _CONSTRAINT_FIELDS:
         value = tc.get(field)
         if value is not None and not isinstance(value, str):
-            raise KubeError("PodGroup", key, f"spec.topologyConstraint.{field}", value, "must be a string")
+            raise InvalidObject("PodGroup", key, f"spec.topologyConstraint.{field}", value, "must be a string")
         if not value:
             value = annotations.get(annotation, "").strip()
         values.append(value or None)
     topology, required, preferred = values
     if topology is None and (required or preferred):
         level = required or preferred
-        raise KubeError(
+        raise InvalidObject(
             "PodGroup",
             key,
             "spec.topologyConstraint.topology",
@@ -621,14 +621,14 @@ def topology_upserted(obj: dict[str, Any], at_ms: int) -> TopologyUpserted:
     name = str(_meta(obj).get("name") or "")
     levels = _dict(obj.get("spec")).get("levels")
     if not isinstance(levels, list) or not levels:
-        raise KubeError(
+        raise InvalidObject(
             "Topology", name, "spec.levels", levels, "must be a non-empty list of {nodeLabel: ...}"
         )
     keys: list[str] = []
     for i, level in enumerate(levels):
         label = level.get("nodeLabel") if isinstance(level, dict) else None
         if not isinstance(label, str) or not label:
-            raise KubeError("Topology", name, f"spec.levels[{i}].nodeLabel", label, "must be a label key")
+            raise InvalidObject("Topology", name, f"spec.levels[{i}].nodeLabel", label, "must be a label key")
         keys.append(label)
     try:
         return TopologyUpserted(name=name, levels=keys, at_ms=at_ms)
@@ -724,15 +724,15 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
             try:
                 out[slot] = parse(got[0])
             except ValueError as exc:
-                raise KubeError("Pod", key, got[1], got[0], str(exc)) from None
+                raise InvalidObject("Pod", key, got[1], got[0], str(exc)) from None
     got = get(GPU_RESOURCE)
     if got is not None:
         try:
             milli = parse_gpu_milli(got[0])
         except ValueError as exc:
-            raise KubeError("Pod", key, got[1], got[0], str(exc)) from None
+            raise InvalidObject("Pod", key, got[1], got[0], str(exc)) from None
         if milli % 1000:
-            raise KubeError(
+            raise InvalidObject(
                 "Pod", key, got[1], got[0], "must be a whole number of GPUs (use the gpu-fraction annotation)"
             )
         out["gpus"] = milli // 1000
@@ -743,7 +743,7 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
         got = get(name)
         assert got is not None
         if not is_extended_resource(name):
-            raise KubeError(
+            raise InvalidObject(
                 "Pod",
                 key,
                 got[1],
@@ -753,7 +753,7 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
         try:
             amount = extended_amount(name, got[0])
         except ValueError as exc:
-            raise KubeError("Pod", key, got[1], got[0], str(exc)) from None
+            raise InvalidObject("Pod", key, got[1], got[0], str(exc)) from None
         if amount:
             ext[name] = amount
     return _Totals(out["cpu"], out["memory"], out["gpus"], tuple(sorted(ext.items())))
@@ -788,26 +788,26 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         try:
             fraction = parse_fraction_milli(raw)
         except ValueError as exc:
-            raise KubeError("Pod", key, field, raw, str(exc)) from None
+            raise InvalidObject("Pod", key, field, raw, str(exc)) from None
         if total.gpus:
-            raise KubeError("Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}")
+            raise InvalidObject("Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}")
     if ANNOTATION_GPU_MEMORY in annotations:
         raw = annotations[ANNOTATION_GPU_MEMORY]
         field = f"{where}[{ANNOTATION_GPU_MEMORY}]"
         if not raw.isdigit() or int(raw) == 0:
-            raise KubeError("Pod", key, field, raw, "must be a positive integer number of MiB")
+            raise InvalidObject("Pod", key, field, raw, "must be a positive integer number of MiB")
         if fraction is not None:
-            raise KubeError("Pod", key, field, raw, f"cannot be combined with {ANNOTATION_GPU_FRACTION}")
+            raise InvalidObject("Pod", key, field, raw, f"cannot be combined with {ANNOTATION_GPU_FRACTION}")
         if total.gpus:
-            raise KubeError("Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}")
+            raise InvalidObject("Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}")
         memory_mib = int(raw)
     if ANNOTATION_GPU_FRACTION_DEVICES in annotations:
         raw = annotations[ANNOTATION_GPU_FRACTION_DEVICES]
         field = f"{where}[{ANNOTATION_GPU_FRACTION_DEVICES}]"
         if not raw.isdigit() or int(raw) == 0:
-            raise KubeError("Pod", key, field, raw, "must be a positive integer")
+            raise InvalidObject("Pod", key, field, raw, "must be a positive integer")
         if fraction is None and memory_mib is None:
-            raise KubeError("Pod", key, field, raw, "needs a gpu-fraction or gpu-memory annotation")
+            raise InvalidObject("Pod", key, field, raw, "needs a gpu-fraction or gpu-memory annotation")
         devices = int(raw)
     try:
         return PodRequests(
@@ -839,7 +839,7 @@ def _affinity(key: str, spec: dict[str, Any]) -> tuple[list[NodeSelectorTerm], l
         for f in fields:
             f = _dict(f)
             if f.get("key") != "metadata.name" or f.get("operator") != "In":
-                raise KubeError(
+                raise InvalidObject(
                     "Pod", key, f"{where}.matchFields", f, "only 'metadata.name In [...]' is supported"
                 )
             allowed = sorted(set(allowed or []) | {str(v) for v in f.get("values") or []})
@@ -862,7 +862,7 @@ def _affinity(key: str, spec: dict[str, Any]) -> tuple[list[NodeSelectorTerm], l
                 )
             )
         except ValidationError as exc:
-            raise KubeError("Pod", key, f"{where}.matchExpressions", exprs, validation_message(exc)) from None
+            raise InvalidObject("Pod", key, f"{where}.matchExpressions", exprs, validation_message(exc)) from None
     return terms, allowed
 
 
@@ -880,7 +880,7 @@ def _tolerations(key: str, spec: dict[str, Any]) -> list[Toleration]:
                 )
             )
         except ValidationError as exc:
-            raise KubeError("Pod", key, f"spec.tolerations[{i}]", t, validation_message(exc)) from None
+            raise InvalidObject("Pod", key, f"spec.tolerations[{i}]", t, validation_message(exc)) from None
     return out
 
 
@@ -902,7 +902,7 @@ def host_ports(key: str, spec: dict[str, Any]) -> list[HostPort]:
                 )
             except ValidationError as exc:
                 where = f"spec.containers[{i}].ports[{j}]"
-                raise KubeError("Pod", key, where, port, validation_message(exc)) from None
+                raise InvalidObject("Pod", key, where, port, validation_message(exc)) from None
     return out
 
 
@@ -953,7 +953,7 @@ def _pod_terms(key: str, spec: dict[str, Any], kind: str) -> list[PodAffinityTer
                 )
             )
         except ValidationError as exc:
-            raise KubeError("Pod", key, at, t, validation_message(exc)) from None
+            raise InvalidObject("Pod", key, at, t, validation_message(exc)) from None
     return out
 
 
@@ -981,7 +981,7 @@ def _preferred_node_affinity(key: str, spec: dict[str, Any]) -> list[PreferredSc
             )
         except ValidationError as exc:
             where = f"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}]"
-            raise KubeError("Pod", key, where, w, validation_message(exc)) from None
+            raise InvalidObject("Pod", key, where, w, validation_message(exc)) from None
     return out
 
 
@@ -1004,7 +1004,7 @@ def _spread(key: str, spec: dict[str, Any]) -> list[TopologySpreadConstraint]:
                 )
             )
         except ValidationError as exc:
-            raise KubeError(
+            raise InvalidObject(
                 "Pod", key, f"spec.topologySpreadConstraints[{i}]", c, validation_message(exc)
             ) from None
     return out
@@ -1061,12 +1061,12 @@ def pod_submitted(
     spec = _dict(obj.get("spec"))
     queue = labels.get(LABEL_QUEUE) or None
     if queue is not None and (problem := check_queue_name(queue)):
-        raise KubeError("Pod", key, f"metadata.labels[{LABEL_QUEUE}]", queue, problem)
+        raise InvalidObject("Pod", key, f"metadata.labels[{LABEL_QUEUE}]", queue, problem)
     task_priority = 0
     if LABEL_TASK_PRIORITY in labels:
         raw = labels[LABEL_TASK_PRIORITY]
         if not re.fullmatch(r"[+-]?\d+", raw):
-            raise KubeError("Pod", key, f"metadata.labels[{LABEL_TASK_PRIORITY}]", raw, "must be an integer")
+            raise InvalidObject("Pod", key, f"metadata.labels[{LABEL_TASK_PRIORITY}]", raw, "must be an integer")
         task_priority = int(raw)
     terms, allowed = _affinity(key, spec)
     try:

@@ -46,7 +46,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,7 +78,7 @@ from ingest.events import (
     parse_event,
 )
 from ingest.kube import translate as kube
-from ingest.kube.client import add_kubeconfig_argument
+from ingest.kube.client import KubeApi, KubeError, add_kubeconfig_argument
 from ingest.kube.podgrouper import (
     ANNOTATION_SKIP_PODGROUPER,
     LABEL_SUBGROUP,
@@ -97,7 +97,6 @@ __all__ = [
     "RESOURCES",
     "TOPOLOGIES",
     "IngestStats",
-    "KubeApi",
     "KubeIngest",
     "Resource",
     "absent_message",
@@ -119,29 +118,6 @@ _API_VERSIONS: Final = {
     "Topology": "kai.scheduler/v1alpha1",
 }
 _EVENT_MESSAGE_MAX = 1024
-_LIST_PAGE = 500
-
-# Plural resource names of owner kinds; anything else is lower-case kind + "s" (true for most CRDs).
-_PLURALS: Final = {
-    "Deployment": "deployments",
-    "ReplicaSet": "replicasets",
-    "StatefulSet": "statefulsets",
-    "DaemonSet": "daemonsets",
-    "Job": "jobs",
-    "CronJob": "cronjobs",
-    "JobSet": "jobsets",
-    "PyTorchJob": "pytorchjobs",
-    "TFJob": "tfjobs",
-    "MPIJob": "mpijobs",
-    "XGBoostJob": "xgboostjobs",
-    "JAXJob": "jaxjobs",
-    "Notebook": "notebooks",
-    "RayCluster": "rayclusters",
-    "RayJob": "rayjobs",
-    "RayService": "rayservices",
-    "ReplicationController": "replicationcontrollers",
-    "LeaderWorkerSet": "leaderworkersets",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,137 +184,6 @@ def default_state_path(log_spec: str) -> Path | None:
 
 
 # --------------------------------------------------------------------------- the API, raw JSON
-
-
-class KubeApi:
-    """Raw-JSON access to the API server through a configured ``kubernetes.client.ApiClient``.
-
-    Raw dicts (not the generated models) keep the translation pure and identical for built-in and
-    custom resources. Errors surface as ``kubernetes.client.exceptions.ApiException`` (``.status``).
-    """
-
-    def __init__(self, api_client: Any) -> None:
-        self.client = api_client
-
-    def _call(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-        timeout: float | tuple[float, float] | None = 30.0,
-    ) -> Any:
-        """One request; returns the ``RESTResponse`` (raises ``ApiException`` on non-2xx)."""
-        from kubernetes.client.exceptions import ApiException
-
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = content_type
-        params = [(k, v) for k, v in (query or {}).items() if v is not None]
-        req = self.client.param_serialize(
-            method=method,
-            resource_path=path,
-            query_params=params,
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        resp = self.client.call_api(*req, _request_timeout=timeout)
-        if not 200 <= resp.status <= 299:
-            resp.read()
-            raise ApiException(http_resp=resp)
-        return resp
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        content_type: str = "application/json",
-    ) -> Any:
-        """A JSON request; returns the decoded response body."""
-        resp = self._call(method, path, query, body, content_type)
-        return json.loads(resp.read() or b"null")
-
-    def get(self, path: str) -> dict[str, Any] | None:
-        """GET an object; None when it does not exist (404) or may not be read (403)."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            got = self.request("GET", path)
-        except ApiException as exc:
-            if exc.status in (403, 404):
-                return None
-            raise
-        return got if isinstance(got, dict) else None
-
-    def list_all(
-        self, resource: Resource, namespace: str | None, field_selector: str | None
-    ) -> tuple[list[dict[str, Any]], str]:
-        """LIST every object (paged); returns the items and the list's resourceVersion."""
-        items: list[dict[str, Any]] = []
-        token: str | None = None
-        rv = ""
-        while True:
-            page = self.request(
-                "GET",
-                resource.path(namespace),
-                {"limit": _LIST_PAGE, "continue": token, "fieldSelector": field_selector},
-            )
-            if not rv:  # the first page's version is the snapshot the continuation pages belong to
-                rv = str(page.get("metadata", {}).get("resourceVersion") or "")
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            token = page.get("metadata", {}).get("continue") or None
-            if not token:
-                return items, rv
-
-    def watch(
-        self,
-        resource: Resource,
-        namespace: str | None,
-        field_selector: str | None,
-        resource_version: str,
-        timeout_s: int,
-        on_response: Callable[[Any], None] | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """WATCH from ``resource_version`` with bookmarks; yields decoded watch events until the
-        server closes the stream (after ``timeout_s``)."""
-        from kubernetes.watch.watch import iter_resp_lines
-
-        resp = self._call(
-            "GET",
-            resource.path(namespace),
-            {
-                "watch": "true",
-                "allowWatchBookmarks": "true",
-                "resourceVersion": resource_version,
-                "timeoutSeconds": timeout_s,
-                "fieldSelector": field_selector,
-            },
-            timeout=(10.0, timeout_s + 30.0),
-        )
-        if on_response is not None:
-            on_response(resp.response)
-        try:
-            for line in iter_resp_lines(resp.response):  # type: ignore[no-untyped-call]
-                if line.strip():
-                    event = json.loads(line)
-                    if isinstance(event, dict):
-                        yield event
-        finally:
-            resp.response.release_conn()
-
-    def owner_getter(self) -> Callable[[str, str, str, str], dict[str, Any] | None]:
-        """A :data:`ingest.kube.podgrouper.OwnerGetter` that reads owners through this API."""
-
-        def get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
-            base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            plural = _PLURALS.get(kind, kind.lower() + "s")
-            return self.get(f"{base}/namespaces/{namespace}/{plural}/{name}")
-
-        return get
 
 
 def _with_label(obj: dict[str, Any], key: str, value: str) -> dict[str, Any]:
@@ -553,11 +398,9 @@ class KubeIngest:
     def _list(self, res: Resource) -> _Listed:
         """LIST ``res``. An optional resource that is not served (404) or not readable (403) lists as
         absent, logged once until it comes back; any other error raises."""
-        from kubernetes.client.exceptions import ApiException
-
         try:
             items, rv = self.api.list_all(res, self._ns(res), self._selector(res))
-        except ApiException as exc:
+        except KubeError as exc:
             if res.crd is None or exc.status not in (403, 404):
                 raise
             self.stats.absent_lists += 1
@@ -571,8 +414,6 @@ class KubeIngest:
         return _Listed(res.kind, items, rv)
 
     def _watch_loop(self, res: Resource) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         rv: str | None = self.rvs.get(res.kind)
         backoff = 0.5
         while not self._stopping.is_set():
@@ -612,7 +453,7 @@ class KubeIngest:
                     self.stats.relists_410 += 1
                     rv = None
                 backoff = 0.5
-            except ApiException as exc:
+            except KubeError as exc:
                 if exc.status == 410:
                     log.info("watch %s: 410 Gone, relisting", res.kind)
                     self.stats.relists_410 += 1
@@ -746,7 +587,7 @@ class KubeIngest:
             else:
                 st["finished"] = ev.phase
 
-    def _reject(self, batch: _Batch, kind: str, obj: dict[str, Any], err: kube.KubeError) -> None:
+    def _reject(self, batch: _Batch, kind: str, obj: dict[str, Any], err: kube.InvalidObject) -> None:
         """Dead-letter an invalid object and post a Warning on it, once per distinct error."""
         key = f"{kind}/{kube.object_key(obj)}"
         digest = _digest(err.message)
@@ -889,17 +730,15 @@ class KubeIngest:
                     return  # a GPU reservation pod: its device is held for our sharers, already counted
                 self._upsert(batch, kube.foreign_pod(obj, self._at()), f"ForeignPod/{key}")
             self.rejected.pop(f"{kind}/{key}", None)
-        except kube.KubeError as err:
+        except kube.InvalidObject as err:
             self._reject(batch, kind, obj, err)
         except Exception as exc:  # a shape nobody anticipated: report it, never stop the flow
             log.exception("cannot translate %s %s", kind, key)
-            odd = kube.KubeError(kind, key, "", None, f"cannot be translated: {type(exc).__name__}: {exc}")
+            odd = kube.InvalidObject(kind, key, "", None, f"cannot be translated: {type(exc).__name__}: {exc}")
             odd.reason_code = "untranslatable"
             self._reject(batch, kind, obj, odd)
 
     def _pod(self, item: _Changed, batch: _Batch) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         obj = item.obj
         meta = obj.get("metadata") or {}
         key = kube.object_key(obj)
@@ -916,7 +755,7 @@ class KubeIngest:
             kube.pod_submitted(obj, group or "unassigned", 0)
             if group is None:
                 if not self.group_pods:
-                    raise kube.KubeError(
+                    raise kube.InvalidObject(
                         "Pod",
                         key,
                         f"metadata.annotations[{kube.ANNOTATION_POD_GROUP}]",
@@ -927,10 +766,10 @@ class KubeIngest:
                     group, subgroup = self._group(obj, batch)
                     if subgroup is not None:
                         obj = _with_label(obj, LABEL_SUBGROUP, subgroup)
-                except ApiException as exc:
+                except KubeError as exc:
                     if exc.status is not None and 400 <= exc.status < 500 and exc.status != 429:
-                        raise kube.KubeError(
-                            "Pod", key, "", None, f"cannot create its PodGroup: {exc.status} {exc.reason}"
+                        raise kube.InvalidObject(
+                            "Pod", key, "", None, f"cannot create its PodGroup: {exc.status} {exc.message}"
                         ) from None
                     self._retry_later(item, exc)
                     return
@@ -1007,12 +846,10 @@ class KubeIngest:
         Returns the PodGroup's name and the subgroup the pod joins (None without subgroups, or when the pod
         already names one with its own ``kai.scheduler/subgroup-name`` label).
         """
-        from kubernetes.client.exceptions import ApiException
-
         owners = resolve_owners(pod, self._owner_get)
         skipped = skip_podgrouper(pod, owners)
         if skipped is not None:
-            raise kube.KubeError(
+            raise kube.InvalidObject(
                 "Pod",
                 kube.object_key(pod),
                 f"metadata.annotations[{kube.ANNOTATION_POD_GROUP}]",
@@ -1030,7 +867,7 @@ class KubeIngest:
         try:
             obj = self.api.request("POST", base, body=podgroup_manifest(plan))
             self.stats.podgroups_created += 1
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 409:
                 raise
             obj = self.api.request("GET", f"{base}/{plan.name}")
@@ -1046,7 +883,7 @@ class KubeIngest:
         )
         try:
             self._upsert(batch, self._podgroup_event(obj), f"PodGroup/{plan.namespace}/{plan.name}")
-        except kube.KubeError as err:
+        except kube.InvalidObject as err:
             self._reject(batch, "PodGroup", obj, err)
         return plan.name, subgroup
 
@@ -1061,8 +898,6 @@ class KubeIngest:
                 log.warning("could not post a %s Event on %s %s: %s", reason, kind, kube.object_key(obj), exc)
 
     def _post_event(self, kind: str, obj: dict[str, Any], reason: str, message: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         meta = obj.get("metadata") or {}
         ns = str(meta.get("namespace") or CLUSTER_EVENT_NAMESPACE)
         # A name derived from the object version and the message: a restart re-posting it gets 409.
@@ -1093,7 +928,7 @@ class KubeIngest:
         }
         try:
             self.api.request("POST", f"/api/v1/namespaces/{ns}/events", body=body)
-        except ApiException as exc:
+        except KubeError as exc:
             if exc.status != 409:
                 raise
 
@@ -1248,8 +1083,6 @@ def run_cli(args: Any) -> int:
     import signal
     import sys
 
-    from kubernetes.client.exceptions import ApiException
-
     from ingest.backends import open_log
     from ingest.kube.client import api_client
     from ingest.log import LogError
@@ -1286,9 +1119,9 @@ def run_cli(args: Any) -> int:
                 ingest.run(stop, args.max_seconds)
         except KeyboardInterrupt:
             pass
-        except ApiException as e:
+        except KubeError as e:
             hint = " (are the Queue / PodGroup CRDs installed? see deploy/crds)" if e.status == 404 else ""
-            print(f"ingest: the API server refused: {e.status} {e.reason}{hint}", file=sys.stderr)
+            print(f"ingest: the API server refused: {e.status} {e.message}{hint}", file=sys.stderr)
             return 1
         except LogError as e:  # the state file keeps the unwritten batch; the next start appends it
             print(f"ingest: the log failed: {e}", file=sys.stderr)

@@ -1,8 +1,8 @@
 """The session the service keeps between cycles: put back as it opened, then patched to the next snapshot.
 
 Opening a :class:`~scheduler.engine.session.Session` from a snapshot builds one task per pod, charges every
-placed pod to its node and every pod to its queue's sums, and indexes the nodes: 0.5-0.7 s at 140,000 pods
-(``benchmarks/bench_production.py``). Between two cycles of the service only what the new events touched
+placed pod to its node and every pod to its queue's sums, and indexes the nodes: most of a cycle's time at
+production size (``benchmarks/bench_production.py``, docs/benchmarks.md). Between two cycles of the service only what the new events touched
 differs, so :class:`KeptSession` keeps the last session and, given the next snapshot, the builder it came
 from and the :class:`Changes` the service's folder noted for the events folded since (:func:`reopen`):
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from ingest.kube.client import add_kubeconfig_argument
+from ingest.kube.client import KubeError, KubeUnavailable, add_kubeconfig_argument, call
 from ingest.kube.translate import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.kube.units import decimal_text
 from ingest.log import DEFAULT_TOPICS, Log, Topics
@@ -63,14 +63,12 @@ __all__ = [
     "DEFAULT_GROUP",
     "BindPod",
     "Binder",
+    "BinderApi",
     "BinderStats",
     "EventSpec",
     "EvictPod",
     "Invalid",
     "Kube",
-    "KubeApi",
-    "KubeError",
-    "KubeUnavailable",
     "MarkPending",
     "Memory",
     "PendingMark",
@@ -350,24 +348,6 @@ def plan(
 # --------------------------------------------------------------------------- the Kubernetes interface
 
 
-class KubeError(Exception):
-    """A Kubernetes API call failed. ``status`` is the HTTP status, 0 when the server was not reached."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"HTTP {status}: {message}" if status else message)
-        self.status = status
-        self.message = message
-
-    @property
-    def transient(self) -> bool:
-        """Worth retrying: no answer, too many requests, or a server error."""
-        return self.status == 0 or self.status == 429 or self.status >= 500
-
-
-class KubeUnavailable(RuntimeError):
-    """Transient failures outlasted the retry policy; the record stays uncommitted and is re-applied."""
-
-
 @dataclass(frozen=True, slots=True)
 class EventSpec:
     """A core/v1 Event about one object; one Event object per (object, reason), its count bumped."""
@@ -416,7 +396,7 @@ def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class KubeApi:
+class BinderApi:
     """:class:`Kube` over the official client (``kubernetes.client.ApiClient``).
 
     Every call passes ``_preload_content=False``: the generated client cannot deserialise the binding
@@ -432,23 +412,9 @@ class KubeApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.timeout = timeout_s
 
-    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            return fn(*args, _preload_content=False, _request_timeout=self.timeout, **kwargs)
-        except ApiException as e:
-            message = e.reason or ""
-            body = e.body.decode(errors="replace") if isinstance(e.body, bytes) else e.body
-            if body:
-                try:
-                    message = json.loads(body).get("message", message)
-                except (ValueError, AttributeError):
-                    message = body[:500]
-            raise KubeError(int(e.status or 0), str(message)) from None
-        except (HTTPError, OSError) as e:
-            raise KubeError(0, f"{type(e).__name__}: {e}") from None
+    def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """One generated-client call with this client's timeout; :class:`KubeError` on failure."""
+        return call(fn, *args, timeout_s=self.timeout, **kwargs)
 
     def bind(self, namespace: str, name: str, node: str, annotations: Mapping[str, str]) -> None:
         c = self._client
@@ -456,20 +422,20 @@ class KubeApi:
             metadata=c.V1ObjectMeta(name=name, annotations=dict(annotations) or None),
             target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
-        self._call(self.core.create_namespaced_pod_binding, name, namespace, body)
+        self.call(self.core.create_namespaced_pod_binding, name, namespace, body)
 
     def pod_node(self, namespace: str, name: str) -> str | None:
-        r = self._call(self.core.read_namespaced_pod, name, namespace)
+        r = self.call(self.core.read_namespaced_pod, name, namespace)
         node = json.loads(r.data).get("spec", {}).get("nodeName")
         return str(node) if node else None
 
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
-        self._call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_seconds)
+        self.call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_seconds)
 
     def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
         # A strategic merge patch merges status.conditions by type: other conditions are kept.
         body = {"status": {"conditions": [dict(condition)]}}
-        self._call(
+        self.call(
             self.core.patch_namespaced_pod_status,
             name,
             namespace,
@@ -502,20 +468,20 @@ class KubeApi:
             "reportingComponent": COMPONENT,
         }
         try:
-            self._call(self.core.create_namespaced_event, ns, body)
+            self.call(self.core.create_namespaced_event, ns, body)
             return
         except KubeError as e:
             if e.status != 409:
                 raise
-        r = self._call(self.core.read_namespaced_event, name, ns)
+        r = self.call(self.core.read_namespaced_event, name, ns)
         count = int(json.loads(r.data).get("count") or 1)
         patch = {"count": count + 1, "message": message, "lastTimestamp": now, "type": ev.type}
-        self._call(
+        self.call(
             self.core.patch_namespaced_event, name, ns, patch, _content_type="application/merge-patch+json"
         )
 
     def patch_queue_status(self, name: str, status: Mapping[str, Any]) -> None:
-        self._call(
+        self.call(
             self.custom.patch_cluster_custom_object_status,
             QUEUE_GROUP,
             QUEUE_VERSION,
@@ -526,7 +492,7 @@ class KubeApi:
         )
 
     def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
-        return ConditionWriter(self.custom, self._call).apply(action)
+        return ConditionWriter(self.custom, self.call).apply(action)
 
 
 # --------------------------------------------------------------------------- execution
@@ -1051,7 +1017,7 @@ def run_cli(args: Any) -> int:
         return 2
     sharing = None
     if args.gpu_sharing:
-        kube_api = KubeApi(api)
+        kube_api = BinderApi(api)
         cfg = SharingConfig(
             namespace=args.reservation_namespace,
             image=args.reservation_image,
@@ -1059,7 +1025,7 @@ def run_cli(args: Any) -> int:
             timeout_s=args.reservation_timeout,
             sync_interval_s=args.reservation_sync_interval,
         )
-        sharing = GpuSharing(kube_api.core, kube_api._call, cfg)
+        sharing = GpuSharing(kube_api.core, kube_api.call, cfg)
     metrics = None
     server = None
     if args.metrics_port is not None:
@@ -1077,7 +1043,7 @@ def run_cli(args: Any) -> int:
     with log_:
         binder = Binder(
             log_,
-            KubeApi(api),
+            BinderApi(api),
             topics,
             group=args.group,
             grace_seconds=None if args.grace_period < 0 else args.grace_period,

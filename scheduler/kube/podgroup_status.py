@@ -170,7 +170,7 @@ def _now_rfc3339() -> str:
 class ConditionWriter:
     """Reads and writes PodGroup status through ``kubernetes.client.CustomObjectsApi``-shaped calls.
 
-    ``call`` runs one client call and maps failures to the binder's ``KubeError`` (``KubeApi._call``).
+    ``call`` runs one client call and maps failures to ``ingest.kube.client.KubeError`` (``ingest.kube.client.call``).
     """
 
     def __init__(self, custom: Any, call: Any) -> None:
@@ -205,7 +205,7 @@ class ConditionWriter:
         )
 
     def apply(self, action: SetCondition | ClearConditions) -> bool:
-        """Make the write; False when nothing had to change. Raises the binder's ``KubeError``."""
+        """Make the write; False when nothing had to change. Raises ``ingest.kube.client.KubeError``."""
         namespace, _, name = action.job.partition("/")
         for attempt in range(_CONFLICT_RETRIES):
             obj = self._read(namespace, name)
@@ -223,7 +223,7 @@ class ConditionWriter:
             try:
                 self._write(namespace, name, version, new)
                 return True
-            except Exception as e:  # the binder's KubeError; 409 = someone wrote in between
+            except Exception as e:  # ingest.kube.client.KubeError; 409 = someone wrote in between
                 if getattr(e, "status", None) != 409 or attempt == _CONFLICT_RETRIES - 1:
                     raise
         return False  # pragma: no cover

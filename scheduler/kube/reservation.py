@@ -207,7 +207,7 @@ class GpuSharing:
     """Reservation pods and visibility ConfigMaps through the official client.
 
     ``call(fn, *args, **kwargs)`` runs one client call with ``_preload_content=False`` and raises the
-    binder's ``KubeError`` (``scheduler.kube.binder.KubeApi._call``); the binder retries transient failures.
+    ``ingest.kube.client.KubeError`` (``ingest.kube.client.call``); the binder retries transient failures.
     """
 
     def __init__(
@@ -241,7 +241,7 @@ class GpuSharing:
         """Reserve the devices and fill in the pod's visibility ConfigMap; the annotations for its Binding.
 
         Raises :class:`SharingError` when the pod was not wired by the webhook or a reservation pod never
-        reports its GPU within ``timeout_s``; the binder's ``KubeError`` for API failures (404: pod gone).
+        reports its GPU within ``timeout_s``; ``ingest.kube.client.KubeError`` for API failures (404: pod gone).
         """
         pod = self._json(self.core.read_namespaced_pod, name, namespace)
         meta = pod.get("metadata") or {}
@@ -409,6 +409,13 @@ class GpuSharing:
 
 
 # --------------------------------------------------------------------------- the reservation container
+
+
+def add_reserve_arguments(p: Any) -> None:
+    """``hourglass reserve``'s flags (``p`` is an ``argparse.ArgumentParser``)."""
+    p.add_argument(
+        "--kubeconfig", default=None, help="kubeconfig file (default: in-cluster service account)"
+    )
 
 
 def reserve_cli(args: Any) -> int:

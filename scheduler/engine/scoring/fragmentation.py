@@ -192,12 +192,31 @@ _DEFAULT_TYPES: list[TaskType] | None = None
 
 
 def default_task_types() -> list[TaskType]:
-    """Typical task types of the shipped default Alibaba trace (35 types), loaded once."""
+    """The documented prior: the typical task types of the shipped default Alibaba trace, loaded once.
+
+    Shipped as data (``default_task_types.json``, counts per shape) so the engine reads no trace file;
+    ``tests/`` checks it equals :func:`typical_task_types` of the trace. Weights are recomputed from the
+    counts exactly as :func:`typical_task_types` computes them.
+    """
     global _DEFAULT_TYPES
     if _DEFAULT_TYPES is None:
-        from ingest.trace import read_pods  # scheduler stays importable without reading the trace
+        import json
+        from importlib.resources import files
 
-        _DEFAULT_TYPES = typical_task_types(read_pods())
+        doc = json.loads(files(__package__).joinpath("default_task_types.json").read_text())
+        rows = doc["types"]
+        covered = sum(int(r["count"]) for r in rows)
+        _DEFAULT_TYPES = [
+            TaskType(
+                int(r["cpu_milli"]),
+                int(r["gpu_milli"]),
+                int(r["num_gpu"]),
+                tuple(r["gpu_spec"]),
+                int(r["count"]) / covered,
+                int(r["count"]),
+            )
+            for r in rows
+        ]
     return _DEFAULT_TYPES
 
 
@@ -317,13 +336,10 @@ class FgdPolicy:
 class FragAwarePolicy(FgdPolicy):
     """FGD whose ties prefer nodes that already run pods (keep empty nodes whole), then node order.
 
-    What was measured on the benchmark (seeds 42-43, unallocated GPU % at 100 % arrived; FGD 4.61):
-    ranking by the exact ``-dF`` instead of FGD's integer sigmoid score spreads tasks over many nodes and
-    doubles the loss (10.1); finer (1000 levels, 5.6) or coarser (20 levels, 4.8) score buckets, a best-fit
-    or fullest-GPU tie-break (4.9), a fill-based measure (4.75) and all task types instead of the top 95 %
-    (4.8) were all worse. FGD's coarse buckets with a fixed node order act as first-fit packing inside each
-    bucket, and that packing matters as much as the gradient. This rule keeps both and only adds the
-    empty-node preference inside a bucket; docs/placement-benchmark.md has the 10-seed comparison.
+    Ranking by the exact ``-dF``, finer or coarser score buckets, other tie-breaks and other measures all
+    did worse on the benchmark (docs/placement-benchmark.md, "Alternatives tried"): FGD's coarse buckets
+    with a fixed node order act as first-fit packing inside each bucket, and that packing matters as much as
+    the gradient. This rule keeps both and only adds the empty-node preference inside a bucket.
     """
 
     def node_score(self, ssn: Session, task: TaskInfo, fit: Fit) -> float:
