@@ -3,7 +3,7 @@
 ``reclaim-large`` (KAI's ReclaimLargeJobs): N nodes x 8 GPUs, two queues with half the cluster deserved
 each; queue ``a`` holds every GPU with 1-GPU single-pod jobs, queue ``b`` has one pending gang of N/10
 8-GPU pods (minMember = N/10) that must reclaim whole nodes. ``consolidation``: bench_actions' shape (each
-node holds five 1-GPU jobs, N/2 4-GPU jobs pend). One line per run:
+node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as in KAI's benchmark. One line per run:
 ``bench: kai-shape shape=S nodes=N cpu_seconds=C seconds=S simulations=K decisions=D digest=H``; the digest
 (sha256 of the record) lets two builds' decisions be compared.
 
@@ -27,8 +27,10 @@ import tempfile
 import time
 
 from ingest import events as ev
+from scheduler.engine.actions.consolidation_sim import UNLIMITED
 from scheduler.engine.cycle import ACTIONS, open_session
 from scheduler.engine.decisions import make_record
+from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
 from scheduler.synthetic import contention_events
 
@@ -143,7 +145,9 @@ def run(shape: str, nodes: int) -> float:
     else:
         raise SystemExit(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
     state = fold(events)
-    ssn = open_session(state, now_ms=10**9)
+    # KAI's consolidation benchmark admits every preemptible job as a victim (no preemptee cap).
+    config = SessionConfig(max_consolidation_preemptees=UNLIMITED) if action == "consolidation" else None
+    ssn = open_session(state, config=config, now_ms=10**9)
     t0, c0 = time.perf_counter(), time.process_time()
     ACTIONS[action](ssn)
     cpu, dt = time.process_time() - c0, time.perf_counter() - t0

@@ -360,8 +360,9 @@ class JobsByQueue:
     Each parent keeps its active children sorted best-first. Only the queues on the path of the leaf
     that was last popped or pushed change state, so only they are re-positioned (binary insertion),
     lazily at the next pop or push -- after the popped job's allocation has been accounted, as KAI's
-    lazily re-fixed heaps do. `runs` give leaves whose jobs are already sorted (see :data:`Run`): the
-    solvers keep them across attempts instead of heaping every job again.
+    lazily re-fixed heaps do. `runs` give leaves whose jobs are already sorted (see :data:`Run`), in the
+    order the leaves are to be placed: the solvers keep them across attempts instead of heaping every job
+    again.
     """
 
     fast = True
@@ -409,9 +410,10 @@ class JobsByQueue:
             tuple[str, int, int, int, int, int, int], tuple[bool, bool, int, bool, float, float]
         ] = {}
         self._ties: dict[tuple[str, str], tuple[list[int | None], list[int | None], bool]] = {}
-        for name in sorted(runs or ()):
-            assert runs is not None
-            self._leaves[name] = _Leaf(victim, runs[name])
+        # Leaves are placed in the order `runs` lists them (then those of `jobs`, in order of first job):
+        # callers give a deterministic order, the one a heap of the same jobs would have created.
+        for name, run in (runs or {}).items():
+            self._leaves[name] = _Leaf(victim, run)
         for j in jobs:
             assert j.queue is not None
             self._seq += 1
