@@ -174,11 +174,7 @@ def run_kai(shapes: list[str]) -> None:
         print("bench: kai skipped=go-not-found", flush=True)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        env = {
-            **os.environ,
-            "GOFLAGS": "-mod=mod",
-            "GOPROXY": os.environ.get("GOPROXY", "https://proxy.golang.org"),
-        }
+        env = {**os.environ, "GOFLAGS": "-mod=mod"}  # the module proxy: Go's own setting (go env GOPROXY)
         steps = [
             [go, "mod", "init", "hourglass-kai-bench"],
             [go, "get", f"{KAI_MODULE}@latest"],
