@@ -272,9 +272,15 @@ class _Scenario:
     potential: list[list[TaskInfo]] = field(default_factory=list)
     node_jobs: dict[str, list[str]] = field(default_factory=dict)
     latest: JobInfo | None = None
+    # Each potential victim job's groups with their arrival number, so that a node's tasks are gathered
+    # from its few jobs rather than from every potential group.
+    job_groups: dict[str, list[tuple[int, list[TaskInfo]]]] = field(default_factory=dict)
 
     def add(self, group: list[TaskInfo]) -> None:
+        seq = len(self.potential)
         self.potential.append(group)
+        for uid in dict.fromkeys(t.job.uid for t in group):
+            self.job_groups.setdefault(uid, []).append((seq, group))
         for t in group:
             if t.node is not None:
                 uids = self.node_jobs.setdefault(t.node.name, [])
@@ -287,8 +293,10 @@ class _Scenario:
 
     def potential_on(self, node: str) -> list[TaskInfo]:
         """Potential victim tasks, on any node, of the jobs that have a potential victim on `node`."""
-        jobs = self.node_jobs.get(node, [])
-        return [t for g in self.potential for t in g if t.job.uid in jobs]
+        jobs = set(self.node_jobs.get(node, ()))
+        # The groups holding a task of those jobs, in arrival order (each group once), then their tasks.
+        groups = sorted({seq: g for uid in jobs for seq, g in self.job_groups.get(uid, ())}.items())
+        return [t for _, g in groups for t in g if t.job.uid in jobs]
 
     def groups(self) -> list[list[TaskInfo]]:
         return [*self.recorded, *self.potential]
@@ -305,13 +313,23 @@ class _Solver:
     complete: int = 0  # tasks of the preemptor's complete list
     index: ConsolidationIndex | None = None
     _runs: dict[str, Run] | None = None  # victim runs for this preemptor, built on first use
+    _base_names: set[str] | None = None  # names of base_nodes, and every node's session position (_nodes)
+    _position: dict[str, int] = field(default_factory=dict)
 
     def _nodes(self, *extra: Sequence[TaskInfo]) -> list[NodeInfo]:
         """Feasible nodes plus the nodes the given victims sit on, in session order."""
-        names = {n.name for n in self.base_nodes}
+        if self._base_names is None:
+            self._base_names = {n.name for n in self.base_nodes}
+            self._position = {n.name: i for i, n in enumerate(self.ssn.nodes)}
+        more: dict[str, NodeInfo] = {}
         for tasks in extra:
-            names.update(t.node.name for t in tasks if t.node is not None)
-        return [n for n in self.ssn.nodes if n.name in names]
+            for t in tasks:
+                if t.node is not None and t.node.name not in self._base_names:
+                    more[t.node.name] = t.node
+        if not more:
+            return list(self.base_nodes)
+        pos = self._position
+        return sorted([*self.base_nodes, *more.values()], key=lambda n: pos[n.name])
 
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
         for t in tasks:
