@@ -331,6 +331,7 @@ def _kept_after(
     victims' sides keeps and which resources the scenario involves (the request's and any lost)."""
     remaining: dict[str, Vec] = {}
     involved = [req[r] > 0 for r in range(3)]
+    leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}  # per victim queue: many victims share one
     for job, tasks in victims:
         vq = job.queue
         if vq is None:
@@ -338,7 +339,10 @@ def _kept_after(
         chunks = victim_chunks(ssn, job, tasks)
         if not chunks:
             continue
-        lr, lv = leveled_queues(rq, vq)
+        pair = leveled.get(vq.name)
+        if pair is None:
+            pair = leveled[vq.name] = leveled_queues(rq, vq)
+        lr, lv = pair
         if lv.name not in remaining:
             remaining[lv.name] = list(snap.allocated[lv.name])
         for chunk in chunks:
