@@ -93,10 +93,10 @@ def test_proved_simulations_change_nothing(
     monkeypatch.undo()
 
     monkeypatch.setattr(solver.Solver, "_hopeless", lambda s, scenario, evicted: False)
-    monkeypatch.setattr(solver.Solver, "_loses_kept", lambda s, scenario, victim, evicted: False)
-    monkeypatch.setattr(solver.Solver, "_kept_stranded", lambda s, scenario, waiting, evicted, keeps: False)
-    monkeypatch.setattr(solver.Solver, "_doomed", lambda s, scenario, waiting, evicted: False)
-    monkeypatch.setattr(solver.Solver, "_pair_stranded", lambda s, scenario, waiting, evicted, keeps: False)
+    monkeypatch.setattr(solver.Solver, "_loses_kept", lambda s, *args: False)
+    monkeypatch.setattr(solver.Solver, "_kept_stranded", lambda s, *args: False)
+    monkeypatch.setattr(solver.Solver, "_doomed", lambda s, *args: False)
+    monkeypatch.setattr(solver.Solver, "_pair_stranded", lambda s, *args: False)
     without, plain_work = _cycle(spec, job_budget, action_budget)
     assert without == with_proofs
     proved = {k for k in work if k.endswith(".proved")}

@@ -360,8 +360,9 @@ class JobsByQueue:
     Each parent keeps its active children sorted best-first. Only the queues on the path of the leaf
     that was last popped or pushed change state, so only they are re-positioned (binary insertion),
     lazily at the next pop or push -- after the popped job's allocation has been accounted, as KAI's
-    lazily re-fixed heaps do. `runs` give leaves whose jobs are already sorted (see :data:`Run`): the
-    solvers keep them across attempts instead of heaping every job again.
+    lazily re-fixed heaps do. `runs` give leaves whose jobs are already sorted (see :data:`Run`), in the
+    order the leaves are to be placed: the solvers keep them across attempts instead of heaping every job
+    again.
     """
 
     fast = True
@@ -390,6 +391,10 @@ class JobsByQueue:
         self._dirty: list[QueueInfo] = []
         self._seq = 0
         self.popped: dict[str, list[JobInfo]] = {}
+        # Victim mode with `fixed_victims`: per leaf, the summed allocation of its popped victims, kept as
+        # they are popped so that a victim key does not re-add every victim taken so far (exact integers:
+        # the same sums in any order).
+        self._popped_alloc: dict[str, list[int]] | None = {} if victim and fixed_victims else None
         # Each placed queue's allocation and QueueComparator.key, taken when it was last (re-)inserted or
         # compared. Its best job changes only when the queue is on the path being re-inserted; its
         # allocation may also change under the ordering (a commit of the action evicts from other queues),
@@ -405,9 +410,10 @@ class JobsByQueue:
             tuple[str, int, int, int, int, int, int], tuple[bool, bool, int, bool, float, float]
         ] = {}
         self._ties: dict[tuple[str, str], tuple[list[int | None], list[int | None], bool]] = {}
-        for name in sorted(runs or ()):
-            assert runs is not None
-            self._leaves[name] = _Leaf(victim, runs[name])
+        # Leaves are placed in the order `runs` lists them (then those of `jobs`, in order of first job):
+        # callers give a deterministic order, the one a heap of the same jobs would have created.
+        for name, run in (runs or {}).items():
+            self._leaves[name] = _Leaf(victim, run)
         for j in jobs:
             assert j.queue is not None
             self._seq += 1
@@ -556,9 +562,20 @@ class JobsByQueue:
         leaf = self._leaf_of(q)
         qa = q.allocated
         rest = [qa[0], qa[1], qa[2]]
+        taken = self._popped_alloc.get(leaf.name) if self._popped_alloc is not None else None
+        if taken is not None:
+            rest[0] -= taken[0]
+            rest[1] -= taken[1]
+            rest[2] -= taken[2]
+        else:
+            for v in self.popped.get(leaf.name, ()):
+                va = self.cmp._allocated(v)
+                rest[0] -= va[0]
+                rest[1] -= va[1]
+                rest[2] -= va[2]
         best = self._best_job(leaf)
-        for v in (*self.popped.get(leaf.name, ()), *((best,) if best is not None else ())):
-            va = self.cmp._allocated(v)
+        if best is not None:
+            va = self.cmp._allocated(best)
             rest[0] -= va[0]
             rest[1] -= va[1]
             rest[2] -= va[2]
@@ -641,6 +658,12 @@ class JobsByQueue:
         job = self._leaves[leaf.name].pop()
         if self.victim:
             self.popped.setdefault(leaf.name, []).append(job)
+            if self._popped_alloc is not None:
+                va = self.cmp._allocated(job)
+                taken = self._popped_alloc.setdefault(leaf.name, [0, 0, 0])
+                taken[0] += va[0]
+                taken[1] += va[1]
+                taken[2] += va[2]
         self._dirty.append(leaf)
         return job
 

@@ -113,6 +113,40 @@ def loss_always_refused(snap: QueueSnapshot, reclaimer: QueueInfo, req: Vec, vic
     )
 
 
+class EvictedTotals:
+    """What one list of evicted tasks holds, valued once: per victim job, and in total under a queue.
+
+    :func:`loss_refused_at_boundary` is asked about many victims of one simulation, each time with the same
+    `evicted`; these totals spare it a pass over every evicted task per victim. The tasks are valued as
+    they are held when first read, which that function's argument allows.
+    """
+
+    def __init__(self, ssn: Session, evicted: Sequence[TaskInfo]) -> None:
+        self.evicted = evicted
+        self._vecs = [(t, ssn.task_vec(t)) for t in evicted]
+        self._own: dict[int, list[Vec]] = {}
+        for t, v in self._vecs:
+            self._own.setdefault(id(t.job), []).append(v)
+        self._under: dict[str, Vec] = {}
+
+    def own(self, job: JobInfo) -> list[Vec]:
+        """The vectors of `job`'s evicted tasks (by job object, as the evicted tasks refer to it)."""
+        return self._own.get(id(job), [])
+
+    def under(self, q: QueueInfo) -> Vec:
+        """The total of the evicted tasks whose queue is `q` or below it."""
+        out = self._under.get(q.name)
+        if out is None:
+            out = [0, 0, 0]
+            for t, tv in self._vecs:
+                tq = t.job.queue
+                if tq is not None and any(a is q for a in tq.ancestors()):
+                    for r in range(3):
+                        out[r] += tv[r]
+            self._under[q.name] = out
+        return out
+
+
 def loss_refused_at_boundary(
     ssn: Session,
     snap: QueueSnapshot,
@@ -120,6 +154,7 @@ def loss_refused_at_boundary(
     req: Vec,
     victim: JobInfo,
     evicted: Sequence[TaskInfo],
+    totals: EvictedTotals | None = None,
 ) -> bool:
     """True when :func:`reclaimable` refuses every scenario that evicts at most `evicted` and loses a task
     of the job `victim`: the reclaimer's fair-share boundary (:func:`_within_boundaries`) fails whatever
@@ -132,24 +167,32 @@ def loss_refused_at_boundary(
     resource the job requests, the reclaimer is above its fair share and its saturation ratio times the
     multiplier reaches the victim side's, every such scenario is refused. A task of `evicted` is valued as
     it is held when this is called (the same where it was evicted from; one already re-placed may be valued
-    where it went, which only weakens the bound).
+    where it went, which only weakens the bound), or when `totals` (:class:`EvictedTotals` of `evicted`)
+    first read it.
     """
     rq, vq = reclaimer_job.queue, victim.queue
     if rq is None:
         return True
-    own = [ssn.task_vec(t) for t in evicted if t.job is victim]
+    if totals is not None and totals.evicted is not evicted:
+        raise ValueError("loss_refused_at_boundary: totals were taken over another evicted list")
+    own = totals.own(victim) if totals is not None else [ssn.task_vec(t) for t in evicted if t.job is victim]
     if vq is None or not own:
         return False
     lr, lv = leveled_queues(rq, vq)
     if lr is lv:
         return False
     mine = _add(snap.allocated[lr.name], req)
-    for t in evicted:
-        q = t.job.queue
-        if q is not None and any(a is lr for a in q.ancestors()):
-            tv = ssn.task_vec(t)
-            for r in range(3):
-                mine[r] -= tv[r]
+    if totals is not None:
+        held = totals.under(lr)
+        for r in range(3):
+            mine[r] -= held[r]
+    else:
+        for t in evicted:
+            q = t.job.queue
+            if q is not None and any(a is lr for a in q.ancestors()):
+                tv = ssn.task_vec(t)
+                for r in range(3):
+                    mine[r] -= tv[r]
     mult = max(ssn.config.saturation_multiplier, 1.0)
     theirs = snap.allocated[lv.name]
     for r in range(3):
@@ -288,6 +331,7 @@ def _kept_after(
     victims' sides keeps and which resources the scenario involves (the request's and any lost)."""
     remaining: dict[str, Vec] = {}
     involved = [req[r] > 0 for r in range(3)]
+    leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}  # per victim queue: many victims share one
     for job, tasks in victims:
         vq = job.queue
         if vq is None:
@@ -295,7 +339,10 @@ def _kept_after(
         chunks = victim_chunks(ssn, job, tasks)
         if not chunks:
             continue
-        lr, lv = leveled_queues(rq, vq)
+        pair = leveled.get(vq.name)
+        if pair is None:
+            pair = leveled[vq.name] = leveled_queues(rq, vq)
+        lr, lv = pair
         if lv.name not in remaining:
             remaining[lv.name] = list(snap.allocated[lv.name])
         for chunk in chunks:

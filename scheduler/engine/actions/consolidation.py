@@ -18,7 +18,7 @@ The action is off when ``max_consolidation_preemptees`` is 0 or a placement stra
 from __future__ import annotations
 
 from scheduler.engine.actions.common import candidate_jobs
-from scheduler.engine.actions.consolidation_sim import solve
+from scheduler.engine.actions.consolidation_sim import ConsolidationIndex, solve
 from scheduler.engine.actions.signatures import FailedJobs
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.session import JobInfo, Session
@@ -50,6 +50,7 @@ def run(ssn: Session) -> None:
         return
     limit = ssn.config.max_consolidation_preemptees
     order = JobsByQueue(ssn, candidate_jobs(ssn, preemptible_only=True))
+    index = ConsolidationIndex(ssn)
     failed = FailedJobs(ssn)
     have: int | None = None  # scanned on first need; only a committed consolidation changes it
     while (job := order.pop()) is not None:
@@ -57,16 +58,18 @@ def run(ssn: Session) -> None:
             continue
         if have is None:
             have = allocatable_gpus(ssn)
-        stmt = solve(ssn, job, limit) if enough_gpus(ssn, job, have) else None
+        stmt = solve(ssn, job, limit, index) if enough_gpus(ssn, job, have) else None
         if stmt is None:
             failed.record(job)
             continue
         # Victims put back where they were (evicted, then un-evicted) leave no operation behind.
         ops = stmt.ops
+        touched = {op.task.job.uid: op.task.job for op in ops}.values()
         undone = {op.task.uid for op in ops if op.kind == "unevict"}
         evicted = [op.task for op in ops if op.kind == "evict"]
         stmt.ops = [op for op in ops if op.task.uid not in undone]
         stmt.commit()
         for t in evicted:
             t.virtual = False  # moved for real now (or back where it was), no longer a what-if
+        index.refresh(touched)
         have = None

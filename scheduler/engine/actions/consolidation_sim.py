@@ -32,12 +32,13 @@ from dataclasses import dataclass, field
 
 from scheduler.engine import topology
 from scheduler.engine.actions.common import over_capacity
+from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.subgroup_allocate import (
     has_subgroup_constraints,
     place_subgroups,
     subgroup_constraint_problem,
 )
-from scheduler.engine.ordering import JobsByQueue, turns
+from scheduler.engine.ordering import JobsByQueue, Run, turns
 from scheduler.engine.placement import best_fit, max_node_resources_error
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -182,23 +183,80 @@ def tasks_to_evict(view: JobInfo) -> tuple[list[TaskInfo], bool]:
     return active[::-1], False
 
 
-def victim_queue(ssn: Session, preemptor: JobInfo, limit: int) -> JobsByQueue:
+def victim_queue(
+    ssn: Session, preemptor: JobInfo, limit: int, runs: dict[str, Run] | None = None
+) -> JobsByQueue:
     """Preemptible jobs with an active task, other than the preemptor, in victim order.
 
     KAI admits jobs while its counter is not yet *above* the limit, so up to limit + 1 jobs get in.
+    Without a limit every such job gets in: `runs` (:meth:`ConsolidationIndex.victim_runs`) then give them
+    presorted, read lazily, instead of heaping a view of every job for each prefix of each preemptor.
     """
+    # The caller pops only while the session is as the preemptor's search found it (each scenario is rolled
+    # back first), so each victim's allocation is summed once (`fixed_victims`).
+    if limit == UNLIMITED and runs is not None:
+        return JobsByQueue(ssn, (), victim=True, runs=runs, fixed_victims=True)
     admitted = 0
     views: list[JobInfo] = []
     for job in ssn.jobs:
         if job.queue is None or not job.queue.is_leaf or not job.preemptible or job is preemptor:
             continue
         if limit != UNLIMITED and admitted > limit:
-            continue
+            break  # no later job is admitted
         if job.active_allocated() == 0:
             continue
         admitted += 1
         views.append(job_view(job, job.tasks))
-    return JobsByQueue(ssn, views, victim=True)
+    return JobsByQueue(ssn, views, victim=True, fixed_victims=True)
+
+
+class ConsolidationIndex:
+    """What consolidation's searches read of the jobs they do not move, kept across the action's pending
+    jobs and told about each commit (:meth:`refresh`) instead of rescanned per prefix and per simulation.
+
+    * ``victims``: the session's :class:`JobIndex` (victim-eligible jobs per leaf, sorted by job order).
+    * ``pending[leaf]``: the jobs of the leaf with a pending task, by job index. Only a commit changes
+      that: a search evicts tasks (releasing, never pending) and places the preemptor's, and jobs it moves
+      are added to a simulation's ordering whatever their pending tasks.
+    """
+
+    def __init__(self, ssn: Session) -> None:
+        self.ssn = ssn
+        self.victims = JobIndex.of(ssn)
+        self.pending: dict[str, dict[str, JobInfo]] = {}
+        for j in ssn.jobs:
+            if j.queue is not None and j.has_tasks_to_allocate():
+                self.pending.setdefault(j.queue.name, {})[j.uid] = j
+
+    def refresh(self, jobs: Iterable[JobInfo]) -> None:
+        """Re-file `jobs` after a committed statement changed their tasks (no other job changed)."""
+        jobs = list({j.uid: j for j in jobs}.values())
+        self.victims.refresh(jobs)
+        for j in jobs:
+            if j.queue is None:
+                continue
+            leaf = self.pending.setdefault(j.queue.name, {})
+            if j.has_tasks_to_allocate():
+                leaf[j.uid] = j
+            else:
+                leaf.pop(j.uid, None)
+
+    def victim_runs(self, preemptor: JobInfo) -> dict[str, Run]:
+        """The victim runs of every leaf queue, less `preemptor`, leaves in the order their first victim
+        comes in session job order (the order a heap of views would have created them in)."""
+        first: list[tuple[int, str]] = []
+        for name, entries in self.victims.victims.items():
+            q = self.ssn.queues[name]
+            if not q.is_leaf:
+                continue
+            idx = [j.index for _, j in entries if j is not preemptor and j.preemptible]
+            if idx:
+                first.append((min(idx), name))
+
+        def skip(j: JobInfo) -> bool:
+            return j is preemptor
+
+        return {name: (self.victims.victims[name], skip) for _, name in sorted(first)}
 
 
 # -- one prefix of the preemptor --------------------------------------------------------------------------
@@ -214,9 +272,15 @@ class _Scenario:
     potential: list[list[TaskInfo]] = field(default_factory=list)
     node_jobs: dict[str, list[str]] = field(default_factory=dict)
     latest: JobInfo | None = None
+    # Each potential victim job's groups with their arrival number, so that a node's tasks are gathered
+    # from its few jobs rather than from every potential group.
+    job_groups: dict[str, list[tuple[int, list[TaskInfo]]]] = field(default_factory=dict)
 
     def add(self, group: list[TaskInfo]) -> None:
+        seq = len(self.potential)
         self.potential.append(group)
+        for uid in dict.fromkeys(t.job.uid for t in group):
+            self.job_groups.setdefault(uid, []).append((seq, group))
         for t in group:
             if t.node is not None:
                 uids = self.node_jobs.setdefault(t.node.name, [])
@@ -229,8 +293,10 @@ class _Scenario:
 
     def potential_on(self, node: str) -> list[TaskInfo]:
         """Potential victim tasks, on any node, of the jobs that have a potential victim on `node`."""
-        jobs = self.node_jobs.get(node, [])
-        return [t for g in self.potential for t in g if t.job.uid in jobs]
+        jobs = set(self.node_jobs.get(node, ()))
+        # The groups holding a task of those jobs, in arrival order (each group once), then their tasks.
+        groups = sorted({seq: g for uid in jobs for seq, g in self.job_groups.get(uid, ())}.items())
+        return [t for _, g in groups for t in g if t.job.uid in jobs]
 
     def groups(self) -> list[list[TaskInfo]]:
         return [*self.recorded, *self.potential]
@@ -245,13 +311,25 @@ class _Solver:
     limit: int
     base_nodes: list[NodeInfo]
     complete: int = 0  # tasks of the preemptor's complete list
+    index: ConsolidationIndex | None = None
+    _runs: dict[str, Run] | None = None  # victim runs for this preemptor, built on first use
+    _base_names: set[str] | None = None  # names of base_nodes, and every node's session position (_nodes)
+    _position: dict[str, int] = field(default_factory=dict)
 
     def _nodes(self, *extra: Sequence[TaskInfo]) -> list[NodeInfo]:
         """Feasible nodes plus the nodes the given victims sit on, in session order."""
-        names = {n.name for n in self.base_nodes}
+        if self._base_names is None:
+            self._base_names = {n.name for n in self.base_nodes}
+            self._position = {n.name: i for i, n in enumerate(self.ssn.nodes)}
+        more: dict[str, NodeInfo] = {}
         for tasks in extra:
-            names.update(t.node.name for t in tasks if t.node is not None)
-        return [n for n in self.ssn.nodes if n.name in names]
+            for t in tasks:
+                if t.node is not None and t.node.name not in self._base_names:
+                    more[t.node.name] = t.node
+        if not more:
+            return list(self.base_nodes)
+        pos = self._position
+        return sorted([*self.base_nodes, *more.values()], key=lambda n: pos[n.name])
 
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
         for t in tasks:
@@ -287,16 +365,23 @@ class _Solver:
         queues = {t.job.queue.name for t in victims if t.job.queue is not None}
         assert self.preemptor.queue is not None
         queues.add(self.preemptor.queue.name)
-        by_leaf = self._jobs_by_queue()
-        jobs = sorted(
-            (
-                j
-                for name in queues
-                for j in by_leaf.get(name, ())
-                if j.uid in victim_uids or j is self.preemptor or j.has_tasks_to_allocate()
-            ),
-            key=lambda j: j.index,
-        )
+        if self.index is not None:
+            found = {j.uid: j for name in queues for j in self.index.pending.get(name, {}).values()}
+            for uid in victim_uids:
+                found[uid] = ssn.job_by_uid[uid]
+            found[self.preemptor.uid] = self.preemptor
+            jobs = sorted(found.values(), key=lambda j: j.index)
+        else:
+            by_leaf = self._jobs_by_queue()
+            jobs = sorted(
+                (
+                    j
+                    for name in queues
+                    for j in by_leaf.get(name, ())
+                    if j.uid in victim_uids or j is self.preemptor or j.has_tasks_to_allocate()
+                ),
+                key=lambda j: j.index,
+            )
         order = JobsByQueue(ssn, jobs, include_virtual=True)
         involved = [j for j in jobs if j.uid in victim_uids or j is self.preemptor]
         placed = False
@@ -387,7 +472,9 @@ class _Solver:
             res = self._solve_scenario(sc, pending)
             if res is not None:
                 return res
-        queue = victim_queue(self.ssn, self.preemptor, self.limit)
+        if self.index is not None and self.limit == UNLIMITED and self._runs is None:
+            self._runs = self.index.victim_runs(self.preemptor)
+        queue = victim_queue(self.ssn, self.preemptor, self.limit, self._runs)
         while (view := queue.pop()) is not None:
             group, more = tasks_to_evict(view)
             if any(t.uid in rec_ids for t in group):
@@ -415,8 +502,12 @@ def feasible_nodes(ssn: Session, job: JobInfo) -> list[NodeInfo]:
     return [n for n in ssn.nodes if any(n.dev_future(d) > 0 for d in range(n.gpus))]
 
 
-def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
-    """Search a consolidation for `preemptor`; the statement to commit, or None (session untouched)."""
+def solve(
+    ssn: Session, preemptor: JobInfo, limit: int, index: ConsolidationIndex | None = None
+) -> Statement | None:
+    """Search a consolidation for `preemptor`; the statement to commit, or None (session untouched).
+
+    `index`: the action's :class:`ConsolidationIndex`, current with the session (built here if None)."""
     tasks = preemptor.tasks_to_allocate()
     if not tasks:
         return None
@@ -426,7 +517,7 @@ def solve(ssn: Session, preemptor: JobInfo, limit: int) -> Statement | None:
         return None
     ssn.work[f"{ACTION}.attempts"] += 1  # KAI's podgroups_acted_on_by_action; no decision reads it
     before = preemptor.count(ACTIVE_USED)
-    solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor), len(tasks))
+    solver = _Solver(ssn, preemptor, limit, feasible_nodes(ssn, preemptor), len(tasks), index)
     recorded: list[list[TaskInfo]] = []
     final: Statement | None = None
     for k in range(1, len(tasks) + 1):

@@ -20,6 +20,7 @@ from scheduler.engine.actions.signatures import run_per_job
 from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
 from scheduler.engine.ordering import job_init_resources
 from scheduler.engine.reclaimable import (
+    EvictedTotals,
     QueueSnapshot,
     can_reclaim,
     loss_always_refused,
@@ -87,8 +88,12 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
             out = refused[key] = loss_always_refused(snap, job.queue, req, v.queue)
         return out
 
+    totals: list[EvictedTotals] = []  # of the evicted list asked about last (each simulation asks many times)
+
     def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
-        return loss_refused_at_boundary(ssn, snap, job, req, v, evicted)
+        if not totals or totals[0].evicted is not evicted:
+            totals[:] = [EvictedTotals(ssn, evicted)]
+        return loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
 
     def doomed(lost: list[tuple[JobInfo, list[TaskInfo]]], evicted: list[TaskInfo], req: list[int]) -> bool:
         return refused_whatever_else(ssn, snap, job, req, lost, evicted)

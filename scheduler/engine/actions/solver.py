@@ -526,7 +526,12 @@ class Solver:
             return False
         waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
         keeps: dict[str, bool] = {}
-        if self._pair_stranded(scenario, waiting.values(), evicted, keeps):
+        # The evicted tasks of each victim, in `evicted` order: the checks after each turn read one victim's
+        # tasks at a time, which would otherwise scan every evicted task per victim per turn.
+        by_job: dict[str, list[TaskInfo]] = {}
+        for t in evicted:
+            by_job.setdefault(t.job.uid, []).append(t)
+        if self._pair_stranded(scenario, waiting.values(), by_job, keeps, evicted):
             return False  # nothing moved yet
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
@@ -538,6 +543,11 @@ class Solver:
             runs=self._ordering_peers(involved),
         )
         placed = False
+        # `_doomed` reads every lost victim, so it is asked only as the number of victims whose turn has
+        # passed grows by a quarter: what it proves, it proves at any turn (the simulation fails either way),
+        # so this changes no outcome, only how late a doomed simulation stops.
+        passed = 0
+        next_doomed = 1
         for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
@@ -551,18 +561,21 @@ class Solver:
                     if not placed and monotone and self._preemptor_shut_out(scenario, freed):
                         stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
                         return False
-                if self._loses_kept(scenario, nxt, evicted):
+                passed += 1
+                if self._loses_kept(scenario, nxt, by_job, evicted):
                     stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
-            if waiting and self._kept_stranded(scenario, waiting.values(), evicted, keeps):
+            if waiting and self._kept_stranded(scenario, waiting.values(), by_job, keeps, evicted):
                 stmt.rollback(cp)  # a victim the validator may not lose can no longer be re-placed
                 return False
-            if waiting and not placed and self._pair_stranded(scenario, waiting.values(), evicted, keeps):
+            if waiting and not placed and self._pair_stranded(scenario, waiting.values(), by_job, keeps, evicted):
                 stmt.rollback(cp)  # the preemptor and a victim it may not lose no longer fit together
                 return False
-            if waiting and nxt is not preemptor and self._doomed(scenario, waiting, evicted):
-                stmt.rollback(cp)  # what is lost already makes the validator refuse
-                return False
+            if waiting and nxt is not preemptor and passed >= next_doomed:
+                next_doomed = passed + max(1, passed // 4)
+                if self._doomed(scenario, waiting, by_job, evicted):
+                    stmt.rollback(cp)  # what is lost already makes the validator refuse
+                    return False
         # Victims put back where they were are no longer victims.
         scenario.evicted = [t for t in evicted if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
         if not placed or not self.validator(ssn, scenario):
@@ -571,38 +584,51 @@ class Solver:
             return False
         return True
 
-    def _loses_kept(self, scenario: Scenario, victim: JobInfo, evicted: list[TaskInfo]) -> bool:
+    def _loses_kept(
+        self, scenario: Scenario, victim: JobInfo, by_job: dict[str, list[TaskInfo]], evicted: list[TaskInfo]
+    ) -> bool:
         """True when `victim`, whose turn just ended, keeps a task evicted (lost: no later turn moves it) and
         the validator refuses every scenario that loses a task of it (`must_keep`, or `keep_in` with what
-        this simulation evicted): the simulation can only fail."""
+        this simulation evicted, grouped by job in `by_job`): the simulation can only fail."""
         if self.must_keep is None and self.keep_in is None:
             return False
-        if not any(t.job is victim and t.status is PodStatus.RELEASING for t in evicted):
+        if not any(t.status is PodStatus.RELEASING for t in by_job.get(victim.uid, ())):
             return False
         req = scenario.requested
         if self.must_keep is not None and self.must_keep(victim, req):
             return True
         return self.keep_in is not None and self.keep_in(victim, req, evicted)
 
-    def _doomed(self, scenario: Scenario, waiting: Container[str], evicted: list[TaskInfo]) -> bool:
+    def _doomed(
+        self,
+        scenario: Scenario,
+        waiting: Container[str],
+        by_job: dict[str, list[TaskInfo]],
+        evicted: list[TaskInfo],
+    ) -> bool:
         """True when `doomed` says the validator refuses the scenario whatever the victims still `waiting`
-        for their turn lose: the victims whose turn has passed are final (no later turn moves them)."""
+        for their turn lose: the victims whose turn has passed are final (no later turn moves them).
+        `by_job` is `evicted` grouped by job uid (jobs in order of first appearance, tasks in order)."""
         if self.doomed is None:
             return False
-        lost: dict[str, tuple[JobInfo, list[TaskInfo]]] = {}
-        for t in evicted:
-            if t.job.uid not in waiting and t.status in (PodStatus.RELEASING, PodStatus.PIPELINED):
-                lost.setdefault(t.job.uid, (t.job, []))[1].append(t)
-        if not any(t.status is PodStatus.RELEASING for _, ts in lost.values() for t in ts):
+        lost: list[tuple[JobInfo, list[TaskInfo]]] = []
+        for uid, tasks in by_job.items():
+            if uid in waiting:
+                continue
+            mine = [t for t in tasks if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
+            if mine:
+                lost.append((mine[0].job, mine))
+        if not any(t.status is PodStatus.RELEASING for _, ts in lost for t in ts):
             return False
-        return self.doomed(list(lost.values()), evicted, scenario.requested)
+        return self.doomed(lost, evicted, scenario.requested)
 
     def _pair_stranded(
         self,
         scenario: Scenario,
         waiting: Iterable[JobInfo],
-        evicted: list[TaskInfo],
+        by_job: dict[str, list[TaskInfo]],
         keeps: dict[str, bool],
+        evicted: list[TaskInfo],
     ) -> bool:
         """True, before the preemptor's turn, when its one whole-GPU task and an evicted whole-GPU task of a
         victim still waiting for its turn, whose loss the validator refuses, cannot both get whole free
@@ -625,7 +651,7 @@ class Solver:
 
         req = scenario.requested
         for v in waiting:
-            tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
+            tasks = [t for t in by_job.get(v.uid, ()) if t.status is PodStatus.RELEASING]
             if not tasks or any(t.shared or t.pod.has_pod_constraints or t.request.gpus <= 0 for t in tasks):
                 continue
             if not self._keeps(v, req, evicted, keeps):
@@ -642,8 +668,9 @@ class Solver:
         self,
         scenario: Scenario,
         waiting: Iterable[JobInfo],
-        evicted: list[TaskInfo],
+        by_job: dict[str, list[TaskInfo]],
         keeps: dict[str, bool],
+        evicted: list[TaskInfo],
     ) -> bool:
         """True when a victim still waiting for its turn, whose loss the validator refuses, has an evicted
         task that fits no node now: it will be lost, so the simulation can only fail.
@@ -659,7 +686,9 @@ class Solver:
         ssn = self.ssn
         req = scenario.requested
         for v in waiting:
-            tasks = [t for t in evicted if t.job is v and t.status is PodStatus.RELEASING]
+            if keeps.get(v.uid) is False:
+                continue  # its loss is allowed: nothing to prove (cheaper than gathering its tasks)
+            tasks = [t for t in by_job.get(v.uid, ()) if t.status is PodStatus.RELEASING]
             if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
                 continue
             if self._keeps(v, req, evicted, keeps) and any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
