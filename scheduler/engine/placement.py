@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from scheduler.engine import predicates
 from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
-from scheduler.engine.labels import node_terms_match, untolerated_taint
+from scheduler.engine.labels import node_terms_match, tolerates_cordon, untolerated_taint
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
 
@@ -39,9 +39,9 @@ def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
     spec = node.spec
     if not spec.ready:
         return "node(s) were not ready"
-    if spec.unschedulable:
-        return "node(s) were unschedulable"
     pod = task.pod
+    if spec.unschedulable and not tolerates_cordon(pod):
+        return "node(s) were unschedulable"
     if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
         return "node(s) didn't match Pod's node affinity/selector"
     labels = spec.labels

@@ -17,18 +17,42 @@ from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInf
 from scheduler.engine.state import PodStatus
 
 Signature = tuple[str, ...]
-ReqVec = tuple[int, int, int, int]
+ReqVec = tuple[int, ...]
 
 
-def _pod_signature(t: TaskInfo) -> str:
+def _pod_signature(t: TaskInfo, with_labels: bool) -> str:
     p = t.pod
-    return repr((t.job.priority, sorted(p.node_selector.items()), p.allowed_nodes, p.affinity, p.tolerations))
+    base = (t.job.priority, sorted(p.node_selector.items()), p.allowed_nodes, p.affinity, p.tolerations)
+    # Every other constraint KAI hashes (host ports, pod (anti-)affinity, spread, storage claims) and the
+    # names of the resources compared in `_requests`: a job needing a port, a claim or an RDMA device must
+    # not stand for one that needs none. Each is added only when present, so the keys of jobs without
+    # them are unchanged.
+    extra: list[object] = []
+    if p.host_ports:
+        extra.append(("ports", p.host_ports))
+    if p.pod_affinity or p.pod_anti_affinity:
+        extra.append(("pod-affinity", p.pod_affinity, p.pod_anti_affinity))
+    if p.topology_spread:
+        extra.append(("spread", p.topology_spread))
+    if p.volumes:
+        extra.append(("volumes", p.volumes))
+    r = t.request
+    if r.extended or r.gpu_fraction_devices != 1:
+        extra.append(("resources", tuple(k for k, _ in r.extended), r.gpu_fraction_devices))
+    # Which pods the filters count or refuse depends on the pod's own labels when it has inter-pod terms
+    # or spread (self-match), or when placed pods hold anti-affinity that may select it (symmetry).
+    if with_labels or p.pod_affinity or p.pod_anti_affinity or p.topology_spread:
+        extra.append(("labels", p.namespace, sorted(p.labels.items())))
+    return repr((*base, *extra)) if extra else repr(base)
 
 
-def signature(job: JobInfo) -> Signature:
+def signature(job: JobInfo, with_labels: bool = False) -> Signature:
     """The constraints of the job's not-yet-allocated pods (one entry per pod, sorted), then the job's
-    topology constraint if it has one (KAI hashes the PodSet's topology constraint in too)."""
-    pods = tuple(sorted(_pod_signature(t) for t in job.tasks if t.status not in ACTIVE_ALLOCATED))
+    topology constraint if it has one (KAI hashes the PodSet's topology constraint in too). With
+    `with_labels` (some placed pod has required anti-affinity) the pods' labels are part of it."""
+    pods = tuple(
+        sorted(_pod_signature(t, with_labels) for t in job.tasks if t.status not in ACTIVE_ALLOCATED)
+    )
     spec = job.spec
     nested = [
         (sg.name, sg.parent, sg.min_member, sg.topology, sg.required_level, sg.preferred_level)
@@ -47,12 +71,17 @@ def _requests(ssn: Session, job: JobInfo) -> list[ReqVec]:
     for t in job.tasks:
         if t.status is PodStatus.PENDING:
             r = t.request
-            out.append((t.gpu_milli(None, ssn.min_gpu_memory), r.gpu_memory_mib or 0, r.cpu, r.memory))
+            # The full resource vector: extended resources' names are in the signature, so jobs of one
+            # signature have the same names in the same order and their amounts compare element-wise.
+            base = (t.gpu_milli(None, ssn.min_gpu_memory), r.gpu_memory_mib or 0, r.cpu, r.memory)
+            out.append((*base, *(v for _, v in r.extended)))
     return sorted(out)
 
 
 def _le(a: ReqVec, b: ReqVec) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True))
+    # Vectors of different lengths (pods of one job asking for different extended resources) compare as
+    # neither smaller nor larger.
+    return len(a) == len(b) and all(x <= y for x, y in zip(a, b, strict=True))
 
 
 def easier(ssn: Session, job: JobInfo, rep: JobInfo) -> bool:
@@ -92,7 +121,7 @@ class FailedJobs:
 
     def _key(self, job: JobInfo) -> tuple[str, Signature]:
         scope = job.queue.name if self.per_queue and job.queue is not None else ""
-        return (scope, signature(job))
+        return (scope, signature(job, self.ssn.anti_present))
 
     def __bool__(self) -> bool:
         """Whether any job was recorded (else no signature needs computing)."""
