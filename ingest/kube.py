@@ -762,7 +762,8 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
 def pod_requests(obj: dict[str, Any]) -> PodRequests:
     """A pod's effective request, as KAI computes it (kai-spec §2.5, §2.6).
 
-    max(sum of containers, each init container) + overhead, per resource; whole GPUs from
+    max(sum of containers and sidecars, each init container plus the sidecars started before it) +
+    overhead, per resource (a sidecar is an init container with ``restartPolicy: Always``); whole GPUs from
     ``nvidia.com/gpu``; shared GPUs from the ``gpu-fraction`` / ``gpu-memory`` /
     ``gpu-fraction-num-devices`` annotations.
     """
@@ -771,8 +772,22 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
     total = _Totals()
     for i, c in enumerate(spec.get("containers") or []):
         total = total.plus(_amounts(key, f"spec.containers[{i}]", _dict(_dict(c).get("resources"))))
+    # Init containers as the kubelet and kube-scheduler sum them (component-helpers resource
+    # AggregateContainerRequests): a sidecar (restartPolicy Always) keeps running, so it adds to the
+    # pod's total and to every init container started after it; the pod needs the larger of that total
+    # and its largest init-time peak.
+    sidecars = _Totals()
+    peak = _Totals()
     for i, c in enumerate(spec.get("initContainers") or []):
-        total = total.max(_amounts(key, f"spec.initContainers[{i}]", _dict(_dict(c).get("resources"))))
+        c = _dict(c)
+        amounts = _amounts(key, f"spec.initContainers[{i}]", _dict(c.get("resources")))
+        if c.get("restartPolicy") == "Always":
+            total = total.plus(amounts)
+            sidecars = sidecars.plus(amounts)
+            peak = peak.max(sidecars)
+        else:
+            peak = peak.max(amounts.plus(sidecars))
+    total = total.max(peak)
     overhead = _dict(spec.get("overhead"))
     if overhead:
         total = total.plus(_amounts(key, "spec.overhead", {"requests": overhead}))
@@ -885,9 +900,16 @@ def _tolerations(key: str, spec: dict[str, Any]) -> list[Toleration]:
 
 
 def host_ports(key: str, spec: dict[str, Any]) -> list[HostPort]:
-    """The ``hostPort`` of every container port that has one (what the NodePorts filter checks)."""
+    """The ``hostPort`` of every container port that has one (what the NodePorts filter checks), sidecar
+    init containers (``restartPolicy: Always``) included: they run beside the pod's containers."""
     out: list[HostPort] = []
-    for i, c in enumerate(spec.get("containers") or []):
+    containers = [("spec.containers", i, c) for i, c in enumerate(spec.get("containers") or [])]
+    containers += [
+        ("spec.initContainers", i, c)
+        for i, c in enumerate(spec.get("initContainers") or [])
+        if _dict(c).get("restartPolicy") == "Always"
+    ]
+    for kind, i, c in containers:
         for j, port in enumerate(_dict(c).get("ports") or []):
             port = _dict(port)
             if not port.get("hostPort"):
@@ -901,12 +923,16 @@ def host_ports(key: str, spec: dict[str, Any]) -> list[HostPort]:
                     )
                 )
             except ValidationError as exc:
-                where = f"spec.containers[{i}].ports[{j}]"
+                where = f"{kind}[{i}].ports[{j}]"
                 raise KubeError("Pod", key, where, port, validation_message(exc)) from None
     return out
 
 
-def _selector(s: Any) -> dict[str, Any]:
+def _selector(s: Any) -> dict[str, Any] | None:
+    """A label selector in the event contract's words; None when the spec has none (it selects no pod,
+    as kube-scheduler reads a missing selector)."""
+    if s is None:
+        return None
     s = _dict(s)
     return {
         "match_labels": _str_map(s.get("matchLabels")),

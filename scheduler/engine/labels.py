@@ -97,7 +97,10 @@ def node_terms_match(labels: Mapping[str, str], terms: tuple[tuple[MatchExpressi
 
 
 def selector_matches(sel: LabelSelector, labels: Mapping[str, str]) -> bool:
-    """A label selector against a pod's labels (the empty selector matches everything)."""
+    """A label selector against a pod's labels (the empty selector matches everything, a missing one
+    nothing)."""
+    if sel.nothing:
+        return False
     for k, v in sel.match_labels:
         if labels.get(k) != v:
             return False

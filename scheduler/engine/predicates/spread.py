@@ -104,7 +104,7 @@ def resolve(ssn: Session, task: TaskInfo, which: str) -> list[Resolved]:
 
 
 def _empty(sel: LabelSelector) -> bool:
-    return not sel.match_labels and not sel.match_expressions
+    return sel.nothing or (not sel.match_labels and not sel.match_expressions)
 
 
 def reason(resolved: list[Resolved], node: NodeInfo) -> str | None:

@@ -1,0 +1,110 @@
+"""A pod is read as the kubelet and kube-scheduler read it: native sidecars are summed with the main
+containers and their host ports count; a missing labelSelector selects no pod."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingest import kube
+from scheduler.conformance import filter_verdicts
+
+
+def _pod(containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u", "labels": {"app": "x"}},
+        "spec": {"schedulerName": "hourglass", "containers": containers, **spec},
+        "status": {"phase": "Pending"},
+    }
+
+
+def _c(
+    name: str, restart: str | None = None, ports: list[dict[str, Any]] | None = None, **requests: str
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": name, "resources": {"requests": requests}}
+    if restart:
+        out["restartPolicy"] = restart
+    if ports:
+        out["ports"] = ports
+    return out
+
+
+def test_a_sidecar_is_summed_with_the_main_containers() -> None:
+    # A 1-CPU container and a 1-CPU sidecar need 2 CPUs on the node (component-helpers
+    # AggregateContainerRequests), not max(1, 1).
+    r = kube.pod_requests(_pod([_c("main", cpu="1")], initContainers=[_c("proxy", "Always", cpu="1")]))
+    assert r.cpu_millicores == 2000
+
+
+def test_init_containers_after_a_sidecar_run_beside_it() -> None:
+    # kube-scheduler's noderesources fit_test.go TestRestartableInitContainers shape: an init container
+    # started after a sidecar needs its own request plus the sidecar's; the pod needs the larger of that
+    # and containers + sidecars.
+    obj = _pod(
+        [_c("main", cpu="1", memory="1Gi")],
+        initContainers=[
+            _c("sidecar", "Always", cpu="500m", memory="2Gi"),
+            _c("setup", cpu="2", memory="1Gi"),
+        ],
+    )
+    r = kube.pod_requests(obj)
+    assert (r.cpu_millicores, r.memory_bytes) == (2500, 3 * 2**30)
+
+
+def test_a_plain_init_container_is_still_the_max() -> None:
+    r = kube.pod_requests(_pod([_c("main", cpu="1")], initContainers=[_c("init", cpu="3")]))
+    assert r.cpu_millicores == 3000
+
+
+def test_a_sidecars_host_port_is_the_pods() -> None:
+    port = [{"containerPort": 15000, "hostPort": 15000}]
+    ports = kube.host_ports(
+        "ns/p",
+        _pod([_c("main")], initContainers=[_c("proxy", "Always", port), _c("init", None, port)])["spec"],
+    )
+    assert [(p.port, p.protocol) for p in ports] == [(15000, "TCP")]
+
+
+def _spread_pod(selector: dict[str, Any] | None) -> dict[str, Any]:
+    c: dict[str, Any] = {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}
+    if selector is not None:
+        c["labelSelector"] = selector
+    return _pod([_c("main")], topologySpreadConstraints=[c])
+
+
+def test_a_missing_label_selector_selects_nothing() -> None:
+    ev = kube.pod_submitted(_spread_pod(None), "pg", 1)
+    assert ev.topology_spread[0].label_selector is None
+    assert kube.pod_submitted(_spread_pod({}), "pg", 1).topology_spread[0].label_selector is not None
+
+
+def _term_doc(term: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run": {"mode": "filter", "task": "p"},
+        "cluster": {
+            "nodes": [{"name": "n1", "labels": {"zone": "a"}}, {"name": "n2", "labels": {"zone": "b"}}]
+        },
+        "queues": [{"name": "q"}],
+        "jobs": [
+            {
+                "name": "e",
+                "queue": "q",
+                "tasks": [{"name": "e", "status": "running", "node": "n1", "labels": {"app": "x"}}],
+            },
+            {
+                "name": "p",
+                "queue": "q",
+                "tasks": [{"name": "p", "labels": {"app": "x"}, "pod_anti_affinity": [term]}],
+            },
+        ],
+    }
+
+
+def test_anti_affinity_without_a_selector_repels_no_pod() -> None:
+    # interpodaffinity: a term whose labelSelector is missing matches no pod (labels.Nothing()), so it
+    # repels nothing; the empty selector {} matches every pod in the namespace.
+    assert filter_verdicts(_term_doc({"label_selector": None, "topology_key": "zone"})) == {
+        "n1": None,
+        "n2": None,
+    }
+    got = filter_verdicts(_term_doc({"label_selector": {}, "topology_key": "zone"}))
+    assert got == {"n1": "InterPodAntiAffinity", "n2": None}
