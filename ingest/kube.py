@@ -1075,6 +1075,24 @@ def volume_claim(
     )
 
 
+def dra_not_supported(key: str, claims: object) -> KubeError:
+    """The refusal of a pod that claims devices through DRA (``spec.resourceClaims``): Hourglass does not
+    allocate ResourceClaims yet, and reading the pod without them would bind it as a CPU-only pod on a
+    node that may have no such device. Event reason ``DRANotSupported``, dead-letter code
+    ``dra_not_supported``."""
+    err = KubeError(
+        "Pod",
+        key,
+        "spec.resourceClaims",
+        claims,
+        "claims devices through Dynamic Resource Allocation, which Hourglass does not schedule yet; the pod "
+        "stays pending (use a device-plugin resource such as nvidia.com/gpu, or another scheduler)",
+    )
+    err.reason = "DRANotSupported"
+    err.reason_code = "dra_not_supported"
+    return err
+
+
 def pod_submitted(
     obj: dict[str, Any], pod_group: str, at_ms: int, volumes: list[VolumeClaim] | None = None
 ) -> PodSubmitted:
@@ -1094,6 +1112,9 @@ def pod_submitted(
         if not re.fullmatch(r"[+-]?\d+", raw):
             raise KubeError("Pod", key, f"metadata.labels[{LABEL_TASK_PRIORITY}]", raw, "must be an integer")
         task_priority = int(raw)
+    claims = spec.get("resourceClaims")
+    if claims:
+        raise dra_not_supported(key, claims)
     terms, allowed = _affinity(key, spec)
     try:
         return PodSubmitted(

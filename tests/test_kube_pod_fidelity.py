@@ -108,3 +108,18 @@ def test_anti_affinity_without_a_selector_repels_no_pod() -> None:
     }
     got = filter_verdicts(_term_doc({"label_selector": {}, "topology_key": "zone"}))
     assert got == {"n1": "InterPodAntiAffinity", "n2": None}
+
+
+def test_a_dra_pod_is_refused_not_placed_as_cpu_only() -> None:
+    # spec.resourceClaims: Hourglass does not allocate devices through DRA, so the pod is refused with a
+    # reason of its own (dead letter + Warning Event), never submitted as a CPU-only pod.
+    obj = _pod(
+        [_c("main", cpu="1")], resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+    )
+    try:
+        kube.pod_submitted(obj, "pg", 1)
+    except kube.KubeError as err:
+        assert (err.reason, err.reason_code) == ("DRANotSupported", "dra_not_supported")
+        assert "spec.resourceClaims" in err.message and "Dynamic Resource Allocation" in err.message
+    else:
+        raise AssertionError("a DRA pod was translated")
