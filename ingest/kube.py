@@ -838,47 +838,78 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         raise _fail_model("Pod", key, exc) from None
 
 
+FIELD_NODE_NAME = "@metadata.name"  # scheduler.engine.labels.FIELD_NODE_NAME: a matchFields requirement
+
+
 def _affinity(key: str, spec: dict[str, Any]) -> tuple[list[NodeSelectorTerm], list[str] | None]:
-    """Required node affinity: matchExpressions terms, and matchFields ``metadata.name In`` as allowed nodes."""
+    """Required node affinity as kube-scheduler reads it: terms ORed, each term's ``matchExpressions`` and
+    ``matchFields`` ANDed, an empty term dropped (and no term left matching no node).
+
+    ``matchFields`` (``metadata.name In`` / ``NotIn``) become allowed nodes when that says the same (every
+    term names nodes only, with ``In``); otherwise they stay in their term as a node-name requirement.
+    """
     required = _dict(
         _dict(_dict(spec.get("affinity")).get("nodeAffinity")).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
         )
     )
-    terms: list[NodeSelectorTerm] = []
-    allowed: list[str] | None = None
-    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
+    given = required.get("nodeSelectorTerms") or []
+    parsed: list[tuple[list[dict[str, Any]], list[dict[str, Any]], str]] = []  # (fields, expressions, where)
+    for i, term in enumerate(given):
         term = _dict(term)
         where = f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
-        fields = term.get("matchFields") or []
-        for f in fields:
+        fields = []
+        for f in term.get("matchFields") or []:
             f = _dict(f)
-            if f.get("key") != "metadata.name" or f.get("operator") != "In":
+            if f.get("key") != "metadata.name" or f.get("operator") not in ("In", "NotIn"):
                 raise KubeError(
-                    "Pod", key, f"{where}.matchFields", f, "only 'metadata.name In [...]' is supported"
+                    "Pod",
+                    key,
+                    f"{where}.matchFields",
+                    f,
+                    "only 'metadata.name In / NotIn [...]' is supported",
                 )
-            allowed = sorted(set(allowed or []) | {str(v) for v in f.get("values") or []})
-        exprs = term.get("matchExpressions") or []
-        if not exprs:
-            continue
+            fields.append(
+                {
+                    "key": FIELD_NODE_NAME,
+                    "operator": f["operator"],
+                    "values": [str(v) for v in f.get("values") or []],
+                }
+            )
+        exprs = [
+            {
+                "key": str(_dict(e).get("key", "")),
+                "operator": _dict(e).get("operator"),
+                "values": [str(v) for v in _dict(e).get("values") or []],
+            }
+            for e in term.get("matchExpressions") or []
+        ]
+        if fields or exprs:  # kube-scheduler drops an empty term
+            parsed.append((fields, exprs, where))
+    if given and not parsed:
+        return [], []  # every term empty: no node matches
+    if parsed and all(
+        not exprs and all(f["operator"] == "In" for f in fields) for fields, exprs, _ in parsed
+    ):
+        # Terms that only name nodes: the union over terms of the nodes each term allows.
+        allowed: set[str] = set()
+        for fields, _, _ in parsed:
+            names = set(fields[0]["values"])
+            for f in fields[1:]:
+                names &= set(f["values"])
+            allowed |= names
+        return [], sorted(allowed)
+    terms: list[NodeSelectorTerm] = []
+    for fields, exprs, where in parsed:
         try:
             terms.append(
                 NodeSelectorTerm(
-                    match_expressions=[
-                        NodeSelectorRequirement.model_validate(
-                            {
-                                "key": str(_dict(e).get("key", "")),
-                                "operator": _dict(e).get("operator"),
-                                "values": [str(v) for v in _dict(e).get("values") or []],
-                            }
-                        )
-                        for e in exprs
-                    ]
+                    match_expressions=[NodeSelectorRequirement.model_validate(r) for r in exprs + fields]
                 )
             )
         except ValidationError as exc:
-            raise KubeError("Pod", key, f"{where}.matchExpressions", exprs, validation_message(exc)) from None
-    return terms, allowed
+            raise KubeError("Pod", key, where, exprs + fields, validation_message(exc)) from None
+    return terms, None
 
 
 def _tolerations(key: str, spec: dict[str, Any]) -> list[Toleration]:

@@ -123,3 +123,70 @@ def test_a_dra_pod_is_refused_not_placed_as_cpu_only() -> None:
         assert "spec.resourceClaims" in err.message and "Dynamic Resource Allocation" in err.message
     else:
         raise AssertionError("a DRA pod was translated")
+
+
+def _affinity_pod(*terms: dict[str, Any]) -> dict[str, Any]:
+    required = {"nodeSelectorTerms": list(terms)}
+    return _pod(
+        [_c("main")], affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
+    )
+
+
+def _name_in(name: str) -> dict[str, Any]:
+    return {"key": "metadata.name", "operator": "In", "values": [name]}
+
+
+def _verdicts(obj: dict[str, Any]) -> dict[str, str | None]:
+    """The node-affinity verdict of the translated pod on nodes n1 (foo=bar) and n2 (foo=bar)."""
+    ev = kube.pod_submitted(obj, "pg", 1)
+    task: dict[str, Any] = {"name": "p", "node_affinity": [t.model_dump() for t in ev.node_affinity]}
+    if ev.allowed_nodes is not None:
+        task["allowed_nodes"] = ev.allowed_nodes
+    doc = {
+        "run": {"mode": "filter", "task": "p"},
+        "cluster": {"nodes": [{"name": n, "labels": {"foo": "bar"}} for n in ("n1", "n2")]},
+        "queues": [{"name": "q"}],
+        "jobs": [{"name": "p", "queue": "q", "tasks": [task]}],
+    }
+    return filter_verdicts(doc)
+
+
+def test_node_affinity_terms_are_ored_with_match_fields_among_them() -> None:
+    # nodeaffinity/node_affinity_test.go "Pod with two terms: matchFields does not match, but
+    # matchExpressions matches": on node2, the second term (foo In bar) matches.
+    obj = _affinity_pod(
+        {"matchFields": [_name_in("n1")]},
+        {"matchExpressions": [{"key": "foo", "operator": "In", "values": ["bar"]}]},
+    )
+    assert _verdicts(obj) == {"n1": None, "n2": None}
+
+
+def test_match_fields_and_expressions_of_one_term_are_anded() -> None:
+    # "Pod with one term: matchFields does not match, but matchExpressions matches" / "both match".
+    obj = _affinity_pod(
+        {
+            "matchFields": [_name_in("n1")],
+            "matchExpressions": [{"key": "foo", "operator": "In", "values": ["bar"]}],
+        }
+    )
+    assert _verdicts(obj) == {"n1": None, "n2": "NodeAffinity"}
+
+
+def test_two_match_fields_of_one_term_are_anded() -> None:
+    # "Pod with two conflicting mach field requirements": name In n1 and name In n2 match no node.
+    obj = _affinity_pod({"matchFields": [_name_in("n1"), _name_in("n2")]})
+    assert _verdicts(obj) == {"n1": "NodeAffinity", "n2": "NodeAffinity"}
+
+
+def test_terms_of_node_names_are_a_union() -> None:
+    # "Pod with two terms of node.Name affinity".
+    obj = _affinity_pod({"matchFields": [_name_in("n1")]}, {"matchFields": [_name_in("n2")]})
+    assert kube.pod_submitted(obj, "pg", 1).allowed_nodes == ["n1", "n2"]
+    assert _verdicts(obj) == {"n1": None, "n2": None}
+
+
+def test_an_empty_term_matches_no_node() -> None:
+    # "Pod with empty MatchExpressions is not a valid value will match no objects and won't schedule onto
+    # the node".
+    obj = _affinity_pod({"matchExpressions": []})
+    assert _verdicts(obj) == {"n1": "NodeAffinity", "n2": "NodeAffinity"}

@@ -529,6 +529,80 @@ def _node_affinity() -> None:
     )
 
 
+def _node_affinity_fields() -> None:
+    """The matchFields cases: ingest keeps a node-name requirement in its term (key ``@metadata.name``)
+    unless allowed nodes say the same."""
+    f, t = "node_affinity_test.go", "TestNodeAffinity"
+    na_ = "NodeAffinity"
+
+    def name_in(n: str) -> Doc:
+        return req("@metadata.name", "In", n)
+
+    foo_bar = req("foo", "In", "bar")
+    rows: list[tuple[str, list[list[Doc]], str, dict[str, str], str | None]] = [
+        (
+            "Pod with two terms: matchFields does not match, but matchExpressions matches",
+            [[name_in("node1")], [name_in("node2"), foo_bar]],
+            "node2",
+            {"foo": "bar"},
+            None,
+        ),
+        (
+            "Pod with one term: matchFields does not match, but matchExpressions matches",
+            [[name_in("node1"), foo_bar]],
+            "node2",
+            {"foo": "bar"},
+            na_,
+        ),
+        (
+            "Pod with one term: both matchFields and matchExpressions match",
+            [[name_in("node1"), foo_bar]],
+            "node1",
+            {"foo": "bar"},
+            None,
+        ),
+        (
+            "Pod with two terms: both matchFields and matchExpressions do not match",
+            [[name_in("node1")], [req("foo", "In", "not-match-to-bar")]],
+            "node2",
+            {"foo": "bar"},
+            na_,
+        ),
+        (
+            "Pod with two conflicting mach field requirements",
+            [[name_in("node1"), name_in("node2")]],
+            "node2",
+            {"foo": "bar"},
+            na_,
+        ),
+    ]
+    note = (
+        "matchFields metadata.name is the node-name requirement @metadata.name of its term (ingest/kube.py)"
+    )
+    for name, terms, node_name, labels, want in rows:
+        case(
+            "nodeaffinity",
+            f,
+            t,
+            name,
+            [N(node_name, labels=labels)],
+            pod(node_affinity=na(*terms)),
+            {node_name: want},
+            note=note,
+        )
+    case(
+        "nodeaffinity",
+        f,
+        t,
+        "Pod with empty MatchExpressions is not a valid value will match no objects and won't schedule onto the node",
+        [N("node1", foo="bar")],
+        pod(allowed_nodes=[]),
+        {"node1": na_},
+        note="a required node affinity whose only term is empty matches no node: ingest says so with an empty "
+        "allowed_nodes list",
+    )
+
+
 # --- noderesources/fit_test.go TestEnoughRequests ------------------------------------------------------
 
 A, B = "example.com/aaa", "example.com/bbb"
@@ -1594,6 +1668,7 @@ def main() -> None:
     _unschedulable()
     _ports()
     _node_affinity()
+    _node_affinity_fields()
     _fit()
     _interpod_single()
     _interpod_multi()

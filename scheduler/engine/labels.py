@@ -48,9 +48,17 @@ def parse_int64(text: str) -> int | None:
     return v if _INT64_MIN <= v <= _INT64_MAX else None
 
 
+# A node-selector term's ``matchFields`` requirement on the node's name, carried among its expressions
+# under a key no label can have (ingest writes it only where allowed nodes cannot say the same).
+FIELD_NODE_NAME = "@metadata.name"
+
+
 def valid_node_requirement(e: MatchExpression) -> bool:
-    """Whether kube-scheduler can parse a node-selector requirement (``labels.NewRequirement``); a term
-    holding one it cannot parse matches no node."""
+    """Whether kube-scheduler can parse a node-selector requirement (``labels.NewRequirement``; for the
+    node-name field, ``In`` / ``NotIn`` with exactly one value); a term holding one it cannot parse
+    matches no node."""
+    if e.key == FIELD_NODE_NAME:
+        return e.operator in ("In", "NotIn") and len(e.values) == 1
     if not valid_label_key(e.key):
         return False
     if e.operator in ("In", "NotIn"):
@@ -83,17 +91,25 @@ def match_expression(labels: Mapping[str, str], e: MatchExpression) -> bool:
     return False
 
 
-def node_term_matches(labels: Mapping[str, str], term: tuple[MatchExpression, ...]) -> bool:
-    """A node-selector term: its expressions ANDed. As in kube-scheduler, an empty term matches no node,
-    and neither does a term with a requirement that does not parse (bad key, value or operator)."""
+def node_term_matches(labels: Mapping[str, str], term: tuple[MatchExpression, ...], name: str = "") -> bool:
+    """A node-selector term on the node `name` with `labels`: its requirements ANDed. As in kube-scheduler,
+    an empty term matches no node, and neither does a term with a requirement that does not parse (bad
+    key, value or operator)."""
     if not term or not all(valid_node_requirement(e) for e in term):
         return False
-    return all(match_expression(labels, e) for e in term)
+    return all(
+        (name == e.values[0]) == (e.operator == "In")
+        if e.key == FIELD_NODE_NAME
+        else match_expression(labels, e)
+        for e in term
+    )
 
 
-def node_terms_match(labels: Mapping[str, str], terms: tuple[tuple[MatchExpression, ...], ...]) -> bool:
+def node_terms_match(
+    labels: Mapping[str, str], terms: tuple[tuple[MatchExpression, ...], ...], name: str = ""
+) -> bool:
     """Required node affinity: terms ORed; no terms at all (no affinity stated) matches every node."""
-    return not terms or any(node_term_matches(labels, t) for t in terms)
+    return not terms or any(node_term_matches(labels, t, name) for t in terms)
 
 
 def selector_matches(sel: LabelSelector, labels: Mapping[str, str]) -> bool:

@@ -48,7 +48,7 @@ def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
     for k, v in pod.node_selector.items():
         if labels.get(k) != v:
             return "node(s) didn't match Pod's node affinity/selector"
-    if pod.affinity and not node_terms_match(labels, pod.affinity):
+    if pod.affinity and not node_terms_match(labels, pod.affinity, node.name):
         return "node(s) didn't match Pod's node affinity/selector"
     taint = untolerated_taint(task.pod, spec) if spec.taints else None
     if taint is not None:

@@ -44,7 +44,7 @@ def _eligible(task: TaskInfo, node: NodeInfo, c: SpreadConstraint, keys: tuple[s
     if c.node_affinity_policy == "Honor":
         if any(labels.get(k) != v for k, v in pod.node_selector.items()):
             return False
-        if not node_terms_match(labels, pod.affinity):
+        if not node_terms_match(labels, pod.affinity, node.name):
             return False
         if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
             return False
