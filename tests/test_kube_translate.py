@@ -519,7 +519,8 @@ def test_pod_constraints_translate_to_contract_fields() -> None:
         (8080, "TCP", ""),
         (53, "UDP", "10.0.0.1"),
     ]
-    assert ev.pod_affinity[0].weight == 0 and ev.pod_affinity[0].label_selector.match_labels == {"app": "web"}
+    selector = ev.pod_affinity[0].label_selector
+    assert ev.pod_affinity[0].weight == 0 and selector is not None and selector.match_labels == {"app": "web"}
     assert ev.pod_anti_affinity[0].weight == 30
     assert ev.preferred_node_affinity[0].weight == 5
     assert ev.topology_spread[0].min_domains == 2 and ev.topology_spread[0].node_taints_policy == "Honor"
