@@ -9,7 +9,8 @@ where a node the plugin admits is refused by another default filter (the Go test
 the expected verdict is the whole chain's and ``note`` says so. Cases Hourglass cannot express (alpha
 feature gates, scheduler configuration arguments, namespaceSelector) are left out and listed in SCHEMA.md.
 
-The files are data, checked in; re-run ``python3 tools/kube_scheduler_scenarios.py`` after editing a table.
+The files are data, checked in; re-run ``PYTHONPATH=. python3 tools/kube_scheduler_scenarios.py`` after editing a
+table (the sidecar cases read their requests through ingest).
 """
 
 from __future__ import annotations
@@ -808,6 +809,62 @@ def _fit() -> None:
         # gives the node that much, which changes nothing for a pod that asks for none.
         node = _fit_node(**{A: uext[A]}) if uext.get(A, 0) > 5 else _fit_node()
         case("noderesources", f, t, name, [node], incoming, {"node": want}, [used], note)
+
+
+def _restartable_init() -> None:
+    """fit_test.go TestRestartableInitContainers (SidecarContainers is GA): the request is ingest's reading of
+    the Go pod spec (ingest.kube.pod_requests), so these cases check the sidecar sum end to end."""
+    from ingest.kube import pod_requests
+
+    f, t = "fit_test.go", "TestRestartableInitContainers"
+
+    def spec(request: str | None, sidecar: str | None, with_sidecar: bool = True) -> Doc:
+        def c(name: str, cpu: str | None, **kw: Any) -> Doc:
+            return {"name": name, "resources": {"requests": {"cpu": cpu}} if cpu else {}} | kw
+
+        out: Doc = {"containers": [c("regular", request)]}
+        if with_sidecar:
+            out["initContainers"] = [c("restartable-init", sidecar, restartPolicy="Always")]
+        return out
+
+    rows = [
+        (
+            "allow pod without restartable init containers if sidecar containers is enabled",
+            spec(None, None, False),
+            None,
+        ),
+        (
+            "allow pod with restartable init containers if sidecar containers is enabled",
+            spec(None, None),
+            None,
+        ),
+        (
+            "allow pod if the total requested resources do not exceed the node's allocatable resources",
+            spec("1m", "1m"),
+            None,
+        ),
+        (
+            "not allow pod if the total requested resources do exceed the node's allocatable resources",
+            spec("1m", "2m"),
+            "InsufficientCPU",
+        ),
+    ]
+    for name, pod_spec, want in rows:
+        r = pod_requests({"metadata": {"name": "p", "namespace": "default"}, "spec": pod_spec})
+        node = N(
+            "node", cpu_millicores=2, memory_bytes=0, max_pods=1
+        )  # makeAllocatableResources(2, 0, 1, 0, 0, 0)
+        incoming = pod(cpu_millicores=r.cpu_millicores, memory_bytes=r.memory_bytes)
+        case(
+            "noderesources",
+            f,
+            t,
+            name,
+            [node],
+            incoming,
+            {"node": want},
+            note="the pod's request is what ingest reads from the Go pod spec: containers plus sidecars",
+        )
 
 
 # --- interpodaffinity/filtering_test.go -----------------------------------------------------------------
@@ -1670,6 +1727,7 @@ def main() -> None:
     _node_affinity()
     _node_affinity_fields()
     _fit()
+    _restartable_init()
     _interpod_single()
     _interpod_multi()
     _spread_single()
