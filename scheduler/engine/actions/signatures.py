@@ -20,7 +20,7 @@ Signature = tuple[str, ...]
 ReqVec = tuple[int, ...]
 
 
-def _pod_signature(t: TaskInfo, with_labels: bool) -> str:
+def _pod_signature(t: TaskInfo) -> str:
     p = t.pod
     base = (t.job.priority, sorted(p.node_selector.items()), p.allowed_nodes, p.affinity, p.tolerations)
     # Every other constraint KAI hashes (host ports, pod (anti-)affinity, spread, storage claims) and the
@@ -39,20 +39,13 @@ def _pod_signature(t: TaskInfo, with_labels: bool) -> str:
     r = t.request
     if r.extended or r.gpu_fraction_devices != 1:
         extra.append(("resources", tuple(k for k, _ in r.extended), r.gpu_fraction_devices))
-    # Which pods the filters count or refuse depends on the pod's own labels when it has inter-pod terms
-    # or spread (self-match), or when placed pods hold anti-affinity that may select it (symmetry).
-    if with_labels or p.pod_affinity or p.pod_anti_affinity or p.topology_spread:
-        extra.append(("labels", p.namespace, sorted(p.labels.items())))
     return repr((*base, *extra)) if extra else repr(base)
 
 
-def signature(job: JobInfo, with_labels: bool = False) -> Signature:
+def signature(job: JobInfo) -> Signature:
     """The constraints of the job's not-yet-allocated pods (one entry per pod, sorted), then the job's
-    topology constraint if it has one (KAI hashes the PodSet's topology constraint in too). With
-    `with_labels` (some placed pod has required anti-affinity) the pods' labels are part of it."""
-    pods = tuple(
-        sorted(_pod_signature(t, with_labels) for t in job.tasks if t.status not in ACTIVE_ALLOCATED)
-    )
+    topology constraint if it has one (KAI hashes the PodSet's topology constraint in too)."""
+    pods = tuple(sorted(_pod_signature(t) for t in job.tasks if t.status not in ACTIVE_ALLOCATED))
     spec = job.spec
     nested = [
         (sg.name, sg.parent, sg.min_member, sg.topology, sg.required_level, sg.preferred_level)
@@ -121,7 +114,7 @@ class FailedJobs:
 
     def _key(self, job: JobInfo) -> tuple[str, Signature]:
         scope = job.queue.name if self.per_queue and job.queue is not None else ""
-        return (scope, signature(job, self.ssn.anti_present))
+        return (scope, signature(job))
 
     def __bool__(self) -> bool:
         """Whether any job was recorded (else no signature needs computing)."""
