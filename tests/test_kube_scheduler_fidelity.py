@@ -205,3 +205,38 @@ def test_a_job_needing_an_extended_resource_does_not_stand_for_one_without() -> 
     }
     diffs, _ = run_doc(doc)
     assert diffs == []
+
+
+def _signatures(*tasks: dict[str, Any]) -> list[tuple[str, ...]]:
+    from scheduler.conformance import NOW_MS, load_state
+    from scheduler.engine.actions.signatures import signature
+    from scheduler.engine.cycle import open_session
+
+    doc = {
+        "run": {"mode": "single_pass", "phase": "reclaim"},
+        "cluster": {"nodes": [{"name": "n1"}]},
+        "queues": [{"name": "q"}],
+        "jobs": [
+            {"name": f"j{i}", "queue": "q", "tasks": [{"name": f"j{i}-0"} | t]} for i, t in enumerate(tasks)
+        ],
+    }
+    state, config = load_state(doc)
+    ssn = open_session(state, config, NOW_MS)
+    return [signature(ssn.job_by_uid[f"j{i}"]) for i in range(len(tasks))]
+
+
+def test_signatures_tell_terms_apart_but_not_jobs_selecting_their_own_pods_alike() -> None:
+    def anti(app: str) -> list[dict[str, Any]]:
+        return [{"label_selector": {"match_labels": {"app": app}}, "topology_key": "kubernetes.io/hostname"}]
+
+    own_a, own_b = (
+        {"labels": {"app": "a"}, "pod_anti_affinity": anti("a")},
+        {"labels": {"app": "b"}, "pod_anti_affinity": anti("b")},
+    )
+    db, cache = (
+        {"labels": {"app": "a"}, "pod_anti_affinity": anti("db")},
+        {"labels": {"app": "a"}, "pod_anti_affinity": anti("cache")},
+    )
+    s = _signatures(own_a, own_b, db, cache, {"labels": {"app": "a"}})
+    assert s[0] == s[1]  # each spreads its own replicas: same shape
+    assert len({s[0], s[2], s[3], s[4]}) == 4  # repelling db, cache, or nothing are different constraints

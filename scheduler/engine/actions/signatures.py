@@ -8,16 +8,35 @@ queue; consolidation keeps one for the whole action. Signatures are plain tuples
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import candidate_jobs
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
-from scheduler.engine.state import PodStatus
+from scheduler.engine.state import LabelSelector, PodStatus
 
 Signature = tuple[str, ...]
 ReqVec = tuple[int, ...]
+
+
+OWN = "<own label value>"
+
+
+def _shape(sel: LabelSelector, labels: Mapping[str, str]) -> LabelSelector:
+    """A selector with the values the pod's own labels carry replaced by a marker: jobs whose terms select
+    their own pods the same way (anti-affinity or spread among a job's replicas) share a signature, as
+    their terms have the same shape; terms naming anything else stay apart."""
+
+    def value(key: str, v: str) -> str:
+        return OWN if labels.get(key) == v else v
+
+    return LabelSelector(
+        tuple((k, value(k, v)) for k, v in sel.match_labels),
+        tuple(replace(e, values=tuple(value(e.key, v) for v in e.values)) for e in sel.match_expressions),
+        sel.nothing,
+    )
 
 
 def _pod_signature(t: TaskInfo) -> str:
@@ -31,9 +50,18 @@ def _pod_signature(t: TaskInfo) -> str:
     if p.host_ports:
         extra.append(("ports", p.host_ports))
     if p.pod_affinity or p.pod_anti_affinity:
-        extra.append(("pod-affinity", p.pod_affinity, p.pod_anti_affinity))
+        own = p.labels
+        extra.append(
+            (
+                "pod-affinity",
+                tuple(replace(x, selector=_shape(x.selector, own)) for x in p.pod_affinity),
+                tuple(replace(x, selector=_shape(x.selector, own)) for x in p.pod_anti_affinity),
+            )
+        )
     if p.topology_spread:
-        extra.append(("spread", p.topology_spread))
+        extra.append(
+            ("spread", tuple(replace(c, selector=_shape(c.selector, p.labels)) for c in p.topology_spread))
+        )
     if p.volumes:
         extra.append(("volumes", p.volumes))
     r = t.request
