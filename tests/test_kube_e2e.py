@@ -259,7 +259,7 @@ def test_a_sidecar_counts_against_the_node(kube_api: Any, kube_namespace: str, t
         apply_crds(api)
         make_node(api, f"{ns}-n1", gpus=0, labels=sel)  # 64 CPUs allocatable
         _queue(api, queue, 0)
-        core = client.CoreV1Api(api)
+        core: Any = client.CoreV1Api(api)  # the client types a dict body as V1Pod
         core.create_namespaced_pod(ns, pod("with-sidecar", True))
         log = FileLog(tmp_path / "log")
         p = Pipeline(api, ns, log)
