@@ -29,10 +29,10 @@ import time
 from ingest import events as ev
 from scheduler.engine.actions.consolidation_sim import UNLIMITED
 from scheduler.engine.cycle import ACTIONS, open_session
-from scheduler.engine.decisions import make_record
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from scheduler.synthetic import contention_events
+from tests.support.synthetic import contention_events
 
 SHAPES = ("reclaim-large", "consolidation")
 KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"

@@ -574,7 +574,9 @@ class PodAffinityTerm(_Record):
     """An inter-pod (anti-)affinity term. ``weight`` 0 = required; 1..100 = preferred with that weight.
     ``namespaces`` empty = the pod's own namespace."""
 
-    label_selector: LabelSelector = Field(default_factory=LabelSelector)
+    # None: the pod spec had no labelSelector, which selects no pod (kube-scheduler's labels.Nothing());
+    # the empty selector {} selects every pod.
+    label_selector: LabelSelector | None = Field(default_factory=LabelSelector)
     topology_key: Name
     namespaces: list[Name] = Field(default_factory=list)
     weight: Annotated[int, Field(ge=0, le=100)] = 0
@@ -586,7 +588,7 @@ class TopologySpreadConstraint(_Record):
     max_skew: Annotated[int, Field(ge=1)]
     topology_key: Name
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
-    label_selector: LabelSelector = Field(default_factory=LabelSelector)
+    label_selector: LabelSelector | None = Field(default_factory=LabelSelector)  # None: selects no pod
     min_domains: Annotated[int, Field(ge=1)] | None = None
     node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
     node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"

@@ -231,3 +231,55 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
     )
     for uid in placed - set(evicts):
         assert explain(db, uid).state == "bound", uid
+
+
+def test_a_sidecar_counts_against_the_node(kube_api: Any, kube_namespace: str, tmp_path: Path) -> None:
+    """A pod whose main container asks for all of a node's CPU and whose sidecar (an init container with
+    restartPolicy Always) asks for one more stays pending, as the kubelet would refuse it; the same pod
+    without the sidecar binds there."""
+    from kubernetes import client
+
+    ns = kube_namespace
+    sel = {"hourglass-e2e": ns}
+    queue = f"{ns}-q"
+
+    def pod(name: str, sidecar: bool) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "schedulerName": "hourglass",
+            "nodeSelector": sel,
+            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "64"}}}],
+        }
+        if sidecar:
+            spec["initContainers"] = [
+                {
+                    "name": "proxy",
+                    "image": "busybox",
+                    "restartPolicy": "Always",
+                    "resources": {"requests": {"cpu": "1"}},
+                }
+            ]
+        meta = {"name": name, "namespace": ns, "labels": {"kai.scheduler/queue": queue}}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    with kube_api.api_client() as api:
+        apply_crds(api)
+        make_node(api, f"{ns}-n1", gpus=0, labels=sel)  # 64 CPUs allocatable
+        _queue(api, queue, 0)
+        core: Any = client.CoreV1Api(api)  # the client types a dict body as V1Pod
+        core.create_namespaced_pod(ns, pod("with-sidecar", True))
+        log = FileLog(tmp_path / "log")
+        p = Pipeline(api, ns, log)
+        p.ingest.start()
+        try:
+
+            def refused() -> bool:
+                conds = read_pod(api, ns, "with-sidecar").get("status", {}).get("conditions") or []
+                return any(c["type"] == "PodScheduled" and c["status"] == "False" for c in conds)
+
+            p.settle(refused)
+            assert "nodeName" not in read_pod(api, ns, "with-sidecar")["spec"]
+            core.create_namespaced_pod(ns, pod("without-sidecar", False))
+            p.settle(lambda: "nodeName" in read_pod(api, ns, "without-sidecar")["spec"])
+            assert "nodeName" not in read_pod(api, ns, "with-sidecar")["spec"]
+        finally:
+            p.ingest.stop()

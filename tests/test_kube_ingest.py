@@ -715,3 +715,36 @@ def test_dedupe_state_is_rebuilt_from_the_log_without_a_state_file(tmp_path: Pat
         }
     }
     assert ingest.last_at_ms == 5
+
+
+def test_a_dra_pod_gets_the_refusal_event(kapi: KubeApi, kube_namespace: str, tmp_path: Path) -> None:
+    ns = kube_namespace
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "dra"},
+        "spec": {
+            "schedulerName": "hourglass",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]},
+                }
+            ],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+        },
+    }
+    kapi.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
+    make_pod(kapi, ns, "plain")
+    with FileLog(tmp_path / "log") as log:
+        ingest = new_ingest(kapi, log, ns, tmp_path / "state.json")
+        ingest.start()
+        try:
+            pump(ingest, lambda: ("PodSubmitted", "plain") in counts(mine(events_of(log), ns)))
+            pump(ingest, lambda: any(w["reason"] == "DRANotSupported" for w in warnings_on(kapi, ns, "dra")))
+        finally:
+            ingest.stop()
+        dead = [d for d in dead_letters(log) if f"{ns}/dra" in d["message"]]
+        assert [d["reason_code"] for d in dead] == ["dra_not_supported"]
+        assert ("PodSubmitted", "dra") not in counts(mine(events_of(log), ns))

@@ -249,7 +249,7 @@ def test_pod_submitted_carries_queue_label_placement_and_priority() -> None:
                 "requiredDuringSchedulingIgnoredDuringExecution": {
                     "nodeSelectorTerms": [
                         {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["a100"]}]},
-                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n2", "n1"]}]},
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]},
                     ]
                 }
             }
@@ -257,8 +257,10 @@ def test_pod_submitted_carries_queue_label_placement_and_priority() -> None:
     )
     ev = kube.pod_submitted(obj, "pg-x", 9)
     assert (ev.queue, ev.pod_group, ev.task_priority, ev.uid) == ("team-a", "pg-x", 3, "ns/p")
-    assert ev.node_selector == {"zone": "a"} and ev.allowed_nodes == ["n1", "n2"]
+    # The two terms are ORed (kube-scheduler): a gpu=a100 node, or node n1; not allowed nodes ANDed.
+    assert ev.node_selector == {"zone": "a"} and ev.allowed_nodes is None
     assert ev.node_affinity[0].match_expressions[0].values == ["a100"]
+    assert [(r.key, r.values) for r in ev.node_affinity[1].match_expressions] == [("@metadata.name", ["n1"])]
     assert ev.tolerations[0].operator == "Exists" and ev.created_at_ms == 1767225601000
 
 
@@ -517,7 +519,8 @@ def test_pod_constraints_translate_to_contract_fields() -> None:
         (8080, "TCP", ""),
         (53, "UDP", "10.0.0.1"),
     ]
-    assert ev.pod_affinity[0].weight == 0 and ev.pod_affinity[0].label_selector.match_labels == {"app": "web"}
+    selector = ev.pod_affinity[0].label_selector
+    assert ev.pod_affinity[0].weight == 0 and selector is not None and selector.match_labels == {"app": "web"}
     assert ev.pod_anti_affinity[0].weight == 30
     assert ev.preferred_node_affinity[0].weight == 5
     assert ev.topology_spread[0].min_domains == 2 and ev.topology_spread[0].node_taints_policy == "Honor"

@@ -25,11 +25,11 @@ from scheduler.engine.actions import consolidation, consolidation_sim, reclaim
 from scheduler.engine.actions.consolidation_sim import UNLIMITED, job_view, tasks_to_evict
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
-from scheduler.engine.decisions import make_record
 from scheduler.engine.ordering import JobsByQueue
+from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import JobInfo, Session, SessionConfig
 from scheduler.engine.state import ClusterState, fold
-from scheduler.synthetic import SyntheticSpec, contention_events, synthetic_events
+from tests.support.synthetic import SyntheticSpec, contention_events, synthetic_events
 
 
 @cache

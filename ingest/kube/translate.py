@@ -762,7 +762,8 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
 def pod_requests(obj: dict[str, Any]) -> PodRequests:
     """A pod's effective request, as KAI computes it (kai-spec §2.5, §2.6).
 
-    max(sum of containers, each init container) + overhead, per resource; whole GPUs from
+    max(sum of containers and sidecars, each init container plus the sidecars started before it) +
+    overhead, per resource (a sidecar is an init container with ``restartPolicy: Always``); whole GPUs from
     ``nvidia.com/gpu``; shared GPUs from the ``gpu-fraction`` / ``gpu-memory`` /
     ``gpu-fraction-num-devices`` annotations.
     """
@@ -771,8 +772,22 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
     total = _Totals()
     for i, c in enumerate(spec.get("containers") or []):
         total = total.plus(_amounts(key, f"spec.containers[{i}]", _dict(_dict(c).get("resources"))))
+    # Init containers as the kubelet and kube-scheduler sum them (component-helpers resource
+    # AggregateContainerRequests): a sidecar (restartPolicy Always) keeps running, so it adds to the
+    # pod's total and to every init container started after it; the pod needs the larger of that total
+    # and its largest init-time peak.
+    sidecars = _Totals()
+    peak = _Totals()
     for i, c in enumerate(spec.get("initContainers") or []):
-        total = total.max(_amounts(key, f"spec.initContainers[{i}]", _dict(_dict(c).get("resources"))))
+        c = _dict(c)
+        amounts = _amounts(key, f"spec.initContainers[{i}]", _dict(c.get("resources")))
+        if c.get("restartPolicy") == "Always":
+            total = total.plus(amounts)
+            sidecars = sidecars.plus(amounts)
+            peak = peak.max(sidecars)
+        else:
+            peak = peak.max(amounts.plus(sidecars))
+    total = total.max(peak)
     overhead = _dict(spec.get("overhead"))
     if overhead:
         total = total.plus(_amounts(key, "spec.overhead", {"requests": overhead}))
@@ -823,47 +838,78 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         raise _fail_model("Pod", key, exc) from None
 
 
+FIELD_NODE_NAME = "@metadata.name"  # scheduler.engine.predicates.labels.FIELD_NODE_NAME: a matchFields requirement
+
+
 def _affinity(key: str, spec: dict[str, Any]) -> tuple[list[NodeSelectorTerm], list[str] | None]:
-    """Required node affinity: matchExpressions terms, and matchFields ``metadata.name In`` as allowed nodes."""
+    """Required node affinity as kube-scheduler reads it: terms ORed, each term's ``matchExpressions`` and
+    ``matchFields`` ANDed, an empty term dropped (and no term left matching no node).
+
+    ``matchFields`` (``metadata.name In`` / ``NotIn``) become allowed nodes when that says the same (every
+    term names nodes only, with ``In``); otherwise they stay in their term as a node-name requirement.
+    """
     required = _dict(
         _dict(_dict(spec.get("affinity")).get("nodeAffinity")).get(
             "requiredDuringSchedulingIgnoredDuringExecution"
         )
     )
-    terms: list[NodeSelectorTerm] = []
-    allowed: list[str] | None = None
-    for i, term in enumerate(required.get("nodeSelectorTerms") or []):
+    given = required.get("nodeSelectorTerms") or []
+    parsed: list[tuple[list[dict[str, Any]], list[dict[str, Any]], str]] = []  # (fields, expressions, where)
+    for i, term in enumerate(given):
         term = _dict(term)
         where = f"spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
-        fields = term.get("matchFields") or []
-        for f in fields:
+        fields = []
+        for f in term.get("matchFields") or []:
             f = _dict(f)
-            if f.get("key") != "metadata.name" or f.get("operator") != "In":
+            if f.get("key") != "metadata.name" or f.get("operator") not in ("In", "NotIn"):
                 raise InvalidObject(
-                    "Pod", key, f"{where}.matchFields", f, "only 'metadata.name In [...]' is supported"
+                    "Pod",
+                    key,
+                    f"{where}.matchFields",
+                    f,
+                    "only 'metadata.name In / NotIn [...]' is supported",
                 )
-            allowed = sorted(set(allowed or []) | {str(v) for v in f.get("values") or []})
-        exprs = term.get("matchExpressions") or []
-        if not exprs:
-            continue
+            fields.append(
+                {
+                    "key": FIELD_NODE_NAME,
+                    "operator": f["operator"],
+                    "values": [str(v) for v in f.get("values") or []],
+                }
+            )
+        exprs = [
+            {
+                "key": str(_dict(e).get("key", "")),
+                "operator": _dict(e).get("operator"),
+                "values": [str(v) for v in _dict(e).get("values") or []],
+            }
+            for e in term.get("matchExpressions") or []
+        ]
+        if fields or exprs:  # kube-scheduler drops an empty term
+            parsed.append((fields, exprs, where))
+    if given and not parsed:
+        return [], []  # every term empty: no node matches
+    if parsed and all(
+        not exprs and all(f["operator"] == "In" for f in fields) for fields, exprs, _ in parsed
+    ):
+        # Terms that only name nodes: the union over terms of the nodes each term allows.
+        allowed: set[str] = set()
+        for fields, _, _ in parsed:
+            names = set(fields[0]["values"])
+            for f in fields[1:]:
+                names &= set(f["values"])
+            allowed |= names
+        return [], sorted(allowed)
+    terms: list[NodeSelectorTerm] = []
+    for fields, exprs, where in parsed:
         try:
             terms.append(
                 NodeSelectorTerm(
-                    match_expressions=[
-                        NodeSelectorRequirement.model_validate(
-                            {
-                                "key": str(_dict(e).get("key", "")),
-                                "operator": _dict(e).get("operator"),
-                                "values": [str(v) for v in _dict(e).get("values") or []],
-                            }
-                        )
-                        for e in exprs
-                    ]
+                    match_expressions=[NodeSelectorRequirement.model_validate(r) for r in exprs + fields]
                 )
             )
         except ValidationError as exc:
-            raise InvalidObject("Pod", key, f"{where}.matchExpressions", exprs, validation_message(exc)) from None
-    return terms, allowed
+            raise InvalidObject("Pod", key, where, exprs + fields, validation_message(exc)) from None
+    return terms, None
 
 
 def _tolerations(key: str, spec: dict[str, Any]) -> list[Toleration]:
@@ -885,9 +931,16 @@ def _tolerations(key: str, spec: dict[str, Any]) -> list[Toleration]:
 
 
 def host_ports(key: str, spec: dict[str, Any]) -> list[HostPort]:
-    """The ``hostPort`` of every container port that has one (what the NodePorts filter checks)."""
+    """The ``hostPort`` of every container port that has one (what the NodePorts filter checks), sidecar
+    init containers (``restartPolicy: Always``) included: they run beside the pod's containers."""
     out: list[HostPort] = []
-    for i, c in enumerate(spec.get("containers") or []):
+    containers = [("spec.containers", i, c) for i, c in enumerate(spec.get("containers") or [])]
+    containers += [
+        ("spec.initContainers", i, c)
+        for i, c in enumerate(spec.get("initContainers") or [])
+        if _dict(c).get("restartPolicy") == "Always"
+    ]
+    for kind, i, c in containers:
         for j, port in enumerate(_dict(c).get("ports") or []):
             port = _dict(port)
             if not port.get("hostPort"):
@@ -901,12 +954,16 @@ def host_ports(key: str, spec: dict[str, Any]) -> list[HostPort]:
                     )
                 )
             except ValidationError as exc:
-                where = f"spec.containers[{i}].ports[{j}]"
+                where = f"{kind}[{i}].ports[{j}]"
                 raise InvalidObject("Pod", key, where, port, validation_message(exc)) from None
     return out
 
 
-def _selector(s: Any) -> dict[str, Any]:
+def _selector(s: Any) -> dict[str, Any] | None:
+    """A label selector in the event contract's words; None when the spec has none (it selects no pod,
+    as kube-scheduler reads a missing selector)."""
+    if s is None:
+        return None
     s = _dict(s)
     return {
         "match_labels": _str_map(s.get("matchLabels")),
@@ -1049,6 +1106,24 @@ def volume_claim(
     )
 
 
+def dra_not_supported(key: str, claims: object) -> InvalidObject:
+    """The refusal of a pod that claims devices through DRA (``spec.resourceClaims``): Hourglass does not
+    allocate ResourceClaims yet, and reading the pod without them would bind it as a CPU-only pod on a
+    node that may have no such device. Event reason ``DRANotSupported``, dead-letter code
+    ``dra_not_supported``."""
+    err = InvalidObject(
+        "Pod",
+        key,
+        "spec.resourceClaims",
+        claims,
+        "claims devices through Dynamic Resource Allocation, which Hourglass does not schedule yet; the pod "
+        "stays pending (use a device-plugin resource such as nvidia.com/gpu, or another scheduler)",
+    )
+    err.reason = "DRANotSupported"
+    err.reason_code = "dra_not_supported"
+    return err
+
+
 def pod_submitted(
     obj: dict[str, Any], pod_group: str, at_ms: int, volumes: list[VolumeClaim] | None = None
 ) -> PodSubmitted:
@@ -1068,6 +1143,9 @@ def pod_submitted(
         if not re.fullmatch(r"[+-]?\d+", raw):
             raise InvalidObject("Pod", key, f"metadata.labels[{LABEL_TASK_PRIORITY}]", raw, "must be an integer")
         task_priority = int(raw)
+    claims = spec.get("resourceClaims")
+    if claims:
+        raise dra_not_supported(key, claims)
     terms, allowed = _affinity(key, spec)
     try:
         return PodSubmitted(

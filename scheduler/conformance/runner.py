@@ -428,10 +428,48 @@ def compare(doc: dict[str, Any], state: ClusterState, ssn: Session | None) -> li
     return diffs
 
 
+def filter_verdicts(doc: dict[str, Any]) -> dict[str, str | None]:
+    """Run mode ``filter``: the reason code (docs/filters.md) each node gives the pending task
+    ``run.task``, or None where every filter passes — kube-scheduler's per-node Filter verdict."""
+    from scheduler.engine.placement import fit
+    from scheduler.engine.predicates import reason_code
+
+    state, config = load_state(doc)
+    ssn = open_session(state, config, NOW_MS)
+    name = doc["run"]["task"]
+    task = next((t for t in ssn.tasks if t.pod.name == name), None)
+    if task is None:
+        raise ValueError(f"run.task {name!r} is not a task of the scenario")
+    if task.status is not PodStatus.PENDING:
+        raise ValueError(f"run.task {name!r} is not pending")
+    out: dict[str, str | None] = {}
+    for node in ssn.nodes:
+        got = fit(ssn, task, node)
+        out[node.name] = reason_code(got) if isinstance(got, str) else None
+    return out
+
+
+def compare_filter(doc: dict[str, Any], got: dict[str, str | None]) -> list[str]:
+    """Differences between ``expect.filter`` ({node: reason code, a list of acceptable codes, or null})
+    and the verdicts."""
+    diffs = []
+    for node, want in doc.get("expect", {}).get("filter", {}).items():
+        if node not in got:
+            diffs.append(f"node {node}: not in the cluster")
+        elif isinstance(want, list):
+            if got[node] not in want:
+                diffs.append(f"node {node}: filter {got[node] or 'passes'}, expected one of {want}")
+        elif got[node] != want:
+            diffs.append(f"node {node}: filter {got[node] or 'passes'}, expected {want or 'passes'}")
+    return diffs
+
+
 def run_doc(doc: dict[str, Any]) -> tuple[list[str], ClusterState]:
     """Run one cluster scenario; returns (differences, final state)."""
     run = doc["run"]
     state, config = load_state(doc)
+    if run["mode"] == "filter":
+        return compare_filter(doc, filter_verdicts(doc)), state
     if run["mode"] == "single_pass":
         ssn = run_actions(open_session(state, config, NOW_MS), (PHASES[run["phase"]],))
         out = result_state(ssn)

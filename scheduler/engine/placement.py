@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from scheduler.engine import predicates, scoring
 from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
-from scheduler.engine.predicates.labels import node_terms_match, untolerated_taint
+from scheduler.engine.predicates.labels import node_terms_match, tolerates_cordon, untolerated_taint
 from scheduler.engine.scoring.fit import Fit, fits_existing_shared
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
@@ -28,16 +28,16 @@ def static_reason(task: TaskInfo, node: NodeInfo) -> str | None:
     spec = node.spec
     if not spec.ready:
         return "node(s) were not ready"
-    if spec.unschedulable:
-        return "node(s) were unschedulable"
     pod = task.pod
+    if spec.unschedulable and not tolerates_cordon(pod):
+        return "node(s) were unschedulable"
     if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
         return "node(s) didn't match Pod's node affinity/selector"
     labels = spec.labels
     for k, v in pod.node_selector.items():
         if labels.get(k) != v:
             return "node(s) didn't match Pod's node affinity/selector"
-    if pod.affinity and not node_terms_match(labels, pod.affinity):
+    if pod.affinity and not node_terms_match(labels, pod.affinity, node.name):
         return "node(s) didn't match Pod's node affinity/selector"
     taint = untolerated_taint(task.pod, spec) if spec.taints else None
     if taint is not None:

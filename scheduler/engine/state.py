@@ -169,6 +169,7 @@ class LabelSelector:
 
     match_labels: tuple[tuple[str, str], ...] = ()
     match_expressions: tuple[MatchExpression, ...] = ()
+    nothing: bool = False  # a missing labelSelector: selects no pod at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +411,9 @@ def _exprs(terms: Iterable[ev_mod.NodeSelectorTerm]) -> tuple[tuple[MatchExpress
     )
 
 
-def _selector(s: ev_mod.LabelSelector) -> LabelSelector:
+def _selector(s: ev_mod.LabelSelector | None) -> LabelSelector:
+    if s is None:
+        return LabelSelector(nothing=True)
     return LabelSelector(
         match_labels=tuple(sorted(s.match_labels.items())),
         match_expressions=tuple(

@@ -8,21 +8,66 @@ queue; consolidation keeps one for the whole action. Signatures are plain tuples
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import candidate_jobs
 from scheduler.engine.ordering import JobsByQueue
 from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, Session, TaskInfo
-from scheduler.engine.state import PodStatus
+from scheduler.engine.state import LabelSelector, PodStatus
 
 Signature = tuple[str, ...]
-ReqVec = tuple[int, int, int, int]
+ReqVec = tuple[int, ...]
+
+
+OWN = "<own label value>"
+
+
+def _shape(sel: LabelSelector, labels: Mapping[str, str]) -> LabelSelector:
+    """A selector with the values the pod's own labels carry replaced by a marker: jobs whose terms select
+    their own pods the same way (anti-affinity or spread among a job's replicas) share a signature, as
+    their terms have the same shape; terms naming anything else stay apart."""
+
+    def value(key: str, v: str) -> str:
+        return OWN if labels.get(key) == v else v
+
+    return LabelSelector(
+        tuple((k, value(k, v)) for k, v in sel.match_labels),
+        tuple(replace(e, values=tuple(value(e.key, v) for v in e.values)) for e in sel.match_expressions),
+        sel.nothing,
+    )
 
 
 def _pod_signature(t: TaskInfo) -> str:
     p = t.pod
-    return repr((t.job.priority, sorted(p.node_selector.items()), p.allowed_nodes, p.affinity, p.tolerations))
+    base = (t.job.priority, sorted(p.node_selector.items()), p.allowed_nodes, p.affinity, p.tolerations)
+    # Every other constraint KAI hashes (host ports, pod (anti-)affinity, spread, storage claims) and the
+    # names of the resources compared in `_requests`: a job needing a port, a claim or an RDMA device must
+    # not stand for one that needs none. Each is added only when present, so the keys of jobs without
+    # them are unchanged.
+    extra: list[object] = []
+    if p.host_ports:
+        extra.append(("ports", p.host_ports))
+    if p.pod_affinity or p.pod_anti_affinity:
+        own = p.labels
+        extra.append(
+            (
+                "pod-affinity",
+                tuple(replace(x, selector=_shape(x.selector, own)) for x in p.pod_affinity),
+                tuple(replace(x, selector=_shape(x.selector, own)) for x in p.pod_anti_affinity),
+            )
+        )
+    if p.topology_spread:
+        extra.append(
+            ("spread", tuple(replace(c, selector=_shape(c.selector, p.labels)) for c in p.topology_spread))
+        )
+    if p.volumes:
+        extra.append(("volumes", p.volumes))
+    r = t.request
+    if r.extended or r.gpu_fraction_devices != 1:
+        extra.append(("resources", tuple(k for k, _ in r.extended), r.gpu_fraction_devices))
+    return repr((*base, *extra)) if extra else repr(base)
 
 
 def signature(job: JobInfo) -> Signature:
@@ -47,12 +92,17 @@ def _requests(ssn: Session, job: JobInfo) -> list[ReqVec]:
     for t in job.tasks:
         if t.status is PodStatus.PENDING:
             r = t.request
-            out.append((t.gpu_milli(None, ssn.min_gpu_memory), r.gpu_memory_mib or 0, r.cpu, r.memory))
+            # The full resource vector: extended resources' names are in the signature, so jobs of one
+            # signature have the same names in the same order and their amounts compare element-wise.
+            base = (t.gpu_milli(None, ssn.min_gpu_memory), r.gpu_memory_mib or 0, r.cpu, r.memory)
+            out.append((*base, *(v for _, v in r.extended)))
     return sorted(out)
 
 
 def _le(a: ReqVec, b: ReqVec) -> bool:
-    return all(x <= y for x, y in zip(a, b, strict=True))
+    # Vectors of different lengths (pods of one job asking for different extended resources) compare as
+    # neither smaller nor larger.
+    return len(a) == len(b) and all(x <= y for x, y in zip(a, b, strict=True))
 
 
 def easier(ssn: Session, job: JobInfo, rep: JobInfo) -> bool:

@@ -100,7 +100,9 @@ def preference_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> li
     total = [0.0] * len(nodes)
     if pod.preferred_affinity:
         raw = [
-            float(sum(w for w, term in pod.preferred_affinity if node_term_matches(n.spec.labels, term)))
+            float(
+                sum(w for w, term in pod.preferred_affinity if node_term_matches(n.spec.labels, term, n.name))
+            )
             for n in nodes
         ]
         total = [a + b for a, b in zip(total, _scaled(raw, PREFERRED_NODE_AFFINITY_WEIGHT), strict=True)]

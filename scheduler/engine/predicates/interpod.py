@@ -2,8 +2,9 @@
 preferred terms as a node score.
 
 A required affinity term passes on a node whose topology domain (its value of the term's topology key)
-holds a running or placed pod the term selects; as in Kubernetes, a pod whose terms select no pod anywhere
-but select the pod itself may go anywhere that has the keys (the first pod of a group). A required
+holds a running or placed pod that *all* the pod's required affinity terms select (kube-scheduler counts only
+such pods); as in Kubernetes, when no pod anywhere matches all the terms but the pod matches them itself, it
+may go anywhere that has the keys (the first pod of a group). A required
 anti-affinity term fails on a node whose domain holds a selected pod; a pod only being evicted there
 (releasing) lets the node be used once it is gone (pipelining), which is how reclaim and preemption free a
 domain. Existing pods' required anti-affinity is checked the other way round (symmetry). Pods of other
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.engine.predicates.labels import selector_matches, term_namespaces
+from scheduler.engine.predicates.labels import selector_matches, term_covers, term_namespaces
 from scheduler.engine.state import PodAffinityTerm
 
 if TYPE_CHECKING:
@@ -57,15 +58,16 @@ def view(ssn: Session, task: TaskInfo) -> InterPodView:
     """The task's required terms resolved against the pods on nodes now."""
     pod = task.pod
     idx = ssn.pod_index()
-    aff = []
-    any_match = False
-    for t in pod.pod_affinity:
-        if t.weight:
-            continue
-        dc = domain_counts(ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace)), t.topology_key)
-        any_match = any_match or any(c[0] for c in dc.values())
-        aff.append((t.topology_key, dc))
     required = [t for t in pod.pod_affinity if not t.weight]
+    # kube-scheduler counts, for every required affinity term, only the pods that match *all* of them
+    # (podMatchesAllAffinityTerms): two terms are not satisfied by two different pods.
+    if len(required) == 1:
+        t = required[0]
+        matching = idx.counts(t.selector, term_namespaces(t, pod.namespace))
+    else:
+        matching = _matching_all(ssn, required, pod.namespace)
+    aff = [(t.topology_key, domain_counts(ssn, matching, t.topology_key)) for t in required]
+    any_match = any(c[0] for _, dc in aff for c in dc.values())
     self_ok = (
         bool(required)
         and not any_match
@@ -80,6 +82,19 @@ def view(ssn: Session, task: TaskInfo) -> InterPodView:
         if not t.weight
     ]
     return InterPodView(aff, self_ok, anti, idx.holders_against(pod.namespace, pod.labels))
+
+
+def _matching_all(ssn: Session, terms: list[PodAffinityTerm], namespace: str) -> dict[str, list[int]]:
+    """Pods on nodes that every term selects, per node name: ``[active, releasing]``."""
+    out: dict[str, list[int]] = {}
+    if not terms:
+        return out
+    idx = ssn.pod_index()
+    for e in idx.entries.values():
+        if all(term_covers(t, namespace, e.namespace, e.labels) for t in terms):
+            c = out.setdefault(e.node, [0, 0])
+            c[1 if e.releasing else 0] += 1
+    return out
 
 
 def _selects_self(t: PodAffinityTerm, namespace: str, labels: Mapping[str, str]) -> bool:

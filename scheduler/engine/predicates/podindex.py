@@ -82,6 +82,8 @@ class PodIndex:
 
     def counts(self, sel: LabelSelector, namespaces: tuple[str, ...]) -> dict[str, list[int]]:
         """Matching pods per node name, ``[active, releasing]``."""
+        if sel.nothing:
+            return {}
         key = (sel, namespaces)
         got = self._counts.get(key)
         if got is None:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from scheduler.engine.session import NodeInfo
 
 REASON = "node(s) didn't have free ports for the requested pod ports"
-_ANY = ("", "0.0.0.0", "::")
+_ANY = ("", "0.0.0.0")  # kube-scheduler's wildcard (an empty host IP is 0.0.0.0); "::" is a specific IP to it
 
 
 def _conflict(held: dict[tuple[str, int], dict[str, int]], p: HostPort) -> bool:

@@ -1,7 +1,7 @@
 """Topology spread constraints (kube-scheduler's PodTopologySpread).
 
 ``DoNotSchedule`` is a filter: counting the pods the constraint selects (in the pod's namespace, not being
-evicted) per domain over the eligible nodes — nodes that have every constraint's topology key and, per
+evicted) per domain over the eligible nodes only (pods on other nodes of a domain do not count) — nodes that have every constraint's topology key and, per
 ``nodeAffinityPolicy`` (default Honor) / ``nodeTaintsPolicy`` (default Ignore), match the pod's node
 affinity / tolerate the node's taints — a node passes when ``count(its domain) + (1 if the pod matches its
 own selector) - min count over domains <= maxSkew``. With fewer domains than ``minDomains`` the minimum is
@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.engine.predicates.interpod import domain_counts
 from scheduler.engine.predicates.labels import node_terms_match, selector_matches, untolerated_taint
-from scheduler.engine.state import SpreadConstraint
+from scheduler.engine.state import LabelSelector, SpreadConstraint
 
 if TYPE_CHECKING:
     from scheduler.engine.session import NodeInfo, Session, TaskInfo
@@ -45,19 +44,22 @@ def _eligible(task: TaskInfo, node: NodeInfo, c: SpreadConstraint, keys: tuple[s
     if c.node_affinity_policy == "Honor":
         if any(labels.get(k) != v for k, v in pod.node_selector.items()):
             return False
-        if not node_terms_match(labels, pod.affinity):
+        if not node_terms_match(labels, pod.affinity, node.name):
             return False
         if pod.allowed_nodes is not None and node.name not in pod.allowed_nodes:
             return False
     return not (c.node_taints_policy == "Honor" and not _tolerates(task, node))
 
 
-def _eligible_domains(ssn: Session, task: TaskInfo, c: SpreadConstraint, keys: tuple[str, ...]) -> list[str]:
-    """The domains of the nodes eligible for counting, in node order. Nodes do not change within a session,
-    so this is cached per (constraint policies, the pod's node selection, tolerations when honoured)."""
+def _eligible_nodes(
+    ssn: Session, task: TaskInfo, c: SpreadConstraint, keys: tuple[str, ...]
+) -> list[tuple[str, str]]:
+    """The nodes eligible for counting, ``(node name, domain)`` in node order. Nodes do not change within
+    a session, so this is cached per (constraint policies, the pod's node selection, tolerations when
+    honoured)."""
     pod = task.pod
     key = (
-        "spread-domains",
+        "spread-nodes",
         c.topology_key,
         keys,
         c.node_affinity_policy,
@@ -69,11 +71,7 @@ def _eligible_domains(ssn: Session, task: TaskInfo, c: SpreadConstraint, keys: t
     )
     got = ssn.static_cache.get(key)
     if got is None:
-        seen: dict[str, None] = {}
-        for n in ssn.nodes:
-            if _eligible(task, n, c, keys):
-                seen[n.spec.labels[c.topology_key]] = None
-        got = list(seen)
+        got = [(n.name, n.spec.labels[c.topology_key]) for n in ssn.nodes if _eligible(task, n, c, keys)]
         ssn.static_cache[key] = got
     assert isinstance(got, list)
     return got
@@ -89,17 +87,24 @@ def resolve(ssn: Session, task: TaskInfo, which: str) -> list[Resolved]:
     idx = ssn.pod_index()
     out = []
     for c in cons:
-        by_dom = domain_counts(ssn, idx.counts(c.selector, (pod.namespace,)), c.topology_key)
+        # Only pods on eligible nodes count (kube-scheduler's calPreFilterState): a domain's pods on a node
+        # the pod could not use under the policies do not raise its count. An empty selector counts no pod
+        # (countPodsMatchSelector), though the pod itself still matches it.
+        by_node = idx.counts(c.selector, (pod.namespace,)) if not _empty(c.selector) else {}
         counts: dict[str, int] = {}
-        for v in _eligible_domains(ssn, task, c, keys):
-            got = by_dom.get(v)
-            counts[v] = got[0] if got else 0
+        for name, v in _eligible_nodes(ssn, task, c, keys):
+            got = by_node.get(name)
+            counts[v] = counts.get(v, 0) + (got[0] if got else 0)
         minimum = min(counts.values(), default=0)
         if c.min_domains is not None and len(counts) < c.min_domains:
             minimum = 0
         self_match = 1 if selector_matches(c.selector, pod.labels) else 0
         out.append(Resolved(c, counts, minimum, self_match))
     return out
+
+
+def _empty(sel: LabelSelector) -> bool:
+    return sel.nothing or (not sel.match_labels and not sel.match_expressions)
 
 
 def reason(resolved: list[Resolved], node: NodeInfo) -> str | None:

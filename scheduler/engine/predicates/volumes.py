@@ -30,6 +30,6 @@ def reason(volumes: tuple[Volume, ...], node: NodeInfo) -> str | None:
                 )
             return UNBOUND_IMMEDIATE
     for v in volumes:
-        if v.node_affinity and not node_terms_match(node.spec.labels, v.node_affinity):
+        if v.node_affinity and not node_terms_match(node.spec.labels, v.node_affinity, node.name):
             return NODE_AFFINITY
     return None
