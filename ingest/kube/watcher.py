@@ -77,6 +77,7 @@ from ingest.events import (
     event_key,
     parse_event,
 )
+from ingest.kube import translate as kube
 from ingest.kube.client import KubeApi, KubeError, add_kubeconfig_argument
 from ingest.kube.podgrouper import (
     ANNOTATION_SKIP_PODGROUPER,
@@ -88,7 +89,6 @@ from ingest.kube.podgrouper import (
     resolve_owners,
     skip_podgrouper,
 )
-from ingest.kube import translate as kube
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 
 __all__ = [
