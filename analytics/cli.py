@@ -154,7 +154,7 @@ def _cmd_sink(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
     except KeyboardInterrupt:
         pass
-    except StoreError as e:
+    except (StoreError, LogError) as e:
         print(f"sink: {e}", file=sys.stderr)
         return 2
     if total is not None:
@@ -250,9 +250,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         signal.signal(signal.SIGTERM, lambda *_: service.stop())
         try:
-            st = service.run(max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle)
+            st = service.run(
+                max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle or args.once
+            )
         except KeyboardInterrupt:
             st = service.stats
+        except LogError as e:  # a damaged or shrunken log: stop with the reason, never resume past it
+            if server is not None:
+                server.close()
+            print(f"run: {e}", file=sys.stderr)
+            return 2
     if server is not None:
         server.close()
     print(
@@ -401,7 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     u.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
     u.add_argument(
-        "--once", action="store_true", help="process one batch of events (at most one cycle) and exit"
+        "--once",
+        action="store_true",
+        help="process one batch of events (at most one cycle) and exit, also when there is nothing new",
     )
     u.add_argument("--stop-when-idle", action="store_true", help="exit when no new events are left")
     u.add_argument("--batch-size", type=int, default=1000, help="events read per step (default 1000)")

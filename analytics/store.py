@@ -39,7 +39,7 @@ import polars as pl
 from analytics.history import Intervals
 from analytics.simlog import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
 from analytics.views import create_table_views, create_views, history_dir
-from ingest.log import DEFAULT_TOPICS, Log, Topics
+from ingest.log import DEFAULT_TOPICS, Log, LogError, Topics
 from scheduler.engine.decisions import CycleRecord
 from scheduler.usage import UsageRecordError, parse_usage_record
 
@@ -552,11 +552,19 @@ def sink_from_log(
     """Load everything new on the events, usage and decisions topics, from ``group``'s committed offsets.
 
     Each batch is written to the store in one transaction, then its offsets are committed; a crash between
-    the two re-reads the batch next time and the duplicates are dropped.
+    the two re-reads the batch next time and the duplicates are dropped. A log that lost records raises
+    :class:`~ingest.log.LogError` rather than loading part of the history: a committed offset past the end
+    of its topic, or a last cycle that folded events the events topic no longer holds.
     """
     stats = LoadStats()
     for topic in (topics.events, topics.usage, topics.decisions):
         pos = log.committed(group, topic)
+        end = log.end_offset(topic)
+        if pos > end:
+            raise LogError(
+                f"{topic}: the sink committed offset {pos} but the topic ends at {end}: the log has lost"
+                " records the store already holds (restore the log, or load it into a new store)"
+            )
         while True:
             records = log.read(topic, pos, batch_size)
             if not records:
@@ -569,7 +577,26 @@ def sink_from_log(
                 stats.add(load_cycles(store, (r.value for r in records), batch_size=len(records)))
             pos = records[-1].offset + 1
             log.commit(group, topic, pos)
+    _check_events_cover_cycles(log, topics)
     return stats
+
+
+def _check_events_cover_cycles(log: Log, topics: Topics) -> None:
+    """LogError when the last cycle record folded an events offset the events topic no longer holds."""
+    end = log.end_offset(topics.decisions)
+    if end == 0:
+        return
+    last = log.read(topics.decisions, end - 1, 1)
+    try:
+        offset = json.loads(last[0].value)["events_offset"] if last else None
+    except (ValueError, KeyError, TypeError):
+        return  # not a cycle record: load_cycles already counted it as malformed
+    events_end = log.end_offset(topics.events)
+    if isinstance(offset, int) and offset >= events_end:
+        raise LogError(
+            f"{topics.events} ends at offset {events_end}, but the last cycle in {topics.decisions} folded"
+            f" it through offset {offset}: the events log has lost records"
+        )
 
 
 # --------------------------------------------------------------------------- read-only queries

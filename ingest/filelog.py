@@ -214,7 +214,10 @@ def _scan(path: Path, fd: int, start: int, file_size: int, positions: array[int]
         end = pos + _FRAME.size + length
         if end > file_size:
             found = _intact_after(fd, pos + 1, file_size)
-            if found is None and zlib.crc32(os.pread(fd, file_size - pos - _FRAME.size, pos + _FRAME.size)) == crc:
+            if (
+                found is None
+                and zlib.crc32(os.pread(fd, file_size - pos - _FRAME.size, pos + _FRAME.size)) == crc
+            ):
                 found = -2  # the whole payload is there: its length was damaged, nothing was torn
             if found is None:
                 return pos  # torn payload
