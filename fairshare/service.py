@@ -247,6 +247,11 @@ class FairshareService:
             snap = self._compute(as_of)
         except SourceUnavailable as err:
             return self._unavailable(f"{self.source_name} source unavailable: {err}")
+        except Exception as err:  # whatever the data did, the scheduler gets a reason rather than silence
+            _log.exception("fairshare: computing usage failed")
+            return self._unavailable(
+                f"computing usage from the {self.source_name} source failed: {type(err).__name__}: {err}"
+            )
         if self.metrics is not None:  # as KAI: only a fetch that returned usage is observed
             self.metrics.usage_query_latency.observe_seconds(self._timer() - started)
         self.last_good = snap
