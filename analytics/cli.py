@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from scheduler.engine.delta import DEFAULT_CHECKPOINT_EVERY
@@ -81,16 +81,43 @@ def _cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _cmd_sql(args: argparse.Namespace) -> int:
-    from analytics.store import StoreError, query
+    from analytics.store import QueryLimits, StoreError, run_query
     from analytics.store import render as render_rows
 
+    limits = QueryLimits(
+        timeout_s=args.timeout,
+        max_rows=args.max_rows or None,
+        memory_limit=args.memory_limit,
+        threads=args.threads,
+    )
     try:
-        columns, rows = query(args.store, args.query)
+        result = run_query(args.store, args.query, limits)
     except StoreError as e:
         print(f"sql: {e}", file=sys.stderr)
         return 2
-    render_rows(columns, rows, args.format)
+    render_rows(result.columns, result.rows, args.format)
+    if result.truncated:
+        print(
+            f"sql: showing the first {len(result.rows)} rows; the query returned more (add LIMIT or"
+            " aggregate, or raise --max-rows; 0 prints all)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _bounded(kind: type[int] | type[float], low: float) -> Callable[[str], int | float]:
+    """An argparse type: a number of ``kind`` in ``(low, 10^9)`` (``[0, 10^9)`` when ``low`` is -1)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not low < value < 10**9:
+            raise argparse.ArgumentTypeError(f"expected a number above {max(low, 0):g}, below 10^9, got {text}")
+        return value
+
+    return parse
 
 
 def _cmd_fairshare(args: argparse.Namespace) -> int:
@@ -381,6 +408,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--store", required=True, help="a run directory (hourglass simulate --out) or an audit .duckdb file"
     )
     q.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    q.add_argument(
+        "--timeout", type=_bounded(float, 0), default=60.0, help="cancel the query after SECONDS (default 60)"
+    )
+    q.add_argument(
+        "--max-rows",
+        type=_bounded(int, -1),
+        default=10_000,
+        help="print at most N rows, with a note when there were more (default 10000; 0: all)",
+    )
+    q.add_argument(
+        "--memory-limit", default="1GB", help="DuckDB's memory limit for the query (default 1GB)"
+    )
+    q.add_argument("--threads", type=_bounded(int, 0), default=2, help="DuckDB threads (default 2)")
     q.add_argument("query", help="one SELECT (or WITH … SELECT) statement")
     q.set_defaults(func=_cmd_sql)
     f = sub.add_parser("report", help="fairness usage report per queue over a time window (docs/report.md)")

@@ -28,6 +28,8 @@ import json
 import re
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +50,8 @@ __all__ = [
     "RUN_DIR_STORE",
     "AuditStore",
     "LoadStats",
+    "QueryLimits",
+    "QueryResult",
     "StoreError",
     "check_select",
     "load_cycles",
@@ -57,6 +61,7 @@ __all__ = [
     "query",
     "render",
     "resolve_store",
+    "run_query",
     "sink_from_log",
 ]
 
@@ -617,10 +622,41 @@ def check_select(sql: str) -> str:
     return str(st.query)
 
 
-def open_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
+@dataclass(frozen=True, slots=True)
+class QueryLimits:
+    """What one read-only query may cost: its time, the rows it hands back, DuckDB's memory and threads."""
+
+    timeout_s: float = 60.0
+    max_rows: int | None = None  # rows fetched; None: all of them
+    memory_limit: str = "1GB"  # DuckDB's own buffer memory (the rows fetched into Python come on top)
+    threads: int = 2
+
+
+_SANDBOX_MEMORY: Final = QueryLimits().memory_limit
+_SANDBOX_THREADS: Final = QueryLimits().threads
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """Column names, the rows fetched, and whether the query had more rows than ``max_rows``."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool
+
+
+def open_readonly(
+    path: Path | str, *, memory_limit: str = _SANDBOX_MEMORY, threads: int = _SANDBOX_THREADS
+) -> duckdb.DuckDBPyConnection:
     """Open a store read-only, with file and network access from SQL disabled (but for reading its own
-    Parquet history) and the settings locked."""
+    Parquet history), DuckDB's memory and threads bounded, and the settings locked."""
     con = duckdb.connect(str(path), read_only=True)
+    try:
+        con.execute("SET memory_limit = ?", [memory_limit])
+        con.execute("SET threads = ?", [threads])
+    except duckdb.Error as e:
+        con.close()
+        raise StoreError(f"bad memory limit {memory_limit!r} or threads {threads}: {e}") from None
     history = history_dir(path)
     if history.is_dir():
         con.execute("SET allowed_directories = ?", [[str(history.resolve()) + "/"]])
@@ -670,20 +706,65 @@ def resolve_store(path: Path | str) -> Path:
 
 
 def query(path: Path | str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run one read-only SELECT on the store at ``path``: (column names, rows)."""
+    """Run one read-only SELECT on the store at ``path``: (column names, rows), under the default limits."""
+    result = run_query(path, sql, QueryLimits())
+    return result.columns, result.rows
+
+
+def run_query(path: Path | str, sql: str, limits: QueryLimits) -> QueryResult:
+    """Run one read-only SELECT on the store at ``path`` under ``limits``.
+
+    The query runs on a worker thread while this one waits: past ``timeout_s``, or on Ctrl-C
+    (KeyboardInterrupt), DuckDB is told to interrupt it and :class:`StoreError` says why. Rows are fetched
+    as DuckDB streams them, so a limited result never materialises the rest.
+    """
     stmt = check_select(sql)
     db = resolve_store(path)
-    con = open_readonly(db)
-    try:
+    con = open_readonly(db, memory_limit=limits.memory_limit, threads=limits.threads)
+    box: dict[str, Any] = {}
+    # An Event, not Thread.join/is_alive: a join interrupted by Ctrl-C can leave is_alive() wrong.
+    finished = threading.Event()
+
+    def work() -> None:
         try:
             cur = con.execute(stmt)
-            rows = cur.fetchall()
-        except duckdb.Error as e:
-            raise StoreError(f"query failed: {e}") from e
-        columns = [d[0] for d in cur.description or []]
-    finally:
-        con.close()
-    return columns, rows
+            n = limits.max_rows
+            rows = cur.fetchall() if n is None else cur.fetchmany(n + 1)
+            columns = [d[0] for d in cur.description or []]
+            truncated = n is not None and len(rows) > n
+            box["result"] = QueryResult(columns, rows[:n] if truncated else rows, truncated)
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+        finally:
+            finished.set()
+
+    worker = threading.Thread(target=work, name="hourglass-sql", daemon=True)
+    deadline = time.monotonic() + limits.timeout_s
+    cancelled: str | None = None
+    worker.start()
+    try:
+        while not finished.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                cancelled = f"it ran past the {limits.timeout_s:g} s time limit"
+                con.interrupt()
+                break
+            finished.wait(min(left, 0.1))
+    except KeyboardInterrupt:
+        cancelled = "interrupted"
+        con.interrupt()
+    if not finished.wait(10.0):  # DuckDB did not stop: leave the connection to the daemon thread
+        raise StoreError(f"query cancelled ({cancelled}), but DuckDB did not stop")
+    con.close()
+    if cancelled is not None:
+        raise StoreError(f"query cancelled: {cancelled}")
+    error = box.get("error")
+    if isinstance(error, duckdb.Error):
+        raise StoreError(f"query failed: {error}") from error
+    if error is not None:
+        raise error
+    result: QueryResult = box["result"]
+    return result
 
 
 def render(
