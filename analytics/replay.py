@@ -331,6 +331,8 @@ def load_engine_config(path: Path | str) -> SessionConfig:
         data = yaml.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise ReplayError(f"{p}: cannot read engine config: {exc}") from exc
+    except RecursionError:  # PyYAML recurses per nesting level
+        raise ReplayError(f"{p}: cannot read engine config: nested too deeply") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -339,10 +341,49 @@ def load_engine_config(path: Path | str) -> SessionConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise ReplayError(f"{p}: unknown engine config field(s) {unknown}; known: {sorted(known)}")
+    for name, value in data.items():
+        field = SessionConfig.__dataclass_fields__[name]
+        if value is None and "None" in str(field.type):
+            continue
+        why = _engine_value_problem(field.default, value)
+        if why is not None:
+            raise ReplayError(f"{p}: {name} must be {why}, not {_short_repr(value)}")
     try:
         return SessionConfig(**data)
     except (TypeError, ValueError) as exc:
         raise ReplayError(f"{p}: {exc}") from exc
+
+
+#: Ranges of engine config numbers: whole milliseconds, counts and budgets stay far inside int64 (and
+#: the engine's exact integer arithmetic); factors stay finite.
+_ENGINE_MAX_INT: Final = 10**15
+_ENGINE_MAX_FLOAT: Final = 1e6
+
+
+def _engine_value_problem(default: object, value: object) -> str | None:
+    """Why ``value`` cannot replace an engine config field whose default is ``default`` (None if it can)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        if isinstance(value, bool) == isinstance(default, bool):
+            return None
+        return "true or false" if isinstance(default, bool) else "a number"
+    if isinstance(default, int):
+        if not isinstance(value, int):
+            return "a whole number"
+        if not 0 <= value <= _ENGINE_MAX_INT:
+            return f"a whole number from 0 to {_ENGINE_MAX_INT}"
+    elif isinstance(default, float):
+        if not isinstance(value, int | float):
+            return "a number"
+        if not 0 <= value <= _ENGINE_MAX_FLOAT:  # also refuses NaN
+            return f"a number from 0 to {_ENGINE_MAX_FLOAT:g}"
+    elif isinstance(default, str) and not (isinstance(value, str) and len(value) <= 100):
+        return "a name"
+    return None
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _is_run_dir(spec: str) -> bool:
