@@ -414,8 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
     q.add_argument(
         "--max-rows",
         type=_bounded(int, -1),
-        default=10_000,
-        help="print at most N rows, with a note when there were more (default 10000; 0: all)",
+        default=1000,
+        help="print at most N rows, with a note when there were more (default 1000; 0: all)",
     )
     q.add_argument(
         "--memory-limit", default="1GB", help="DuckDB's memory limit for the query (default 1GB)"
