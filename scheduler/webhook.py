@@ -174,7 +174,11 @@ def _handler(scheduler_name: str, limits: ServerLimits) -> type[BaseHTTPRequestH
             self.end_headers()
             self.wfile.write(payload)
 
-        def _refuse(self, code: int, message: str) -> None:
+        def _refuse(self, code: int, message: str, *, drain: int = 0) -> None:
+            if drain:
+                # Read the (capped) body first: closing with unread data resets the connection, and the
+                # client would never see the answer.
+                self.rfile.read(drain)
             self.close_connection = True  # whatever body the client still sends is never read
             self._send(code, message.encode(), "text/plain")
 
@@ -185,12 +189,6 @@ def _handler(scheduler_name: str, limits: ServerLimits) -> type[BaseHTTPRequestH
                 self._send(404, b"not found", "text/plain")
 
         def do_POST(self) -> None:
-            if self.path.split("?")[0] != MUTATE_PATH:
-                self._refuse(404, "not found")
-                return
-            if self.headers.get_content_type() != "application/json":
-                self._refuse(415, "an AdmissionReview is sent as application/json")
-                return
             raw_length = self.headers.get("Content-Length")
             if raw_length is None:
                 self._refuse(411, "a Content-Length is required")
@@ -205,6 +203,12 @@ def _handler(scheduler_name: str, limits: ServerLimits) -> type[BaseHTTPRequestH
                 return
             if length > limits.max_body_bytes:
                 self._refuse(413, f"the body exceeds {limits.max_body_bytes} bytes")
+                return
+            if self.path.split("?")[0] != MUTATE_PATH:
+                self._refuse(404, "not found", drain=length)
+                return
+            if self.headers.get_content_type() != "application/json":
+                self._refuse(415, "an AdmissionReview is sent as application/json", drain=length)
                 return
             data = self.rfile.read(length)
             if len(data) < length:

@@ -190,7 +190,6 @@ def test_connections_over_the_cap_are_closed_not_queued(server: tuple[int, ssl.S
 @pytest.mark.parametrize(
     ("body", "ctype", "extra", "status"),
     [
-        (b"x" * (LIMITS.max_body_bytes + 1), "application/json", "", 413),
         (b"[" * 30_000 + b"]" * 30_000, "application/json", "", 400),  # nested too deeply
         (b'{"a":' * 10_000 + b"1" + b"}" * 10_000, "application/json", "", 400),
         (json.dumps({**REVIEW, "request": None}).encode(), "application/json", "", 400),
@@ -208,7 +207,6 @@ def test_connections_over_the_cap_are_closed_not_queued(server: tuple[int, ssl.S
         (b"\xff\xfe\x00garbage", "application/json", "", 400),
     ],
     ids=[
-        "huge",
         "nested-list",
         "nested-object",
         "request-null",
