@@ -8,9 +8,9 @@ the value that was given.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
@@ -30,27 +30,52 @@ class FairshareConfigError(ValueError):
         self.validation = validation
 
 
-def describe_errors(err: ValidationError, origins: Mapping[str, str] | None = None) -> str:
+def _short_repr(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def describe_errors(
+    err: ValidationError,
+    origins: Mapping[str, str] | None = None,
+    *,
+    what: str = "fairshare config",
+    fields: Iterable[str] | None = None,
+    prefix: str = "",
+) -> str:
     """One line per problem: ``field = value: why``, so a user sees exactly what to fix.
 
     With ``origins`` (field -> ``env NAME``, ``flag --x``, ``file PATH``) each problem also says where the
-    bad value came from.
+    bad value came from. ``what`` names the settings, ``fields`` the known ones (for an unknown field) and
+    ``prefix`` goes before each field name (``prometheus.`` for that mapping of the settings file).
     """
     lines = []
+    known = ", ".join(sorted(fields if fields is not None else FairshareConfig.model_fields))
     for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "(config)"
+        field = prefix + (".".join(str(p) for p in e["loc"]) or "(config)")
         msg = str(e["msg"]).removeprefix("Value error, ")
         origin = (origins or {}).get(str(e["loc"][0])) if e["loc"] else None
         where = f" (from {origin})" if origin else ""
         if e["type"] == "missing":
             lines.append(f"{field}: is required")
         elif e["type"] == "extra_forbidden":
-            lines.append(
-                f"{field}{where}: unknown field (known: {', '.join(sorted(FairshareConfig.model_fields))})"
-            )
+            lines.append(f"{field}{where}: unknown field (known: {known})")
         else:
-            lines.append(f"{field} = {e.get('input')!r}{where}: {msg}")
-    return "invalid fairshare config: " + "; ".join(lines)
+            lines.append(f"{field} = {_short_repr(e.get('input'))}{where}: {msg}")
+    return f"invalid {what}: " + "; ".join(lines)
+
+
+#: Durations (window, half-life, refresh, staleness) are at most ten years: the window arithmetic in
+#: epoch milliseconds then stays far inside int64 and any history a store can hold.
+MAX_DURATION_S: Final = 10 * 366 * 24 * 3600
+MAX_EPOCH_MS: Final = 253_402_300_800_000  # 10000-01-01T00:00:00Z
+MAX_K_VALUE: Final = 1e6  # far past any useful strength, and P = W' + k(W' - U') stays finite
+
+
+def _at_most_ten_years(v: int) -> int:
+    if v > MAX_DURATION_S:
+        raise ValueError(f"must be at most {MAX_DURATION_S} seconds (ten years)")
+    return v
 
 
 class FairshareConfig(BaseModel):
@@ -94,6 +119,8 @@ class FairshareConfig(BaseModel):
             raise ValueError("k_value must be >= 0 (0 disables time-based fairshare)")
         if v == float("inf"):
             raise ValueError("k_value must be finite")
+        if v > MAX_K_VALUE:
+            raise ValueError(f"k_value must be at most {MAX_K_VALUE:g}")
         return v
 
     @field_validator("half_life_s")
@@ -101,20 +128,27 @@ class FairshareConfig(BaseModel):
     def _half_life(cls, v: int | None) -> int | None:
         if v is not None and v < 0:
             raise ValueError("half_life_s must be > 0, or 0 / null for no decay")
-        return v
+        return v if v is None else _at_most_ten_years(v)
 
     @field_validator("window_s", "refresh_s")
     @classmethod
     def _positive(cls, v: int) -> int:
         if v <= 0:
             raise ValueError("must be > 0 seconds")
-        return v
+        return _at_most_ten_years(v)
 
     @field_validator("staleness_s")
     @classmethod
     def _non_negative(cls, v: int) -> int:
         if v < 0:
             raise ValueError("must be >= 0 seconds")
+        return _at_most_ten_years(v)
+
+    @field_validator("tumbling_anchor_ms")
+    @classmethod
+    def _anchor(cls, v: int) -> int:
+        if abs(v) > MAX_EPOCH_MS:
+            raise ValueError(f"must be an epoch time in ms within ±{MAX_EPOCH_MS} (the year 9999)")
         return v
 
     @property
@@ -156,4 +190,6 @@ class FairshareConfig(BaseModel):
             data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
         except (OSError, yaml.YAMLError) as err:
             raise FairshareConfigError(f"cannot read fairshare config {path}: {err}") from None
+        except RecursionError:
+            raise FairshareConfigError(f"cannot read fairshare config {path}: nested too deeply") from None
         return cls.from_mapping(data or {})

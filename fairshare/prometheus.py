@@ -15,21 +15,29 @@ leaf queues, ``hourglass_cluster_capacity``); ``docs/metrics.md`` shows how to p
 
 Every failure (connection refused, timeout, HTTP error, a result of the wrong shape) raises
 :class:`~fairshare.source.SourceUnavailable` naming the URL, the query and the reason.
+
+A misbehaving server cannot hold or flood the service: each query has a total deadline (``deadline_s``,
+retries included; a server trickling its answer is cut off there, not only a server that is silent for
+``timeout_s``), and an answer larger than ``max_response_bytes`` is refused while it is read. Samples
+are checked before use: a timestamp must be a finite time, a value finite, non-negative and at most
+:data:`MAX_SAMPLE_VALUE` (so no conversion to engine units overflows).
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import json
 import math
-from datetime import UTC, datetime
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
 from typing import Any, Final
 
 import polars as pl
-import requests
-import urllib3
-from prometheus_api_client import PrometheusConnect
-from prometheus_api_client.exceptions import PrometheusApiClientException
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from urllib3.util.retry import Retry
 
 from fairshare.source import ALLOCATION_SCHEMA, CAPACITY_SCHEMA, RESOURCES, SourceUnavailable
 
@@ -37,6 +45,7 @@ __all__ = [
     "DEFAULT_ALLOCATION_QUERIES",
     "DEFAULT_CAPACITY_QUERIES",
     "DEFAULT_ENGINE_PER_UNIT",
+    "MAX_SAMPLE_VALUE",
     "PROMETHEUS_MAX_POINTS",
     "PrometheusSource",
     "PrometheusSourceConfig",
@@ -44,6 +53,11 @@ __all__ = [
 
 #: Prometheus refuses range queries that would return more than this many points per series.
 PROMETHEUS_MAX_POINTS: Final = 11_000
+#: The largest sample accepted, in Prometheus base units (GPUs, cores, bytes): an exabyte of memory.
+MAX_SAMPLE_VALUE: Final = 1e18
+# A sample timestamp past this (unix seconds, the year 5138) is not a time Prometheus can hold.
+_MAX_SAMPLE_TIME_S: Final = 1e11
+_RETRY_STATUSES: Final = frozenset({429, 502, 503, 504})
 
 # `sum by (queue)` merges the series of several scheduler shards (one per node pool) into one per queue;
 # `and on(queue) ...{leaf="true"}` keeps leaf queues only, which is what the usage interface promises
@@ -76,7 +90,13 @@ class PrometheusSourceConfig(BaseModel):
     step_s: int = Field(
         default=60, gt=0, description="Range-query step in whole seconds; each sample holds one step"
     )
-    timeout_s: float = Field(default=10.0, gt=0, description="Per-request timeout")
+    timeout_s: float = Field(default=10.0, gt=0, description="Timeout of any one connect or read")
+    deadline_s: float = Field(
+        default=30.0, gt=0, le=3600, description="Total time for one query, retries included"
+    )
+    max_response_bytes: int = Field(
+        default=64 * 1024 * 1024, gt=0, description="Largest answer read for one query"
+    )
     retries: int = Field(default=2, ge=0, description="Retries on connection errors and 429/502/503/504")
     queue_label: str = Field(default="queue", min_length=1, description="Label holding the queue name")
     allocation_queries: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_ALLOCATION_QUERIES))
@@ -127,25 +147,13 @@ class PrometheusSource:
     def __init__(self, config: PrometheusSourceConfig | None = None) -> None:
         self.config = config or PrometheusSourceConfig()
         self.step_ms: int = self.config.step_s * 1000
-        retry = Retry(
-            total=self.config.retries,
-            backoff_factor=0.5,
-            status_forcelist=(429, 502, 503, 504),
-            allowed_methods=("GET",),
-            raise_on_status=False,  # a final 5xx comes back as a response, reported with its body
-        )
-        # PrometheusConnect mounts an adapter with this retry policy on the URL; its default (3 retries, 1 s
-        # backoff) would make an unreachable server take seconds to report.
-        self._client = PrometheusConnect(
-            url=self.config.url,
-            headers=dict(self.config.headers) or None,
-            retry=retry,
-            timeout=self.config.timeout_s,
-        )
+        self._url = urllib.parse.urlsplit(self.config.url)
+        # (start, end, (ts_ms, resource) where a queue held something) of the last allocation() call: the
+        # capacity() of the same range must cover those samples (the decay maths asks for both in turn).
+        self._held: tuple[int, int, pl.DataFrame] | None = None
 
     def close(self) -> None:
-        """Release the HTTP connection pool."""
-        self._client._session.close()
+        """Nothing to release: each query opens and closes its own connection."""
 
     # -- the UsageSource interface ------------------------------------------------------------------
 
@@ -185,9 +193,13 @@ class PrometheusSource:
                     (pl.col("value") * self.config.engine_per_unit[res]).alias("value"),
                 )
             )
-        if not frames:
-            return _empty(ALLOCATION_SCHEMA)
-        return pl.concat(frames).cast(ALLOCATION_SCHEMA).sort(["queue", "resource", "ts_ms"])  # type: ignore[arg-type]
+        out = (
+            pl.concat(frames).cast(ALLOCATION_SCHEMA).sort(["queue", "resource", "ts_ms"])  # type: ignore[arg-type]
+            if frames
+            else _empty(ALLOCATION_SCHEMA)
+        )
+        self._held = (start_ms, end_ms, out.filter(pl.col("value") > 0).select("ts_ms", "resource").unique())
+        return out
 
     def capacity(self, start_ms: int, end_ms: int) -> pl.DataFrame:
         """Cluster capacity in ``[start_ms, end_ms)`` (engine units); raises :class:`SourceUnavailable`."""
@@ -207,9 +219,29 @@ class PrometheusSource:
                     (pl.col("value") * self.config.engine_per_unit[res]).alias("value"),
                 )
             )
-        if not frames:
-            return _empty(CAPACITY_SCHEMA)
-        return pl.concat(frames).cast(CAPACITY_SCHEMA).sort(["resource", "ts_ms"])  # type: ignore[arg-type]
+        out = (
+            pl.concat(frames).cast(CAPACITY_SCHEMA).sort(["resource", "ts_ms"])  # type: ignore[arg-type]
+            if frames
+            else _empty(CAPACITY_SCHEMA)
+        )
+        if self._held is not None and self._held[:2] == (start_ms, end_ms):
+            self._check_covers(self._held[2], out)
+        return out
+
+    def _check_covers(self, held: pl.DataFrame, capacity: pl.DataFrame) -> None:
+        """SourceUnavailable when a queue held a resource at a step where the capacity has no sample.
+
+        The missing capacity would count as zero there and inflate every queue's share of the cluster: a
+        gap in the capacity series is missing data, not an empty cluster.
+        """
+        missing = held.join(capacity.select("ts_ms", "resource"), on=["ts_ms", "resource"], how="anti")
+        if not missing.is_empty():
+            first = missing.sort("ts_ms").row(0, named=True)
+            raise SourceUnavailable(
+                f"Prometheus at {self.config.url}: the capacity series has no {first['resource']} sample at"
+                f" {first['ts_ms']} ms (and {missing.height - 1} more) where queues held"
+                f" {first['resource']}: a gap in the capacity data"
+            )
 
     # -- querying -----------------------------------------------------------------------------------
 
@@ -269,27 +301,105 @@ class PrometheusSource:
 
     def _query_range(self, query: str, lo_ms: int, hi_ms: int) -> list[tuple[dict[str, str], pl.DataFrame]]:
         """One range query from ``lo_ms`` to ``hi_ms`` inclusive (both on the step grid)."""
+        params = {
+            "query": query,
+            "start": _seconds(lo_ms),
+            "end": _seconds(hi_ms),
+            "step": str(self.config.step_s),
+        }
+        body = self._get(query, "/api/v1/query_range", params)
         try:
-            result = self._client.custom_query_range(
-                query,
-                start_time=datetime.fromtimestamp(lo_ms / 1000, UTC),
-                end_time=datetime.fromtimestamp(hi_ms / 1000, UTC),
-                step=str(self.config.step_s),
-            )
-        except requests.exceptions.RequestException as exc:
-            if _is_timeout(exc):
-                # requests reports a read timeout after exhausted retries as a ConnectionError
-                raise self._error(
-                    query, f"timed out after {self.config.timeout_s} s ({_root_cause(exc)})"
-                ) from exc
-            if isinstance(exc, requests.exceptions.ConnectionError):
-                raise self._error(query, f"cannot connect ({_root_cause(exc)})") from exc
-            raise self._error(query, f"request failed ({type(exc).__name__}: {_short(str(exc))})") from exc
-        except PrometheusApiClientException as exc:
-            raise self._error(query, f"HTTP error: {_short(str(exc))}") from exc
-        except (ValueError, KeyError, TypeError) as exc:
-            raise self._error(query, f"malformed response ({type(exc).__name__}: {exc})") from exc
+            answer = json.loads(body)
+        except RecursionError:
+            raise self._error(query, "malformed response (JSON nested too deeply)") from None
+        except ValueError as exc:
+            raise self._error(query, f"malformed response (not JSON: {_short(str(exc))})") from None
+        try:
+            result = answer["data"]["result"]
+        except (KeyError, TypeError):
+            raise self._error(
+                query, f"malformed response: no data.result in {_short(body[:300].decode(errors='replace'))}"
+            ) from None
         return self._parse(query, result)
+
+    def _get(self, query: str, path: str, params: dict[str, str]) -> bytes:
+        """The body of a 200 answer to GET ``path``, within the deadline and the size cap, with retries."""
+        deadline = time.monotonic() + self.config.deadline_s
+        attempt = 0
+        while True:
+            status, body, why = self._get_once(query, path, params, deadline)
+            if status == 200:
+                return body
+            retryable = status in _RETRY_STATUSES or status == 0
+            wait = 0.5 * 2**attempt
+            if not retryable or attempt >= self.config.retries or time.monotonic() + wait >= deadline:
+                if status == 0:
+                    raise self._error(query, why)
+                raise self._error(query, f"HTTP error: HTTP Status Code {status} ({_short(repr(body))})")
+            attempt += 1
+            time.sleep(wait)
+
+    def _get_once(
+        self, query: str, path: str, params: dict[str, str], deadline: float
+    ) -> tuple[int, bytes, str]:
+        """One attempt: (HTTP status, body, "") or (0, b"", why) for a connection that failed."""
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._error(query, f"no answer within the {self.config.deadline_s} s deadline")
+        u = self._url
+        timeout = min(self.config.timeout_s, remaining)
+        conn: http.client.HTTPConnection
+        if u.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                u.hostname or "", u.port, timeout=timeout, context=ssl.create_default_context()
+            )
+        else:
+            conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=timeout)
+        expired = threading.Event()
+
+        def expire() -> None:
+            # A per-read timeout never fires while the server trickles bytes: end the socket at the deadline.
+            expired.set()
+            sock = conn.sock
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+        timer = threading.Timer(remaining, expire)
+        timer.daemon = True
+        timer.start()
+        cap = self.config.max_response_bytes
+        late = f"no complete answer within the {self.config.deadline_s} s deadline"
+        try:
+            target = (u.path or "") + path + "?" + urllib.parse.urlencode(params)
+            conn.request("GET", target, headers={"Accept": "application/json", **self.config.headers})
+            resp = conn.getresponse()
+            declared = resp.getheader("Content-Length")
+            if declared is not None and declared.isdigit() and int(declared) > cap:
+                raise self._error(query, f"the answer of {declared} bytes exceeds max_response_bytes ({cap})")
+            chunks: list[bytes] = []
+            size = 0
+            while chunk := resp.read(1 << 16):
+                size += len(chunk)
+                if size > cap:
+                    raise self._error(query, f"the answer exceeds max_response_bytes ({cap})")
+                chunks.append(chunk)
+            if expired.is_set():
+                raise self._error(query, late)
+            return resp.status, b"".join(chunks), ""
+        except TimeoutError:
+            if expired.is_set():
+                raise self._error(query, late) from None
+            raise self._error(query, f"timed out after {self.config.timeout_s} s") from None
+        except (OSError, http.client.HTTPException) as exc:
+            if expired.is_set():
+                raise self._error(query, late) from None
+            if isinstance(exc, OSError) and conn.sock is None:
+                return 0, b"", f"cannot connect ({exc})"
+            return 0, b"", f"request failed ({type(exc).__name__}: {_short(str(exc))})"
+        finally:
+            timer.cancel()
+            conn.close()
 
     def _parse(self, query: str, result: object) -> list[tuple[dict[str, str], pl.DataFrame]]:
         """A matrix result -> (labels, frame ts_ms / value) per series; the samples are parsed by polars."""
@@ -316,16 +426,31 @@ class PrometheusSource:
                 raise self._error(
                     query, f"malformed samples in {labels}: {_short(repr(values[:3]))} ({exc})"
                 ) from exc
+            t = pl.col("t")
+            bad_t = raw.filter(t.is_null() | ~t.is_finite() | (t < 0) | (t > _MAX_SAMPLE_TIME_S))
+            if not bad_t.is_empty():
+                raise self._error(
+                    query,
+                    f"malformed timestamp {bad_t['t'][0]!r} in {labels}: not a time Prometheus can hold",
+                )
             frame = raw.select(
-                (pl.col("t") * 1000).round().cast(pl.Int64).alias("ts_ms"),
+                (t * 1000).round().cast(pl.Int64).alias("ts_ms"),
                 pl.col("raw").cast(pl.Float64, strict=False).alias("value"),
                 "raw",
             )
-            bad = frame.filter(
-                pl.col("value").is_null() | pl.col("value").is_infinite() | pl.col("value").is_nan()
-            )
+            v = pl.col("value")
+            bad = frame.filter(v.is_null() | v.is_infinite() | v.is_nan() | (v < 0) | (v > MAX_SAMPLE_VALUE))
             if not bad.is_empty():
-                what = "malformed" if bad["value"][0] is None else "non-finite"
+                value = bad["value"][0]
+                what = (
+                    "malformed"
+                    if value is None
+                    else "non-finite"
+                    if not math.isfinite(value)
+                    else "negative"
+                    if value < 0
+                    else f"too large (above {MAX_SAMPLE_VALUE:g})"
+                )
                 raise self._error(
                     query,
                     f"{what} value {bad['raw'][0]!r} at {bad['ts_ms'][0]} ms in {labels}; filter it in the query",
@@ -338,26 +463,7 @@ def _short(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def _is_timeout(exc: BaseException) -> bool:
-    # urllib3's NewConnectionError (connection refused) subclasses ConnectTimeoutError for old callers.
-    if isinstance(exc, urllib3.exceptions.NewConnectionError):
-        return False
-    if isinstance(exc, requests.exceptions.Timeout | urllib3.exceptions.TimeoutError | TimeoutError):
-        return True
-    for inner in (*exc.args, getattr(exc, "reason", None), exc.__cause__, exc.__context__):
-        if isinstance(inner, BaseException) and inner is not exc and _is_timeout(inner):
-            return True
-    return False
-
-
-def _root_cause(exc: BaseException) -> str:
-    # requests wraps urllib3 wraps the socket error; the innermost message ("Connection refused") is the
-    # one a person can act on.
-    seen: BaseException = exc
-    for arg in exc.args:
-        if isinstance(arg, BaseException):
-            seen = arg
-    reason = getattr(seen, "reason", None)
-    if isinstance(reason, BaseException):
-        seen = reason
-    return _short(str(seen))
+def _seconds(ms: int) -> str:
+    """Unix seconds for Prometheus, exactly (no float rounding of the step grid)."""
+    whole, frac = divmod(ms, 1000)
+    return f"{whole}.{frac:03d}" if frac else str(whole)

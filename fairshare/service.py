@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from fairshare.config import FairshareConfig, FairshareConfigError
+from fairshare.config import FairshareConfig, FairshareConfigError, describe_errors
 from fairshare.decay import DecayedUsage, roll_up
 from fairshare.ledger import EventLedger
 from fairshare.metrics import FairshareMetrics
@@ -247,6 +247,11 @@ class FairshareService:
             snap = self._compute(as_of)
         except SourceUnavailable as err:
             return self._unavailable(f"{self.source_name} source unavailable: {err}")
+        except Exception as err:  # whatever the data did, the scheduler gets a reason rather than silence
+            _log.exception("fairshare: computing usage failed")
+            return self._unavailable(
+                f"computing usage from the {self.source_name} source failed: {type(err).__name__}: {err}"
+            )
         if self.metrics is not None:  # as KAI: only a fetch that returned usage is observed
             self.metrics.usage_query_latency.observe_seconds(self._timer() - started)
         self.last_good = snap
@@ -335,9 +340,14 @@ def cli_main(args: argparse.Namespace) -> int:
         try:
             source = PrometheusSource(PrometheusSourceConfig.model_validate(prom or {}))
         except ValidationError as err:
-            print(
-                f"fairshare: invalid prometheus settings in {args.fairshare_config}: {err}", file=sys.stderr
+            where = f" in {args.fairshare_config}" if args.fairshare_config else ""
+            why = describe_errors(
+                err,
+                what=f"prometheus settings{where}",
+                fields=PrometheusSourceConfig.model_fields,
+                prefix="prometheus.",
             )
+            print(f"fairshare: {why}", file=sys.stderr)
             return 2
     elif prom is not None:
         print("fairshare: the config has prometheus settings but --source is eventlog", file=sys.stderr)

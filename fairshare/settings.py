@@ -108,6 +108,8 @@ def _read_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any] | None]
         data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as err:
         raise FairshareConfigError(f"cannot read fairshare config {path}: {err}") from None
+    except RecursionError:  # PyYAML recurses per nesting level
+        raise FairshareConfigError(f"cannot read fairshare config {path}: nested too deeply") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -4,7 +4,8 @@ Layout of a log directory::
 
     DIR/.lock.<role>                flock()ed by the one process of a role (``role=``: scheduler, ingest, ...)
     DIR/<topic>.log                 one append-only file per topic; flock()ed by a writer while it appends
-    DIR/_commits/<group>/<topic>    a consumer group's next offset to read, as decimal text
+    DIR/_commits/<group>/<topic>    a consumer group's next offset to read: decimal text, a space and the
+                                    CRC-32 of those digits as 8 hex digits
 
 Topic file format: an 8-byte header ``b"HGLOG\\x00\\x00\\x01"``, then records framed as::
 
@@ -19,9 +20,12 @@ one ``pread`` of a contiguous byte range.
 Crash safety. Records are only ever appended, so a crash can only damage the *tail*: a torn last
 record (header or payload cut short, or a complete-looking last record whose CRC fails because the
 write was only partly persisted, or a zero-filled tail) is detected on open, logged and truncated
-away, and appends continue at its offset: a torn record is never returned. A CRC failure on a record
-that is *followed* by more data is not a torn write but corruption, and opening raises
-:class:`~ingest.log.LogError` rather than silently dropping the records behind it.
+away, and appends continue at its offset: a torn record is never returned. Damage that a crash cannot
+leave is corruption, and opening or reading raises :class:`~ingest.log.LogError` rather than dropping
+or hiding the records behind it: a CRC failure or an impossible length with more data behind it, and a
+length that runs past the end of the file while an intact record starts inside the bytes it claims
+(a torn payload is a prefix of one payload; it holds no framed record). Readers apply the same rule
+as writers: a torn tail is "not written yet", mid-file damage is an error, never a shorter log.
 
 fsync policy (``fsync=``):
 
@@ -53,12 +57,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import re
 import struct
 import zlib
 from array import array
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
+
+import numpy as np
 
 from ingest.log import Log, LogError, Record, check_commit_offset, check_name, check_read_args
 
@@ -73,6 +80,18 @@ MAX_RECORD_BYTES = 64 * 1024 * 1024
 _FRAME = struct.Struct(">II")
 _KEYLEN = struct.Struct(">i")
 _SCAN_CHUNK = 1 << 20
+# CRC checks spent deciding whether a damaged tail is torn; past this it is called corruption.
+_MAX_CANDIDATES = 4096
+
+
+# A commit file: the offset and the CRC-32 of its digits, so a flipped digit is an error rather than a
+# skip. Files holding the bare offset (older versions) are still read.
+_COMMIT = re.compile(r"([0-9]{1,19})( [0-9a-f]{8})?\n?")
+
+
+def _commit_text(offset: int) -> str:
+    digits = str(offset)
+    return f"{digits} {zlib.crc32(digits.encode()):08x}\n"
 
 
 def _encode(key: bytes | None, value: bytes) -> bytes:
@@ -115,14 +134,71 @@ class _Reader:
         return self.buf[lo : lo + n]
 
 
-def _scan(
-    path: Path, fd: int, start: int, file_size: int, positions: array[int], *, tolerant_tail: bool
-) -> int:
+def _all_zero(fd: int, start: int, stop: int) -> bool:
+    """Whether bytes ``start..stop`` of the file are all zero (a tail a power loss left unwritten)."""
+    pos = start
+    while pos < stop:
+        chunk = os.pread(fd, min(_SCAN_CHUNK, stop - pos), pos)
+        if not chunk:
+            return True  # shorter than it was: a writer cut a torn tail meanwhile
+        if chunk.count(0) != len(chunk):
+            return False
+        pos += len(chunk)
+    return True
+
+
+def _intact_at(fd: int, pos: int, file_size: int) -> bool:
+    """Whether a whole record with a matching CRC and a sane key length starts at ``pos``."""
+    head = os.pread(fd, _FRAME.size + _KEYLEN.size, pos)
+    if len(head) < _FRAME.size + _KEYLEN.size:
+        return False
+    length, crc = _FRAME.unpack_from(head)
+    keylen = _KEYLEN.unpack_from(head, _FRAME.size)[0]
+    if not _KEYLEN.size <= length <= MAX_RECORD_BYTES or pos + _FRAME.size + length > file_size:
+        return False
+    if keylen < -1 or keylen > length - _KEYLEN.size:
+        return False
+    payload = os.pread(fd, length, pos + _FRAME.size)
+    return len(payload) == length and zlib.crc32(payload) == int(crc)
+
+
+def _intact_after(fd: int, start: int, file_size: int) -> int | None:
+    """The first position in ``start..file_size`` where an intact record starts, or None.
+
+    A torn write leaves a prefix of one record's payload behind its frame, and a payload holds no
+    framed record of its own, so an intact record found here means the frame before it was damaged
+    in place. Candidates are found vectorised (a frame length in range that fits in the file); past
+    ``_MAX_CANDIDATES`` CRC checks the region is not a plausible torn write either, and ``-1`` says so.
+    """
+    checked = 0
+    at = start
+    while at + _FRAME.size + _KEYLEN.size <= file_size:
+        buf = os.pread(fd, min(_SCAN_CHUNK, file_size - at), at)
+        n = len(buf) - (_FRAME.size - 1)
+        if n <= 0:
+            return None
+        b = np.frombuffer(buf, dtype=np.uint8).astype(np.int64)
+        lengths = (b[:n] << 24) | (b[1 : n + 1] << 16) | (b[2 : n + 2] << 8) | b[3 : n + 3]
+        room = file_size - (at + np.arange(n, dtype=np.int64)) - _FRAME.size
+        hits = np.flatnonzero((lengths >= _KEYLEN.size) & (lengths <= MAX_RECORD_BYTES) & (lengths <= room))
+        for i in hits.tolist():
+            checked += 1
+            if checked > _MAX_CANDIDATES:
+                return -1
+            if _intact_at(fd, at + i, file_size):
+                return at + i
+        at += n
+    return None
+
+
+def _scan(path: Path, fd: int, start: int, file_size: int, positions: array[int]) -> int:
     """Index complete records from ``start``; return the end of the last good one.
 
-    A damaged record at the very tail is where the scan stops (the caller truncates it); a CRC
-    failure with data behind it raises. With ``tolerant_tail`` (readers racing a writer) an
-    incomplete tail is simply not indexed yet.
+    Only damage that a crash can leave is accepted, and only at the very tail: a frame header cut
+    short, a payload cut short with nothing intact behind it, a last record whose CRC fails, or a
+    zero-filled tail. There the scan stops: a writer truncates it, a reader treats it as not written
+    yet. Any other damage (a bad length or CRC with records behind it) raises :class:`LogError`, for
+    writers and readers alike, so no reader takes a prefix of a damaged log for the whole of it.
     """
     reader = _Reader(fd)
     pos = start
@@ -132,17 +208,34 @@ def _scan(
             return pos  # torn frame header
         length, crc = _FRAME.unpack(head)
         if length < _KEYLEN.size or length > MAX_RECORD_BYTES:
-            if tolerant_tail or not any(os.pread(fd, file_size - pos, pos)):
-                return pos  # zero-filled (or not yet written) tail
+            if _all_zero(fd, pos, file_size):
+                return pos  # zero-filled tail
             raise LogError(f"{path}: corrupt record frame (length {length}) at byte {pos}")
         end = pos + _FRAME.size + length
         if end > file_size:
-            return pos  # torn payload
+            found = _intact_after(fd, pos + 1, file_size)
+            if (
+                found is None
+                and zlib.crc32(os.pread(fd, file_size - pos - _FRAME.size, pos + _FRAME.size)) == crc
+            ):
+                found = -2  # the whole payload is there: its length was damaged, nothing was torn
+            if found is None:
+                return pos  # torn payload
+            raise LogError(
+                f"{path}: corrupt record frame at byte {pos} (length {length} runs past the end of the"
+                + (
+                    f" file, yet an intact record starts at byte {found})"
+                    if found >= 0
+                    else " file, yet the bytes up to the end are the whole payload)"
+                    if found == -2
+                    else " file, and what follows is not a torn write)"
+                )
+            )
         record = reader.get(pos, _FRAME.size + length)
         if record is None:
             return pos
         if zlib.crc32(record[_FRAME.size :]) != crc:
-            if end == file_size or tolerant_tail:
+            if end == file_size or _all_zero(fd, end, file_size):
                 return pos  # last record only partly persisted
             raise LogError(f"{path}: corrupt record (CRC mismatch) at byte {pos}, followed by more records")
         keylen = _KEYLEN.unpack_from(record, _FRAME.size)[0]
@@ -215,6 +308,8 @@ class FileLog(Log):
             fcntl.flock(fd, fcntl.LOCK_EX)  # no other writer mid-append while the tail is checked
         try:
             size = os.fstat(fd).st_size
+            if size < len(FILE_HEADER) and not FILE_HEADER.startswith(os.pread(fd, size, 0)):
+                raise LogError(f"{path}: not a Hourglass log file (bad header)")
             if size < len(FILE_HEADER):
                 if self.readonly:
                     os.close(fd)
@@ -229,7 +324,7 @@ class FileLog(Log):
             elif os.pread(fd, len(FILE_HEADER), 0) != FILE_HEADER:
                 raise LogError(f"{path}: not a Hourglass log file (bad header)")
             positions: array[int] = array("q")
-            good = _scan(path, fd, len(FILE_HEADER), size, positions, tolerant_tail=self.readonly)
+            good = _scan(path, fd, len(FILE_HEADER), size, positions)
             if good < size and not self.readonly:
                 log.warning(
                     "%s: dropping a torn record at the tail (bytes %d..%d) left by a crash; "
@@ -255,13 +350,13 @@ class FileLog(Log):
         progress: not indexed yet)."""
         size = os.fstat(t.fd).st_size
         if size > t.size:
-            t.size = _scan(t.path, t.fd, t.size, size, t.positions, tolerant_tail=True)
+            t.size = _scan(t.path, t.fd, t.size, size, t.positions)
 
     def _catch_up_locked(self, t: _Topic) -> None:
         """Holding the topic lock: index what others appended; a torn tail is a crashed writer's, cut it."""
         size = os.fstat(t.fd).st_size
         if size > t.size:
-            good = _scan(t.path, t.fd, t.size, size, t.positions, tolerant_tail=False)
+            good = _scan(t.path, t.fd, t.size, size, t.positions)
             if good < size:
                 log.warning(
                     "%s: dropping a torn record (bytes %d..%d) left by a crashed writer", t.path, good, size
@@ -388,7 +483,7 @@ class FileLog(Log):
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            os.write(fd, f"{offset}\n".encode())
+            os.write(fd, _commit_text(offset).encode())
             self._sync_file(fd)
         finally:
             os.close(fd)
@@ -399,14 +494,19 @@ class FileLog(Log):
             self._sync_dir()
 
     def committed(self, group: str, topic: str) -> int:
+        path = self._commit_path(group, topic)
         try:
-            text = self._commit_path(group, topic).read_text()
+            with path.open("rb") as f:
+                text = f.read(64).decode("ascii", errors="replace")
         except FileNotFoundError:
             return 0
-        try:
-            return int(text)
-        except ValueError:
-            raise LogError(f"corrupt commit file for group {group!r} topic {topic!r}: {text!r}") from None
+        except OSError as exc:
+            raise LogError(f"{path}: cannot read the commit file: {exc.strerror}") from None
+        # Only what commit() writes (int() alone would also take "1_0" or " -5"), its checksum matching.
+        m = _COMMIT.fullmatch(text)
+        if m is None or (m[2] is not None and _commit_text(int(m[1])) != text.rstrip("\n") + "\n"):
+            raise LogError(f"{path}: corrupt commit file for group {group!r} topic {topic!r}: {text[:40]!r}")
+        return int(m[1])
 
     def close(self) -> None:
         if self._closed:

@@ -24,7 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The command's flags (the fair-share settings' among them)."""
     p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
     p.add_argument(
-        "--once", action="store_true", help="process one batch of events (at most one cycle) and exit"
+        "--once",
+        action="store_true",
+        help="process one batch of events (at most one cycle) and exit, also when there is nothing new",
     )
     p.add_argument("--stop-when-idle", action="store_true", help="exit when no new events are left")
     p.add_argument("--batch-size", type=int, default=1000, help="events read per step (default 1000)")
@@ -147,9 +149,16 @@ def run_cli(args: argparse.Namespace) -> int:
         )
         signal.signal(signal.SIGTERM, lambda *_: service.stop())
         try:
-            st = service.run(max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle)
+            st = service.run(
+                max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle or args.once
+            )
         except KeyboardInterrupt:
             st = service.stats
+        except LogError as e:  # a damaged or shrunken log: stop with the reason, never resume past it
+            if server is not None:
+                server.close()
+            print(f"run: {e}", file=sys.stderr)
+            return 2
     if server is not None:
         server.close()
     print(

@@ -8,7 +8,7 @@ the known names instead of failing mid-cycle.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from scheduler.engine import scoring
 from scheduler.engine.session import SessionConfig
@@ -30,6 +30,8 @@ def load_engine_config(path: Path | str) -> SessionConfig:
         data = yaml.safe_load(p.read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise EngineConfigError(f"{p}: cannot read engine config: {exc}") from exc
+    except RecursionError:  # PyYAML recurses per nesting level
+        raise EngineConfigError(f"{p}: cannot read engine config: nested too deeply") from None
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -38,6 +40,13 @@ def load_engine_config(path: Path | str) -> SessionConfig:
     unknown = sorted(set(data) - known)
     if unknown:
         raise EngineConfigError(f"{p}: unknown engine config field(s) {unknown}; known: {sorted(known)}")
+    for name, value in data.items():
+        field = SessionConfig.__dataclass_fields__[name]
+        if value is None and "None" in str(field.type):
+            continue
+        why = _engine_value_problem(field.default, value)
+        if why is not None:
+            raise EngineConfigError(f"{p}: {name} must be {why}, not {_short_repr(value)}")
     try:
         config = SessionConfig(**data)
         scoring.check_name(config.node_scoring)
@@ -61,3 +70,35 @@ def session_config(spec: EngineSpec) -> SessionConfig:
         solver_action_budget=spec.solver_action_budget,
         topology_details=spec.topology_details,
     )
+
+
+#: Ranges of engine config numbers: whole milliseconds, counts and budgets stay far inside int64 (and
+#: the engine's exact integer arithmetic); factors stay finite.
+_ENGINE_MAX_INT: Final = 10**15
+_ENGINE_MAX_FLOAT: Final = 1e6
+
+
+def _engine_value_problem(default: object, value: object) -> str | None:
+    """Why ``value`` cannot replace an engine config field whose default is ``default`` (None if it can)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        if isinstance(value, bool) == isinstance(default, bool):
+            return None
+        return "true or false" if isinstance(default, bool) else "a number"
+    if isinstance(default, int):
+        if not isinstance(value, int):
+            return "a whole number"
+        if not 0 <= value <= _ENGINE_MAX_INT:
+            return f"a whole number from 0 to {_ENGINE_MAX_INT}"
+    elif isinstance(default, float):
+        if not isinstance(value, int | float):
+            return "a number"
+        if not 0 <= value <= _ENGINE_MAX_FLOAT:  # also refuses NaN
+            return f"a number from 0 to {_ENGINE_MAX_FLOAT:g}"
+    elif isinstance(default, str) and not (isinstance(value, str) and len(value) <= 100):
+        return "a name"
+    return None
+
+
+def _short_repr(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, dump_event, parse_event
-from ingest.log import DEFAULT_TOPICS, Log, Record, Topics
+from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics
 from scheduler.engine.inflight import (
     DEFAULT_BIND_DEADLINE_MS,
     InFlightBind,
@@ -270,12 +270,15 @@ class Service:
                 self.stats.refolded += len(records)
                 self.position = records[-1].offset + 1
             if self.folder.offset != target:
-                log.warning(
-                    "recovery: the last cycle was at events offset %d but the refold ends at %d",
-                    target,
-                    self.folder.offset,
+                # The events log is shorter than the history already decided on (truncated, deleted,
+                # or a different log): resuming would hand new events offsets that cycles already
+                # cover, and they would never be folded.
+                raise LogError(
+                    f"{self.topics.events} ends at offset {self.folder.offset}, but the last recorded"
+                    f" cycle folded it through offset {target}: the events log has lost records;"
+                    " refusing to start (restore the log, or start a new log directory)"
                 )
-            elif self.folder.now_ms != last.get("logical_time_ms"):
+            if self.folder.now_ms != last.get("logical_time_ms"):
                 log.warning(
                     "recovery: the last cycle ran at logical time %s, the refold gives %d",
                     last.get("logical_time_ms"),

@@ -193,7 +193,9 @@ def test_the_https_server_answers_reviews_and_refuses_garbage(tmp_path: Path) ->
     try:
         with urllib.request.urlopen(f"{url}/healthz", context=ctx, timeout=5) as r:
             assert r.read() == b"ok"
-        req = urllib.request.Request(f"{url}{MUTATE_PATH}", data=b"{not json", method="POST")
+        req = urllib.request.Request(
+            f"{url}{MUTATE_PATH}", data=b"{not json", headers={"Content-Type": "application/json"}, method="POST"
+        )
         with pytest.raises(urllib.error.HTTPError) as bad:
             urllib.request.urlopen(req, context=ctx, timeout=5)
         assert bad.value.code == 400 and b"not an AdmissionReview" in bad.value.read()

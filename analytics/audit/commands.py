@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 
 def days(text: str) -> int:
@@ -24,21 +25,59 @@ def add_sql_arguments(p: argparse.ArgumentParser) -> None:
         "--store", required=True, help="a run directory (hourglass simulate --out) or an audit .duckdb file"
     )
     p.add_argument("--format", choices=("table", "csv", "json"), default="table", help="output format")
+    p.add_argument(
+        "--timeout", type=_bounded(float, 0), default=60.0, help="cancel the query after SECONDS (default 60)"
+    )
+    p.add_argument(
+        "--max-rows",
+        type=_bounded(int, -1),
+        default=1000,
+        help="print at most N rows, with a note when there were more (default 1000; 0: all)",
+    )
+    p.add_argument("--memory-limit", default="1GB", help="DuckDB's memory limit for the query (default 1GB)")
+    p.add_argument("--threads", type=_bounded(int, 0), default=2, help="DuckDB threads (default 2)")
     p.add_argument("query", help="one SELECT (or WITH … SELECT) statement")
 
 
 def run_sql(args: argparse.Namespace) -> int:
-    """``hourglass sql``: one read-only statement over the audit store, printed."""
-    from analytics.audit.store import StoreError, query
+    """``hourglass sql``: one read-only statement over the audit store, printed within its limits."""
+    from analytics.audit.store import QueryLimits, StoreError, run_query
     from analytics.audit.store import render as render_rows
 
+    limits = QueryLimits(
+        timeout_s=args.timeout,
+        max_rows=args.max_rows or None,
+        memory_limit=args.memory_limit,
+        threads=args.threads,
+    )
     try:
-        columns, rows = query(args.store, args.query)
+        result = run_query(args.store, args.query, limits)
     except StoreError as e:
         print(f"sql: {e}", file=sys.stderr)
         return 2
-    render_rows(columns, rows, args.format)
+    render_rows(result.columns, result.rows, args.format)
+    if result.truncated:
+        print(
+            f"sql: showing the first {len(result.rows)} rows; the query returned more (add LIMIT or"
+            " aggregate, or raise --max-rows; 0 prints all)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _bounded(kind: type[int] | type[float], low: float) -> Callable[[str], int | float]:
+    """An argparse type: a number of ``kind`` in ``(low, 10^9)`` (``[0, 10^9)`` when ``low`` is -1)."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not low < value < 10**9:
+            raise argparse.ArgumentTypeError(f"expected a number above {max(low, 0):g}, below 10^9, got {text}")
+        return value
+
+    return parse
 
 
 def add_sink_arguments(p: argparse.ArgumentParser) -> None:
@@ -95,7 +134,7 @@ def run_sink(args: argparse.Namespace) -> int:
                 time.sleep(args.interval)
     except KeyboardInterrupt:
         pass
-    except StoreError as e:
+    except (StoreError, LogError) as e:
         print(f"sink: {e}", file=sys.stderr)
         return 2
     if total is not None:

@@ -28,6 +28,8 @@ import json
 import re
 import shutil
 import sys
+import threading
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,7 @@ import polars as pl
 from analytics.audit.history import Intervals
 from analytics.audit.views import create_table_views, create_views, history_dir
 from analytics.rundir import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
-from ingest.log import DEFAULT_TOPICS, Log, Topics
+from ingest.log import DEFAULT_TOPICS, Log, LogError, Topics
 from scheduler.engine.record.decisions import CycleRecord
 from scheduler.usage import UsageRecordError, parse_usage_record
 
@@ -48,6 +50,8 @@ __all__ = [
     "RUN_DIR_STORE",
     "AuditStore",
     "LoadStats",
+    "QueryLimits",
+    "QueryResult",
     "StoreError",
     "check_select",
     "load_cycles",
@@ -57,6 +61,7 @@ __all__ = [
     "query",
     "render",
     "resolve_store",
+    "run_query",
     "sink_from_log",
 ]
 
@@ -552,11 +557,19 @@ def sink_from_log(
     """Load everything new on the events, usage and decisions topics, from ``group``'s committed offsets.
 
     Each batch is written to the store in one transaction, then its offsets are committed; a crash between
-    the two re-reads the batch next time and the duplicates are dropped.
+    the two re-reads the batch next time and the duplicates are dropped. A log that lost records raises
+    :class:`~ingest.log.LogError` rather than loading part of the history: a committed offset past the end
+    of its topic, or a last cycle that folded events the events topic no longer holds.
     """
     stats = LoadStats()
     for topic in (topics.events, topics.usage, topics.decisions):
         pos = log.committed(group, topic)
+        end = log.end_offset(topic)
+        if pos > end:
+            raise LogError(
+                f"{topic}: the sink committed offset {pos} but the topic ends at {end}: the log has lost"
+                " records the store already holds (restore the log, or load it into a new store)"
+            )
         while True:
             records = log.read(topic, pos, batch_size)
             if not records:
@@ -569,7 +582,26 @@ def sink_from_log(
                 stats.add(load_cycles(store, (r.value for r in records), batch_size=len(records)))
             pos = records[-1].offset + 1
             log.commit(group, topic, pos)
+    _check_events_cover_cycles(log, topics)
     return stats
+
+
+def _check_events_cover_cycles(log: Log, topics: Topics) -> None:
+    """LogError when the last cycle record folded an events offset the events topic no longer holds."""
+    end = log.end_offset(topics.decisions)
+    if end == 0:
+        return
+    last = log.read(topics.decisions, end - 1, 1)
+    try:
+        offset = json.loads(last[0].value)["events_offset"] if last else None
+    except (ValueError, KeyError, TypeError):
+        return  # not a cycle record: load_cycles already counted it as malformed
+    events_end = log.end_offset(topics.events)
+    if isinstance(offset, int) and offset >= events_end:
+        raise LogError(
+            f"{topics.events} ends at offset {events_end}, but the last cycle in {topics.decisions} folded"
+            f" it through offset {offset}: the events log has lost records"
+        )
 
 
 # --------------------------------------------------------------------------- read-only queries
@@ -590,10 +622,41 @@ def check_select(sql: str) -> str:
     return str(st.query)
 
 
-def open_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
+@dataclass(frozen=True, slots=True)
+class QueryLimits:
+    """What one read-only query may cost: its time, the rows it hands back, DuckDB's memory and threads."""
+
+    timeout_s: float = 60.0
+    max_rows: int | None = None  # rows fetched; None: all of them
+    memory_limit: str = "1GB"  # DuckDB's own buffer memory (the rows fetched into Python come on top)
+    threads: int = 2
+
+
+_SANDBOX_MEMORY: Final = QueryLimits().memory_limit
+_SANDBOX_THREADS: Final = QueryLimits().threads
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """Column names, the rows fetched, and whether the query had more rows than ``max_rows``."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+    truncated: bool
+
+
+def open_readonly(
+    path: Path | str, *, memory_limit: str = _SANDBOX_MEMORY, threads: int = _SANDBOX_THREADS
+) -> duckdb.DuckDBPyConnection:
     """Open a store read-only, with file and network access from SQL disabled (but for reading its own
-    Parquet history) and the settings locked."""
+    Parquet history), DuckDB's memory and threads bounded, and the settings locked."""
     con = duckdb.connect(str(path), read_only=True)
+    try:
+        con.execute("SET memory_limit = ?", [memory_limit])
+        con.execute("SET threads = ?", [threads])
+    except duckdb.Error as e:
+        con.close()
+        raise StoreError(f"bad memory limit {memory_limit!r} or threads {threads}: {e}") from None
     history = history_dir(path)
     if history.is_dir():
         con.execute("SET allowed_directories = ?", [[str(history.resolve()) + "/"]])
@@ -643,20 +706,65 @@ def resolve_store(path: Path | str) -> Path:
 
 
 def query(path: Path | str, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run one read-only SELECT on the store at ``path``: (column names, rows)."""
+    """Run one read-only SELECT on the store at ``path``: (column names, rows), under the default limits."""
+    result = run_query(path, sql, QueryLimits())
+    return result.columns, result.rows
+
+
+def run_query(path: Path | str, sql: str, limits: QueryLimits) -> QueryResult:
+    """Run one read-only SELECT on the store at ``path`` under ``limits``.
+
+    The query runs on a worker thread while this one waits: past ``timeout_s``, or on Ctrl-C
+    (KeyboardInterrupt), DuckDB is told to interrupt it and :class:`StoreError` says why. Rows are fetched
+    as DuckDB streams them, so a limited result never materialises the rest.
+    """
     stmt = check_select(sql)
     db = resolve_store(path)
-    con = open_readonly(db)
-    try:
+    con = open_readonly(db, memory_limit=limits.memory_limit, threads=limits.threads)
+    box: dict[str, Any] = {}
+    # An Event, not Thread.join/is_alive: a join interrupted by Ctrl-C can leave is_alive() wrong.
+    finished = threading.Event()
+
+    def work() -> None:
         try:
             cur = con.execute(stmt)
-            rows = cur.fetchall()
-        except duckdb.Error as e:
-            raise StoreError(f"query failed: {e}") from e
-        columns = [d[0] for d in cur.description or []]
-    finally:
-        con.close()
-    return columns, rows
+            n = limits.max_rows
+            rows = cur.fetchall() if n is None else cur.fetchmany(n + 1)
+            columns = [d[0] for d in cur.description or []]
+            truncated = n is not None and len(rows) > n
+            box["result"] = QueryResult(columns, rows[:n] if truncated else rows, truncated)
+        except BaseException as e:  # handed to the waiting thread
+            box["error"] = e
+        finally:
+            finished.set()
+
+    worker = threading.Thread(target=work, name="hourglass-sql", daemon=True)
+    deadline = time.monotonic() + limits.timeout_s
+    cancelled: str | None = None
+    worker.start()
+    try:
+        while not finished.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                cancelled = f"it ran past the {limits.timeout_s:g} s time limit"
+                con.interrupt()
+                break
+            finished.wait(min(left, 0.1))
+    except KeyboardInterrupt:
+        cancelled = "interrupted"
+        con.interrupt()
+    if not finished.wait(10.0):  # DuckDB did not stop: leave the connection to the daemon thread
+        raise StoreError(f"query cancelled ({cancelled}), but DuckDB did not stop")
+    con.close()
+    if cancelled is not None:
+        raise StoreError(f"query cancelled: {cancelled}")
+    error = box.get("error")
+    if isinstance(error, duckdb.Error):
+        raise StoreError(f"query failed: {error}") from error
+    if error is not None:
+        raise error
+    result: QueryResult = box["result"]
+    return result
 
 
 def render(

@@ -379,7 +379,14 @@ def load_source(
         )
 
     def events() -> Iterator[tuple[int, Event]]:
-        for r in log.scan(topics.events, batch=5000):
+        records = log.scan(topics.events, batch=5000)
+        while True:
+            try:
+                r = next(records, None)
+            except LogError as exc:  # damage in the events log: the history cannot be replayed
+                raise ReplayError(str(exc)) from None
+            if r is None:
+                return
             try:
                 yield r.offset, parse_event(r.value)
             except EventError:
@@ -657,7 +664,7 @@ def run_cli(args: argparse.Namespace) -> int:
             )
             src.close()
         except (ReplayError, EngineConfigError) as exc:
-            err.print(f"replay: {exc}", markup=False, highlight=False)
+            err.print(f"replay: {exc}", markup=False, highlight=False, soft_wrap=True)  # one line, any width
             return 2
     if args.verify:
         print(summary.line)

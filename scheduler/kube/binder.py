@@ -1057,6 +1057,9 @@ def run_cli(args: Any) -> int:
             st = binder.run(stop_when_idle=args.stop_when_idle)
         except KeyboardInterrupt:
             st = binder.stats
+        except LogError as e:  # a damaged decisions log: stop with the reason, never bind past it
+            print(f"bind: {e}", file=sys.stderr)
+            return 2
         finally:
             if server is not None:
                 server.close()

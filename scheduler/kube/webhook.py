@@ -19,16 +19,29 @@ The ConfigMap name is ``<pod name or generateName>`` + 10 hex digits of ``sha256
 
 :func:`mutation` (pure) decides the JSON patch; :func:`review` answers one AdmissionReview; :func:`serve`
 runs the HTTPS server (a ThreadingHTTPServer with the given certificate).
+
+The server is exposed to anything that can reach its port, and with ``failurePolicy: Fail`` a stuck
+server refuses every sharing pod, so no client may hold it (:class:`ServerLimits`): the accept thread
+only accepts; each connection's TLS handshake and request run on its own thread, under a handshake
+timeout, a per-read timeout and a total deadline (a client trickling bytes is cut off too); at most
+``max_connections`` are served at once and a connection beyond that is closed at once rather than
+queued; a body must be ``application/json`` with a Content-Length of at most ``max_body_bytes``; a
+body that does not parse (nested too deeply included) or is not an AdmissionReview with a request
+and its uid gets an HTTP 4xx answer, never "allowed".
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import logging
+import socket
 import ssl
+import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
@@ -38,6 +51,8 @@ from scheduler.kube.reservation import VISIBILITY_KEYS
 __all__ = [
     "ANNOTATION_CONTAINER",
     "MUTATE_PATH",
+    "ReviewError",
+    "ServerLimits",
     "configmap_name",
     "mutation",
     "review",
@@ -49,7 +64,21 @@ log = logging.getLogger(__name__)
 
 MUTATE_PATH: Final = "/mutate-pods"
 ANNOTATION_CONTAINER: Final = "gpu-fraction-container-name"  # KAI: the container that gets the GPU share
-_MAX_BODY: Final = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLimits:
+    """What one client may cost the webhook server (defaults fit the API server's 10 s webhook timeout)."""
+
+    handshake_timeout_s: float = 5.0  # TLS handshake
+    read_timeout_s: float = 5.0  # any one read of the request
+    request_deadline_s: float = 10.0  # the whole connection: handshake, request and answer
+    max_connections: int = 64  # served at once; more are closed on accept
+    max_body_bytes: int = 4 * 1024 * 1024  # an AdmissionReview of a pod is a few KB
+
+
+class ReviewError(ValueError):
+    """The body is not an AdmissionReview the webhook can answer (HTTP 400)."""
 
 
 def sharing_pod(pod: Mapping[str, Any], scheduler_name: str) -> bool:
@@ -102,9 +131,19 @@ def mutation(pod: Mapping[str, Any], request_uid: str, scheduler_name: str) -> l
 
 
 def review(body: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
-    """The AdmissionReview answer to one request: always allowed, with the patch when the pod shares a GPU."""
-    request = body.get("request") or {}
-    uid = str(request.get("uid") or "")
+    """The AdmissionReview answer to one request: always allowed, with the patch when the pod shares a GPU.
+
+    :class:`ReviewError` when ``body`` is not an AdmissionReview with a request and its uid: such a body
+    was not sent by an API server, and "allowed" is not an answer to it.
+    """
+    if not isinstance(body, Mapping):
+        raise ReviewError(f"expected a JSON object, got {type(body).__name__}")
+    request = body.get("request")
+    if not isinstance(request, Mapping):
+        raise ReviewError("no request in the AdmissionReview")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("the AdmissionReview request has no uid")
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     pod = request.get("object") or {}
     if request.get("operation") == "CREATE" and request.get("kind", {}).get("kind") == "Pod":
@@ -124,14 +163,24 @@ def review(body: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
     }
 
 
-def _handler(scheduler_name: str) -> type[BaseHTTPRequestHandler]:
+def _handler(scheduler_name: str, limits: ServerLimits) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        timeout = limits.read_timeout_s  # StreamRequestHandler sets it on the socket: every read is bounded
+
         def _send(self, code: int, payload: bytes, ctype: str = "application/json") -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
+
+        def _refuse(self, code: int, message: str, *, drain: int = 0) -> None:
+            if drain:
+                # Read the (capped) body first: closing with unread data resets the connection, and the
+                # client would never see the answer.
+                self.rfile.read(drain)
+            self.close_connection = True  # whatever body the client still sends is never read
+            self._send(code, message.encode(), "text/plain")
 
         def do_GET(self) -> None:
             if self.path in ("/healthz", "/readyz"):
@@ -140,18 +189,39 @@ def _handler(scheduler_name: str) -> type[BaseHTTPRequestHandler]:
                 self._send(404, b"not found", "text/plain")
 
         def do_POST(self) -> None:
-            if self.path.split("?")[0] != MUTATE_PATH:
-                self._send(404, b"not found", "text/plain")
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length <= 0 or length > _MAX_BODY:
-                self._send(400, b"an AdmissionReview body is required", "text/plain")
+            raw_length = self.headers.get("Content-Length")
+            if raw_length is None:
+                self._refuse(411, "a Content-Length is required")
                 return
             try:
-                body = json.loads(self.rfile.read(length))
+                length = int(raw_length)
+            except ValueError:
+                self._refuse(400, "bad Content-Length")
+                return
+            if length <= 0:
+                self._refuse(400, "an AdmissionReview body is required")
+                return
+            if length > limits.max_body_bytes:
+                self._refuse(413, f"the body exceeds {limits.max_body_bytes} bytes")
+                return
+            if self.path.split("?")[0] != MUTATE_PATH:
+                self._refuse(404, "not found", drain=length)
+                return
+            if self.headers.get_content_type() != "application/json":
+                self._refuse(415, "an AdmissionReview is sent as application/json", drain=length)
+                return
+            data = self.rfile.read(length)
+            if len(data) < length:
+                self.close_connection = True  # the client went away mid-body
+                return
+            try:
+                body = json.loads(data)
                 answer = review(body, scheduler_name)
-            except (ValueError, AttributeError, TypeError) as e:
-                self._send(400, f"not an AdmissionReview: {e}".encode(), "text/plain")
+            except RecursionError:
+                self._refuse(400, "not an AdmissionReview: JSON nested too deeply")
+                return
+            except (ValueError, AttributeError, TypeError, KeyError, IndexError) as e:
+                self._refuse(400, f"not an AdmissionReview: {str(e)[:200]}")
                 return
             self._send(200, json.dumps(answer).encode())
 
@@ -161,16 +231,87 @@ def _handler(scheduler_name: str) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _AdmissionServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer whose TLS handshakes run on the connection's thread, under the limits."""
+
+    daemon_threads = True  # a stuck client never holds up shutdown
+
+    def __init__(
+        self,
+        address: tuple[str, int],
+        handler: type[BaseHTTPRequestHandler],
+        context: ssl.SSLContext,
+        limits: ServerLimits,
+    ) -> None:
+        super().__init__(address, handler)
+        self.context = context
+        self.limits = limits
+        self._slots = threading.BoundedSemaphore(limits.max_connections)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        # On the accept thread: never wait here. Over the cap, the connection is closed, not queued.
+        if not self._slots.acquire(blocking=False):
+            log.warning("webhook: %d connections open; closing one from %s", self.limits.max_connections,
+                        client_address)  # fmt: skip
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            self.shutdown_request(request)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        conn: socket.socket = request
+        lock = threading.Lock()
+        done = False
+
+        def expire() -> None:
+            # A read already in progress is not bounded by its own timeout alone: shutting the socket
+            # down ends it, however slowly the client trickles bytes.
+            with lock:
+                if not done:
+                    with contextlib.suppress(OSError):
+                        socket.socket.shutdown(conn, socket.SHUT_RDWR)
+
+        timer = threading.Timer(self.limits.request_deadline_s, expire)
+        timer.daemon = True
+        timer.start()
+        try:
+            request.settimeout(self.limits.handshake_timeout_s)
+            conn = self.context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+            conn.do_handshake()
+            self.finish_request(conn, client_address)
+        except (OSError, ValueError) as e:  # ssl.SSLError and timeouts are OSErrors
+            log.debug("webhook: connection from %s ended: %s", client_address, e)
+        except Exception:
+            self.handle_error(conn, client_address)
+        finally:
+            with lock:
+                done = True
+            timer.cancel()
+            self.shutdown_request(conn)
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.exception("webhook: error answering %s", client_address)
+
+
 def serve(
-    host: str, port: int, certfile: str, keyfile: str, scheduler_name: str = "hourglass"
+    host: str,
+    port: int,
+    certfile: str,
+    keyfile: str,
+    scheduler_name: str = "hourglass",
+    limits: ServerLimits | None = None,
 ) -> ThreadingHTTPServer:
     """An HTTPS server answering AdmissionReviews on :data:`MUTATE_PATH` (not started: call serve_forever)."""
-    server = ThreadingHTTPServer((host, port), _handler(scheduler_name))
+    limits = limits or ServerLimits()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(certfile, keyfile)
-    server.socket = ctx.wrap_socket(server.socket, server_side=True)
-    return server
+    return _AdmissionServer((host, port), _handler(scheduler_name, limits), ctx, limits)
 
 
 def add_arguments(p: Any) -> None:
