@@ -83,7 +83,9 @@ def _engine_value_problem(default: object, value: object) -> str | None:
     if isinstance(default, bool) or isinstance(value, bool):
         if isinstance(value, bool) == isinstance(default, bool):
             return None
-        return "true or false" if isinstance(default, bool) else "a number"
+        if isinstance(default, bool):
+            return "true or false"
+        return "a whole number" if isinstance(default, int) else "a number"
     if isinstance(default, int):
         if not isinstance(value, int):
             return "a whole number"

@@ -377,7 +377,7 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     assert not _allows(ingest, "list", "priorityclasses", "scheduling.k8s.io")
     assert _allows(ingest, "get", "jobs", "batch") and not _allows(ingest, "list", "jobs", "batch")
     # Every owner kind ingest knows how to walk is readable, or its pods would never be grouped.
-    from ingest import watcher
+    from ingest.kube import watcher
 
     owner_plurals: dict[str, str] = watcher._PLURALS
     readable = {res for r in ingest if r["verbs"] == ["get"] for res in r["resources"]}

@@ -89,7 +89,7 @@ class Pipeline:
     """The three components on one FileLog, stepped in turn until nothing moves."""
 
     def __init__(self, api: Any, ns: str, log: Log) -> None:
-        from ingest import watcher
+        from ingest.kube import watcher
 
         self.log = log
         self.ingest = watcher.KubeIngest(watcher.BinderApi(api), log, namespace=ns, watch_timeout_s=30)
