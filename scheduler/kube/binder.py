@@ -674,147 +674,158 @@ class Binder:
             self._event(EventSpec("Pod", pod[0], pod[1], "Warning", event_reason, message))
 
     def _apply(self, offset: int, a: Action, cycle_id: str) -> None:
+        """Apply one planned action through the handler for its kind (:data:`_HANDLERS`)."""
+        _HANDLERS[type(a)](self, offset, a, cycle_id)
+
+    def _apply_bind(self, offset: int, a: BindPod, cycle_id: str) -> None:
+        """Bind the pod (GPU-sharing preparation first); a conflict or refusal is dead-lettered, FailedBinding."""
         k = self.kube
-        if isinstance(a, BindPod):
-            uid = f"{a.namespace}/{a.name}"
-            raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
-            annotations = dict(a.annotations)
-            try:
-                shared = self._prepare_sharing(a)
-                if shared is not None:
-                    annotations.update(shared)
-                self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
-            except SharingError as e:
-                self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
+        uid = f"{a.namespace}/{a.name}"
+        raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
+        annotations = dict(a.annotations)
+        try:
+            shared = self._prepare_sharing(a)
+            if shared is not None:
+                annotations.update(shared)
+            self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
+        except SharingError as e:
+            self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
+            return
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.already_gone += 1
                 return
-            except KubeError as e:
-                if e.status == 404:
-                    self.stats.already_gone += 1
-                    return
-                if e.status != 409:
-                    self._fail(
-                        offset,
-                        uid,
-                        "bind_rejected",
-                        f"binding {uid} to {a.node} failed: {e}",
-                        raw,
-                        (a.namespace, a.name),
-                        "FailedBinding",
-                    )
-                    return
-                try:
-                    current = self._with_retry(f"read {uid}", lambda: k.pod_node(a.namespace, a.name))
-                except KubeError as e2:
-                    if e2.status == 404:
-                        self.stats.already_gone += 1
-                        return
-                    raise
-                if current == a.node:
-                    self.stats.already_bound += 1
-                    return
-                self.stats.conflicts += 1
+            if e.status != 409:
                 self._fail(
                     offset,
                     uid,
-                    "bind_conflict",
-                    f"pod {uid} is already bound to node {current}; the scheduler chose {a.node}"
-                    f" (cycle {cycle_id})",
+                    "bind_rejected",
+                    f"binding {uid} to {a.node} failed: {e}",
                     raw,
                     (a.namespace, a.name),
                     "FailedBinding",
                 )
                 return
-            self.stats.bound += 1
-            self.stats.shared_bound += shared is not None
+            try:
+                current = self._with_retry(f"read {uid}", lambda: k.pod_node(a.namespace, a.name))
+            except KubeError as e2:
+                if e2.status == 404:
+                    self.stats.already_gone += 1
+                    return
+                raise
+            if current == a.node:
+                self.stats.already_bound += 1
+                return
+            self.stats.conflicts += 1
+            self._fail(
+                offset,
+                uid,
+                "bind_conflict",
+                f"pod {uid} is already bound to node {current}; the scheduler chose {a.node}"
+                f" (cycle {cycle_id})",
+                raw,
+                (a.namespace, a.name),
+                "FailedBinding",
+            )
+            return
+        self.stats.bound += 1
+        self.stats.shared_bound += shared is not None
+        self._event(
+            EventSpec(
+                "Pod",
+                a.namespace,
+                a.name,
+                "Normal",
+                "Scheduled",
+                f"Successfully assigned {uid} to {a.node}",
+            )
+        )
+
+    def _apply_evict(self, offset: int, a: EvictPod, cycle_id: str) -> None:
+        """Delete the evicted pod with its grace period, after the Event that says why."""
+        k = self.kube
+        uid = f"{a.namespace}/{a.name}"
+        raw = json.dumps({"cycle_id": cycle_id, "kind": "Evict", "pod": uid, "action": a.action})
+        what = a.message or f"Pod {uid} was evicted by the {a.action or 'scheduler'} action"
+        reason = "Preempted" if a.action in ("reclaim", "preempt") else "Evicted"
+        try:
+            self._event(EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}"))
+            self._with_retry(f"evict {uid}", lambda: k.delete_pod(a.namespace, a.name, a.grace_seconds))
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.already_gone += 1
+                return
+            self._fail(
+                offset,
+                uid,
+                "evict_rejected",
+                f"deleting {uid} failed: {e}",
+                raw,
+                (a.namespace, a.name),
+                "FailedEviction",
+            )
+            return
+        self.stats.evicted += 1
+
+    def _apply_pending(self, offset: int, a: MarkPending, cycle_id: str) -> None:
+        """Set the pending pod's PodScheduled=False condition and its Unschedulable Event, as the plan says."""
+        k = self.kube
+        uid = f"{a.namespace}/{a.name}"
+        text = f"{a.reason}: {a.message}"
+        try:
+            if a.condition:
+                cond = {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": text,
+                    "lastTransitionTime": _now_rfc3339(),
+                }
+                self._with_retry(f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond))
+                self.stats.pending_conditions += 1
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.already_gone += 1
+                return
+            raw = json.dumps({"cycle_id": cycle_id, "kind": "Unschedulable", "pod": uid})
+            self._dead_letter(
+                offset, uid, "condition_rejected", f"setting PodScheduled on {uid} failed: {e}", raw
+            )
+            return
+        if a.event:
+            self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text))
+            self.stats.pending_events += 1
+
+    def _apply_queue(self, offset: int, a: WriteQueueStatus, cycle_id: str) -> None:
+        """Merge-patch a Queue's status; a refusal is dead-lettered with a FailedStatusUpdate Event."""
+        k = self.kube
+        try:
+            self._with_retry(f"queue status {a.name}", lambda: k.patch_queue_status(a.name, a.status))
+        except KubeError as e:
+            if e.status == 404:
+                self.stats.queues_missing += 1
+                return
+            raw = json.dumps({"cycle_id": cycle_id, "queue": a.name, "status": a.status}, sort_keys=True)
+            self._dead_letter(
+                offset,
+                f"queue/{a.name}",
+                "queue_status_rejected",
+                f"writing the status of Queue {a.name} failed: {e}",
+                raw,
+            )
             self._event(
                 EventSpec(
-                    "Pod",
-                    a.namespace,
+                    "Queue",
+                    None,
                     a.name,
-                    "Normal",
-                    "Scheduled",
-                    f"Successfully assigned {uid} to {a.node}",
+                    "Warning",
+                    "FailedStatusUpdate",
+                    f"writing the status of Queue {a.name} failed: {e}",
+                    api_version=f"{QUEUE_GROUP}/{QUEUE_VERSION}",
                 )
             )
-        elif isinstance(a, EvictPod):
-            uid = f"{a.namespace}/{a.name}"
-            raw = json.dumps({"cycle_id": cycle_id, "kind": "Evict", "pod": uid, "action": a.action})
-            what = a.message or f"Pod {uid} was evicted by the {a.action or 'scheduler'} action"
-            reason = "Preempted" if a.action in ("reclaim", "preempt") else "Evicted"
-            try:
-                self._event(EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}"))
-                self._with_retry(f"evict {uid}", lambda: k.delete_pod(a.namespace, a.name, a.grace_seconds))
-            except KubeError as e:
-                if e.status == 404:
-                    self.stats.already_gone += 1
-                    return
-                self._fail(
-                    offset,
-                    uid,
-                    "evict_rejected",
-                    f"deleting {uid} failed: {e}",
-                    raw,
-                    (a.namespace, a.name),
-                    "FailedEviction",
-                )
-                return
-            self.stats.evicted += 1
-        elif isinstance(a, MarkPending):
-            uid = f"{a.namespace}/{a.name}"
-            text = f"{a.reason}: {a.message}"
-            try:
-                if a.condition:
-                    cond = {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": text,
-                        "lastTransitionTime": _now_rfc3339(),
-                    }
-                    self._with_retry(
-                        f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond)
-                    )
-                    self.stats.pending_conditions += 1
-            except KubeError as e:
-                if e.status == 404:
-                    self.stats.already_gone += 1
-                    return
-                raw = json.dumps({"cycle_id": cycle_id, "kind": "Unschedulable", "pod": uid})
-                self._dead_letter(
-                    offset, uid, "condition_rejected", f"setting PodScheduled on {uid} failed: {e}", raw
-                )
-                return
-            if a.event:
-                self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text))
-                self.stats.pending_events += 1
-        else:
-            try:
-                self._with_retry(f"queue status {a.name}", lambda: k.patch_queue_status(a.name, a.status))
-            except KubeError as e:
-                if e.status == 404:
-                    self.stats.queues_missing += 1
-                    return
-                raw = json.dumps({"cycle_id": cycle_id, "queue": a.name, "status": a.status}, sort_keys=True)
-                self._dead_letter(
-                    offset,
-                    f"queue/{a.name}",
-                    "queue_status_rejected",
-                    f"writing the status of Queue {a.name} failed: {e}",
-                    raw,
-                )
-                self._event(
-                    EventSpec(
-                        "Queue",
-                        None,
-                        a.name,
-                        "Warning",
-                        "FailedStatusUpdate",
-                        f"writing the status of Queue {a.name} failed: {e}",
-                        api_version=f"{QUEUE_GROUP}/{QUEUE_VERSION}",
-                    )
-                )
-                return
-            self.stats.queue_statuses += 1
+            return
+        self.stats.queue_statuses += 1
 
     def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
         """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""
@@ -931,6 +942,15 @@ class Binder:
 
 
 # --------------------------------------------------------------------------- CLI
+
+
+_HANDLERS: dict[type, Callable[[Binder, int, Any, str], None]] = {
+    BindPod: Binder._apply_bind,
+    EvictPod: Binder._apply_evict,
+    MarkPending: Binder._apply_pending,
+    WriteQueueStatus: Binder._apply_queue,
+}
+"""Each planned action's handler, by its kind (the binder applies a record's actions in plan order)."""
 
 
 def add_arguments(p: Any) -> None:
