@@ -89,10 +89,10 @@ class Pipeline:
     """The three components on one FileLog, stepped in turn until nothing moves."""
 
     def __init__(self, api: Any, ns: str, log: Log) -> None:
-        from ingest.kube import watcher
+        from ingest.kube import client, watcher
 
         self.log = log
-        self.ingest = watcher.KubeIngest(watcher.BinderApi(api), log, namespace=ns, watch_timeout_s=30)
+        self.ingest = watcher.KubeIngest(client.KubeApi(api), log, namespace=ns, watch_timeout_s=30)
         self.service = Service(log, poll_interval_s=0.05)
         self.binder = Binder(log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
 

@@ -511,14 +511,155 @@ def _knative_revision(
     return {"apiVersion": "serving.knative.dev/v1", "kind": "Revision", **rev}
 
 
+@dataclass(slots=True)
+class _Grouping:
+    """What a grouper decides for one pod: the PodGroup's name, owner, gang size and defaults.
+
+    Starts as the generic rule (one PodGroup per top owner, gang of 1, priority ``train``); the grouper of
+    the top owner's kind changes what differs for that kind."""
+
+    pod: dict[str, Any]
+    pod_key: str
+    top: dict[str, Any]
+    owners: list[dict[str, Any]]
+    get: OwnerGetter | None
+    name: str
+    owner_ref: dict[str, Any]
+    pod_ref: dict[str, Any]
+    label_owner: dict[str, Any] | None
+    min_member: int = 1
+    default_priority: str = "train"
+    subgroups: tuple[dict[str, Any], ...] = ()
+    pod_subgroup: str | None = None
+    constraint: dict[str, str] | None = None  # the workload's own (Grove); else from KAI's annotations
+
+    @property
+    def pod_name(self) -> str:
+        return str(_meta(self.pod).get("name") or "")
+
+    @property
+    def pod_uid(self) -> str:
+        return str(_meta(self.pod).get("uid") or "")
+
+
+def _group_deployment(g: _Grouping) -> None:
+    g.name, g.owner_ref = f"pg-{g.pod_name}-{g.pod_uid}", g.pod_ref
+    g.default_priority = "inference"
+
+
+def _group_job(g: _Grouping) -> None:
+    gang = _min_member_override(g.top, g.pod_key)
+    if gang is None:
+        g.name = f"pg-{g.pod_name}-{_meta(g.top).get('uid')}"  # one PodGroup per pod
+    else:
+        g.min_member = gang  # the whole Job is one gang of that size
+
+
+def _group_cronjob(g: _Grouping) -> None:
+    # One PodGroup per run: the Job this pod belongs to, not the CronJob (KAI's CronJob grouper).
+    job = g.owners[-2] if len(g.owners) >= 2 else None
+    if job is None or job.get("kind") != "Job" or not _meta(job).get("uid"):
+        raise _grouping_error(g.pod_key, f"CronJob {object_key(g.top)}", None, "the pod's Job cannot be read")
+    g.name = f"pg-{_meta(job).get('name')}-{_meta(job).get('uid')}"
+    g.owner_ref, g.label_owner = _owner_ref(job), job
+
+
+def _group_jobset(g: _Grouping) -> None:
+    g.name, g.min_member = _jobset(g.top, g.pod, g.pod_key)
+    g.min_member = _min_member_override(g.top, g.pod_key) or g.min_member
+
+
+def _group_lws(g: _Grouping) -> None:
+    g.name, g.min_member = _lws(g.top, g.pod, g.pod_key)
+    g.subgroups, g.pod_subgroup = _lws_subgroups(g.min_member, g.pod)
+
+
+def _group_grove(g: _Grouping) -> None:
+    podgang, g.min_member, g.subgroups, g.pod_subgroup, g.constraint = _grove(g.pod, g.get, g.pod_key)
+    g.name = f"pg-{_meta(podgang).get('name')}-{_meta(podgang).get('uid')}"
+    g.owner_ref, g.label_owner = _owner_ref(podgang), podgang
+    pcn = _sub(podgang, "spec").get("priorityClassName")
+    if isinstance(pcn, str) and pcn:
+        g.default_priority = pcn
+
+
+def _group_knative(g: _Grouping) -> None:
+    # Knative: one gang per Revision of at least its min-scale pods; inference by default (KAI).
+    rev = _knative_revision(g.top, g.owners, g.pod, g.get)
+    g.name = f"pg-{_meta(rev).get('name')}-{_meta(rev).get('uid')}"
+    raw = _annotations(rev).get(ANNOTATION_KNATIVE_MIN_SCALE, "1").strip()
+    g.min_member = int(raw) if raw.isdigit() and int(raw) > 0 else 1  # KAI: unparsable = 1
+    g.owner_ref, g.label_owner, g.default_priority = _owner_ref(rev), rev, "inference"
+
+
+def _group_notebook(g: _Grouping) -> None:
+    g.default_priority = "build"
+
+
+def _group_kubeflow(g: _Grouping) -> None:
+    g.min_member = _replicas_sum(g.top, _KUBEFLOW_REPLICA_SPECS[str(g.top.get("kind"))], g.pod_key)
+
+
+def _group_raycluster(g: _Grouping) -> None:
+    g.min_member = _ray(g.top, g.pod_key)
+
+
+def _group_ray_owner(g: _Grouping) -> None:
+    # RayJob / RayService: the gang size lives on the RayCluster they created (status.rayClusterName).
+    if g.get is None:
+        return
+    kind, namespace = str(g.top.get("kind")), str(_meta(g.pod).get("namespace") or "")
+    status = _sub(g.top, "status")
+    cluster_name = status.get("rayClusterName") or (status.get("activeServiceStatus") or {}).get(
+        "rayClusterName"
+    )
+    cluster = (
+        g.get(str(g.top.get("apiVersion")), "RayCluster", namespace, str(cluster_name)) if cluster_name else None
+    )
+    if cluster is None:
+        raise _grouping_error(
+            g.pod_key,
+            f"{kind} {object_key(g.top)} status.rayClusterName",
+            cluster_name,
+            "no readable RayCluster yet",
+        )
+    g.min_member = _ray({"kind": "RayCluster", **cluster}, g.pod_key)
+
+
+Grouper = Callable[[_Grouping], None]
+
+_GROUPERS: Final[dict[tuple[str | None, str], Grouper]] = {
+    ("apps", "Deployment"): _group_deployment,
+    ("batch", "Job"): _group_job,
+    ("batch", "CronJob"): _group_cronjob,
+    (None, "JobSet"): _group_jobset,
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): _group_lws,
+    **{key: _group_grove for key in _GROVE_KINDS},
+    ("serving.knative.dev", "Service"): _group_knative,
+    ("kubeflow.org", "Notebook"): _group_notebook,
+    **{("kubeflow.org", kind): _group_kubeflow for kind in _KUBEFLOW_REPLICA_SPECS},
+    (None, "RayCluster"): _group_raycluster,
+    (None, "RayJob"): _group_ray_owner,
+    (None, "RayService"): _group_ray_owner,
+}
+"""The grouper of each top owner kind, as KAI's pod-grouper hub has one per kind: (API group, kind), or
+(None, kind) for any group. A kind not listed is grouped by the generic rule."""
+
+
+def _grouper(top: dict[str, Any]) -> Grouper | None:
+    kind = str(top.get("kind"))
+    return _GROUPERS.get((_api_group(top), kind)) or _GROUPERS.get((None, kind))
+
+
 def plan_pod_group(
     pod: dict[str, Any], owners: list[dict[str, Any]], get: OwnerGetter | None = None
 ) -> PodGroupPlan:
     """Decide the PodGroup of ``pod`` from its owner chain (see the module doc for the rules).
 
-    ``get`` is used only for RayJob / RayService, whose gang size lives on the RayCluster they
-    created (``status.rayClusterName``). Raises :class:`InvalidObject` (reason ``HourglassPodGrouping``
-    or an invalid queue label) when the owner's spec cannot give a group.
+    The top owner's kind picks its grouper (:data:`_GROUPERS`). ``get`` is used only for RayJob /
+    RayService, whose gang size lives on the RayCluster they created (``status.rayClusterName``). Raises
+    :class:`InvalidObject` (reason ``HourglassPodGrouping`` or an invalid queue label) when the owner's
+    spec cannot give a group.
     """
     meta = _meta(pod)
     pod_key = object_key(pod)
@@ -533,17 +674,18 @@ def plan_pod_group(
         owners = owners[:-1]
         top = owners[-1] if owners else None
     kind = str(top.get("kind")) if top else "Pod"
-    group_api = _api_group(top)
-
-    name = f"pg-{_meta(top).get('name')}-{_meta(top).get('uid')}" if top else f"pg-{pod_name}-{pod_uid}"
     pod_ref = _owner_ref({"apiVersion": "v1", "kind": "Pod", **pod})
-    owner_ref = _owner_ref(top) if top else pod_ref
-    label_owner = top  # the object whose labels come before the pod's (queue, priority, preemptibility)
-    min_member = 1
-    default_priority = "train"
-    subgroups: tuple[dict[str, Any], ...] = ()
-    pod_subgroup: str | None = None
-    constraint: dict[str, str] | None = None  # the workload's own (Grove); else from KAI's annotations
+    g = _Grouping(
+        pod=pod,
+        pod_key=pod_key,
+        top=top or {},
+        owners=owners,
+        get=get,
+        name=f"pg-{_meta(top).get('name')}-{_meta(top).get('uid')}" if top else f"pg-{pod_name}-{pod_uid}",
+        owner_ref=_owner_ref(top) if top else pod_ref,
+        pod_ref=pod_ref,
+        label_owner=top,  # the object whose labels come before the pod's (queue, priority, preemptibility)
+    )
     pod_labels = _labels(pod)
     if (
         (top is None or kind == "Pod")
@@ -551,70 +693,17 @@ def plan_pod_group(
         and LABEL_SPARK_APP_SELECTOR in pod_labels
     ):
         # Spark submitted without the operator: driver and executors share the app's selector label.
-        name = pod_labels[LABEL_SPARK_APP_SELECTOR]
-    elif top is None:
-        pass
-    elif kind == "Deployment" and group_api == "apps":
-        name, owner_ref = f"pg-{pod_name}-{pod_uid}", pod_ref
-        default_priority = "inference"
-    elif kind == "Job" and group_api == "batch":
-        gang = _min_member_override(top, pod_key)
-        if gang is None:
-            name = f"pg-{pod_name}-{_meta(top).get('uid')}"  # one PodGroup per pod
-        else:
-            min_member = gang  # the whole Job is one gang of that size
-    elif kind == "CronJob" and group_api == "batch":
-        # One PodGroup per run: the Job this pod belongs to, not the CronJob (KAI's CronJob grouper).
-        job = owners[-2] if len(owners) >= 2 else None
-        if job is None or job.get("kind") != "Job" or not _meta(job).get("uid"):
-            raise _grouping_error(pod_key, f"CronJob {object_key(top)}", None, "the pod's Job cannot be read")
-        name = f"pg-{_meta(job).get('name')}-{_meta(job).get('uid')}"
-        owner_ref, label_owner = _owner_ref(job), job
-    elif kind == "JobSet":
-        name, min_member = _jobset(top, pod, pod_key)
-        min_member = _min_member_override(top, pod_key) or min_member
-    elif kind == "LeaderWorkerSet" and group_api == "leaderworkerset.x-k8s.io":
-        name, min_member = _lws(top, pod, pod_key)
-        subgroups, pod_subgroup = _lws_subgroups(min_member, pod)
-    elif (group_api, kind) in _GROVE_KINDS:
-        podgang, min_member, subgroups, pod_subgroup, constraint = _grove(pod, get, pod_key)
-        name = f"pg-{_meta(podgang).get('name')}-{_meta(podgang).get('uid')}"
-        owner_ref, label_owner = _owner_ref(podgang), podgang
-        pcn = _sub(podgang, "spec").get("priorityClassName")
-        if isinstance(pcn, str) and pcn:
-            default_priority = pcn
-    elif kind == "Service" and group_api == "serving.knative.dev":
-        # Knative: one gang per Revision of at least its min-scale pods; inference by default (KAI).
-        rev = _knative_revision(top, owners, pod, get)
-        name = f"pg-{_meta(rev).get('name')}-{_meta(rev).get('uid')}"
-        raw = _annotations(rev).get(ANNOTATION_KNATIVE_MIN_SCALE, "1").strip()
-        min_member = int(raw) if raw.isdigit() and int(raw) > 0 else 1  # KAI: unparsable = 1
-        owner_ref, label_owner, default_priority = _owner_ref(rev), rev, "inference"
-    elif kind == "Notebook" and group_api == "kubeflow.org":
-        default_priority = "build"
-    elif kind in _KUBEFLOW_REPLICA_SPECS and group_api == "kubeflow.org":
-        min_member = _replicas_sum(top, _KUBEFLOW_REPLICA_SPECS[kind], pod_key)
-    elif kind == "RayCluster":
-        min_member = _ray(top, pod_key)
-    elif kind in ("RayJob", "RayService") and get is not None:
-        status = _sub(top, "status")
-        cluster_name = status.get("rayClusterName") or (status.get("activeServiceStatus") or {}).get(
-            "rayClusterName"
-        )
-        cluster = (
-            get(str(top.get("apiVersion")), "RayCluster", namespace, str(cluster_name))
-            if cluster_name
-            else None
-        )
-        if cluster is None:
-            raise _grouping_error(
-                pod_key,
-                f"{kind} {object_key(top)} status.rayClusterName",
-                cluster_name,
-                "no readable RayCluster yet",
-            )
-        min_member = _ray({"kind": "RayCluster", **cluster}, pod_key)
+        g.name = pod_labels[LABEL_SPARK_APP_SELECTOR]
+    elif top is not None and (grouper := _grouper(top)) is not None:
+        grouper(g)
+    return _plan(g, namespace, kind, inherited, pod_labels)
 
+
+def _plan(
+    g: _Grouping, namespace: str, kind: str, inherited: dict[str, str], pod_labels: dict[str, str]
+) -> PodGroupPlan:
+    """The plan from a grouper's decision: queue, priority and preemptibility from the owner's labels first."""
+    pod_key, label_owner = g.pod_key, g.label_owner
     owner_labels = {**(_labels(label_owner) if label_owner else {}), **inherited}
     queue = (
         owner_labels.get(LABEL_QUEUE)
@@ -626,12 +715,12 @@ def plan_pod_group(
     if problem := check_queue_name(queue):
         source = LABEL_QUEUE if LABEL_QUEUE in owner_labels or LABEL_QUEUE in pod_labels else LABEL_PROJECT
         raise InvalidObject("Pod", pod_key, f"metadata.labels[{source}]", queue, problem)
-    spec = _sub(pod, "spec")
+    spec = _sub(g.pod, "spec")
     priority = (
         owner_labels.get(LABEL_PRIORITY_CLASS)
         or pod_labels.get(LABEL_PRIORITY_CLASS)
         or str(spec.get("priorityClassName") or "")
-        or default_priority
+        or g.default_priority
     )
     pre = owner_labels.get(LABEL_PREEMPTIBILITY) or pod_labels.get(LABEL_PREEMPTIBILITY) or None
     if pre is not None and pre not in ("preemptible", "non-preemptible"):
@@ -643,19 +732,19 @@ def plan_pod_group(
             "must be preemptible or non-preemptible",
         )
     return PodGroupPlan(
-        name=name,
+        name=g.name,
         namespace=namespace,
-        min_member=max(min_member, 1),
+        min_member=max(g.min_member, 1),
         queue=queue,
         priority_class=priority,
         preemptibility=pre,
-        owner=owner_ref,
+        owner=g.owner_ref,
         top_owner_kind=kind,
-        topology_constraint=constraint
-        if constraint is not None
-        else _topology_constraint(label_owner if label_owner is not None else pod),
-        subgroups=subgroups,
-        pod_subgroup=pod_subgroup,
+        topology_constraint=g.constraint
+        if g.constraint is not None
+        else _topology_constraint(label_owner if label_owner is not None else g.pod),
+        subgroups=g.subgroups,
+        pod_subgroup=g.pod_subgroup,
     )
 
 
