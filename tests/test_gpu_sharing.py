@@ -364,7 +364,7 @@ def test_reservations_follow_sharers_and_pods_bind_only_once_their_gpu_is_set(
         spy,
         grace_seconds=0,
         retry=FAST,
-        sharing=GpuSharing(kube.core, kube._call, cfg, sleep=agent.tick),
+        sharing=GpuSharing(kube.core, kube.call, cfg, sleep=agent.tick),
     )  # type: ignore[arg-type]
     log.append(
         DEFAULT_TOPICS.decisions,
@@ -420,7 +420,7 @@ def test_unwired_pods_and_silent_reservations_are_not_bound(
     kube = BinderApi(api)
     silent = NodeAgent(api, reservation_ns, report=False)  # the reservation pod never starts
     log = FileLog(tmp_path / "log")
-    binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube._call, cfg, sleep=silent.tick))
+    binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube.call, cfg, sleep=silent.tick))
     log.append(
         DEFAULT_TOPICS.decisions,
         None,
@@ -452,7 +452,7 @@ def test_a_restarted_binder_leaves_no_orphan_reservation_pods(
     cfg = SharingConfig(namespace=reservation_ns, timeout_s=10, poll_s=0.05, sync_interval_s=3600)
     kube = BinderApi(api)
     log = FileLog(tmp_path / "log")
-    sharing = GpuSharing(kube.core, kube._call, cfg, sleep=agent.tick)
+    sharing = GpuSharing(kube.core, kube.call, cfg, sleep=agent.tick)
     log.append(
         DEFAULT_TOPICS.decisions,
         None,
@@ -516,7 +516,7 @@ def test_a_sharer_arriving_while_its_reservation_pod_is_deleted_waits_for_a_new_
 
     kube = BinderApi(api)
     log = FileLog(tmp_path / "log")
-    binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube._call, cfg, sleep=tick))
+    binder = Binder(log, kube, retry=FAST, sharing=GpuSharing(kube.core, kube.call, cfg, sleep=tick))
     log.append(DEFAULT_TOPICS.decisions, None, _record([_bind(f"{ns}/late", node, 0)], 1))
     st = binder.run(stop_when_idle=True)
     assert (st.bound, st.dead_letters) == (1, 0) and ticks[0] >= 3

@@ -82,7 +82,7 @@ def test_fractional_pair_shares_one_device_wired_as_kai(
                     kube,
                     grace_seconds=0,
                     retry=RetryPolicy(attempts=4, base_s=0.05),
-                    sharing=GpuSharing(kube.core, kube._call, cfg, sleep=agent.tick),
+                    sharing=GpuSharing(kube.core, kube.call, cfg, sleep=agent.tick),
                 )
                 p.ingest.start()
                 try:
