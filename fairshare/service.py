@@ -321,7 +321,7 @@ def cli_main(args: argparse.Namespace) -> int:
     """Run ``hourglass fairshare`` with parsed arguments; returns the exit code."""
     import signal
 
-    from ingest.backends import open_log
+    from ingest.backends import StartupError, open_log_for
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -354,9 +354,9 @@ def cli_main(args: argparse.Namespace) -> int:
         return 2
     topics = Topics.from_prefix(args.topic_prefix)
     try:
-        log = open_log(args.log, topics=topics.all(), role="fairshare")
-    except LogError as err:
-        print(f"fairshare: {err}", file=sys.stderr)
+        log = open_log_for("fairshare", args.log, topics=topics.all(), role="fairshare")
+    except StartupError as err:
+        print(err, file=sys.stderr)
         return 2
     metrics = server = None
     if args.metrics_port is not None:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ingest.filelog import FileLog
 from ingest.kafkalog import KafkaLog
-from ingest.log import Log
+from ingest.log import Log, LogError
 
 
 def open_log(
@@ -25,3 +25,22 @@ def open_log(
             log.ensure_topic(topic)
         return log
     return FileLog(spec, role=role, readonly=readonly)
+
+
+class StartupError(Exception):
+    """A command cannot start; its message is the one line the user sees (``COMMAND: what is wrong``)."""
+
+
+def open_log_for(
+    command: str,
+    spec: str,
+    *,
+    topics: Sequence[str] | None = None,
+    role: str | None = None,
+    readonly: bool = False,
+) -> Log:
+    """:func:`open_log` for a command's start: any failure is a :class:`StartupError` naming the command."""
+    try:
+        return open_log(spec, topics=topics, role=role, readonly=readonly)
+    except LogError as e:
+        raise StartupError(f"{command}: {e}") from None

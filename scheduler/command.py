@@ -83,7 +83,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
     from fairshare.config import FairshareConfigError
     from fairshare.settings import cli_overrides, load_settings
-    from ingest.backends import open_log
+    from ingest.backends import StartupError, open_log_for
     from ingest.log import LogError, Topics
     from scheduler.config import EngineConfigError, load_engine_config
     from scheduler.engine.record.decisions import config_hash
@@ -118,9 +118,9 @@ def run_cli(args: argparse.Namespace) -> int:
         "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
     )
     try:
-        log = open_log(args.log, topics=topics.all(), role="scheduler")
-    except LogError as e:
-        print(f"run: {e}", file=sys.stderr)
+        log = open_log_for("run", args.log, topics=topics.all(), role="scheduler")
+    except StartupError as e:
+        print(e, file=sys.stderr)
         return 2
     metrics = server = None
     if args.metrics_port is not None:

@@ -105,14 +105,14 @@ def run_sink(args: argparse.Namespace) -> int:
 
     from analytics.audit.archive import archive, retain
     from analytics.audit.store import AuditStore, StoreError, sink_from_log
-    from ingest.backends import open_log
+    from ingest.backends import StartupError, open_log_for
     from ingest.log import LogError, Topics
 
     topics = Topics.from_prefix(args.topic_prefix)
     try:
-        log = open_log(args.log, topics=topics.all(), readonly=True)
-    except LogError as e:
-        print(f"sink: {e}", file=sys.stderr)
+        log = open_log_for("sink", args.log, topics=topics.all(), readonly=True)
+    except StartupError as e:
+        print(e, file=sys.stderr)
         return 2
     total = None
     days_archived = dropped = 0

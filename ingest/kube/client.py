@@ -11,7 +11,16 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, Final, Protocol
 
-__all__ = ["HasPath", "KubeApi", "KubeError", "KubeUnavailable", "add_kubeconfig_argument", "api_client", "call"]
+__all__ = [
+    "HasPath",
+    "KubeApi",
+    "KubeError",
+    "KubeUnavailable",
+    "add_kubeconfig_argument",
+    "api_client",
+    "api_client_for",
+    "call",
+]
 
 _LIST_PAGE = 500
 
@@ -239,6 +248,21 @@ def api_client(kubeconfig: str | None) -> Any:
 
         config.load_incluster_config()
         return client.ApiClient()
+
+
+def api_client_for(command: str, kubeconfig: str | None) -> Any:
+    """:func:`api_client` for a command's start: a missing kubeconfig file, or any configuration the
+    loaders refuse, is a :class:`~ingest.backends.StartupError` naming the command and the file."""
+    from pathlib import Path
+
+    from ingest.backends import StartupError
+
+    if kubeconfig and not Path(kubeconfig).is_file():
+        raise StartupError(f"{command}: no kubeconfig file at {kubeconfig}")
+    try:
+        return api_client(kubeconfig)
+    except Exception as e:  # the kubernetes config loaders raise several unrelated types
+        raise StartupError(f"{command}: cannot load a Kubernetes configuration: {e}") from None
 
 
 def add_kubeconfig_argument(p: Any) -> None:

@@ -79,7 +79,8 @@ def add_arguments(p: Any) -> None:
 
 def run_cli(args: Any) -> int:
     """``hourglass apply-crds --dir D``: 0 when every CRD is applied and Established."""
-    from ingest.kube.client import api_client
+    from ingest.backends import StartupError
+    from ingest.kube.client import api_client_for
 
     try:
         docs = load_crds(Path(args.dir))
@@ -87,9 +88,9 @@ def run_cli(args: Any) -> int:
         print(f"apply-crds: {e}", file=sys.stderr)
         return 2
     try:
-        api = api_client(args.kubeconfig)
-    except Exception as e:  # the kubernetes config loaders raise several unrelated types
-        print(f"apply-crds: cannot load a Kubernetes configuration: {e}", file=sys.stderr)
+        api = api_client_for("apply-crds", args.kubeconfig)
+    except StartupError as e:
+        print(e, file=sys.stderr)
         return 2
     try:
         with api:

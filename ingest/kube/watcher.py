@@ -1083,21 +1083,17 @@ def run_cli(args: Any) -> int:
     import signal
     import sys
 
-    from ingest.backends import open_log
-    from ingest.kube.client import api_client
+    from ingest.backends import StartupError, open_log_for
+    from ingest.kube.client import api_client_for
     from ingest.log import LogError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix)
     try:
-        api = api_client(args.kubeconfig)
-    except Exception as e:  # the kubernetes config loaders raise several unrelated types
-        print(f"ingest: cannot load a Kubernetes configuration: {e}", file=sys.stderr)
-        return 2
-    try:
-        log_ = open_log(args.log, topics=topics.all(), role="ingest")
-    except LogError as e:
-        print(f"ingest: {e}", file=sys.stderr)
+        api = api_client_for("ingest", args.kubeconfig)
+        log_ = open_log_for("ingest", args.log, topics=topics.all(), role="ingest")
+    except StartupError as e:
+        print(e, file=sys.stderr)
         return 2
     state = Path(args.state) if args.state else default_state_path(args.log)
     stop = threading.Event()

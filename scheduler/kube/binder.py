@@ -1019,21 +1019,17 @@ def run_cli(args: Any) -> int:
     import signal
     import sys
 
-    from ingest.backends import open_log
-    from ingest.kube.client import api_client
+    from ingest.backends import StartupError, open_log_for
+    from ingest.kube.client import api_client_for
     from ingest.log import LogError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix)
     try:
-        api = api_client(args.kubeconfig)
-    except Exception as e:  # the kubernetes config loaders raise several unrelated types
-        print(f"bind: cannot load a Kubernetes configuration: {e}", file=sys.stderr)
-        return 2
-    try:
-        log_ = open_log(args.log, topics=topics.all(), role="binder")
-    except LogError as e:
-        print(f"bind: {e}", file=sys.stderr)
+        api = api_client_for("bind", args.kubeconfig)
+        log_ = open_log_for("bind", args.log, topics=topics.all(), role="binder")
+    except StartupError as e:
+        print(e, file=sys.stderr)
         return 2
     sharing = None
     if args.gpu_sharing:
