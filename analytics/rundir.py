@@ -11,7 +11,7 @@ engine. Format of a run directory (``hourglass simulate --out DIR``; see ``docs/
   (:mod:`scheduler.engine.record.delta`; runs written before delta records hold only full v1 records);
 * ``usage.jsonl``: the usage snapshots the cycles consumed (runs with ``k_value`` > 0), one JSON object per
   line in the usage topic's format (``id``, ``as_of_ms``, ``available``, ``queues``; see
-  :mod:`scheduler.usage`), so a replay re-runs those cycles with the same usage;
+  :mod:`fairshare.record`), so a replay re-runs those cycles with the same usage;
 * ``manifest.json``: ``format`` (:data:`RUN_FORMAT`), inputs (trace files with sha256, tenants config),
   engine config hash and counts; canonical JSON (sorted keys, 2-space indent).
 """
@@ -23,10 +23,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Final, Protocol
 
+from fairshare.record import UsageInput, dump_usage_record, parse_usage_record
 from ingest.events import Event, EventBase, dump_event, parse_event
 from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder, expand_records
-from scheduler.usage import UsageInput, parse_usage_record
 
 __all__ = [
     "CYCLES_FILE",
@@ -54,10 +54,7 @@ USAGE_FILE: Final = "usage.jsonl"
 
 def usage_record(snapshot_id: str, as_of_ms: int, usage: dict[str, dict[str, float]] | None) -> bytes:
     """Canonical JSON of a usage snapshot in the usage topic's format (``None`` usage: unavailable)."""
-    body: dict[str, Any] = {"id": snapshot_id, "as_of_ms": as_of_ms, "available": usage is not None}
-    if usage is not None:
-        body["queues"] = usage
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return dump_usage_record(UsageInput(snapshot_id, as_of_ms, usage))
 
 
 class SimLog(Protocol):

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from fairshare.record import UsageInput, UsageRecordError, parse_usage_record
 from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics
 from scheduler.engine.inflight import (
@@ -59,7 +60,6 @@ from scheduler.metrics import (
     proportion_seconds,
     timed_session_factory,
 )
-from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
 __all__ = [
     "DEFAULT_GROUP",

@@ -13,6 +13,7 @@ import pytest
 from fairshare.config import FairshareConfig
 from fairshare.decay import DecayedUsage
 from fairshare.prometheus import PrometheusSource, PrometheusSourceConfig
+from fairshare.record import parse_usage_record
 from fairshare.service import FairshareService
 from fairshare.snapshot import SNAPSHOT_KEY, UsageSnapshot
 from fairshare.source import ALLOCATION_SCHEMA, CAPACITY_SCHEMA, SourceUnavailable
@@ -24,7 +25,6 @@ from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
-from scheduler.usage import parse_usage_record
 from tests.promserver import PrometheusFactory, openmetrics_history
 
 ROOT = Path(__file__).resolve().parent.parent

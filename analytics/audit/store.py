@@ -41,9 +41,9 @@ import polars as pl
 from analytics.audit.history import Intervals
 from analytics.audit.views import create_table_views, create_views, history_dir
 from analytics.rundir import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
+from fairshare.record import UsageRecordError, parse_usage_record
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Topics
 from scheduler.engine.record.decisions import CycleRecord
-from scheduler.usage import UsageRecordError, parse_usage_record
 
 __all__ = [
     "DEFAULT_GROUP",

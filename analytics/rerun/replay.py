@@ -32,6 +32,7 @@ from typing import Any, Final
 
 from analytics.gctune import gc_tuned
 from analytics.rundir import read_events, read_manifest, read_records, read_usage
+from fairshare.record import UsageInput, UsageRecordError, parse_usage_record
 from ingest.backends import open_log
 from ingest.events import Event, EventError, parse_event
 from ingest.log import DEFAULT_TOPICS, LogError, Topics
@@ -41,7 +42,6 @@ from scheduler.engine.record.decisions import CycleRecord, Decision, config_hash
 from scheduler.engine.record.delta import DeltaReader, RecordChainError
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import StateBuilder
-from scheduler.usage import UsageInput, UsageRecordError, parse_usage_record
 
 __all__ = [
     "NO_USAGE",

@@ -47,6 +47,7 @@ from typing import Any, Final, Protocol
 from analytics.rerun.replay import ReplayError, load_source
 from analytics.rundir import DirLog
 from fairshare.config import FairshareConfig, FairshareConfigError
+from fairshare.record import UsageInput, dump_usage_record
 from fairshare.service import FairshareService
 from fairshare.snapshot import SnapshotError, UsageSnapshot
 from ingest import events as ev
@@ -57,7 +58,6 @@ from scheduler.engine.record.decisions import CycleRecord, config_hash
 from scheduler.engine.record.delta import RecordChainError, expand_records
 from scheduler.engine.session import SessionConfig
 from scheduler.service import Service
-from scheduler.usage import UsageInput
 
 __all__ = [
     "MemoryLog",
@@ -385,13 +385,8 @@ def _split(
 
 
 def _usage_bytes(u: UsageInput) -> bytes:
-    """The snapshot as a usage record :func:`scheduler.usage.parse_usage_record` reads back equal."""
-    body: dict[str, Any] = {"id": u.id, "as_of_ms": u.as_of_ms, "available": u.usage is not None}
-    if u.usage is not None:
-        body["queues"] = u.usage
-    if u.reason is not None:
-        body["reason"] = u.reason
-    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    """The snapshot as a usage record :func:`fairshare.record.parse_usage_record` reads back equal."""
+    return dump_usage_record(u)
 
 
 def service_config(base: SessionConfig, changes: Sequence[Setting]) -> SessionConfig:

@@ -1,6 +1,7 @@
-"""The usage snapshot a cycle consumes: what the scheduler reads from the usage topic.
+"""The usage record: the usage topic's format, read and written here only.
 
-The fairshare service (:mod:`fairshare.snapshot`) publishes one JSON record per snapshot. The scheduler
+The fairshare service (:mod:`fairshare.snapshot`) publishes one JSON record per snapshot; the simulator
+and the what-if write the same format with :func:`dump_usage_record`. The scheduler
 needs four fields of it: ``id`` (recorded in every cycle that used it, so replays are exact), ``as_of_ms``,
 ``available`` (False: usage is unavailable and the division falls back to classic fair share) and
 ``queues`` (queue -> resource -> normalised usage U'). Everything else in the record is for people and
@@ -14,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UsageInput", "UsageRecordError", "parse_usage_record"]
+__all__ = ["UsageInput", "UsageRecordError", "dump_usage_record", "parse_usage_record"]
 
 
 class UsageRecordError(ValueError):
@@ -70,3 +71,14 @@ def parse_usage_record(raw: bytes) -> UsageInput:
             vec[r] = float(v)
         usage[q] = vec
     return UsageInput(sid, as_of, usage, None)
+
+
+def dump_usage_record(u: UsageInput) -> bytes:
+    """Canonical JSON of a snapshot in the usage topic's format; :func:`parse_usage_record` reads it back
+    equal (``usage`` None: unavailable, with its ``reason`` when there is one)."""
+    body: dict[str, Any] = {"id": u.id, "as_of_ms": u.as_of_ms, "available": u.usage is not None}
+    if u.usage is not None:
+        body["queues"] = u.usage
+    if u.reason is not None:
+        body["reason"] = u.reason
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
