@@ -46,16 +46,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ingest.kube.translate import (
+from ingest.kube.names import (
     ANNOTATION_TOPOLOGY,
     ANNOTATION_TOPOLOGY_PREFERRED,
     ANNOTATION_TOPOLOGY_REQUIRED,
     LABEL_PREEMPTIBILITY,
     LABEL_QUEUE,
-    InvalidObject,
-    check_queue_name,
-    object_key,
 )
+from ingest.kube.translate import InvalidObject, check_queue_name, object_key
 
 __all__ = [
     "ANNOTATION_MIN_MEMBER",

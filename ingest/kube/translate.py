@@ -49,6 +49,29 @@ from ingest.events import (
     VolumeClaim,
     validation_message,
 )
+from ingest.kube.names import (
+    ANNOTATION_CYCLE,
+    ANNOTATION_GPU_CONFIGMAP,
+    ANNOTATION_GPU_DEVICES,
+    ANNOTATION_GPU_FRACTION,
+    ANNOTATION_GPU_FRACTION_DEVICES,
+    ANNOTATION_GPU_GROUPS,
+    ANNOTATION_GPU_MEMORY,
+    ANNOTATION_GPU_PORTION,
+    ANNOTATION_POD_GROUP,
+    ANNOTATION_TOPOLOGY,
+    ANNOTATION_TOPOLOGY_PREFERRED,
+    ANNOTATION_TOPOLOGY_REQUIRED,
+    GPU_RESOURCE,
+    LABEL_GPU_MEMORY,
+    LABEL_GPU_PRODUCT,
+    LABEL_GPU_RESERVATION,
+    LABEL_NODE_POOL,
+    LABEL_PREEMPTIBILITY,
+    LABEL_QUEUE,
+    LABEL_TASK_PRIORITY,
+    PRIORITY_CLASSES,
+)
 from ingest.kube.units import parse_bytes, parse_cpu_millicores, parse_fraction_milli, parse_gpu_milli
 
 __all__ = [
@@ -95,42 +118,6 @@ __all__ = [
     "volume_claim",
 ]
 
-# KAI's keys (kai-spec §2.2, §2.3, §2.5).
-ANNOTATION_POD_GROUP: Final = "pod-group-name"
-# KAI's topology annotations on a workload (the pod grouper copies them into spec.topologyConstraint).
-ANNOTATION_TOPOLOGY: Final = "kai.scheduler/topology"
-ANNOTATION_TOPOLOGY_REQUIRED: Final = "kai.scheduler/topology-required-placement"
-ANNOTATION_TOPOLOGY_PREFERRED: Final = "kai.scheduler/topology-preferred-placement"
-ANNOTATION_GPU_FRACTION: Final = "gpu-fraction"
-ANNOTATION_GPU_MEMORY: Final = "gpu-memory"
-ANNOTATION_GPU_FRACTION_DEVICES: Final = "gpu-fraction-num-devices"
-LABEL_QUEUE: Final = "kai.scheduler/queue"
-LABEL_NODE_POOL: Final = "kai.scheduler/node-pool"  # KAI's node pool of a PodGroup (absent: "default")
-LABEL_TASK_PRIORITY: Final = "kai.scheduler/task-priority"
-LABEL_PREEMPTIBILITY: Final = "kai.scheduler/preemptibility"
-GPU_RESOURCE: Final = "nvidia.com/gpu"
-# Hourglass's own, written by the binder on the Binding (so set on the pod with its node) and read back by
-# ingest into PodBound: the devices the engine chose and the portion of each.
-ANNOTATION_GPU_DEVICES: Final = "hourglass.io/gpu-devices"  # "0,3": device indices on the node
-ANNOTATION_GPU_PORTION: Final = "hourglass.io/gpu-milli-per-device"  # "500" (1000 = a whole device)
-ANNOTATION_CYCLE: Final = "hourglass.io/cycle-id"
-# GPU sharing at run time (docs/gpu-sharing.md): the admission webhook names each sharing pod's ConfigMap; the
-# binder fills it in before binding and records the shared devices' groups on the Binding.
-ANNOTATION_GPU_CONFIGMAP: Final = "hourglass.io/gpu-configmap"
-ANNOTATION_GPU_GROUPS: Final = "hourglass.io/gpu-groups"
-# Reservation pods (one per shared device, in the binder's reservation namespace) carry this label. They hold
-# the whole device through the device plugin on behalf of its sharers, so the engine must not count them.
-LABEL_GPU_RESERVATION: Final = "hourglass.io/gpu-reservation"
-LABEL_GPU_MEMORY: Final = "nvidia.com/gpu.memory"
-LABEL_GPU_PRODUCT: Final = "nvidia.com/gpu.product"
-
-PRIORITY_CLASSES: Final[dict[str, int]] = {
-    "train": 50,
-    "build-preemptible": 75,
-    "build": 100,
-    "inference": 125,
-}
-"""KAI's installed PriorityClasses and their values (kai-spec §2.4); preemptible iff value < 100."""
 
 _MIB = 1024 * 1024
 _GPU_MEMORY_BYTES_THRESHOLD = 1_048_576  # label values at or above this are bytes, not MiB (kai-spec §2.5)

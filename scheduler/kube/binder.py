@@ -40,7 +40,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from ingest.kube.client import KubeError, KubeUnavailable, add_kubeconfig_argument, call
-from ingest.kube.translate import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
+from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.kube.units import decimal_text
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord

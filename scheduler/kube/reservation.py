@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ingest.kube.translate import (
+from ingest.kube.names import (
     ANNOTATION_GPU_CONFIGMAP,
     ANNOTATION_GPU_GROUPS,
     GPU_RESOURCE,

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
-from ingest.kube.translate import ANNOTATION_GPU_CONFIGMAP, ANNOTATION_GPU_FRACTION, ANNOTATION_GPU_MEMORY
+from ingest.kube.names import ANNOTATION_GPU_CONFIGMAP, ANNOTATION_GPU_FRACTION, ANNOTATION_GPU_MEMORY
 from scheduler.kube.reservation import VISIBILITY_KEYS
 
 __all__ = [
