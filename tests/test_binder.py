@@ -570,6 +570,10 @@ def test_cli_reports_a_bad_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixt
         ]
     )
     assert rc == 2
+    assert capsys.readouterr().err.strip() == f"bind: no kubeconfig file at {tmp_path / 'missing'}"
+    garbled = tmp_path / "garbled"
+    garbled.write_text("clusters: [")
+    assert main(["bind", "--log", str(tmp_path / "log"), "--kubeconfig", str(garbled), "--stop-when-idle"]) == 2
     assert "bind: cannot load a Kubernetes configuration" in capsys.readouterr().err
 
 
