@@ -329,7 +329,11 @@ def _held(pod: Pod) -> tuple[int, int, int]:
 
 def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int | None:
     """The time the engine binds *target* when every run takes its *pct* percentile; None: not within
-    :data:`HORIZON_MS` (it never fits while nothing new arrives)."""
+    :data:`HORIZON_MS` (it never fits while nothing new arrives).
+
+    Long on purpose: one forward run is a single loop whose steps (feed arrivals, finish runs, cycle, look for
+    the target) share its local clock and queues; split, they would pass that state around.
+    """
     b = tr.builder.fork()
     run = KeptRun(b)  # every event folds through it: the session is kept between the forward cycles
     heap: list[tuple[int, int, int, str]] = []

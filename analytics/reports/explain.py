@@ -523,6 +523,10 @@ def _landing(d: dict[str, Any]) -> list[str]:
 
 
 def _explain(s: _Store, pod_arg: str, at_ms: int | None) -> Explanation:
+    """The answer for one pod at one time, from its decisions and intervals. Long on purpose: one pass from
+    the pod's latest decisions to its state (pending, pipelined, bound, evicted, finished) and the words for
+    it, every branch reading the same rows.
+    """
     pod = s.resolve_pod(pod_arg)
     limit = at_ms if at_ms is not None else 2**62
     latest = s.rows(

@@ -327,6 +327,10 @@ def report_from(
 def _build(
     con: duckdb.DuckDBPyConnection, db: str, from_: str | None, to: str | None, focus: str | None
 ) -> Report:
+    """The report, built from the store's views in one place: every figure of :class:`Report` is computed here
+    from the same window and the same connection. Long on purpose: the figures are one query each, read top to
+    bottom in the order the report prints them.
+    """
     span = _rows(con, "SELECT first_ms, last_ms FROM run_span")[0]
     if span[0] is None:
         raise ReportError(f"{db}: the store holds no events and no cycles")
@@ -828,6 +832,9 @@ def render(report: Report, fmt: str = "table", out: IO[str] | None = None) -> No
 
 
 def _render_table(report: Report, out: IO[str]) -> None:
+    """The terminal tables of a report. Long on purpose: one block per table, in print order; each block only
+    formats columns the report already holds.
+    """
     from rich.console import Console
     from rich.table import Table
 

@@ -165,7 +165,10 @@ def _mpl_at_least(major: int, minor: int) -> bool:
 
 
 def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]:
-    """plot id -> (title, inline SVG)."""
+    """plot id -> (title, inline SVG).
+
+    Long on purpose: one block per figure, in page order; they share the time axis and the colours.
+    """
     try:
         import matplotlib
     except ImportError as e:
@@ -323,7 +326,11 @@ def _pct(x: float | None) -> str:
 
 
 def render_html(report: Report, data: dict[str, Any]) -> str:
-    """The whole page as a string."""
+    """The whole page as a string.
+
+    Long on purpose: the page's sections in reading order, each a few lines of HTML around the report's
+    figures.
+    """
     figs = _figures(report, data)
     win = report.window
     qrows = [

@@ -238,7 +238,11 @@ def is_service_log(spec: Path | str) -> bool:
 
 
 def load_recording(path: Path | str) -> Recording:
-    """Read a ``simulate --out`` directory: its manifest, nodes, jobs and the pods' recorded run times."""
+    """Read a ``simulate --out`` directory: its manifest, nodes, jobs and the pods' recorded run times.
+
+    Long on purpose: one pass over the manifest and the events file, one branch per event type,
+    then the jobs assembled from their pods.
+    """
     run = Path(path)
     spec = str(path)
     if is_service_log(spec):
@@ -671,6 +675,9 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
     submitted and neither bound nor deleted at the window's end. Fair share: each cycle record's GPU fair
     share, held until the next record. Allocation ratio: held GPU-time over capacity GPU-time; fragmented
     GPUs: the time-mean of idle GPUs on nodes where the run's most common per-pod GPU request does not fit.
+
+    Long on purpose: one pass over the events that updates every figure at once (allocations, waits,
+    evictions, GPU-hours); splitting it would mean one pass per figure.
     """
     lo, hi = window if window is not None else (None, None)
     held = held_gpu_ms_of(events, lambda: [tally.last_ms], lo, hi)

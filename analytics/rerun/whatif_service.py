@@ -253,6 +253,10 @@ def _split(
     events: list[tuple[int, ev.Event]],
     usage: list[UsageInput],
 ) -> ServiceRecording:
+    """A service log read into a recording: the recorded decisions' bind and evict times, then the events'
+    runs, pods and groups. Long on purpose: one pass over the events with one branch per event type,
+    tracking each pod's state across them.
+    """
     binds: dict[str, list[int]] = defaultdict(list)  # pod -> cycle times of its Bind decisions
     evicts: dict[str, list[int]] = defaultdict(list)
     end_ms = 0

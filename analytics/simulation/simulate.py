@@ -323,6 +323,11 @@ class Simulator:
         usage: UsageFn | None = None,
         topologies: Sequence[ev.TopologyUpserted] = (),
     ) -> None:
+        """Load and check the inputs before the first cycle: nodes, queues, jobs and the engine's config.
+
+        Long on purpose: the checks run in the order the inputs depend on each other, each error naming its
+        input.
+        """
         self.tenants = tenants
         self.topologies = list(topologies)
         self.period_ms = (period_s if period_s is not None else tenants.cycle_period_s) * 1000

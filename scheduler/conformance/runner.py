@@ -87,7 +87,12 @@ def _queue_resources(q: dict[str, Any]) -> dict[str, ResourceQuota]:
 
 
 def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
-    """Scenario JSON -> (snapshot, engine config)."""
+    """Scenario JSON -> (snapshot, engine config).
+
+    Long on purpose: one pass over the scenario schema's sections (nodes, queues, jobs, pods, topology,
+    config), in the order the schema documents them, so each field's translation can be read next to its
+    neighbours.
+    """
     cfg = doc.get("config", {})
     placement = cfg.get("node_placement", {})
     fs_enabled = cfg.get("queue_fair_share_enabled", True)
