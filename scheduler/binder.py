@@ -44,6 +44,7 @@ from ingest.kubeclient import add_kubeconfig_argument
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from ingest.units import decimal_text
 from scheduler.engine.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.delta import render
 from scheduler.metrics import BinderMetrics
 from scheduler.podgroup_status import (
     ClearConditions,
@@ -252,8 +253,11 @@ def plan(
     was bound and becomes pending again is told at once, and the memory stays as large as the pending set.
     A delta record (:mod:`scheduler.engine.delta`) lists only the pending jobs that changed: the other
     remembered pods stay pending, less the jobs it clears and the pods it binds, evicts or pipelines, and
-    each of them still gets its periodic Warning Event.
+    each of them still gets its periodic Warning Event. A pending pod's message is its decision's full
+    message (:func:`scheduler.engine.delta.render`); it is rewritten when the job's decision is listed
+    again, not each time only the cluster's largest free GPUs moved.
     """
+    record = render(record)
     evicts: list[Action] = []
     binds: list[Action] = []
     pendings: list[Action] = []
