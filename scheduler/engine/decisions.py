@@ -38,7 +38,9 @@ from scheduler.engine.session import (
 from scheduler.engine.state import PodStatus
 
 RECORD_VERSION: Literal[2] = 2
-_V2_FIELDS = frozenset({"kind", "base", "cleared", "queues_removed", "queue_changes", "largest_free_gpu_milli"})
+_V2_FIELDS = frozenset(
+    {"kind", "base", "cleared", "queues_removed", "queue_changes", "largest_free_gpu_milli"}
+)
 # The detail of a PodSchedulingErrors decision that is the cluster's, not the job's (the same number in
 # every such decision of a cycle): delta records carry it once per record (scheduler/engine/delta.py).
 LARGEST_FREE: Final = "largest_free_gpus_on_a_node"
@@ -123,7 +125,9 @@ class CycleRecord(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         delta_only = self.cleared or self.queues_removed or self.queue_changes
-        if self.v == 1 and (self.kind != "full" or self.base or delta_only or self.largest_free_gpu_milli is not None):
+        if self.v == 1 and (
+            self.kind != "full" or self.base or delta_only or self.largest_free_gpu_milli is not None
+        ):
             raise ValueError(
                 "a v1 cycle record is always full (no kind, base, cleared, queues_removed, queue_changes or"
                 " largest_free_gpu_milli)"
