@@ -99,7 +99,7 @@ _TABLES = {
     "pending_intervals": "SELECT * FROM pending_intervals ORDER BY ALL",
     "decisions": "SELECT * EXCLUDE (seq) FROM decisions ORDER BY ALL",
     "queue_cycles": "SELECT * FROM queue_cycles ORDER BY ALL",
-    "cycles": "SELECT * EXCLUDE (kind, n_decisions) FROM cycles ORDER BY ALL",
+    "cycles": "SELECT * EXCLUDE (kind, base, n_queues, n_decisions) FROM cycles ORDER BY ALL",
 }
 
 
