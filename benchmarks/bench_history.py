@@ -6,13 +6,19 @@
    checkpoint, times the cycles).
 2. ``sink``: the 1 s run loaded into a fresh audit store (DuckDB + Parquet history): seconds, times real
    time, store bytes per simulated day.
-3. ``queries``: a store holding ``--days`` days of synthetic input records at one record every 10 s (20
+3. ``pending``: ``benchmarks/history-churn.yaml`` (160 GPUs, 8 queues keeping 10, 125 or 1,250 jobs
+   pending each: 80 / 1,000 / 10,000 pending, short runs, 1 s period) for ``--pending-duration``: bytes per
+   recorded cycle as written and as the writer before (which restated every pending decision whenever
+   the cluster's largest free GPUs moved) would have written the same cycles, and bytes per day at a 1 s
+   cadence (every cycle recorded: the deltas' mean, an empty delta for each skipped cycle, a checkpoint
+   every 3,600 records).
+4. ``queries``: a store holding ``--days`` days of synthetic input records at one record every 10 s (20
    queues, ~2,000 pending jobs, a few binds and finishes, new / cleared pending jobs and changed queues per
    record, with the matching pod events), every whole day moved to Parquet; then "why was pod X pending at
    time T" over ``pending_intervals`` and "GPU-hours per queue per day" over ``queue_days`` (median of
    ``--repeat`` runs on a read-only connection).
 
-    python benchmarks/bench_history.py [--duration 10m] [--days 30] [--skip-records]
+    python benchmarks/bench_history.py [--duration 10m] [--days 30] [--skip-records] [--pending 80,1000]
 """
 
 from __future__ import annotations
@@ -33,10 +39,11 @@ from analytics.audit.store import AuditStore, load_cycles, load_events, load_run
 from analytics.audit.views import history_dir
 from analytics.rundir import CYCLES_FILE, read_cycles, read_records
 from scheduler.engine.record.decisions import CycleRecord
-from scheduler.engine.record.delta import delta_of
+from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, delta_of, render
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "production-cadence.yaml"
+CHURN = ROOT / "benchmarks" / "history-churn.yaml"
 DAY = 86_400_000
 
 
@@ -46,10 +53,12 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def _simulate(out: Path, period: str, duration: str) -> tuple[float, int]:
+def _simulate(
+    out: Path, period: str, duration: str, config: Path = EXAMPLE, extra: tuple[str, ...] = ()
+) -> tuple[float, int]:
     """(wall seconds, cycles the simulator skipped because nothing had changed)."""
-    cmd = [sys.executable, "-m", "analytics.cli", "simulate", "--config", str(EXAMPLE), "--out", str(out)]
-    cmd += ["--set", f"cycle_period={period}", "--set", f"duration={duration}", "--json"]
+    cmd = [sys.executable, "-m", "analytics.cli", "simulate", "--config", str(config), "--out", str(out)]
+    cmd += ["--set", f"cycle_period={period}", "--set", f"duration={duration}", "--json", *extra]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
     return time.perf_counter() - t0, int(json.loads(done.stdout)["cycles"]["skipped"])
@@ -105,6 +114,61 @@ def bench_sink(run: Path, duration_ms: int) -> None:
         f" simulated_s={duration_ms / 1000:.0f} x_real_time={duration_ms / 1000 / wall:.1f}"
         f" store_bytes={size} store_bytes_per_day={per_day} seconds={wall:.2f}"
     )
+
+
+def previous_format(fulls: list[CycleRecord], every: int = DEFAULT_CHECKPOINT_EVERY) -> list[CycleRecord]:
+    """The records the writer before ``largest_free_gpu_milli`` made of these full records: rendered
+    checkpoints, and deltas restating every pending decision that differs in any field."""
+    out = []
+    for i, full in enumerate(fulls):
+        if i % every == 0:
+            out.append(full)
+            continue
+        before = {d.job: d for d in fulls[i - 1].decisions if d.kind == "Unschedulable"}
+        changed = [d for d in full.decisions if d.kind != "Unschedulable" or before.get(d.job) != d]
+        out.append(render(delta_of(fulls[i - 1], full)).model_copy(update={"decisions": changed}))
+    return out
+
+
+def _per_day(recs: list[CycleRecord], skipped: int) -> tuple[int, int, int]:
+    """(mean delta bytes, checkpoint bytes, bytes per day with a cycle every second, all recorded)."""
+    deltas = [len(r.dumps()) + 1 for r in recs if not r.is_full]
+    full = len(recs[0].dumps()) + 1
+    empty = _empty_delta_bytes_of(recs[-1])
+    # a skipped cycle (nothing changed) is an empty delta for a service recording every period
+    mean = (sum(deltas) + skipped * empty) / max(1, len(deltas) + skipped)
+    per_day = round(86_400 * mean + 86_400 / DEFAULT_CHECKPOINT_EVERY * (full - mean))
+    return round(sum(deltas) / max(1, len(deltas))), full, per_day
+
+
+def _empty_delta_bytes_of(last: CycleRecord) -> int:
+    """Bytes of a delta listing nothing, in the format of *last* (as written)."""
+    empty: dict[str, Any] = {"decisions": [], "cleared": [], "queues": [], "queue_changes": [], "queues_removed": []}
+    if last.is_full:
+        empty.update(kind="delta", base=last.cycle_id)
+    return len(last.model_copy(update=empty).dumps()) + 1
+
+
+def bench_pending(tmp: Path, duration: str, pending: list[int]) -> None:
+    for n in pending:
+        per_queue = max(1, n // 8)
+        out = tmp / f"churn-{n}"
+        sets = [f"workloads.{i}.jobs={per_queue}" for i in range(0, 16, 2)]  # the keep_pending workloads
+        wall, skipped = _simulate(out, "1s", duration, CHURN, tuple(x for s in sets for x in ("--set", s)))
+        written = list(read_records(out))
+        old = previous_format(list(read_cycles(out)))
+        size = (out / CYCLES_FILE).stat().st_size
+        old_size = sum(len(r.dumps()) + 1 for r in old)
+        mean, full, day = _per_day(written, skipped)
+        old_mean, old_full, old_day = _per_day(old, skipped)
+        print(
+            f"bench: history pending scenario=history-churn pending={per_queue * 8} duration={duration}"
+            f" records={len(written)} skipped_cycles={skipped} bytes_per_record={size // len(written)}"
+            f" previous_bytes_per_record={old_size // len(old)} delta_mean_bytes={mean}"
+            f" previous_delta_mean_bytes={old_mean} checkpoint_bytes={full} previous_checkpoint_bytes={old_full}"
+            f" bytes_per_day_1s={day} previous_bytes_per_day_1s={old_day} simulate_seconds={wall:.1f}"
+            f" seconds={wall:.1f}"
+        )
 
 
 # --------------------------------------------------------------------------- 30 days of synthetic input
@@ -286,9 +350,13 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--skip-records", action="store_true", help="only the 30-day store and its queries")
     p.add_argument("--skip-queries", action="store_true", help="only the records and sink benchmarks")
+    p.add_argument("--pending", default="", help="pending-job counts of the churn benchmark (80,1000,10000)")
+    p.add_argument("--pending-duration", default="5m", help="simulated time of each churn run (default 5m)")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if args.pending:
+            bench_pending(tmp, args.pending_duration, [int(x) for x in args.pending.split(",")])
         if not args.skip_records:
             run = bench_records(tmp, args.duration)
             bench_sink(run, _ms(args.duration))

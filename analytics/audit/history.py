@@ -16,6 +16,12 @@ Intervals are cut at UTC midnight (logical time), closed at ``D 00:00`` and reop
 so each day's rows stand alone: a day's Parquet partition answers "what held during day D" by itself, and
 daily aggregates need no other day. ``start_cycle`` stays the cycle that made the decision.
 
+Records as written keep the cluster's largest free GPUs once (``largest_free_gpu_milli``,
+:mod:`scheduler.engine.record.delta`), not in each pending decision. The store keeps decisions in their full
+form, so each record's decisions are rendered, and when that number moves every open pending interval
+that names it is closed and reopened with the new number (with a ``decisions`` row at that cycle), as it
+was when every delta restated those decisions: the store's rows and answers do not depend on the format.
+
 Sequence numbers (``seq``) count the records in load order; an interval covers the cycles with
 ``start_seq <= seq < end_seq``, which is exact even when two cycles share a logical time.
 """
@@ -28,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
-from scheduler.engine.record.delta import RecordChainError, patch_queue
+from scheduler.engine.record.delta import RecordChainError, patch_queue, render, render_pending, strip_pending
 
 __all__ = ["DAY_MS", "RESOURCES", "Intervals", "OpenPending", "OpenQueue", "queue_columns"]
 
@@ -135,6 +141,7 @@ class Intervals:
     last_ms: int | None = None
     seq: int = -1  # of the last record read
     orphans: int = 0  # deltas skipped because their base was never read
+    free: int | None = None  # the last record's largest_free_gpu_milli (None: unknown or not written)
     cycles: list[dict[str, Any]] = field(default_factory=list)
     decisions: list[dict[str, Any]] = field(default_factory=list)
     closed_pending: list[dict[str, Any]] = field(default_factory=list)
@@ -152,14 +159,19 @@ class Intervals:
         t = rec.logical_time_ms
         self._cut_at_midnights(t, seq)
         self._opened = set()
+        free = rec.largest_free_gpu_milli
+        written, rec = rec, render(rec)
         if rec.is_full:
             self._full(rec, seq, t)
         else:
             self._delta(rec, seq, t)
-        for i, d in enumerate(rec.decisions):
+        listed = {d.job for d in rec.decisions if d.kind == "Unschedulable"}
+        refreshed = self._refresh(rec, seq, free, listed) if free is not None and free != self.free else []
+        self.free = free
+        for i, d in enumerate([*rec.decisions, *refreshed]):
             if d.kind != "Unschedulable" or d.job in self._opened:
                 self.decisions.append(_decision_row(rec, seq, i, d))
-        self.cycles.append(self._cycle_row(rec, seq))
+        self.cycles.append(self._cycle_row(written, seq))
         self.seq, self.last_cycle, self.last_ms = seq, rec.cycle_id, t
         return True
 
@@ -220,6 +232,21 @@ class Intervals:
                     f"cycle {rec.cycle_id} changes queue {change.get('name')!r}, which is not open in the store"
                 )
             self._open_queue(patch_queue(open_q.record, change), rec, seq)
+
+    def _refresh(self, rec: CycleRecord, seq: int, free: int, listed: set[str]) -> list[Decision]:
+        """Reopen the open pending intervals that name another largest free than *free* (the record did
+        not list these jobs: only the cluster's number moved); their decisions as of this record."""
+        out: list[Decision] = []
+        for job in sorted(self.pending):
+            if job in listed:
+                continue
+            stripped = strip_pending(self.pending[job].decision)
+            if stripped is None or stripped[1] == free:
+                continue
+            d = render_pending(stripped[0], free)
+            self._open_pending(d, _canon(d.model_dump(mode="json")), rec, seq)
+            out.append(d)
+        return out
 
     def _cut_at_midnights(self, t: int, seq: int) -> None:
         if self.last_ms is None or t // DAY_MS <= self.last_ms // DAY_MS:

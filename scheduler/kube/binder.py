@@ -44,6 +44,7 @@ from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATI
 from ingest.kube.units import decimal_text
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.delta import render
 from scheduler.kube.podgroup_status import (
     ClearConditions,
     ConditionMemory,
@@ -250,8 +251,11 @@ def plan(
     was bound and becomes pending again is told at once, and the memory stays as large as the pending set.
     A delta record (:mod:`scheduler.engine.record.delta`) lists only the pending jobs that changed: the other
     remembered pods stay pending, less the jobs it clears and the pods it binds, evicts or pipelines, and
-    each of them still gets its periodic Warning Event.
+    each of them still gets its periodic Warning Event. A pending pod's message is its decision's full
+    message (:func:`scheduler.engine.record.delta.render`); it is rewritten when the job's decision is listed
+    again, not each time only the cluster's largest free GPUs moved.
     """
+    record = render(record)
     evicts: list[Action] = []
     binds: list[Action] = []
     pendings: list[Action] = []

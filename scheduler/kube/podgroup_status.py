@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import render
 
 __all__ = [
     "CONDITION_TYPE",
@@ -137,7 +138,9 @@ def plan_conditions(
     written, unless the same record binds or pipelines some of its pods (KAI writes no condition for a job
     with allocated pods). A job that had a condition gets :class:`ClearConditions` once a record shows it no longer
     pending: a full record that does not list it as Unschedulable, or a delta record that clears it.
+    Messages are the decisions' full messages (:func:`scheduler.engine.record.delta.render`).
     """
+    record = render(record)
     actions: list[SetCondition | ClearConditions] = []
     written = dict(memory.written)
     pending: set[str] = set()

@@ -20,7 +20,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -38,7 +38,12 @@ from scheduler.engine.session import (
 from scheduler.engine.state import PodStatus
 
 RECORD_VERSION: Literal[2] = 2
-_V2_FIELDS = frozenset({"kind", "base", "cleared", "queues_removed", "queue_changes"})
+_V2_FIELDS = frozenset(
+    {"kind", "base", "cleared", "queues_removed", "queue_changes", "largest_free_gpu_milli"}
+)
+# The detail of a PodSchedulingErrors decision that is the cluster's, not the job's (the same number in
+# every such decision of a cycle): delta records carry it once per record (scheduler/engine/record/delta.py).
+LARGEST_FREE: Final = "largest_free_gpus_on_a_node"
 
 ResVec = dict[str, int]
 
@@ -113,13 +118,19 @@ class CycleRecord(_Model):
     queue_changes: list[dict[str, Any]] = []
     # The binds in flight the cycle opened with (scheduler/engine/inflight.py); written only when non-empty.
     in_flight: list[InFlightBind] = []
+    # A record as written (scheduler/engine/record/delta.py): the most free GPUs on any node (milli-GPU) for the
+    # cycle's PodSchedulingErrors decisions, which are then written without it; written only when set.
+    largest_free_gpu_milli: int | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         delta_only = self.cleared or self.queues_removed or self.queue_changes
-        if self.v == 1 and (self.kind != "full" or self.base or delta_only):
+        if self.v == 1 and (
+            self.kind != "full" or self.base or delta_only or self.largest_free_gpu_milli is not None
+        ):
             raise ValueError(
-                "a v1 cycle record is always full (no kind, base, cleared, queues_removed or queue_changes)"
+                "a v1 cycle record is always full (no kind, base, cleared, queues_removed, queue_changes or"
+                " largest_free_gpu_milli)"
             )
         if (self.kind == "delta") != (self.base is not None):
             raise ValueError(f"a {self.kind} record {'needs' if self.kind == 'delta' else 'has no'} base")
@@ -134,12 +145,14 @@ class CycleRecord(_Model):
     def dumps(self) -> bytes:
         """Canonical JSON bytes (a v1 record: exactly the bytes v1 wrote).
 
-        ``queue_changes`` and ``in_flight`` appear only when they have entries, so full records and the
-        deltas written before they existed keep their bytes.
+        ``queue_changes``, ``in_flight`` and ``largest_free_gpu_milli`` appear only when they have entries,
+        so full records and the deltas written before they existed keep their bytes.
         """
         exclude = set(_V2_FIELDS) if self.v == 1 else set() if self.queue_changes else {"queue_changes"}
         if not self.in_flight:
             exclude.add("in_flight")
+        if self.largest_free_gpu_milli is None:
+            exclude.add("largest_free_gpu_milli")
         data = self.model_dump(mode="json", exclude=exclude)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
@@ -195,6 +208,14 @@ def _max_free_gpus(ssn: Session) -> int:
     return max((n.free_gpus_milli() for n in ssn.nodes if n.spec.ready), default=0)
 
 
+def largest_free_note(need_gpu_milli: int, free_gpu_milli: int) -> str:
+    """The end of a PodSchedulingErrors message for a job needing GPUs: its need and the most free on a node."""
+    return (
+        f" (the job needs {need_gpu_milli / GPU_MILLI:g} GPU(s) for its next pods; the most free whole GPUs"
+        f" on any node is {free_gpu_milli / GPU_MILLI:g})"
+    )
+
+
 def _unschedulable(
     ssn: Session, job: JobInfo, pending: list[TaskInfo], max_free: Callable[[], int], version: int = 2
 ) -> Decision:
@@ -244,11 +265,8 @@ def _unschedulable(
         }
     if need[0] and reason == "PodSchedulingErrors":
         free = max_free()
-        details["largest_free_gpus_on_a_node"] = free / GPU_MILLI
-        message += (
-            f" (the job needs {need[0] / GPU_MILLI:g} GPU(s) for its next pods; the most free whole GPUs"
-            f" on any node is {free / GPU_MILLI:g})"
-        )
+        details[LARGEST_FREE] = free / GPU_MILLI
+        message += largest_free_note(need[0], free)
     return Decision(
         kind="Unschedulable",
         job=job.uid,

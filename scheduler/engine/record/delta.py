@@ -18,6 +18,19 @@ just before. A reader (:func:`expand` / :class:`DeltaReader`) applies deltas to 
 and gets back exactly the full record the cycle made: :func:`scheduler.engine.record.decisions.make_record` emits
 full records in canonical order, so expanding yields the same canonical bytes (what ``replay --verify``
 compares). Cycle ids are those of the cycles; only the record bytes differ.
+
+**What a user acts on, not the cluster's detail.** A ``PodSchedulingErrors`` decision of a job that needs
+GPUs ends with the most free GPUs on any node (``details.largest_free_gpus_on_a_node`` and the message's
+"the most free whole GPUs on any node is N"). That number is the cluster's, the same in every such
+decision of a cycle, and it moves whenever any pod starts or ends; restating every pending job for it made
+a delta O(pending). So a record as written (:func:`compact`) carries it once, ``largest_free_gpu_milli``,
+and its decisions without it; :func:`render` puts it back. A pending job is restated only when its own
+decision (reason, message, request, filters, pods) changed. :func:`compact` keeps a record as it is
+unless :func:`render` gives back exactly the decisions it was given, so expanding is always exact.
+
+Which form a delta builds on follows the delta: one with ``largest_free_gpu_milli`` on the base as
+written (compact), one without (a record of an older writer, or a cycle with no such decision) on the
+rendered base.
 """
 
 from __future__ import annotations
@@ -26,18 +39,29 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.decisions import (
+    LARGEST_FREE,
+    CycleRecord,
+    Decision,
+    QueueRecord,
+    largest_free_note,
+)
+from scheduler.engine.session import GPU_MILLI
 
 __all__ = [
     "DEFAULT_CHECKPOINT_EVERY",
     "DeltaEncoder",
     "DeltaReader",
     "RecordChainError",
+    "compact",
     "delta_of",
     "expand",
     "expand_records",
     "patch_queue",
     "queue_change",
+    "render",
+    "render_pending",
+    "strip_pending",
 ]
 
 # One full record per this many records. A checkpoint costs one record per pending job; with thousands
@@ -57,6 +81,78 @@ def _pending(record: CycleRecord) -> dict[str, Decision]:
 _QUEUE_FIELDS: Final = tuple(f for f in QueueRecord.model_fields if f != "name")
 
 
+def _need_gpu(d: Decision) -> int:
+    req = d.details.get("requested")
+    g = req.get("gpu") if isinstance(req, dict) else None
+    return g if isinstance(g, int) and not isinstance(g, bool) else 0
+
+
+def _takes_free(d: Decision) -> bool:
+    """A decision whose full form names the cluster's largest free GPUs (see the module doc)."""
+    return d.kind == "Unschedulable" and d.reason == "PodSchedulingErrors" and _need_gpu(d) > 0
+
+
+def strip_pending(d: Decision) -> tuple[Decision, int] | None:
+    """(*d* without the cluster's largest free GPUs, that number in milli-GPU), or None if *d* has none."""
+    if not _takes_free(d) or d.message is None:
+        return None
+    value = d.details.get(LARGEST_FREE)
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    free = round(value * GPU_MILLI)
+    note = largest_free_note(_need_gpu(d), free)
+    if not d.message.endswith(note):
+        return None
+    details = {k: v for k, v in d.details.items() if k != LARGEST_FREE}
+    return d.model_copy(update={"message": d.message[: -len(note)], "details": details}), free
+
+
+def render_pending(d: Decision, free_gpu_milli: int | None) -> Decision:
+    """*d* with the cluster's largest free GPUs put back (the inverse of :func:`strip_pending`)."""
+    if free_gpu_milli is None or not _takes_free(d) or LARGEST_FREE in d.details:
+        return d
+    message = (d.message or "") + largest_free_note(_need_gpu(d), free_gpu_milli)
+    details = {**d.details, LARGEST_FREE: free_gpu_milli / GPU_MILLI}
+    return d.model_copy(update={"message": message, "details": details})
+
+
+def compact(full: CycleRecord) -> CycleRecord:
+    """A full v2 record as written: the largest free GPUs once (``largest_free_gpu_milli``), not per decision.
+
+    The record itself when it has no such decision, is already compact, or would not render back exactly.
+    """
+    if full.v == 1 or not full.is_full or full.largest_free_gpu_milli is not None:
+        return full
+    free: int | None = None
+    out: list[Decision] = []
+    for d in full.decisions:
+        stripped = strip_pending(d)
+        if stripped is None:
+            out.append(d)
+            continue
+        if free is not None and stripped[1] != free:
+            return full  # one cycle has one largest free; two values are not this engine's records
+        out.append(stripped[0])
+        free = stripped[1]
+    if free is None or any(render_pending(c, free) != d for c, d in zip(out, full.decisions, strict=True)):
+        return full
+    return full.model_copy(update={"decisions": out, "largest_free_gpu_milli": free})
+
+
+def render(record: CycleRecord) -> CycleRecord:
+    """*record*'s decisions in their full form (the inverse of :func:`compact`; deltas too)."""
+    free = record.largest_free_gpu_milli
+    if free is None:
+        return record
+    decisions = [render_pending(d, free) for d in record.decisions]
+    return record.model_copy(update={"decisions": decisions, "largest_free_gpu_milli": None})
+
+
+def _base_for(base: CycleRecord, delta: CycleRecord) -> CycleRecord:
+    """The form of *base* that *delta* builds on (see the module doc)."""
+    return compact(base) if delta.largest_free_gpu_milli is not None else render(base)
+
+
 def queue_change(before: QueueRecord, after: QueueRecord) -> dict[str, Any] | None:
     """``{"name": …, field: new value, …}`` for the fields of *after* that differ from *before*; None if none."""
     changed = {f: getattr(after, f) for f in _QUEUE_FIELDS if getattr(before, f) != getattr(after, f)}
@@ -71,9 +167,12 @@ def patch_queue(q: QueueRecord, change: Mapping[str, Any]) -> QueueRecord:
 
 
 def delta_of(base: CycleRecord, full: CycleRecord) -> CycleRecord:
-    """*full* (a full record) as a delta on *base* (the full decision set of the previous record)."""
+    """*full* (a full record) as a delta on *base* (the full decision set of the previous record), both
+    as made or as written (:func:`compact`); the delta is in the written form."""
     if not full.is_full or not base.is_full:
         raise ValueError("delta_of takes two full records")
+    full = compact(full)
+    base = _base_for(base, full)
     before_q = {q.name: q for q in base.queues}
     names = {q.name for q in full.queues}
     queues: list[QueueRecord] = []
@@ -111,9 +210,14 @@ def delta_of(base: CycleRecord, full: CycleRecord) -> CycleRecord:
 
 
 def expand(base: CycleRecord, delta: CycleRecord) -> CycleRecord:
-    """The full record that *delta* describes, given the full record *base* it builds on."""
-    if delta.is_full:
-        return delta
+    """The full record that *delta* describes, given the full record *base* it builds on (as made or as
+    written); the result is in the form :func:`scheduler.engine.record.decisions.make_record` made it."""
+    return render(delta if delta.is_full else _merge(base, delta))
+
+
+def _merge(base: CycleRecord, delta: CycleRecord) -> CycleRecord:
+    """*delta* applied to *base*: the full record in the form the delta was written in."""
+    base = _base_for(base, delta)
     if delta.base != base.cycle_id:
         raise RecordChainError(
             f"cycle {delta.cycle_id} builds on {delta.base}, but the record before it is {base.cycle_id}"
@@ -171,11 +275,12 @@ class DeltaEncoder:
         """The record to write for *full*, which the caller then writes (and no other record between)."""
         if not full.is_full:
             raise ValueError("encode takes the full record of a cycle")
+        written = compact(full)
         if full.v == 1 or self._base is None or self._since + 1 >= self.checkpoint_every:
-            out, self._since = full, 0
+            out, self._since = written, 0
         else:
-            out, self._since = delta_of(self._base, full), self._since + 1
-        self._base = full
+            out, self._since = delta_of(self._base, written), self._since + 1
+        self._base = written
         return out
 
 
@@ -189,9 +294,10 @@ class DeltaReader:
     """
 
     strict: bool = True
-    last: CycleRecord | None = None
+    last: CycleRecord | None = None  # the last full record handed out
     orphans: int = 0
     duplicates: int = 0
+    _written: CycleRecord | None = None  # the same decision set as written (what the next delta builds on)
 
     def feed(self, record: CycleRecord) -> CycleRecord | None:
         """The full record for *record*, or None (a duplicate, or an orphan delta when not strict)."""
@@ -199,9 +305,9 @@ class DeltaReader:
             self.duplicates += 1
             return None
         if record.is_full:
-            self.last = record
-            return record
-        if self.last is None or record.base != self.last.cycle_id:
+            self._written, self.last = record, render(record)
+            return self.last
+        if self.last is None or self._written is None or record.base != self.last.cycle_id:
             if self.strict:
                 where = self.last.cycle_id if self.last is not None else "nothing (no checkpoint read yet)"
                 raise RecordChainError(
@@ -209,7 +315,8 @@ class DeltaReader:
                 )
             self.orphans += 1
             return None
-        self.last = expand(self.last, record)
+        self._written = _merge(self._written, record)
+        self.last = render(self._written)
         return self.last
 
 
