@@ -33,7 +33,7 @@ from typing import Any, Final
 from analytics.simlog import read_events, read_manifest, read_records, read_usage
 from analytics.simulate import gc_tuned
 from ingest.backends import open_log
-from ingest.events import Event, EventError, parse_event
+from ingest.events import Event, parse_event
 from ingest.log import DEFAULT_TOPICS, LogError, Topics
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.decisions import CycleRecord, Decision, config_hash
@@ -404,9 +404,10 @@ def load_source(
     def events() -> Iterator[tuple[int, Event]]:
         for r in log.scan(topics.events, batch=5000):
             try:
-                yield r.offset, parse_event(r.value)
-            except EventError:
+                event = parse_event(r.value)
+            except Exception:
                 continue  # dead-lettered by the service, never folded
+            yield r.offset, event
 
     return ReplaySource(spec, records, events, usage, cfg, log.close)
 

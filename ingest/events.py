@@ -962,8 +962,8 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
             raise EventError(
                 "bad_json", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
-        except (UnicodeDecodeError, RecursionError) as exc:
-            raise EventError("bad_json", f"not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError; an int over 4,300 digits
+            raise EventError("bad_json", f"not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise EventError("schema", f"an event must be a JSON object, got {type(data).__name__}")
 
