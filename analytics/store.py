@@ -242,9 +242,7 @@ class AuditStore:
         self._schemas: dict[str, dict[str, Any]] = {}
         self._check_version()
         self.con.execute(SCHEMA)
-        self.con.execute(
-            "INSERT OR REPLACE INTO store_meta VALUES ('version', ?)", [STORE_VERSION]
-        )
+        self.con.execute("INSERT OR REPLACE INTO store_meta VALUES ('version', ?)", [STORE_VERSION])
         self.refresh_views()
         self.intervals = self._resume()
 

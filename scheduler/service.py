@@ -219,7 +219,9 @@ class Service:
             raise ValueError(f"bind_deadline_ms must be >= 1, got {bind_deadline_ms}")
         # A Bind whose PodBound has not been folded counts as placed for this much logical time.
         self.bind_deadline_ms = bind_deadline_ms
-        self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/inflight.py)
+        self.tracked_binds: dict[
+            str, InFlightBind
+        ] = {}  # after the last cycle (scheduler/engine/inflight.py)
         self.log = log
         self.topics = topics
         self.config = config or SessionConfig()
@@ -289,9 +291,10 @@ class Service:
             self._recover_binds(last)
             decisions = last.get("decisions")
             # A delta lists only changed pending jobs: assume something waits (a tick re-decides it).
-            self._waiting = last.get("kind") == "delta" or (isinstance(decisions, list) and any(
-                isinstance(d, dict) and d.get("kind") in _WAITING for d in decisions
-            ))
+            self._waiting = last.get("kind") == "delta" or (
+                isinstance(decisions, list)
+                and any(isinstance(d, dict) and d.get("kind") in _WAITING for d in decisions)
+            )
         self._recovered = True
         log.info(
             "recovered: %d recorded cycle ids, resuming at events offset %d",
@@ -481,7 +484,9 @@ class Service:
                 in_flight=in_flight,
             )
         else:
-            opened = apply_in_flight(state, in_flight)  # the in-flight pods placed (the kept session patches them)
+            opened = apply_in_flight(
+                state, in_flight
+            )  # the in-flight pods placed (the kept session patches them)
             uids = {b.pod for b in in_flight}
             overlay = {p.uid: p for p in opened.pods if p.uid in uids}
 

@@ -554,6 +554,10 @@ class StateBuilder:
             job_uid = f"{e.namespace}/{e.pod_group}"
             seq = self._pod_seq.get(job_uid, 0)
             self._pod_seq[job_uid] = seq + 1
+            was = self.pods.get(uid)
+            if was is not None and was.job != job_uid:
+                # Submitted again under another pod group: it leaves the old one's pod list.
+                self._job_pods.get(was.job, {}).pop(uid, None)
             self._job_pods.setdefault(job_uid, {})[uid] = None
             if e.v == 1 and not (e.node_selector or e.allowed_nodes or e.node_affinity or e.tolerations):
                 # The hot path: a contract-v1 pod without placement constraints (what placement_fields
@@ -814,7 +818,9 @@ class StateBuilder:
         cur = parent
         while cur is not None and seen <= len(self.queues):
             if cur == name:
-                raise ValueError(f"queue {name!r} with parent {parent!r} makes a cycle in the queue hierarchy")
+                raise ValueError(
+                    f"queue {name!r} with parent {parent!r} makes a cycle in the queue hierarchy"
+                )
             q = self.queues.get(cur)
             cur = q.parent if q is not None else None
             seen += 1
