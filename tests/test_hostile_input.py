@@ -231,7 +231,7 @@ def test_sigterm_abandons_a_running_cycle() -> None:
         svc.interrupt()  # the signal arrives mid-cycle
         return compute(*a)
 
-    svc._compute = slow  # type: ignore[method-assign]
+    svc._compute = slow  # type: ignore[method-assign,assignment]
     try:
         with pytest.raises(KeyboardInterrupt):
             svc.run()
