@@ -27,11 +27,22 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, ClassVar, Final, Literal, Self, cast
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ingest.fastdecode import DNS1123_SUBDOMAIN, FastEvent, FastPath
+from ingest.fastdecode import (
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    LABEL_KEY,
+    LABEL_VALUE,
+    LABEL_VALUE_OR_KEY,
+    LIMITS,
+    SAFE_TEXT,
+    FastEvent,
+    FastPath,
+)
 
 __all__ = [
     "DEFAULT_MAX_PODS",
@@ -39,6 +50,7 @@ __all__ = [
     "DEFAULT_SCHEDULER_NAME",
     "EVENT_TYPES",
     "FAST_PATH",
+    "LIMITS",
     "SUPPORTED_VERSIONS",
     "ClockTick",
     "Event",
@@ -100,9 +112,52 @@ def _check_dns1123(name: str) -> str:
     return name
 
 
+def _check(rx: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if rx.fullmatch(value) is None:
+            raise ValueError(f"{value[:80]!r} is not {what}")
+        return value
+
+    return check
+
+
+_LABEL_SYNTAX = "alphanumerics, '-', '_' or '.', starting and ending with an alphanumeric"
+_DNS_LABEL = "a valid DNS-1123 label (lowercase letters, digits and '-', starting and ending with one)"
+_QUALIFIED = f"a valid label key (an optional DNS-1123 prefix and '/', then a name of {_LABEL_SYNTAX})"
+_TEXT = "text without control characters, bidirectional overrides or lone surrogates"
+
+# Quantities: each has the range LIMITS gives it (ingest/fastdecode.py, docs/reliability.md).
 NonNegInt = Annotated[int, Field(ge=0, le=_INT64_MAX)]
-Name = Annotated[str, Field(min_length=1)]
-QueueName = Annotated[str, AfterValidator(_check_dns1123)]
+TimeMs = Annotated[int, Field(ge=0, le=LIMITS.TIME_MS)]
+Cpu = Annotated[int, Field(ge=0, le=LIMITS.CPU_MILLI)]
+Memory = Annotated[int, Field(ge=0, le=LIMITS.MEMORY_BYTES)]
+Gpus = Annotated[int, Field(ge=0, le=LIMITS.GPUS)]
+GpuMemory = Annotated[int, Field(gt=0, le=LIMITS.GPU_MEMORY_MIB)]
+Quota = Annotated[int, Field(ge=0, le=LIMITS.QUOTA)]
+Int32 = Annotated[int, Field(ge=LIMITS.INT32_MIN, le=LIMITS.INT32_MAX)]
+Count = Annotated[int, Field(ge=1, le=LIMITS.INT32_MAX)]
+Count0 = Annotated[int, Field(ge=0, le=LIMITS.INT32_MAX)]
+# Names: as the Kubernetes API server validates them.
+Name = Annotated[str, Field(min_length=1, max_length=LIMITS.NAME), AfterValidator(_check_dns1123)]
+Namespace = Annotated[
+    str, Field(min_length=1, max_length=LIMITS.LABEL), AfterValidator(_check(DNS1123_LABEL, _DNS_LABEL))
+]
+QueueName = Name
+LabelKey = Annotated[
+    str,
+    Field(min_length=1, max_length=LIMITS.NAME + 1 + LIMITS.LABEL),
+    AfterValidator(_check(LABEL_KEY, _QUALIFIED)),
+]
+LabelValue = Annotated[
+    str,
+    Field(max_length=LIMITS.LABEL),
+    AfterValidator(_check(LABEL_VALUE, f"a valid label value ({_LABEL_SYNTAX}, or empty)")),
+]
+NamedValue = Annotated[LabelValue, Field(min_length=1)]  # a label value used as a name (subgroups, pools)
+Text = Annotated[str, Field(max_length=LIMITS.TEXT), AfterValidator(_check(SAFE_TEXT, _TEXT))]
+Word = Annotated[str, Field(min_length=1, max_length=LIMITS.TEXT), AfterValidator(_check(SAFE_TEXT, _TEXT))]
+Uid = Annotated[str, Field(max_length=LIMITS.UID), AfterValidator(_check(SAFE_TEXT, _TEXT))]
+Labels = dict[LabelKey, LabelValue]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 _RESOURCE_NAME = re.compile(
     r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?|hugepages-[0-9A-Za-z]+)"
@@ -142,8 +197,8 @@ class EventBase(_Record):
     V2_ONLY: ClassVar[bool] = False
 
     v: Literal[1, 2] = 1
-    uid: str = ""
-    at_ms: NonNegInt
+    uid: Uid = ""
+    at_ms: TimeMs
 
     @model_validator(mode="before")
     @classmethod
@@ -184,8 +239,8 @@ class EventBase(_Record):
 class Taint(_Record):
     """A node taint; pods need a matching :class:`Toleration` to land on the node."""
 
-    key: Name
-    value: str = ""
+    key: LabelKey
+    value: LabelValue = ""
     effect: TaintEffect
 
 
@@ -194,20 +249,22 @@ class NodeUpserted(EventBase):
 
     type: Literal["NodeUpserted"] = "NodeUpserted"
     name: Name
-    cpu_millicores: NonNegInt
-    memory_bytes: NonNegInt
-    gpus: NonNegInt = 0
+    cpu_millicores: Cpu
+    memory_bytes: Memory
+    gpus: Gpus = 0
     # Per device; None when the node does not advertise it (label nvidia.com/gpu.memory missing).
-    gpu_memory_mib: Annotated[int, Field(gt=0, le=_INT64_MAX)] | None = None
-    gpu_model: str | None = None
-    max_pods: NonNegInt = DEFAULT_MAX_PODS
-    labels: dict[str, str] = Field(default_factory=dict)
+    gpu_memory_mib: GpuMemory | None = None
+    gpu_model: Text | None = None
+    max_pods: Annotated[int, Field(ge=0, le=LIMITS.MAX_PODS)] = DEFAULT_MAX_PODS
+    labels: Labels = Field(default_factory=dict)
     taints: list[Taint] = Field(default_factory=list)
     ready: bool = True
     unschedulable: bool = False
     # v2: allocatable extended resources (nvidia.com/mig-1g.10gb, amd.com/gpu, rdma/ib, hugepages-2Mi in
     # bytes, ...) by resource name.
-    extended: dict[ResourceName, NonNegInt] = Field(default_factory=dict)
+    extended: dict[ResourceName, Annotated[int, Field(ge=0, le=LIMITS.EXTENDED)]] = Field(
+        default_factory=dict
+    )
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"extended"})
 
@@ -232,9 +289,9 @@ class QueueResource(_Record):
     share of capacity left over after quotas.
     """
 
-    quota: NonNegInt | None
-    limit: NonNegInt | None = None
-    over_quota_weight: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 1.0
+    quota: Quota | None
+    limit: Quota | None = None
+    over_quota_weight: Annotated[float, Field(ge=0, le=LIMITS.WEIGHT, allow_inf_nan=False)] = 1.0
 
     @model_validator(mode="after")
     def _quota_within_limit(self) -> Self:
@@ -269,11 +326,11 @@ class QueueUpserted(EventBase):
     type: Literal["QueueUpserted"] = "QueueUpserted"
     name: QueueName
     parent: QueueName | None = None
-    priority: int = DEFAULT_QUEUE_PRIORITY
-    display_name: str | None = None
+    priority: Int32 = DEFAULT_QUEUE_PRIORITY
+    display_name: Text | None = None
     resources: QueueResources = Field(default_factory=QueueResources)
-    preempt_min_runtime_ms: NonNegInt | None = None
-    reclaim_min_runtime_ms: NonNegInt | None = None
+    preempt_min_runtime_ms: TimeMs | None = None
+    reclaim_min_runtime_ms: TimeMs | None = None
 
     @model_validator(mode="after")
     def _not_own_parent(self) -> Self:
@@ -303,7 +360,7 @@ class TopologyUpserted(EventBase):
 
     type: Literal["TopologyUpserted"] = "TopologyUpserted"
     name: Name
-    levels: list[Name] = Field(min_length=1)
+    levels: list[LabelKey] = Field(min_length=1, max_length=LIMITS.LIST)
 
     @model_validator(mode="after")
     def _distinct_levels(self) -> Self:
@@ -337,13 +394,13 @@ class SubGroup(_Record):
     topology fields are the subgroup's own ``topologyConstraint``, nested in its parent's.
     """
 
-    name: Name
-    parent: Name | None = None
-    min_member: Annotated[int, Field(ge=0)] | None = None
-    min_sub_group: Annotated[int, Field(ge=0)] | None = None
+    name: NamedValue
+    parent: NamedValue | None = None
+    min_member: Count0 | None = None
+    min_sub_group: Count0 | None = None
     topology: Name | None = None
-    required_topology_level: Name | None = None
-    preferred_topology_level: Name | None = None
+    required_topology_level: LabelKey | None = None
+    preferred_topology_level: LabelKey | None = None
 
     @model_validator(mode="after")
     def _one_minimum(self) -> Self:
@@ -411,22 +468,22 @@ class PodGroupUpserted(EventBase):
 
     type: Literal["PodGroupUpserted"] = "PodGroupUpserted"
     name: Name
-    namespace: Name
+    namespace: Namespace
     queue: QueueName
-    min_member: Annotated[int, Field(ge=1)] = 1
-    priority_class: str | None = None
-    priority: int | None = None
+    min_member: Count = 1
+    priority_class: Name | None = None
+    priority: Int32 | None = None
     preemptible: bool | None = None
-    created_at_ms: NonNegInt
+    created_at_ms: TimeMs
     topology: Name | None = None
-    required_topology_level: Name | None = None
-    preferred_topology_level: Name | None = None
-    subgroups: list[SubGroup] = Field(default_factory=list)
-    min_sub_group: Annotated[int, Field(ge=1)] | None = None
+    required_topology_level: LabelKey | None = None
+    preferred_topology_level: LabelKey | None = None
+    subgroups: list[SubGroup] = Field(default_factory=list, max_length=LIMITS.LIST)
+    min_sub_group: Count | None = None
     # v2, for KAI's metrics only (kai_pod_group_evicted_pods_total's uid and nodepool labels); no decision
     # reads them: the PodGroup's metadata.uid and its kai.scheduler/node-pool label.
-    k8s_uid: Name | None = None
-    node_pool: Name | None = None
+    k8s_uid: Word | None = None
+    node_pool: NamedValue | None = None
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -459,7 +516,7 @@ class PodGroupDeleted(EventBase):
 
     type: Literal["PodGroupDeleted"] = "PodGroupDeleted"
     name: Name
-    namespace: Name
+    namespace: Namespace
 
 
 # --------------------------------------------------------------------------- pods
@@ -479,14 +536,16 @@ class PodRequests(_Record):
     The three shapes are mutually exclusive.
     """
 
-    cpu_millicores: NonNegInt = 0
-    memory_bytes: NonNegInt = 0
-    gpus: NonNegInt = 0
+    cpu_millicores: Cpu = 0
+    memory_bytes: Memory = 0
+    gpus: Gpus = 0
     gpu_fraction_milli: Annotated[int, Field(ge=1, le=1000)] | None = None
-    gpu_fraction_devices: Annotated[int, Field(ge=1)] = 1
-    gpu_memory_mib: Annotated[int, Field(gt=0, le=_INT64_MAX)] | None = None
+    gpu_fraction_devices: Annotated[int, Field(ge=1, le=LIMITS.GPUS)] = 1
+    gpu_memory_mib: GpuMemory | None = None
     # v2: extended resources by name (MIG profiles, amd.com/gpu, RDMA, hugepages in bytes, ...).
-    extended: dict[ResourceName, Annotated[int, Field(gt=0, le=_INT64_MAX)]] = Field(default_factory=dict)
+    extended: dict[ResourceName, Annotated[int, Field(gt=0, le=LIMITS.EXTENDED)]] = Field(
+        default_factory=dict
+    )
 
     @model_validator(mode="after")
     def _one_gpu_shape(self) -> Self:
@@ -506,9 +565,9 @@ class PodRequests(_Record):
 class NodeSelectorRequirement(_Record):
     """One ``matchExpressions`` entry of a required node-affinity term."""
 
-    key: Name
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[str] = Field(default_factory=list)
+    values: list[Text] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> Self:
@@ -532,9 +591,13 @@ class NodeSelectorTerm(_Record):
 class Toleration(_Record):
     """A pod toleration. An empty ``key`` with ``Exists`` tolerates every taint."""
 
-    key: str = ""
+    key: Annotated[
+        str,
+        Field(max_length=LIMITS.NAME + 1 + LIMITS.LABEL),
+        AfterValidator(_check(LABEL_VALUE_OR_KEY, f"empty or {_QUALIFIED}")),
+    ] = ""
     operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
+    value: LabelValue = ""
     effect: TaintEffect | None = None  # None matches every effect
 
     @model_validator(mode="after")
@@ -549,9 +612,9 @@ class Toleration(_Record):
 class LabelSelectorRequirement(_Record):
     """One ``matchExpressions`` entry of a label selector."""
 
-    key: Name
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[str] = Field(default_factory=list)
+    values: list[LabelValue] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> Self:
@@ -566,7 +629,7 @@ class LabelSelectorRequirement(_Record):
 class LabelSelector(_Record):
     """A Kubernetes label selector; everything in it is ANDed, the empty selector matches every pod."""
 
-    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_labels: Labels = Field(default_factory=dict)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
 
 
@@ -577,19 +640,19 @@ class PodAffinityTerm(_Record):
     # None: the pod spec had no labelSelector, which selects no pod (kube-scheduler's labels.Nothing());
     # the empty selector {} selects every pod.
     label_selector: LabelSelector | None = Field(default_factory=LabelSelector)
-    topology_key: Name
-    namespaces: list[Name] = Field(default_factory=list)
+    topology_key: LabelKey
+    namespaces: list[Namespace] = Field(default_factory=list)
     weight: Annotated[int, Field(ge=0, le=100)] = 0
 
 
 class TopologySpreadConstraint(_Record):
     """``spec.topologySpreadConstraints[i]`` (kube-scheduler PodTopologySpread semantics)."""
 
-    max_skew: Annotated[int, Field(ge=1)]
-    topology_key: Name
+    max_skew: Count
+    topology_key: LabelKey
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
     label_selector: LabelSelector | None = Field(default_factory=LabelSelector)  # None: selects no pod
-    min_domains: Annotated[int, Field(ge=1)] | None = None
+    min_domains: Count | None = None
     node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
     node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
 
@@ -605,7 +668,7 @@ class HostPort(_Record):
 
     port: Annotated[int, Field(ge=1, le=65535)]
     protocol: Literal["TCP", "UDP", "SCTP"] = "TCP"
-    host_ip: str = ""
+    host_ip: Annotated[Text, Field(max_length=45)] = ""
 
 
 class PreferredSchedulingTerm(_Record):
@@ -639,25 +702,25 @@ class PodSubmitted(EventBase):
 
     type: Literal["PodSubmitted"] = "PodSubmitted"
     name: Name
-    namespace: Name
+    namespace: Namespace
     pod_group: Name
     queue: QueueName | None = None
     requests: PodRequests = Field(default_factory=PodRequests)
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: Labels = Field(default_factory=dict)
     allowed_nodes: list[Name] | None = None
     node_affinity: list[NodeSelectorTerm] = Field(default_factory=list)
     tolerations: list[Toleration] = Field(default_factory=list)
-    task_priority: int = 0
-    created_at_ms: NonNegInt
+    task_priority: Int32 = 0
+    created_at_ms: TimeMs
     scheduler_name: Name = DEFAULT_SCHEDULER_NAME
     # v2: what inter-pod filters, scores and the other kube-scheduler filters need (docs/filters.md).
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     host_ports: list[HostPort] = Field(default_factory=list)
     pod_affinity: list[PodAffinityTerm] = Field(default_factory=list)
     pod_anti_affinity: list[PodAffinityTerm] = Field(default_factory=list)
     preferred_node_affinity: list[PreferredSchedulingTerm] = Field(default_factory=list)
     topology_spread: list[TopologySpreadConstraint] = Field(default_factory=list)
-    scheduling_gates: list[Name] = Field(default_factory=list)
+    scheduling_gates: list[LabelKey] = Field(default_factory=list)
     volumes: list[VolumeClaim] = Field(default_factory=list)
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
@@ -681,7 +744,7 @@ class PodUngated(EventBase):
 
     type: Literal["PodUngated"] = "PodUngated"
     name: Name
-    namespace: Name
+    namespace: Namespace
 
 
 class ForeignPodUpserted(EventBase):
@@ -693,10 +756,10 @@ class ForeignPodUpserted(EventBase):
 
     type: Literal["ForeignPodUpserted"] = "ForeignPodUpserted"
     name: Name
-    namespace: Name
+    namespace: Namespace
     node: Name
     requests: PodRequests = Field(default_factory=PodRequests)
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     host_ports: list[HostPort] = Field(default_factory=list)
     releasing: bool = False
 
@@ -709,9 +772,11 @@ class PodBound(EventBase):
 
     type: Literal["PodBound"] = "PodBound"
     name: Name
-    namespace: Name
+    namespace: Namespace
     node: Name
-    gpu_devices: list[NonNegInt] = Field(default_factory=list)
+    gpu_devices: list[Annotated[int, Field(ge=0, lt=LIMITS.GPUS)]] = Field(
+        default_factory=list, max_length=LIMITS.GPUS
+    )
 
     @model_validator(mode="after")
     def _distinct_devices(self) -> Self:
@@ -725,8 +790,8 @@ class PodReleasing(EventBase):
 
     type: Literal["PodReleasing"] = "PodReleasing"
     name: Name
-    namespace: Name
-    reason: Name
+    namespace: Namespace
+    reason: Word
 
 
 class PodFinished(EventBase):
@@ -734,7 +799,7 @@ class PodFinished(EventBase):
 
     type: Literal["PodFinished"] = "PodFinished"
     name: Name
-    namespace: Name
+    namespace: Namespace
     phase: Literal["Succeeded", "Failed"]
 
 
@@ -743,7 +808,7 @@ class PodDeleted(EventBase):
 
     type: Literal["PodDeleted"] = "PodDeleted"
     name: Name
-    namespace: Name
+    namespace: Namespace
 
 
 # --------------------------------------------------------------------------- time
@@ -759,7 +824,7 @@ class ClockTick(EventBase):
     """
 
     type: Literal["ClockTick"] = "ClockTick"
-    uid: str = "clock"
+    uid: Uid = "clock"
 
 
 # --------------------------------------------------------------------------- the union
@@ -857,11 +922,30 @@ def validation_message(err: ValidationError) -> str:
     return text
 
 
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's keys, refused when one repeats: readers disagree on which value wins (Python's json and
+    msgspec take the last, DuckDB the first), so such an event has no one meaning."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise _RepeatedKey(k)
+            seen.add(k)
+    return out
+
+
 def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
     """Parse one event from JSON text/bytes or an already-decoded dict.
 
-    Raises :class:`EventError` with reason code ``bad_json``, ``schema``,
-    ``unknown_version`` or ``unknown_type``; never anything else for bad input.
+    Raises :class:`EventError` with reason code ``bad_json`` (also for a key that appears twice in one
+    object), ``schema``, ``unknown_version`` or ``unknown_type``; never anything else for bad input.
     Valid JSON events take the compiled fast path (:data:`FAST_PATH`); everything it cannot decide, and
     every error, goes through the pydantic models.
     """
@@ -873,13 +957,15 @@ def parse_event(raw: bytes | str | dict[str, Any]) -> Event:
         if fast is not None:
             return cast(Event, FAST_PATH.to_model(fast))
         try:
-            data = json.loads(raw)
+            data = json.loads(raw, object_pairs_hook=_unique_keys)
+        except _RepeatedKey as exc:
+            raise EventError("bad_json", f"key {exc.key[:80]!r} appears twice in one object") from None
         except json.JSONDecodeError as exc:
             raise EventError(
                 "bad_json", f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
             ) from None
-        except (UnicodeDecodeError, RecursionError) as exc:
-            raise EventError("bad_json", f"not valid JSON: {exc}") from None
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError; an int over 4,300 digits
+            raise EventError("bad_json", f"not valid JSON: {str(exc)[:200]}") from None
     if not isinstance(data, dict):
         raise EventError("schema", f"an event must be a JSON object, got {type(data).__name__}")
 

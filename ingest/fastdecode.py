@@ -9,7 +9,8 @@ are not struct fields and the v2-only types have no struct, so ``"v": 2``, any v
 and ``ForeignPodUpserted`` / ``PodUngated`` all go to pydantic. A struct still has every v2 field the fold
 reads, as a class attribute equal to the model's empty default. The caller then runs the full pydantic
 validation (:func:`ingest.events.parse_event`), which raises the error, so error reason codes and messages
-come from one place. The fast path never accepts what pydantic rejects and never gives a different value:
+come from one place. An object that might hold a key twice (msgspec would keep the last value) is left to
+pydantic's path too, which refuses it (:func:`_keys_may_repeat`). The fast path never accepts what pydantic rejects and never gives a different value:
 ``tests/test_fastdecode.py`` checks that with hypothesis.
 
 Why msgspec: it checks types and numeric / length constraints in C while decoding, an order of magnitude
@@ -33,15 +34,87 @@ from typing import Annotated, Any, ClassVar, Final, Literal, Union
 import msgspec
 from msgspec import Meta, Struct, field
 
-__all__ = ["DNS1123_SUBDOMAIN", "EVENT_STRUCTS", "FastEvent", "FastPath"]
+__all__ = [
+    "DNS1123_LABEL",
+    "DNS1123_SUBDOMAIN",
+    "EVENT_STRUCTS",
+    "LABEL_KEY",
+    "LABEL_VALUE",
+    "LIMITS",
+    "SAFE_TEXT",
+    "FastEvent",
+    "FastPath",
+]
 
-DNS1123_SUBDOMAIN: Final = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Names as Kubernetes validates them (apimachinery's IsDNS1123Subdomain / IsDNS1123Label / IsQualifiedName /
+# IsValidLabelValue). Used with fullmatch; the msgspec patterns below end in \Z because msgspec searches and
+# "$" would also match before a trailing newline.
+_SUB = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL = r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?"
+_QNAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+DNS1123_SUBDOMAIN: Final = re.compile(_SUB)
+DNS1123_LABEL: Final = re.compile(_LABEL)
+LABEL_KEY: Final = re.compile(rf"((?=[^/]{{1,253}}/){_SUB}/)?{_QNAME}")
+LABEL_VALUE: Final = re.compile(rf"({_QNAME})?")
+LABEL_VALUE_OR_KEY: Final = re.compile(rf"({LABEL_KEY.pattern})?")  # a toleration's key: empty = every key
+# Free text (reasons, display names, uids): no control characters (NUL included), no bidirectional
+# overrides or marks that make a name read differently than it compares, no lone surrogates (not UTF-8).
+SAFE_TEXT: Final = re.compile(
+    r"[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]*"
+)
 _INTEGER = re.compile(r"[+-]?\d+")
 
-_INT64_MAX = 2**63 - 1
-NonNegInt = Annotated[int, Meta(ge=0, le=_INT64_MAX)]
-PosInt64 = Annotated[int, Meta(gt=0, le=_INT64_MAX)]
-Name = Annotated[str, Meta(min_length=1)]
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+
+
+class _Limits:
+    """The range of every quantity in the contract: what the engine's integer columns, the audit store's
+    types and a cycle's time can hold, with Kubernetes' own limits as the guide (docs/reliability.md)."""
+
+    TIME_MS: Final = 4_102_444_800_000  # 2100-01-01T00:00:00Z: at_ms, created_at_ms, durations
+    CPU_MILLI: Final = 2**40  # ~1.1e9 cores on one node or pod
+    MEMORY_BYTES: Final = 2**50  # 1 PiB
+    GPUS: Final = 256  # devices on a node or asked by a pod (a node has 8-16 today)
+    GPU_MEMORY_MIB: Final = 2**20  # 1 TiB per device
+    MAX_PODS: Final = 2**20
+    EXTENDED: Final = 2**50  # an extended resource's amount (hugepages are in bytes)
+    QUOTA: Final = 2**53  # a queue's quota / limit in engine units (milli-GPU, millicores, bytes)
+    WEIGHT: Final = 1_000_000.0  # over_quota_weight
+    INT32_MIN: Final = _INT32_MIN  # priorities (PriorityClass values are int32), counts
+    INT32_MAX: Final = _INT32_MAX
+    NAME: Final = 253  # DNS-1123 subdomain
+    LABEL: Final = 63  # DNS-1123 label, label value, name part of a label key
+    TEXT: Final = 1024  # free text
+    UID: Final = 512
+    LIST: Final = 256  # gpu_devices
+
+
+LIMITS: Final = _Limits
+
+
+def _pattern(rx: re.Pattern[str]) -> str:
+    return f"^(?:{rx.pattern})\\Z"
+
+
+NonNegInt = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+TimeMs = Annotated[int, Meta(ge=0, le=LIMITS.TIME_MS)]
+Cpu = Annotated[int, Meta(ge=0, le=LIMITS.CPU_MILLI)]
+Memory = Annotated[int, Meta(ge=0, le=LIMITS.MEMORY_BYTES)]
+Gpus = Annotated[int, Meta(ge=0, le=LIMITS.GPUS)]
+GpuMemory = Annotated[int, Meta(gt=0, le=LIMITS.GPU_MEMORY_MIB)]
+Quota = Annotated[int, Meta(ge=0, le=LIMITS.QUOTA)]
+Int32 = Annotated[int, Meta(ge=_INT32_MIN, le=_INT32_MAX)]
+Count = Annotated[int, Meta(ge=1, le=_INT32_MAX)]
+Name = Annotated[str, Meta(min_length=1, max_length=LIMITS.NAME, pattern=_pattern(DNS1123_SUBDOMAIN))]
+Namespace = Annotated[str, Meta(min_length=1, max_length=LIMITS.LABEL, pattern=_pattern(DNS1123_LABEL))]
+LabelKey = Annotated[
+    str, Meta(min_length=1, max_length=LIMITS.NAME + 1 + LIMITS.LABEL, pattern=_pattern(LABEL_KEY))
+]
+LabelValue = Annotated[str, Meta(max_length=LIMITS.LABEL, pattern=_pattern(LABEL_VALUE))]
+Text = Annotated[str, Meta(max_length=LIMITS.TEXT, pattern=_pattern(SAFE_TEXT))]
+Word = Annotated[str, Meta(min_length=1, max_length=LIMITS.TEXT, pattern=_pattern(SAFE_TEXT))]
+Uid = Annotated[str, Meta(max_length=LIMITS.UID, pattern=_pattern(SAFE_TEXT))]
+Labels = dict[LabelKey, LabelValue]
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
@@ -56,26 +129,26 @@ class _Ev(Struct, frozen=True, forbid_unknown_fields=True, kw_only=True, gc=Fals
     # Contract v1 only: an event that says "v": 2, carries a v2 field or is a v2-only type does not decode
     # here (wrong literal, unknown field, unknown tag) and goes through pydantic.
     v: Literal[1] = 1
-    uid: str | None = ""  # a missing, empty or null uid defaults to the object's natural key (see decode)
-    at_ms: NonNegInt
+    uid: Uid | None = ""  # a missing, empty or null uid defaults to the object's natural key (see decode)
+    at_ms: TimeMs
 
 
 class Taint(_Rec, frozen=True, kw_only=True):
-    key: Name
-    value: str = ""
+    key: LabelKey
+    value: LabelValue = ""
     effect: TaintEffect
 
 
 class NodeUpserted(_Ev, tag="NodeUpserted", frozen=True, kw_only=True):
     type: ClassVar[str] = "NodeUpserted"
     name: Name
-    cpu_millicores: NonNegInt
-    memory_bytes: NonNegInt
-    gpus: NonNegInt = 0
-    gpu_memory_mib: PosInt64 | None = None
-    gpu_model: str | None = None
-    max_pods: NonNegInt = 110
-    labels: dict[str, str] = field(default_factory=dict)
+    cpu_millicores: Cpu
+    memory_bytes: Memory
+    gpus: Gpus = 0
+    gpu_memory_mib: GpuMemory | None = None
+    gpu_model: Text | None = None
+    max_pods: Annotated[int, Meta(ge=0, le=LIMITS.MAX_PODS)] = 110
+    labels: Labels = field(default_factory=dict)
     taints: list[Taint] = field(default_factory=list)
     ready: bool = True
     unschedulable: bool = False
@@ -88,9 +161,9 @@ class NodeRemoved(_Ev, tag="NodeRemoved", frozen=True, kw_only=True):
 
 
 class QueueResource(_Rec, frozen=True, kw_only=True):
-    quota: NonNegInt | None
-    limit: NonNegInt | None = None
-    over_quota_weight: Annotated[float, Meta(ge=0)] = 1.0
+    quota: Quota | None
+    limit: Quota | None = None
+    over_quota_weight: Annotated[float, Meta(ge=0, le=LIMITS.WEIGHT)] = 1.0
 
 
 def _gpu_default() -> QueueResource:
@@ -109,30 +182,30 @@ class QueueResources(_Rec, frozen=True, kw_only=True):
 
 class QueueUpserted(_Ev, tag="QueueUpserted", frozen=True, kw_only=True):
     type: ClassVar[str] = "QueueUpserted"
-    name: str
-    parent: str | None = None
-    priority: int = 100
-    display_name: str | None = None
+    name: Name
+    parent: Name | None = None
+    priority: Int32 = 100
+    display_name: Text | None = None
     resources: QueueResources = field(default_factory=QueueResources)
-    preempt_min_runtime_ms: NonNegInt | None = None
-    reclaim_min_runtime_ms: NonNegInt | None = None
+    preempt_min_runtime_ms: TimeMs | None = None
+    reclaim_min_runtime_ms: TimeMs | None = None
 
 
 class QueueDeleted(_Ev, tag="QueueDeleted", frozen=True, kw_only=True):
     type: ClassVar[str] = "QueueDeleted"
-    name: str
+    name: Name
 
 
 class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodGroupUpserted"
     name: Name
-    namespace: Name
-    queue: str
-    min_member: Annotated[int, Meta(ge=1)] = 1
-    priority_class: str | None = None
-    priority: int | None = None
+    namespace: Namespace
+    queue: Name
+    min_member: Count = 1
+    priority_class: Name | None = None
+    priority: Int32 | None = None
     preemptible: bool | None = None
-    created_at_ms: NonNegInt
+    created_at_ms: TimeMs
     # Contract v2 (topology constraint): events that set one take the pydantic path.
     topology: ClassVar[str | None] = None
     required_topology_level: ClassVar[str | None] = None
@@ -146,23 +219,23 @@ class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
 class PodGroupDeleted(_Ev, tag="PodGroupDeleted", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodGroupDeleted"
     name: Name
-    namespace: Name
+    namespace: Namespace
 
 
 class PodRequests(_Rec, frozen=True, kw_only=True):
-    cpu_millicores: NonNegInt = 0
-    memory_bytes: NonNegInt = 0
-    gpus: NonNegInt = 0
+    cpu_millicores: Cpu = 0
+    memory_bytes: Memory = 0
+    gpus: Gpus = 0
     gpu_fraction_milli: Annotated[int, Meta(ge=1, le=1000)] | None = None
-    gpu_fraction_devices: Annotated[int, Meta(ge=1)] = 1
-    gpu_memory_mib: PosInt64 | None = None
+    gpu_fraction_devices: Annotated[int, Meta(ge=1, le=LIMITS.GPUS)] = 1
+    gpu_memory_mib: GpuMemory | None = None
     extended: ClassVar[dict[str, int]] = {}  # contract v2 (see module docstring)
 
 
 class NodeSelectorRequirement(_Rec, frozen=True, kw_only=True):
-    key: Name
+    key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[str] = field(default_factory=list)
+    values: list[Text] = field(default_factory=list)
 
 
 class NodeSelectorTerm(_Rec, frozen=True, kw_only=True):
@@ -170,25 +243,27 @@ class NodeSelectorTerm(_Rec, frozen=True, kw_only=True):
 
 
 class Toleration(_Rec, frozen=True, kw_only=True):
-    key: str = ""
+    key: Annotated[
+        str, Meta(max_length=LIMITS.NAME + 1 + LIMITS.LABEL, pattern=_pattern(LABEL_VALUE_OR_KEY))
+    ] = ""
     operator: Literal["Equal", "Exists"] = "Equal"
-    value: str = ""
+    value: LabelValue = ""
     effect: TaintEffect | None = None
 
 
 class PodSubmitted(_Ev, tag="PodSubmitted", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodSubmitted"
     name: Name
-    namespace: Name
+    namespace: Namespace
     pod_group: Name
-    queue: str | None = None
+    queue: Name | None = None
     requests: PodRequests = field(default_factory=PodRequests)
-    node_selector: dict[str, str] = field(default_factory=dict)
+    node_selector: Labels = field(default_factory=dict)
     allowed_nodes: list[Name] | None = None
     node_affinity: list[NodeSelectorTerm] = field(default_factory=list)
     tolerations: list[Toleration] = field(default_factory=list)
-    task_priority: int = 0
-    created_at_ms: NonNegInt
+    task_priority: Int32 = 0
+    created_at_ms: TimeMs
     scheduler_name: Name = "hourglass"
     # Contract v2 fields: an event that sets one is not decoded here (unknown field), so a struct always
     # has them empty, as the model's defaults.
@@ -205,34 +280,36 @@ class PodSubmitted(_Ev, tag="PodSubmitted", frozen=True, kw_only=True):
 class PodBound(_Ev, tag="PodBound", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodBound"
     name: Name
-    namespace: Name
+    namespace: Namespace
     node: Name
-    gpu_devices: list[NonNegInt] = field(default_factory=list)
+    gpu_devices: Annotated[list[Annotated[int, Meta(ge=0, lt=LIMITS.GPUS)]], Meta(max_length=LIMITS.GPUS)] = (
+        field(default_factory=list)
+    )
 
 
 class PodReleasing(_Ev, tag="PodReleasing", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodReleasing"
     name: Name
-    namespace: Name
-    reason: Name
+    namespace: Namespace
+    reason: Word
 
 
 class PodFinished(_Ev, tag="PodFinished", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodFinished"
     name: Name
-    namespace: Name
+    namespace: Namespace
     phase: Literal["Succeeded", "Failed"]
 
 
 class PodDeleted(_Ev, tag="PodDeleted", frozen=True, kw_only=True):
     type: ClassVar[str] = "PodDeleted"
     name: Name
-    namespace: Name
+    namespace: Namespace
 
 
 class ClockTick(_Ev, tag="ClockTick", frozen=True, kw_only=True):
     type: ClassVar[str] = "ClockTick"
-    uid: str = "clock"
+    uid: Uid = "clock"
 
 
 FastEvent = Union[  # noqa: UP007 -- a runtime union object for msgspec
@@ -414,6 +491,29 @@ def _drift(struct: type[Struct], model: type[Any]) -> list[str]:
     return problems
 
 
+_GENERIC: Final = msgspec.json.Decoder()
+_ENCODE: Final = msgspec.json.Encoder().encode
+_QUOTE_SPACE: Final = (b'" ', b'"\n', b'"\t', b'"\r')
+_QUOTE_SPACE_STR: Final = tuple(q.decode() for q in _QUOTE_SPACE)
+
+
+def _keys_may_repeat(raw: bytes | str) -> bool:
+    """True unless ``raw`` surely has no object key twice (msgspec keeps the last of two, silently).
+
+    A decoded object keeps one value per key, so its canonical encoding has as many ``":`` as ``raw`` has
+    keys when no key repeats. Strings can hold ``":`` only as ``\\":``, which both encodings keep; a
+    key written with blanks before its colon, or a quote written as an escape, makes the counts differ or
+    is not counted: those inputs are left to the full parse (which rejects repeated keys precisely).
+    """
+    if isinstance(raw, str):
+        if any(q in raw for q in _QUOTE_SPACE_STR):
+            return True
+        return raw.count('":') != _ENCODE(_GENERIC.decode(raw)).count(b'":')
+    if any(q in raw for q in _QUOTE_SPACE):
+        return True
+    return raw.count(b'":') != _ENCODE(_GENERIC.decode(raw)).count(b'":')
+
+
 class FastPath:
     """The fast decoder for the given pydantic models (by class name: event and nested record models).
 
@@ -444,6 +544,8 @@ class FastPath:
             return None
         try:
             e = self._decoder.decode(raw)
+            if _keys_may_repeat(raw):
+                return None
         except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
             return None
         check = _CHECKS.get(type(e))

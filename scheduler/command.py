@@ -147,7 +147,8 @@ def run_cli(args: argparse.Namespace) -> int:
             period_s=args.period if args.period > 0 else None,
             checkpoint_every=args.checkpoint_every,
         )
-        signal.signal(signal.SIGTERM, lambda *_: service.stop())
+        # Prompt even in a long cycle: the cycle is abandoned (it has written nothing) and recovery redoes it.
+        signal.signal(signal.SIGTERM, lambda *_: service.interrupt())
         try:
             st = service.run(
                 max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle or args.once

@@ -251,6 +251,7 @@ class Service:
         )
         self._recovered = False
         self._stop = False
+        self._computing = False  # inside a cycle's pure computation, which writes nothing (see interrupt)
 
     # -- start-up ----------------------------------------------------------------------------
 
@@ -290,9 +291,10 @@ class Service:
             self._recover_binds(last)
             decisions = last.get("decisions")
             # A delta lists only changed pending jobs: assume something waits (a tick re-decides it).
-            self._waiting = last.get("kind") == "delta" or (isinstance(decisions, list) and any(
-                isinstance(d, dict) and d.get("kind") in _WAITING for d in decisions
-            ))
+            self._waiting = last.get("kind") == "delta" or (
+                isinstance(decisions, list)
+                and any(isinstance(d, dict) and d.get("kind") in _WAITING for d in decisions)
+            )
         self._recovered = True
         log.info(
             "recovered: %d recorded cycle ids, resuming at events offset %d",
@@ -440,6 +442,32 @@ class Service:
         usage_id = u.id if u is not None else None
         # The session is kept between cycles and patched from the new snapshot (scheduler/engine/kept.py):
         # it equals the one run_cycle opens afresh, so the record is run_cycle's.
+        self._computing = True
+        try:
+            record = self._compute(now_ms, usage, usage_id)
+        finally:
+            self._computing = False
+        st.cycle_seconds += time.perf_counter() - t1
+        st.cycles += 1
+        st.sessions_patched = self.kept.patched
+        st.last_cycle = record
+        self.tracked_binds = track({}, record)
+        if record.cycle_id in self.recorded_ids:
+            st.cycles_skipped += 1
+        else:
+            written = self.encoder.encode(record)
+            self.log.append(self.topics.decisions, record.cycle_id.encode(), written.dumps())
+            self.recorded_ids.add(record.cycle_id)
+            st.cycles_appended += 1
+        self.cycled_offset = self.folder.offset
+        self.cycled_usage = u.id if u is not None else None
+        self._last_cycle_at = self._monotonic()
+        self._waiting = any(d.kind in _WAITING for d in record.decisions)
+
+    def _compute(
+        self, now_ms: int, usage: dict[str, dict[str, float]] | None, usage_id: str | None
+    ) -> CycleRecord:
+        """The cycle's record: pure, nothing written (so :meth:`interrupt` may abandon it)."""
         state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
         # Binds of earlier cycles whose PodBound has not been folded yet count as placed (inflight.py).
         in_flight = binds_in_flight(self.tracked_binds.values(), state, now_ms, self.bind_deadline_ms)
@@ -460,22 +488,7 @@ class Service:
             if "divide" in self.kept.timings:  # patched: time the division as a fresh timed session does
                 ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
             observe_cycle(self.metrics, record, timer.durations, capacity=capacity_of(ssn), session=ssn)
-        st.cycle_seconds += time.perf_counter() - t1
-        st.cycles += 1
-        st.sessions_patched = self.kept.patched
-        st.last_cycle = record
-        self.tracked_binds = track({}, record)
-        if record.cycle_id in self.recorded_ids:
-            st.cycles_skipped += 1
-        else:
-            written = self.encoder.encode(record)
-            self.log.append(self.topics.decisions, record.cycle_id.encode(), written.dumps())
-            self.recorded_ids.add(record.cycle_id)
-            st.cycles_appended += 1
-        self.cycled_offset = self.folder.offset
-        self.cycled_usage = u.id if u is not None else None
-        self._last_cycle_at = self._monotonic()
-        self._waiting = any(d.kind in _WAITING for d in record.decisions)
+        return record
 
     def tick(self) -> bool:
         """Append a :class:`~ingest.events.ClockTick` at the wall clock when time alone can change a decision.
@@ -490,7 +503,7 @@ class Service:
         now = self._clock_ms()
         # A bind in flight past its deadline frees its node only in a cycle: tick for it too.
         expired = any(now - b.decided_ms >= self.bind_deadline_ms for b in self.tracked_binds.values())
-        if not (self._waiting or expired) or now <= self.folder.now_ms:
+        if not (self._waiting or expired) or now <= self.folder.builder.latest_ms:
             return False
         self.log.append(self.topics.events, b"clock", dump_event(ClockTick(at_ms=now)))
         self.stats.ticks += 1
@@ -499,6 +512,14 @@ class Service:
     def stop(self) -> None:
         """Ask :meth:`run` to return after the current step."""
         self._stop = True
+
+    def interrupt(self) -> None:
+        """Stop now (a SIGTERM handler): :meth:`stop`, and if a cycle is being computed, abandon it by
+        raising :class:`KeyboardInterrupt` there. A cycle writes nothing until its record is made, and a
+        restart recovers from the records written (exactly-once), so nothing is lost or doubled."""
+        self._stop = True
+        if self._computing:
+            raise KeyboardInterrupt("SIGTERM during a cycle")
 
     def run(self, max_steps: int | None = None, stop_when_idle: bool = False) -> RunStats:
         """Recover, then step until ``max_steps`` batches were processed, or idle (``stop_when_idle``),

@@ -19,11 +19,25 @@ from ingest.events import EVENT_TYPES, FAST_PATH, EventError, dump_event, parse_
 from scheduler.engine.state import fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events
 
-NAMES = st.sampled_from(["a", "q1", "team-a", "node-1", "x.y", "default", "A", "-bad", "a_b", "é", ""])
+# Names at and past every syntax and length rule of the contract (DNS-1123, label keys and values, text).
+NAMES = st.sampled_from(
+    [
+        "a", "q1", "team-a", "node-1", "x.y", "default", "A", "-bad", "a_b", "é", "",
+        "kubernetes.io/hostname", "a/b", "A_b.c", "a\x00b", "a\u202eb", "a\n", "x" * 63, "x" * 64, "x" * 253,
+        "x" * 254, "a b",
+    ]
+)  # fmt: skip
+# Integers at and past every range of the contract (ingest.fastdecode.LIMITS) and of int64.
 INTS = st.one_of(
     st.integers(min_value=-3, max_value=3000),
-    st.sampled_from([2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1, 10**30]),
-)
+    st.sampled_from(
+        [
+            2**63 - 1, 2**63, 2**64, -(2**63), -(2**63) - 1, 10**30, 4_102_444_800_000, 4_102_444_800_001,
+            2**40, 2**40 + 1, 2**50, 2**50 + 1, 2**53, 2**53 + 1, 2**20, 2**20 + 1, 256, 257, 2**31 - 1, 2**31,
+            -(2**31), -(2**31) - 1,
+        ]
+    ),
+)  # fmt: skip
 JSON_SCALARS = st.one_of(
     st.none(),
     st.booleans(),
@@ -69,9 +83,9 @@ REQUESTS = st.fixed_dictionaries(
     optional={
         "cpu_millicores": INTS,
         "memory_bytes": INTS,
-        "gpus": st.integers(0, 3),
+        "gpus": st.one_of(st.integers(0, 3), st.sampled_from([256, 257])),
         "gpu_fraction_milli": st.one_of(st.none(), st.integers(0, 1001)),
-        "gpu_fraction_devices": st.integers(0, 3),
+        "gpu_fraction_devices": st.one_of(st.integers(0, 3), st.sampled_from([256, 257])),
         "gpu_memory_mib": st.one_of(st.none(), st.integers(-1, 2)),
     },
 )
@@ -151,7 +165,7 @@ EVENTS = st.one_of(
     _event(
         "PodBound",
         {"name": NAMES, "namespace": NAMES, "node": NAMES},
-        {"gpu_devices": st.lists(st.integers(-1, 3), max_size=3)},
+        {"gpu_devices": st.lists(st.one_of(st.integers(-1, 3), st.sampled_from([255, 256])), max_size=3)},
     ),
     _event("PodReleasing", {"name": NAMES, "namespace": NAMES, "reason": NAMES}, {}),
     _event(
@@ -255,7 +269,6 @@ def test_synthetic_cluster_takes_the_fast_path() -> None:
 @pytest.mark.parametrize(
     "raw",
     [
-        b'{"type":"NodeRemoved","at_ms":1,"name":"a","name":"b"}',  # duplicate key: the last wins
         b'{"type":"NodeRemoved","at_ms":1,"name":"\\ud800"}',  # lone surrogate
         b'\xef\xbb\xbf{"type":"NodeRemoved","at_ms":1,"name":"a"}',  # UTF-8 BOM
         '{"type":"NodeRemoved","at_ms":1,"name":"a"}'.encode("utf-16"),
@@ -455,7 +468,7 @@ def test_v2_events_defer_and_a_mixed_fold_equals_the_reference(case: tuple[list[
 # contract v2: v1 fields unchanged, v2 fields (PodGroupUpserted's topology constraint, subgroups, k8s_uid and
 # node_pool too) not mirrored; a v2 term's label_selector may be null (missing: selects no pod): only v2
 # events carry terms, so the fast path (v1) is unchanged
-MIRRORED_SCHEMAS = "8a6e18e82820f7e3"
+MIRRORED_SCHEMAS = "ccafb30fd7201cc3"
 
 
 def test_mirrored_models_have_not_changed_since_the_structs_were_checked() -> None:
@@ -465,3 +478,34 @@ def test_mirrored_models_have_not_changed_since_the_structs_were_checked() -> No
         "a model in ingest/events.py changed: mirror the change in ingest/fastdecode.py (and in this "
         "file's generators), then set MIRRORED_SCHEMAS to the new fingerprint"
     )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"type":"NodeRemoved","at_ms":1,"name":"a","name":"b"}',
+        b'{"type":"NodeRemoved","at_ms":1,"name":"a","name":"a"}',
+        b'{"type":"NodeRemoved","at_ms":1,"name" :"a","name":"b"}',
+        '{"type":"NodeRemoved","at_ms":1,"name":"a","name":"b"}',
+        b'{"type":"NodeUpserted","at_ms":1,"name":"n","cpu_millicores":1,"memory_bytes":1,'
+        b'"labels":{"k":"a","k":"b"}}',
+        b'{"type":"PodSubmitted","at_ms":1,"name":"p","namespace":"n","pod_group":"g","created_at_ms":1,'
+        b'"requests":{"gpus":1,"gpus":2}}',
+    ],
+)
+def test_a_repeated_key_is_refused_by_both_paths(raw: bytes | str) -> None:
+    """One event, one meaning: a key twice in one object is bad JSON, fast path or not."""
+    assert FAST_PATH.decode(raw) is None
+    with pytest.raises(EventError) as err:
+        parse_event(raw)
+    assert err.value.reason_code == "bad_json"
+    assert "appears twice" in err.value.message
+
+
+def test_a_key_repeated_in_different_objects_is_fine() -> None:
+    raw = (
+        b'{"type":"NodeUpserted","at_ms":1,"name":"n","cpu_millicores":1,"memory_bytes":1,'
+        b'"taints":[{"key":"a","effect":"NoSchedule"},{"key":"b","effect":"NoSchedule"}]}'
+    )
+    assert FAST_PATH.decode(raw) is not None
+    assert parse_event(raw).name == "n"  # type: ignore[union-attr]

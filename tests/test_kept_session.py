@@ -474,15 +474,16 @@ def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patch
     )
     kept = KeptSession()
     reasons = []
+    t = b.latest_ms  # a tick never goes back before the fold's latest time
     follow: list[list[ev.Event]] = [
-        [ev.NodeRemoved(at_ms=10, name="node-00003")],
-        [ev.ClockTick(at_ms=11)],
+        [ev.NodeRemoved(at_ms=t + 1, name="node-00003")],
+        [ev.ClockTick(at_ms=t + 2)],
         [
             ev.QueueUpserted(
-                at_ms=12, name="dept-00", resources=ev.QueueResources(gpu=ev.QueueResource(quota=0))
+                at_ms=t + 3, name="dept-00", resources=ev.QueueResources(gpu=ev.QueueResource(quota=0))
             )
         ],
-        [ev.ClockTick(at_ms=13)],
+        [ev.ClockTick(at_ms=t + 4)],
     ]
     changes = Changes(b.offset)
     for k, batch in enumerate([[], *follow]):

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import re
 import shutil
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
@@ -42,6 +43,7 @@ from analytics.audit.history import Intervals
 from analytics.audit.views import create_table_views, create_views, history_dir
 from analytics.rundir import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
 from fairshare.record import UsageRecordError, parse_usage_record
+from ingest.events import parse_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Topics
 from scheduler.engine.record.decisions import CycleRecord
 
@@ -64,6 +66,8 @@ __all__ = [
     "run_query",
     "sink_from_log",
 ]
+
+log = logging.getLogger(__name__)
 
 DEFAULT_GROUP: Final = "hourglass-audit"
 RUN_DIR_STORE: Final = "audit.duckdb"
@@ -210,6 +214,9 @@ class LoadStats:
 
     events: int = 0
     events_skipped_malformed: int = 0
+    # Events the scheduler did not fold (they do not parse as it parses them, or it dead-lettered them):
+    # skipped, with (offset, reason) here and in the log, never loaded as if they had happened.
+    events_refused: list[tuple[int, str]] = field(default_factory=list)
     events_duplicate: int = 0
     cycles: int = 0
     cycles_duplicate: int = 0
@@ -240,9 +247,7 @@ class AuditStore:
         self._schemas: dict[str, dict[str, Any]] = {}
         self._check_version()
         self.con.execute(SCHEMA)
-        self.con.execute(
-            "INSERT OR REPLACE INTO store_meta VALUES ('version', ?)", [STORE_VERSION]
-        )
+        self.con.execute("INSERT OR REPLACE INTO store_meta VALUES ('version', ?)", [STORE_VERSION])
         self.refresh_views()
         self.intervals = self._resume()
 
@@ -498,9 +503,21 @@ def load_usage(store: AuditStore, items: Iterable[tuple[int, bytes]]) -> LoadSta
     return stats
 
 
-def load_events(store: AuditStore, items: Iterable[tuple[int, bytes]], batch_size: int = 50_000) -> LoadStats:
-    """Load ``(offset, dump_event bytes)`` pairs, ``batch_size`` a batch; offsets already stored are skipped."""
+def load_events(
+    store: AuditStore,
+    items: Iterable[tuple[int, bytes]],
+    batch_size: int = 50_000,
+    refused: Mapping[int, str] | None = None,
+) -> LoadStats:
+    """Load ``(offset, dump_event bytes)`` pairs, ``batch_size`` a batch; offsets already stored are skipped.
+
+    Only what the scheduler folds is loaded: each event is parsed as the scheduler parses it
+    (:func:`ingest.events.parse_event`), and an event that does not parse, or whose offset is in
+    ``refused`` (the scheduler's dead letters, by offset, with their reason), is skipped and listed in
+    ``LoadStats.events_refused``. One bad event never stops the load.
+    """
     stats = LoadStats()
+    refused = refused or {}
     offsets: list[int] = []
     texts: list[str] = []
 
@@ -511,6 +528,16 @@ def load_events(store: AuditStore, items: Iterable[tuple[int, bytes]], batch_siz
         texts.clear()
 
     for offset, raw in items:
+        reason = refused.get(offset)
+        if reason is None:
+            try:
+                parse_event(raw)
+            except Exception as e:
+                reason = str(e)[:300]
+        if reason is not None:
+            stats.events_refused.append((offset, reason))
+            log.warning("events offset %d not loaded: the scheduler refuses it (%s)", offset, reason)
+            continue
         offsets.append(offset)
         texts.append(raw.decode(errors="replace").rstrip("\n"))
         if len(offsets) >= batch_size:
@@ -560,8 +587,14 @@ def sink_from_log(
     the two re-reads the batch next time and the duplicates are dropped. A log that lost records raises
     :class:`~ingest.log.LogError` rather than loading part of the history: a committed offset past the end
     of its topic, or a last cycle that folded events the events topic no longer holds.
+
+    Events are loaded only up to the last cycle recorded on the decisions topic: the scheduler writes its
+    dead letters before that cycle's record, so every event the store loads is one the scheduler folded
+    (the dead-lettered ones are skipped, :func:`load_events`); the events after it wait for the next cycle.
     """
     stats = LoadStats()
+    folded_to = _last_cycle_offset(log, topics)
+    refused = _dead_lettered(log, topics)
     for topic in (topics.events, topics.usage, topics.decisions):
         pos = log.committed(group, topic)
         end = log.end_offset(topic)
@@ -572,10 +605,13 @@ def sink_from_log(
             )
         while True:
             records = log.read(topic, pos, batch_size)
+            if topic == topics.events:
+                records = [r for r in records if r.offset <= folded_to]
             if not records:
                 break
             if topic == topics.events:
-                stats.add(load_events(store, ((r.offset, r.value) for r in records), batch_size=len(records)))
+                items = ((r.offset, r.value) for r in records)
+                stats.add(load_events(store, items, batch_size=len(records), refused=refused))
             elif topic == topics.usage:
                 stats.add(load_usage(store, ((r.offset, r.value) for r in records)))
             else:
@@ -602,6 +638,32 @@ def _check_events_cover_cycles(log: Log, topics: Topics) -> None:
             f"{topics.events} ends at offset {events_end}, but the last cycle in {topics.decisions} folded"
             f" it through offset {offset}: the events log has lost records"
         )
+
+
+def _last_cycle_offset(log_: Log, topics: Topics) -> int:
+    """The highest ``events_offset`` of the cycle records on the decisions topic (-1: none)."""
+    out = -1
+    for r in log_.scan(topics.decisions, batch=5000):
+        try:
+            offset = json.loads(r.value)["events_offset"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if isinstance(offset, int):
+            out = max(out, offset)
+    return out
+
+
+def _dead_lettered(log_: Log, topics: Topics) -> dict[int, str]:
+    """The events offsets the scheduler dead-lettered, with their reason."""
+    out: dict[int, str] = {}
+    for r in log_.scan(topics.deadletter, batch=5000):
+        try:
+            d = json.loads(r.value)
+            if d["source_topic"] == topics.events:
+                out[int(d["source_offset"])] = f"{d['reason_code']}: {d['message']}"
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 # --------------------------------------------------------------------------- read-only queries

@@ -34,7 +34,7 @@ from analytics.gctune import gc_tuned
 from analytics.rundir import read_events, read_manifest, read_records, read_usage
 from fairshare.record import UsageInput, UsageRecordError, parse_usage_record
 from ingest.backends import open_log
-from ingest.events import Event, EventError, parse_event
+from ingest.events import Event, parse_event
 from ingest.log import DEFAULT_TOPICS, LogError, Topics
 from scheduler.config import EngineConfigError, load_engine_config
 from scheduler.engine.cycle import run_cycle
@@ -388,9 +388,10 @@ def load_source(
             if r is None:
                 return
             try:
-                yield r.offset, parse_event(r.value)
-            except EventError:
+                event = parse_event(r.value)
+            except Exception:
                 continue  # dead-lettered by the service, never folded
+            yield r.offset, event
 
     return ReplaySource(spec, records, events, usage, cfg, log.close)
 

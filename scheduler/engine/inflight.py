@@ -63,15 +63,19 @@ def binds_in_flight(
     """The binds in flight for a cycle on *state* at logical time *now_ms*, sorted by pod uid.
 
     A tracked Bind is in flight while its pod is still pending in the fold (no ``PodBound`` yet, not
-    deleted), its node still exists, and it was decided less than *deadline_ms* of logical time ago. After
+    deleted), its node still exists and has the devices it names, and it was decided less than *deadline_ms* of logical time ago. After
     the deadline the pod is pending again (KAI deletes a failed BindRequest and the pod is re-scheduled).
     """
     pending = {p.uid for p in state.pods if p.status is PodStatus.PENDING and p.node is None}
-    nodes = {n.name for n in state.nodes}
+    gpus = {n.name: n.gpus for n in state.nodes}
+    # A node that lost the devices a bind names (it shrank meanwhile) fails that bind: the pod is pending.
     keep = {
         b.pod: b
         for b in tracked
-        if b.pod in pending and b.node in nodes and now_ms - b.decided_ms < deadline_ms
+        if b.pod in pending
+        and b.node in gpus
+        and all(d < gpus[b.node] for d in b.gpu_devices)
+        and now_ms - b.decided_ms < deadline_ms
     }
     return tuple(keep[uid] for uid in sorted(keep))
 

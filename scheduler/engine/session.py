@@ -628,6 +628,16 @@ class Session:
         self.queues: dict[str, QueueInfo] = {}
         for qs in state.queues:
             self.queues[qs.name] = QueueInfo(spec=qs, name=qs.name, parent=None)
+        # Drop queues whose parent chain loops (the fold refuses such a queue; a scenario may not), with
+        # their subtree: every walk up the hierarchy must end at a root.
+        for name in list(self.queues):
+            seen: set[str] = set()
+            cur: str | None = name
+            while cur is not None and cur in self.queues and cur not in seen:
+                seen.add(cur)
+                cur = self.queues[cur].spec.parent
+            if cur is not None and cur in seen:
+                del self.queues[name]
         # Drop queues whose parent is missing, with their subtree (KAI rule).
         changed = True
         while changed:

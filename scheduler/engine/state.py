@@ -487,6 +487,7 @@ def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
     return out
 
 
+MAX_HELD_BINDS = 100_000  # PodBound events waiting for their PodSubmitted; beyond, one is refused
 FAST_BIND = True  # tests switch it off to check _bind_pending against the general PodBound branch
 
 _T = TypeVar("_T")
@@ -534,6 +535,9 @@ class StateBuilder:
         self._pod_seq: dict[str, int] = {}
         self._job_pods: dict[str, dict[str, None]] = {}  # job uid -> its pod uids (ordered)
         self._requests: dict[tuple[Any, ...], PodRequest] = {}  # see _request
+        # PodBound events of pods not submitted yet, by pod uid: applied when the pod arrives (see apply).
+        self.held_binds: dict[str, Any] = {}
+        self.latest_ms = 0  # the latest at_ms folded: logical time never goes back on a ClockTick
 
     def apply(self, event: object, offset: int | None = None) -> None:
         """Fold one event: an ``ingest.events`` model, or the struct ``ingest.events.FAST_PATH`` decodes
@@ -541,11 +545,22 @@ class StateBuilder:
         self.offset = self.offset + 1 if offset is None else offset
         e: Any = event
         kind = getattr(e, "type", None)
+        at_ms = getattr(e, "at_ms", 0)
+        if at_ms > self.latest_ms:
+            self.latest_ms = at_ms
+        elif kind == "ClockTick" and at_ms < self.latest_ms:
+            # Ticks come from the service's clock, always past the fold's time: one that goes back is
+            # refused (a replayed or forged tick), so no interval ends before it starts.
+            raise ValueError(f"ClockTick at {at_ms} goes back before the latest event time {self.latest_ms}")
         if kind == "PodSubmitted":
             uid = f"{e.namespace}/{e.name}"
             job_uid = f"{e.namespace}/{e.pod_group}"
             seq = self._pod_seq.get(job_uid, 0)
             self._pod_seq[job_uid] = seq + 1
+            was = self.pods.get(uid)
+            if was is not None and was.job != job_uid:
+                # Submitted again under another pod group: it leaves the old one's pod list.
+                self._job_pods.get(was.job, {}).pop(uid, None)
             self._job_pods.setdefault(job_uid, {})[uid] = None
             if e.v == 1 and not (e.node_selector or e.allowed_nodes or e.node_affinity or e.tolerations):
                 # The hot path: a contract-v1 pod without placement constraints (what placement_fields
@@ -573,34 +588,23 @@ class StateBuilder:
                     **placement_fields(e),
                 )
             self.pods[uid] = pod
+            if self.held_binds:
+                held = self.held_binds.pop(uid, None)
+                if held is not None:
+                    self._bound(uid, pod, held)
         elif kind == "PodBound":
             uid = f"{e.namespace}/{e.name}"
             bound = self.pods.get(uid)
             if bound is None:
+                # Bound before it was submitted (two watchers, a relist): the cluster says it runs, so hold
+                # the bind for the pod's PodSubmitted rather than drop it and later bind the pod again.
+                if uid not in self.held_binds and len(self.held_binds) >= MAX_HELD_BINDS:
+                    raise ValueError(
+                        f"PodBound for unknown pod {uid}: {MAX_HELD_BINDS} binds already wait for their pod"
+                    )
+                self.held_binds[uid] = e
                 return
-            p = bound
-            portion = 0
-            if p.request.gpu_fraction_milli is not None:
-                portion = p.request.gpu_fraction_milli
-            elif p.request.gpu_memory_mib is not None:
-                node = self.nodes.get(e.node)
-                mem = (node.gpu_memory_mib or 100) // 100 * 100 if node else 100
-                portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
-            if FAST_BIND and p.status is PodStatus.PENDING:
-                self._bind_pending(uid, p, e, portion)
-                return
-            was_running = self._active(p.job)
-            self.pods[uid] = evolve(
-                p,
-                status=PodStatus.RUNNING,
-                node=e.node,
-                gpu_devices=tuple(e.gpu_devices),
-                gpu_milli_per_device=portion,
-            )
-            owner = self.jobs.get(p.job)
-            if owner is not None and was_running == 0:
-                self.jobs[p.job] = evolve(owner, last_start_ms=e.at_ms)
-            self._touch_job(p.job, e.at_ms)
+            self._bound(uid, bound, e)
         elif kind == "PodGroupUpserted":
             uid = f"{e.namespace}/{e.name}"
             prio = e.priority
@@ -639,7 +643,10 @@ class StateBuilder:
                 node_pool=e.node_pool,
             )
         elif kind == "NodeUpserted":
-            self.nodes[e.name] = node_from_event(e)
+            old_node = self.nodes.get(e.name)
+            new_node = self.nodes[e.name] = node_from_event(e)
+            if old_node is None or new_node.gpus < old_node.gpus:
+                self._clamp_devices(new_node)
         elif kind == "NodeRemoved":
             self.nodes.pop(e.name, None)
             for uid, p in list(self.pods.items()):
@@ -649,6 +656,7 @@ class StateBuilder:
             for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
                 del self.foreign[uid]
         elif kind == "QueueUpserted":
+            self._check_parent(e.name, e.parent)
             old = self.queues.get(e.name)
             order = old.order if old is not None else self._queue_seq
             if old is None:
@@ -714,6 +722,8 @@ class StateBuilder:
             uid = f"{e.namespace}/{e.name}"
             self.foreign.pop(uid, None)
             gone = self.pods.pop(uid, None)
+            if self.held_binds:
+                self.held_binds.pop(uid, None)
             if gone is not None:
                 self._job_pods.get(gone.job, {}).pop(uid, None)
                 self._touch_job(gone.job, e.at_ms)
@@ -727,7 +737,37 @@ class StateBuilder:
         else:
             raise TypeError(f"cannot fold {type(event).__name__}")
 
-    def _bind_pending(self, uid: str, p: Pod, e: Any, portion: int) -> None:
+    def _bound(self, uid: str, p: Pod, e: Any) -> None:
+        """Fold a ``PodBound`` of a known pod. Device indices the node does not have are dropped: a bind
+        names the node's devices, and one beyond them (a stale or hand-written annotation, a node that
+        shrank) would otherwise index past the node's devices in every session."""
+        node = self.nodes.get(e.node)
+        devices = tuple(e.gpu_devices)
+        if node is not None and devices and max(devices) >= node.gpus:
+            devices = tuple(d for d in devices if d < node.gpus)
+        portion = 0
+        if p.request.gpu_fraction_milli is not None:
+            portion = p.request.gpu_fraction_milli
+        elif p.request.gpu_memory_mib is not None:
+            mem = (node.gpu_memory_mib or 100) // 100 * 100 if node else 100
+            portion = -(-p.request.gpu_memory_mib * 100 // max(mem, 100)) * 10
+        if FAST_BIND and p.status is PodStatus.PENDING:
+            self._bind_pending(uid, p, e, portion, devices)
+            return
+        was_running = self._active(p.job)
+        self.pods[uid] = evolve(
+            p,
+            status=PodStatus.RUNNING,
+            node=e.node,
+            gpu_devices=devices,
+            gpu_milli_per_device=portion,
+        )
+        owner = self.jobs.get(p.job)
+        if owner is not None and was_running == 0:
+            self.jobs[p.job] = evolve(owner, last_start_ms=e.at_ms)
+        self._touch_job(p.job, e.at_ms)
+
+    def _bind_pending(self, uid: str, p: Pod, e: Any, portion: int, devices: tuple[int, ...]) -> None:
         """``PodBound`` of a pending pod: the general branch (``_active``, the bind, ``_touch_job``) in one
         pass over the job's pods. The pod was pending, so it counted in neither count before the bind and
         counts as active after it; the job's other pods are unchanged."""
@@ -747,7 +787,7 @@ class StateBuilder:
             p,
             status=PodStatus.RUNNING,
             node=e.node,
-            gpu_devices=tuple(e.gpu_devices),
+            gpu_devices=devices,
             gpu_milli_per_device=portion,
         )
         job = self.jobs.get(job_uid)
@@ -765,6 +805,28 @@ class StateBuilder:
         elif not stale and job.stale_since_ms is not None:
             job = evolve(job, stale_since_ms=None)
         self.jobs[job_uid] = job
+
+    def _clamp_devices(self, node: Node) -> None:
+        """Drop the device indices ``node`` no longer has from the pods bound to it (a node whose GPU count
+        shrank under running pods, or that arrived after their binds): no session may index past a node's
+        devices. Only when a node appears or loses GPUs, which is rare."""
+        for uid, p in list(self.pods.items()):
+            if p.node == node.name and p.gpu_devices and max(p.gpu_devices) >= node.gpus:
+                self.pods[uid] = evolve(p, gpu_devices=tuple(d for d in p.gpu_devices if d < node.gpus))
+
+    def _check_parent(self, name: str, parent: str | None) -> None:
+        """Refuse a queue whose parent chain would come back to it: every walk up the hierarchy (fair
+        share, accounting) must end at a root."""
+        seen = 0
+        cur = parent
+        while cur is not None and seen <= len(self.queues):
+            if cur == name:
+                raise ValueError(
+                    f"queue {name!r} with parent {parent!r} makes a cycle in the queue hierarchy"
+                )
+            q = self.queues.get(cur)
+            cur = q.parent if q is not None else None
+            seen += 1
 
     def _request(self, r: Any) -> PodRequest:
         """The request of a ``PodRequests`` event field; equal requests share one (immutable) instance,
@@ -848,6 +910,8 @@ class StateBuilder:
         other._pod_seq = dict(self._pod_seq)
         other._job_pods = {k: dict(v) for k, v in self._job_pods.items()}
         other._requests = self._requests
+        other.held_binds = dict(self.held_binds)
+        other.latest_ms = self.latest_ms
         return other
 
     def snapshot(self) -> ClusterState:
