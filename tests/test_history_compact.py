@@ -162,7 +162,13 @@ def test_compact_keeps_a_record_it_cannot_render_back() -> None:
     written = compact(rec)
     assert written.largest_free_gpu_milli == 1000 and render(written) == rec
     # two values in one cycle (not this engine's records): kept as they are
-    other = d.model_copy(update={"job": "a/k", "details": {**d.details, "largest_free_gpus_on_a_node": 3.0}})
+    other = d.model_copy(
+        update={
+            "job": "a/k",
+            "message": "no room" + note.replace("is 1", "is 3"),
+            "details": {**d.details, "largest_free_gpus_on_a_node": 3.0},
+        }
+    )
     odd = rec.model_copy(update={"decisions": [d, other]})
     assert compact(odd) is odd
     # a pending decision without the note that render would give one: kept as it is
