@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
 from operator import attrgetter
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import msgspec
 
@@ -541,7 +541,7 @@ class StateBuilder:
 
     def apply(self, event: object, offset: int | None = None) -> None:
         """Fold one event: an ``ingest.events`` model, or the struct ``ingest.events.FAST_PATH`` decodes
-        (same attributes); the event's ``type`` picks the branch."""
+        (same attributes); the event's ``type`` picks its handler in :data:`_FOLD`."""
         self.offset = self.offset + 1 if offset is None else offset
         e: Any = event
         kind = getattr(e, "type", None)
@@ -552,190 +552,208 @@ class StateBuilder:
             # Ticks come from the service's clock, always past the fold's time: one that goes back is
             # refused (a replayed or forged tick), so no interval ends before it starts.
             raise ValueError(f"ClockTick at {at_ms} goes back before the latest event time {self.latest_ms}")
-        if kind == "PodSubmitted":
-            uid = f"{e.namespace}/{e.name}"
-            job_uid = f"{e.namespace}/{e.pod_group}"
-            seq = self._pod_seq.get(job_uid, 0)
-            self._pod_seq[job_uid] = seq + 1
-            was = self.pods.get(uid)
-            if was is not None and was.job != job_uid:
-                # Submitted again under another pod group: it leaves the old one's pod list.
-                self._job_pods.get(was.job, {}).pop(uid, None)
-            self._job_pods.setdefault(job_uid, {})[uid] = None
-            if e.v == 1 and not (e.node_selector or e.allowed_nodes or e.node_affinity or e.tolerations):
-                # The hot path: a contract-v1 pod without placement constraints (what placement_fields
-                # gives for it, without building its keyword arguments).
-                pod = Pod(
-                    uid,
-                    e.name,
-                    job_uid,
-                    self._request(e.requests),
-                    task_priority=e.task_priority,
-                    index=seq,
-                    created_ms=e.created_at_ms,
-                    allowed_nodes=None if e.allowed_nodes is None else (),
-                    namespace=e.namespace,
-                )
-            else:
-                pod = Pod(
-                    uid=uid,
-                    name=e.name,
-                    job=job_uid,
-                    request=self._request(e.requests),
-                    task_priority=e.task_priority,
-                    index=seq,
-                    created_ms=e.created_at_ms,
-                    **placement_fields(e),
-                )
-            self.pods[uid] = pod
-            if self.held_binds:
-                held = self.held_binds.pop(uid, None)
-                if held is not None:
-                    self._bound(uid, pod, held)
-        elif kind == "PodBound":
-            uid = f"{e.namespace}/{e.name}"
-            bound = self.pods.get(uid)
-            if bound is None:
-                # Bound before it was submitted (two watchers, a relist): the cluster says it runs, so hold
-                # the bind for the pod's PodSubmitted rather than drop it and later bind the pod again.
-                if uid not in self.held_binds and len(self.held_binds) >= MAX_HELD_BINDS:
-                    raise ValueError(
-                        f"PodBound for unknown pod {uid}: {MAX_HELD_BINDS} binds already wait for their pod"
-                    )
-                self.held_binds[uid] = e
-                return
-            self._bound(uid, bound, e)
-        elif kind == "PodGroupUpserted":
-            uid = f"{e.namespace}/{e.name}"
-            prio = e.priority
-            if prio is None:
-                prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
-            preemptible = e.preemptible if e.preemptible is not None else prio < 100
-            old_job = self.jobs.get(uid)
-            subgroups = tuple(
-                SubGroup(
-                    name=sg.name,
-                    parent=sg.parent,
-                    min_member=sg.min_member,
-                    min_sub_group=sg.min_sub_group,
-                    topology=sg.topology,
-                    required_level=sg.required_topology_level,
-                    preferred_level=sg.preferred_topology_level,
-                )
-                for sg in e.subgroups
-            )
-            self.jobs[uid] = Job(
-                uid=uid,
-                name=e.name,
-                queue=e.queue,
-                min_available=subgroup_minimum(subgroups, e.min_sub_group) if subgroups else e.min_member,
-                subgroups=subgroups,
-                min_sub_group=e.min_sub_group,
-                priority=prio,
-                preemptible=preemptible,
-                created_ms=e.created_at_ms,
-                last_start_ms=old_job.last_start_ms if old_job else None,
-                stale_since_ms=old_job.stale_since_ms if old_job else None,
-                topology=e.topology,
-                required_level=e.required_topology_level,
-                preferred_level=e.preferred_topology_level,
-                k8s_uid=e.k8s_uid,
-                node_pool=e.node_pool,
-            )
-        elif kind == "NodeUpserted":
-            old_node = self.nodes.get(e.name)
-            new_node = self.nodes[e.name] = node_from_event(e)
-            if old_node is None or new_node.gpus < old_node.gpus:
-                self._clamp_devices(new_node)
-        elif kind == "NodeRemoved":
-            self.nodes.pop(e.name, None)
-            for uid, p in list(self.pods.items()):
-                if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
-                    self.pods[uid] = evolve(p, status=PodStatus.FAILED)
-                    self._touch_job(p.job, e.at_ms)
-            for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
-                del self.foreign[uid]
-        elif kind == "QueueUpserted":
-            self._check_parent(e.name, e.parent)
-            old = self.queues.get(e.name)
-            order = old.order if old is not None else self._queue_seq
-            if old is None:
-                self._queue_seq += 1
-            res = {
-                r: ResourceQuota.of(q.quota, q.limit, q.over_quota_weight)
-                for r, q in (
-                    ("gpu", e.resources.gpu),
-                    ("cpu", e.resources.cpu),
-                    ("memory", e.resources.memory),
-                )
-            }
-            self.queues[e.name] = Queue(
-                name=e.name,
-                parent=e.parent,
-                resources=MappingProxyType(res),
-                priority=e.priority,
-                order=order,
-                preempt_min_runtime_ms=e.preempt_min_runtime_ms,
-                reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
-            )
-        elif kind == "QueueDeleted":
-            self.queues.pop(e.name, None)
-        elif kind == "PodGroupDeleted":
-            uid = f"{e.namespace}/{e.name}"
-            if uid in self.jobs:
-                self.jobs[uid] = evolve(self.jobs[uid], deleting=True)
-                self._forget_if_done(uid)
-        elif kind == "ForeignPodUpserted":
-            uid = f"{e.namespace}/{e.name}"
-            self.foreign[uid] = ForeignPod(
-                uid=uid,
-                name=e.name,
-                namespace=e.namespace,
-                node=e.node,
-                request=request_from_event(e.requests),
-                labels=MappingProxyType(dict(sorted(e.labels.items()))),
-                host_ports=ports_from_event(e.host_ports),
-                releasing=e.releasing,
-            )
-        elif kind == "PodUngated":
-            uid = f"{e.namespace}/{e.name}"
-            gated = self.pods.get(uid)
-            if gated is not None and gated.gated:
-                self.pods[uid] = evolve(gated, gated=False)
-        elif kind == "PodReleasing":
-            uid = f"{e.namespace}/{e.name}"
-            if uid in self.foreign:
-                self.foreign[uid] = replace(self.foreign[uid], releasing=True)
-            rel = self.pods.get(uid)
-            if rel is not None and rel.node is not None:
-                self.pods[uid] = evolve(rel, status=PodStatus.RELEASING)
-                self._touch_job(rel.job, e.at_ms)
-        elif kind == "PodFinished":
-            uid = f"{e.namespace}/{e.name}"
-            self.foreign.pop(uid, None)
-            fin = self.pods.get(uid)
-            if fin is not None:
-                st = PodStatus.SUCCEEDED if e.phase == "Succeeded" else PodStatus.FAILED
-                self.pods[uid] = evolve(fin, status=st)
-                self._touch_job(fin.job, e.at_ms)
-        elif kind == "PodDeleted":
-            uid = f"{e.namespace}/{e.name}"
-            self.foreign.pop(uid, None)
-            gone = self.pods.pop(uid, None)
-            if self.held_binds:
-                self.held_binds.pop(uid, None)
-            if gone is not None:
-                self._job_pods.get(gone.job, {}).pop(uid, None)
-                self._touch_job(gone.job, e.at_ms)
-                self._forget_if_done(gone.job)
-        elif kind == "TopologyUpserted":
-            self.topologies[e.name] = Topology(e.name, tuple(e.levels))
-        elif kind == "TopologyDeleted":
-            self.topologies.pop(e.name, None)
-        elif kind == "ClockTick":
-            pass  # only time moves (the offset above, and the folder's logical time)
-        else:
+        handler = _FOLD.get(kind) if isinstance(kind, str) else None
+        if handler is None:
             raise TypeError(f"cannot fold {type(event).__name__}")
+        handler(self, e)
+
+    def _on_pod_submitted(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        job_uid = f"{e.namespace}/{e.pod_group}"
+        seq = self._pod_seq.get(job_uid, 0)
+        self._pod_seq[job_uid] = seq + 1
+        was = self.pods.get(uid)
+        if was is not None and was.job != job_uid:
+            # Submitted again under another pod group: it leaves the old one's pod list.
+            self._job_pods.get(was.job, {}).pop(uid, None)
+        self._job_pods.setdefault(job_uid, {})[uid] = None
+        if e.v == 1 and not (e.node_selector or e.allowed_nodes or e.node_affinity or e.tolerations):
+            # The hot path: a contract-v1 pod without placement constraints (what placement_fields
+            # gives for it, without building its keyword arguments).
+            pod = Pod(
+                uid,
+                e.name,
+                job_uid,
+                self._request(e.requests),
+                task_priority=e.task_priority,
+                index=seq,
+                created_ms=e.created_at_ms,
+                allowed_nodes=None if e.allowed_nodes is None else (),
+                namespace=e.namespace,
+            )
+        else:
+            pod = Pod(
+                uid=uid,
+                name=e.name,
+                job=job_uid,
+                request=self._request(e.requests),
+                task_priority=e.task_priority,
+                index=seq,
+                created_ms=e.created_at_ms,
+                **placement_fields(e),
+            )
+        self.pods[uid] = pod
+        if self.held_binds:
+            held = self.held_binds.pop(uid, None)
+            if held is not None:
+                self._bound(uid, pod, held)
+
+    def _on_pod_bound(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        bound = self.pods.get(uid)
+        if bound is None:
+            # Bound before it was submitted (two watchers, a relist): the cluster says it runs, so hold
+            # the bind for the pod's PodSubmitted rather than drop it and later bind the pod again.
+            if uid not in self.held_binds and len(self.held_binds) >= MAX_HELD_BINDS:
+                raise ValueError(
+                    f"PodBound for unknown pod {uid}: {MAX_HELD_BINDS} binds already wait for their pod"
+                )
+            self.held_binds[uid] = e
+            return
+        self._bound(uid, bound, e)
+
+    def _on_pod_group_upserted(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        prio = e.priority
+        if prio is None:
+            prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
+        preemptible = e.preemptible if e.preemptible is not None else prio < 100
+        old_job = self.jobs.get(uid)
+        subgroups = tuple(
+            SubGroup(
+                name=sg.name,
+                parent=sg.parent,
+                min_member=sg.min_member,
+                min_sub_group=sg.min_sub_group,
+                topology=sg.topology,
+                required_level=sg.required_topology_level,
+                preferred_level=sg.preferred_topology_level,
+            )
+            for sg in e.subgroups
+        )
+        self.jobs[uid] = Job(
+            uid=uid,
+            name=e.name,
+            queue=e.queue,
+            min_available=subgroup_minimum(subgroups, e.min_sub_group) if subgroups else e.min_member,
+            subgroups=subgroups,
+            min_sub_group=e.min_sub_group,
+            priority=prio,
+            preemptible=preemptible,
+            created_ms=e.created_at_ms,
+            last_start_ms=old_job.last_start_ms if old_job else None,
+            stale_since_ms=old_job.stale_since_ms if old_job else None,
+            topology=e.topology,
+            required_level=e.required_topology_level,
+            preferred_level=e.preferred_topology_level,
+            k8s_uid=e.k8s_uid,
+            node_pool=e.node_pool,
+        )
+
+    def _on_node_upserted(self, e: Any) -> None:
+        old_node = self.nodes.get(e.name)
+        new_node = self.nodes[e.name] = node_from_event(e)
+        if old_node is None or new_node.gpus < old_node.gpus:
+            self._clamp_devices(new_node)
+
+    def _on_node_removed(self, e: Any) -> None:
+        self.nodes.pop(e.name, None)
+        for uid, p in list(self.pods.items()):
+            if p.node == e.name and p.status in (PodStatus.RUNNING, PodStatus.RELEASING):
+                self.pods[uid] = evolve(p, status=PodStatus.FAILED)
+                self._touch_job(p.job, e.at_ms)
+        for uid in [u for u, f in self.foreign.items() if f.node == e.name]:
+            del self.foreign[uid]
+
+    def _on_queue_upserted(self, e: Any) -> None:
+        self._check_parent(e.name, e.parent)
+        old = self.queues.get(e.name)
+        order = old.order if old is not None else self._queue_seq
+        if old is None:
+            self._queue_seq += 1
+        res = {
+            r: ResourceQuota.of(q.quota, q.limit, q.over_quota_weight)
+            for r, q in (
+                ("gpu", e.resources.gpu),
+                ("cpu", e.resources.cpu),
+                ("memory", e.resources.memory),
+            )
+        }
+        self.queues[e.name] = Queue(
+            name=e.name,
+            parent=e.parent,
+            resources=MappingProxyType(res),
+            priority=e.priority,
+            order=order,
+            preempt_min_runtime_ms=e.preempt_min_runtime_ms,
+            reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
+        )
+
+    def _on_queue_deleted(self, e: Any) -> None:
+        self.queues.pop(e.name, None)
+
+    def _on_pod_group_deleted(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        if uid in self.jobs:
+            self.jobs[uid] = evolve(self.jobs[uid], deleting=True)
+            self._forget_if_done(uid)
+
+    def _on_foreign_pod_upserted(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        self.foreign[uid] = ForeignPod(
+            uid=uid,
+            name=e.name,
+            namespace=e.namespace,
+            node=e.node,
+            request=request_from_event(e.requests),
+            labels=MappingProxyType(dict(sorted(e.labels.items()))),
+            host_ports=ports_from_event(e.host_ports),
+            releasing=e.releasing,
+        )
+
+    def _on_pod_ungated(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        gated = self.pods.get(uid)
+        if gated is not None and gated.gated:
+            self.pods[uid] = evolve(gated, gated=False)
+
+    def _on_pod_releasing(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        if uid in self.foreign:
+            self.foreign[uid] = replace(self.foreign[uid], releasing=True)
+        rel = self.pods.get(uid)
+        if rel is not None and rel.node is not None:
+            self.pods[uid] = evolve(rel, status=PodStatus.RELEASING)
+            self._touch_job(rel.job, e.at_ms)
+
+    def _on_pod_finished(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        self.foreign.pop(uid, None)
+        fin = self.pods.get(uid)
+        if fin is not None:
+            st = PodStatus.SUCCEEDED if e.phase == "Succeeded" else PodStatus.FAILED
+            self.pods[uid] = evolve(fin, status=st)
+            self._touch_job(fin.job, e.at_ms)
+
+    def _on_pod_deleted(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        self.foreign.pop(uid, None)
+        gone = self.pods.pop(uid, None)
+        if self.held_binds:
+            self.held_binds.pop(uid, None)
+        if gone is not None:
+            self._job_pods.get(gone.job, {}).pop(uid, None)
+            self._touch_job(gone.job, e.at_ms)
+            self._forget_if_done(gone.job)
+
+    def _on_topology_upserted(self, e: Any) -> None:
+        self.topologies[e.name] = Topology(e.name, tuple(e.levels))
+
+    def _on_topology_deleted(self, e: Any) -> None:
+        self.topologies.pop(e.name, None)
+
+    def _on_clock_tick(self, e: Any) -> None:
+        """Only time moves (the offset in :meth:`apply`, and the folder's logical time)."""
 
     def _bound(self, uid: str, p: Pod, e: Any) -> None:
         """Fold a ``PodBound`` of a known pod. Device indices the node does not have are dropped: a bind
@@ -926,6 +944,27 @@ class StateBuilder:
             foreign_pods=tuple(self.foreign.values()),
             topologies=tuple(self.topologies[k] for k in sorted(self.topologies)),
         )
+
+
+_FOLD: Final[dict[str, Callable[[StateBuilder, Any], None]]] = {
+    "PodSubmitted": StateBuilder._on_pod_submitted,
+    "PodBound": StateBuilder._on_pod_bound,
+    "PodGroupUpserted": StateBuilder._on_pod_group_upserted,
+    "NodeUpserted": StateBuilder._on_node_upserted,
+    "NodeRemoved": StateBuilder._on_node_removed,
+    "QueueUpserted": StateBuilder._on_queue_upserted,
+    "QueueDeleted": StateBuilder._on_queue_deleted,
+    "PodGroupDeleted": StateBuilder._on_pod_group_deleted,
+    "ForeignPodUpserted": StateBuilder._on_foreign_pod_upserted,
+    "PodUngated": StateBuilder._on_pod_ungated,
+    "PodReleasing": StateBuilder._on_pod_releasing,
+    "PodFinished": StateBuilder._on_pod_finished,
+    "PodDeleted": StateBuilder._on_pod_deleted,
+    "TopologyUpserted": StateBuilder._on_topology_upserted,
+    "TopologyDeleted": StateBuilder._on_topology_deleted,
+    "ClockTick": StateBuilder._on_clock_tick,
+}
+"""Each event type's fold, by its ``type`` (the hot types first: dict order is the documentation's)."""
 
 
 def fold(events: Iterable[object]) -> ClusterState:
