@@ -7,17 +7,15 @@ pods are created as API objects (no kubelet is needed to bind), the Queue CRD fr
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
-from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
+from scheduler.engine.record.decisions import Decision
 from scheduler.engine.record.delta import delta_of
 from scheduler.kube.binder import (
     ANNOTATION_CYCLE,
@@ -37,83 +35,21 @@ from scheduler.kube.binder import (
     plan,
     queue_status,
 )
+from tests.support.cycle_records import bind, evict, pending, queue, record
+from tests.support.kube_objects import (
+    FAST,
+    apply_crds,
+    make_node,
+    make_pod,
+    make_queue,
+    pod_events,
+    read_pod,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
-CRDS = ROOT / "deploy" / "crds"
 
 
 # --------------------------------------------------------------------------- builders
-
-
-def queue(
-    name: str, *, gpu_alloc: int = 0, gpu_fair: int = 0, mem_alloc: int = 0, parent: str | None = None
-) -> QueueRecord:
-    res = {"gpu": 0, "cpu": 0, "memory": 0}
-    return QueueRecord(
-        name=name,
-        parent=parent,
-        priority=100,
-        deserved={"gpu": 2000, "cpu": None, "memory": None},
-        limit={"gpu": None, "cpu": None, "memory": None},
-        over_quota_weight={"gpu": "1", "cpu": "1", "memory": "1"},
-        requested={**res, "gpu": gpu_alloc + 1000},
-        allocated={**res, "gpu": gpu_alloc, "memory": mem_alloc},
-        allocated_non_preemptible=res,
-        fair_share={**res, "gpu": gpu_fair},
-        fair_share_classic={**res, "gpu": gpu_fair},
-        k_adjustment=res,
-        usage={"gpu": 0.0, "cpu": 0.0, "memory": 0.0},
-    )
-
-
-def bind(
-    pod: str, node: str, devices: tuple[int, ...] = (), milli: int = 0, job: str | None = None
-) -> Decision:
-    return Decision(
-        kind="Bind",
-        job=job or pod,
-        queue="team-a",
-        pod=pod,
-        node=node,
-        gpu_devices=list(devices),
-        gpu_milli_per_device=milli,
-        action="allocate",
-    )
-
-
-def evict(
-    pod: str, node: str, action: str = "reclaim", message: str = "Pod x was preempted by workload y."
-) -> Decision:
-    return Decision(
-        kind="Evict",
-        job=pod,
-        queue="team-b",
-        pod=pod,
-        node=node,
-        action=action,
-        reason=action,
-        message=message,
-    )
-
-
-def pending(
-    pods: list[str], reason: str = "PodSchedulingErrors", message: str = "no nodes with enough GPUs"
-) -> Decision:
-    return Decision(
-        kind="Unschedulable", job=pods[0], queue="team-a", pods=pods, reason=reason, message=message
-    )
-
-
-def record(decisions: list[Decision], queues: list[QueueRecord] | None = None, t: int = 1000) -> CycleRecord:
-    return CycleRecord(
-        cycle_id=f"cycle-{t}",
-        events_offset=t,
-        usage_snapshot_id=None,
-        config_hash="h",
-        logical_time_ms=t,
-        queues=queues or [],
-        decisions=decisions,
-    )
 
 
 # --------------------------------------------------------------------------- the pure plan
@@ -246,141 +182,6 @@ def test_event_names_are_stable_per_object_and_reason() -> None:
 
 
 # --------------------------------------------------------------------------- against a real kube-apiserver
-
-FAST = RetryPolicy(attempts=3, base_s=0.01, max_s=0.05)
-
-
-def apply_crds(api: Any) -> None:
-    """Create the CRDs from deploy/crds (409: already there) and wait until they serve."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    ext = client.ApiextensionsV1Api(api)
-    names = []
-    for path in sorted(CRDS.glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if not doc:
-                continue
-            names.append(doc["metadata"]["name"])
-            try:
-                ext.create_custom_resource_definition(doc)
-            except ApiException as e:
-                if e.status != 409:
-                    raise
-    deadline = time.monotonic() + 30
-    for name in names:
-        while True:
-            crd = ext.read_custom_resource_definition(name)
-            conds = {c.type: c.status for c in (crd.status.conditions or [])} if crd.status else {}
-            if conds.get("Established") == "True":
-                break
-            assert time.monotonic() < deadline, f"CRD {name} not established"
-            time.sleep(0.2)
-
-
-def make_node(api: Any, name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> None:
-    """A ready GPU node as an API object, without the not-ready taint the API server puts on new nodes."""
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    core.create_node(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": name, "labels": {"gpu-model": "A100", **(labels or {})}},
-        }
-    )
-    core.patch_node(name, {"spec": {"taints": None}}, _content_type="application/merge-patch+json")
-    alloc = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": str(gpus), "pods": "110"}
-    status = {
-        "status": {
-            "capacity": alloc,
-            "allocatable": alloc,
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "test node",
-                    "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z",
-                }
-            ],
-        }
-    }
-    core.patch_node_status(name, status, _content_type="application/strategic-merge-patch+json")
-
-
-def make_pod(
-    api: Any,
-    ns: str,
-    name: str,
-    *,
-    gpus: int = 0,
-    queue: str = "team-a",
-    annotations: dict[str, str] | None = None,
-    labels: dict[str, str] | None = None,
-    node_selector: dict[str, str] | None = None,
-) -> None:
-    """A pending pod for our scheduler in ``queue`` (label ``kai.scheduler/queue``)."""
-    from kubernetes import client
-
-    resources: dict[str, Any] = {"requests": {"cpu": "100m", "memory": "128Mi"}}
-    if gpus:
-        resources["limits"] = {"nvidia.com/gpu": str(gpus)}
-        resources["requests"]["nvidia.com/gpu"] = str(gpus)
-    body = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": {"kai.scheduler/queue": queue, **(labels or {})},
-            "annotations": annotations or {},
-        },
-        "spec": {
-            "schedulerName": "hourglass",
-            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
-            **({"nodeSelector": node_selector} if node_selector else {}),
-        },
-    }
-    client.CoreV1Api(api).create_namespaced_pod(ns, body)
-
-
-def make_queue(api: Any, name: str, gpu_quota: float = 2, parent: str | None = None) -> None:
-    from kubernetes import client
-
-    spec: dict[str, Any] = {
-        "resources": {
-            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
-            "cpu": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-            "memory": {"quota": -1, "limit": -1, "overQuotaWeight": 1},
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    client.CustomObjectsApi(api).create_cluster_custom_object(
-        "scheduling.run.ai",
-        "v2",
-        "queues",
-        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
-    )
-
-
-def read_pod(api: Any, ns: str, name: str) -> dict[str, Any]:
-    from kubernetes import client
-
-    r = client.CoreV1Api(api).read_namespaced_pod(name, ns, _preload_content=False)
-    return dict(json.loads(r.data))
-
-
-def pod_events(api: Any, ns: str, name: str) -> list[dict[str, Any]]:
-    from kubernetes import client
-
-    r = client.CoreV1Api(api).list_namespaced_event(
-        ns, field_selector=f"involvedObject.name={name}", _preload_content=False
-    )
-    return list(json.loads(r.data)["items"])
 
 
 def dead_letters(log: Log) -> list[dict[str, Any]]:

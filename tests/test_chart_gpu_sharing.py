@@ -22,18 +22,16 @@ from typing import Any
 import pytest
 
 from scheduler.kube.webhook import MUTATE_PATH
-from tests import test_deploy
-from tests.test_deploy import _helm_run, by_kind, component, parse_cli, render
-from tests.test_gpu_sharing import MATCH_CONDITIONS
+from tests.support.gpu_sharing import MATCH_CONDITIONS
+from tests.support.helm_chart import CHART, by_kind, component, helm_run, parse_cli, render, require_helm
 
-CHART = Path(__file__).resolve().parent.parent / "deploy" / "helm" / "hourglass"
 ON = ["--set", "gpuSharing.enabled=true"]
 
 
 @pytest.fixture(scope="module")
 def helm() -> str:
     """A helm binary (tools/helm/install.sh); skipped (failed under CI) without one, as in test_deploy."""
-    return str(test_deploy.helm.__wrapped__())  # type: ignore[attr-defined]
+    return require_helm()
 
 
 def test_gpu_sharing_is_off_by_default(helm: str) -> None:
@@ -134,7 +132,7 @@ def test_cert_manager_option(helm: str) -> None:
     assert mwc["metadata"]["annotations"]["cert-manager.io/inject-ca-from"].endswith("/hourglass-webhook")
     assert "caBundle" not in mwc["webhooks"][0]["clientConfig"]
     assert not [s for s in by_kind(objs, "Secret").values() if s["type"] == "kubernetes.io/tls"]
-    out = _helm_run(
+    out = helm_run(
         helm, "template", "hourglass", str(CHART), *ON, "--set", "gpuSharing.webhook.certManager.enabled=true"
     )
     assert out.returncode != 0 and "gpuSharing.webhook.certManager.issuerRef is required" in out.stderr
@@ -183,5 +181,5 @@ def test_the_api_server_accepts_the_rendered_gpu_sharing_objects(
     ids=["bad-failure-policy", "bad-namespace", "zero-timeout"],
 )
 def test_bad_gpu_sharing_values_are_refused(helm: str, values: list[str], message: str) -> None:
-    out = _helm_run(helm, "template", "hourglass", str(CHART), *ON, *values)
+    out = helm_run(helm, "template", "hourglass", str(CHART), *ON, *values)
     assert out.returncode != 0 and message in out.stderr, out.stderr

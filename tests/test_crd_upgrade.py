@@ -217,9 +217,9 @@ def test_helm_install_over_kai_keeps_podgroups_then_the_upgrade_step_adopts_the_
 
     from kubernetes import client
 
-    from tests.test_deploy import CHART, _find_helm
+    from tests.support.helm_chart import CHART, find_helm
 
-    helm = _find_helm()
+    helm = find_helm()
     if helm is None:
         pytest.skip("helm not found: run tools/helm/install.sh")
     custom: Any = client.CustomObjectsApi(kai_crds)
@@ -274,9 +274,9 @@ def test_chart_crd_upgrade_hook_applies_the_chart_crds_over_kais(
     from kubernetes import client
 
     from analytics.cli import main
-    from tests.test_deploy import _find_helm, by_kind, parse_cli, render
+    from tests.support.helm_chart import by_kind, find_helm, parse_cli, render
 
-    helm = _find_helm()
+    helm = find_helm()
     if helm is None:
         pytest.skip("helm not found: run tools/helm/install.sh")
     objs = render(helm, "--set", "crdUpgrade.enabled=true")

@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import shutil
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -29,12 +26,20 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.helm_chart import (
+    CHART,
+    by_kind,
+    component,
+    helm_run,
+    parse_cli,
+    render,
+    require_helm,
+)
+
 ROOT = Path(__file__).resolve().parent.parent
-CHART = ROOT / "deploy" / "helm" / "hourglass"
 CRD_DIR = ROOT / "deploy" / "crds"
 DASHBOARD = ROOT / "deploy" / "grafana" / "hourglass-dashboard.json"
 COMPOSE_DIR = ROOT / "compose"
-HELM_INSTALL = ROOT / "tools" / "helm" / "install.sh"
 GROUP = "scheduling.run.ai"
 
 #: Deployment component -> the hourglass subcommand it must run.
@@ -44,62 +49,10 @@ SUBCOMMANDS = {"ingest": "ingest", "scheduler": "run", "binder": "bind", "fairsh
 # --------------------------------------------------------------------------------------------- helpers
 
 
-def _find_helm() -> str | None:
-    explicit = os.environ.get("HELM")
-    if explicit:
-        return explicit if Path(explicit).is_file() else None
-    cached = subprocess.run([str(HELM_INSTALL), "--print"], capture_output=True, text=True, check=True)
-    path = cached.stdout.strip()
-    if Path(path).is_file():
-        return path
-    return shutil.which("helm")
-
-
 @pytest.fixture(scope="module")
 def helm() -> str:
     """Path of a helm binary; skip (fail under CI) when there is none."""
-    found = _find_helm()
-    if found is None:
-        message = "helm not found: run tools/helm/install.sh (builds helm via the Go module proxy, once)"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message} (CI is set, so the helm tests must run)", pytrace=False)
-        pytest.skip(message)
-    return found
-
-
-def _helm_run(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([helm, *args], capture_output=True, text=True, timeout=120, check=False)
-
-
-def render(
-    helm: str, *args: str, release: str = "hourglass", namespace: str = "hourglass-system"
-) -> list[dict[str, Any]]:
-    """``helm template`` the chart and return the parsed objects (empty documents dropped)."""
-    out = _helm_run(helm, "template", release, str(CHART), "--namespace", namespace, *args)
-    assert out.returncode == 0, f"helm template {' '.join(args)} failed:\n{out.stderr}"
-    return [d for d in yaml.safe_load_all(out.stdout) if d]
-
-
-def by_kind(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
-    return {o["metadata"]["name"]: o for o in objs if o["kind"] == kind}
-
-
-def component(obj: dict[str, Any]) -> str:
-    return str(obj["metadata"]["labels"]["app.kubernetes.io/component"])
-
-
-def parse_cli(argv: list[str]) -> Any:
-    """Parse argv with the real ``hourglass`` parser; a rejected command line fails the test with stderr."""
-    import io
-
-    from analytics.cli import build_parser
-
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            return build_parser().parse_args(argv)
-    except SystemExit:
-        pytest.fail(f"`hourglass {' '.join(argv)}` is rejected by the CLI: {err.getvalue().strip()}")
+    return require_helm()
 
 
 # ----------------------------------------------------------------------------------- chart (no cluster)
@@ -107,7 +60,7 @@ def parse_cli(argv: list[str]) -> Any:
 
 def test_chart_lints_strictly(helm: str) -> None:
     for extra in ([], ["--set", "serviceMonitor.enabled=true", "--set", "kafka.topicPrefix=team1"]):
-        out = _helm_run(helm, "lint", "--strict", str(CHART), *extra)
+        out = helm_run(helm, "lint", "--strict", str(CHART), *extra)
         assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -425,7 +378,7 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     ],
 )
 def test_bad_values_fail_with_a_specific_message(helm: str, values: list[str], message: str) -> None:
-    out = _helm_run(helm, "template", "hourglass", str(CHART), *values)
+    out = helm_run(helm, "template", "hourglass", str(CHART), *values)
     assert out.returncode != 0
     assert message in out.stderr, out.stderr
 

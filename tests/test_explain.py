@@ -15,7 +15,7 @@ from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
 from scheduler.conformance import SCENARIOS_DIR
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
-from tests.test_simulate import _first_tasks, _small_nodes_csv
+from tests.support.trace_slices import first_tasks, small_nodes_csv
 
 
 @pytest.fixture(scope="module")
@@ -23,8 +23,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first 120 tasks of the trace on a 5-node, 16-GPU cluster: waits, an eviction, binds."""
     base = tmp_path_factory.mktemp("explain")
     out = base / "run"
-    nodes = read_nodes(_small_nodes_csv(base / "nodes.csv"))
-    simulate(_first_tasks(120), nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
+    nodes = read_nodes(small_nodes_csv(base / "nodes.csv"))
+    simulate(first_tasks(120), nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
     return out
 
 

@@ -7,7 +7,6 @@ import sys
 import time
 from pathlib import Path
 
-import polars as pl
 import pytest
 
 from fairshare.config import FairshareConfig
@@ -16,9 +15,7 @@ from fairshare.prometheus import PrometheusSource, PrometheusSourceConfig
 from fairshare.record import parse_usage_record
 from fairshare.service import FairshareService
 from fairshare.snapshot import SNAPSHOT_KEY, UsageSnapshot
-from fairshare.source import ALLOCATION_SCHEMA, CAPACITY_SCHEMA, SourceUnavailable
 from ingest import events as ev
-from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS, Log
 from scheduler.engine.record.decisions import CycleRecord
@@ -26,34 +23,10 @@ from scheduler.engine.session import SessionConfig
 from scheduler.metrics import SchedulerMetrics
 from scheduler.service import Service
 from tests.promserver import PrometheusFactory, openmetrics_history
+from tests.support.fairshare_inputs import FlakySource, S, append_events, one_pod_cluster
 
 ROOT = Path(__file__).resolve().parent.parent
-S = 1000
 USAGE = DEFAULT_TOPICS.usage
-
-
-def append(log: Log, events: list[ev.EventBase]) -> None:
-    log.append_many(DEFAULT_TOPICS.events, [(e.uid.encode(), dump_event(e)) for e in events])
-
-
-def cluster(t0: int = 0) -> list[ev.EventBase]:
-    """One 4-GPU node; queue `a` (under `org`) runs a 2-GPU pod from 10 s; logical time ends at 40 s."""
-    return [
-        ev.NodeUpserted(at_ms=t0, name="n1", cpu_millicores=8000, memory_bytes=2**34, gpus=4),
-        ev.QueueUpserted(at_ms=t0, name="org"),
-        ev.QueueUpserted(at_ms=t0, name="a", parent="org"),
-        ev.PodGroupUpserted(at_ms=t0, name="g", namespace="ns", queue="a", created_at_ms=t0),
-        ev.PodSubmitted(
-            at_ms=t0,
-            name="p",
-            namespace="ns",
-            pod_group="g",
-            requests=ev.PodRequests(gpus=2),
-            created_at_ms=t0,
-        ),
-        ev.PodBound(at_ms=10 * S, name="p", namespace="ns", node="n1"),
-        ev.PodReleasing(at_ms=40 * S, name="p", namespace="ns", reason="done"),
-    ]
 
 
 def usage_records(log: Log) -> list[UsageSnapshot]:
@@ -65,7 +38,7 @@ def usage_records(log: Log) -> list[UsageSnapshot]:
 def test_events_in_snapshot_out_and_the_scheduler_can_read_it(tmp_path: Path) -> None:
     cfg = FairshareConfig(window_s=3600, half_life_s=None)
     with FileLog(tmp_path / "log") as log:
-        append(log, cluster())
+        append_events(log, one_pod_cluster())
         svc = FairshareService(log, cfg)
         snap = svc.step()
         assert snap is not None and snap.available and snap.source == "eventlog"
@@ -84,8 +57,8 @@ def test_events_in_snapshot_out_and_the_scheduler_can_read_it(tmp_path: Path) ->
         assert log.end_offset(USAGE) == 1
 
         # New events: the state advances incrementally and matches a full recomputation.
-        append(log, [ev.PodFinished(at_ms=50 * S, name="p", namespace="ns", phase="Succeeded")])
-        append(log, [ev.QueueUpserted(at_ms=70 * S, name="org")])
+        append_events(log, [ev.PodFinished(at_ms=50 * S, name="p", namespace="ns", phase="Succeeded")])
+        append_events(log, [ev.QueueUpserted(at_ms=70 * S, name="org")])
         second = svc.step()
         assert second is not None and second.as_of_ms == 70 * S
         assert svc.stats.full_recomputes == 1  # the second computation was incremental
@@ -98,7 +71,7 @@ def test_events_in_snapshot_out_and_the_scheduler_can_read_it(tmp_path: Path) ->
 def test_a_restarted_service_does_not_publish_the_same_snapshot_again(tmp_path: Path) -> None:
     cfg = FairshareConfig(window_s=20, half_life_s=30)
     with FileLog(tmp_path / "log") as log:
-        append(log, cluster())
+        append_events(log, one_pod_cluster())
         first = FairshareService(log, cfg).step()
         assert first is not None
         again = FairshareService(log, cfg)
@@ -118,7 +91,7 @@ def test_without_events_nothing_is_published(tmp_path: Path) -> None:
 def test_the_cli_publishes_once_and_rejects_a_bad_config(tmp_path: Path) -> None:
     logdir = tmp_path / "log"
     with FileLog(logdir) as log:
-        append(log, cluster())
+        append_events(log, one_pod_cluster())
     good = tmp_path / "fs.yaml"
     good.write_text("window_s: 3600\nhalf_life_s: 600\nk_value: 2\n")
     cmd = [sys.executable, "-m", "analytics.cli", "fairshare", "--log", str(logdir), "--once"]
@@ -136,41 +109,6 @@ def test_the_cli_publishes_once_and_rejects_a_bad_config(tmp_path: Path) -> None
     assert out.returncode == 2
     assert "window_s = 0" in out.stderr and "window_type = 'cron'" in out.stderr
     assert "Traceback" not in out.stderr
-
-
-class FlakySource:
-    """A sampled usage source that answers from a fixed history or raises SourceUnavailable on demand."""
-
-    kind = "sampled"
-    step_ms = 10 * S
-
-    def __init__(self) -> None:
-        self.down: str | None = None
-        ts = list(range(0, 10_000 * S, 10 * S))
-        self.a = pl.DataFrame(
-            {
-                "ts_ms": ts,
-                "queue": ["a"] * len(ts),
-                "resource": ["gpu"] * len(ts),
-                "value": [1000.0] * len(ts),
-            },
-            schema=ALLOCATION_SCHEMA,
-        )
-        self.c = pl.DataFrame(
-            {"ts_ms": ts, "resource": ["gpu"] * len(ts), "value": [4000.0] * len(ts)}, schema=CAPACITY_SCHEMA
-        )
-
-    def _check(self) -> None:
-        if self.down:
-            raise SourceUnavailable(self.down)
-
-    def allocation(self, start_ms: int, end_ms: int) -> pl.DataFrame:
-        self._check()
-        return self.a.filter((pl.col("ts_ms") >= start_ms) & (pl.col("ts_ms") < end_ms))
-
-    def capacity(self, start_ms: int, end_ms: int) -> pl.DataFrame:
-        self._check()
-        return self.c.filter((pl.col("ts_ms") >= start_ms) & (pl.col("ts_ms") < end_ms))
 
 
 def test_a_failing_source_serves_the_last_snapshot_until_stale_then_says_unavailable(tmp_path: Path) -> None:
@@ -251,7 +189,7 @@ def test_the_scheduler_cycle_uses_the_published_usage(tmp_path: Path) -> None:
         *job("b", "b2", 100 * S),
     ]
     with FileLog(tmp_path / "log") as log:
-        append(log, history)
+        append_events(log, history)
         snap = FairshareService(log, FairshareConfig(window_s=3600, half_life_s=600)).step()
         assert (
             snap is not None
@@ -291,7 +229,7 @@ def test_real_prometheus_stopped_then_restarted(prometheus_server: PrometheusFac
     cfg = FairshareConfig(window_s=3600, staleness_s=300)
     now = [end * S]
     with FileLog(tmp_path / "log") as log:
-        append(log, cluster())
+        append_events(log, one_pod_cluster())
         metrics = SchedulerMetrics.create()
         scheduler = Service(log, config=SessionConfig(k_value=1.0), metrics=metrics)
 
@@ -316,7 +254,7 @@ def test_real_prometheus_stopped_then_restarted(prometheus_server: PrometheusFac
         assert gone is not None and not gone.available
         assert gone.reason is not None and prom.url in gone.reason and "cannot connect" in gone.reason
         cycles_before = scheduler.stats.cycles_appended
-        append(log, [ev.PodDeleted(at_ms=50 * S, name="p", namespace="ns")])  # the cluster moves on
+        append_events(log, [ev.PodDeleted(at_ms=50 * S, name="p", namespace="ns")])  # the cluster moves on
         rec = schedule()
         assert scheduler.stats.cycles_appended > cycles_before  # scheduling continues
         assert rec.usage_snapshot_id == gone.id and not rec.usage_available  # classic fair share, and says so

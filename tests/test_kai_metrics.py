@@ -33,7 +33,7 @@ from scheduler.metrics import (
     serve,
 )
 from tests.promserver import PrometheusFactory
-from tests.test_metrics import NOW_MS, _state
+from tests.support.cluster_states import NOW_MS, two_team_state
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -59,7 +59,7 @@ def _one_cycle(
 ) -> SchedulerMetrics:
     """One cycle of tests.test_metrics' cluster (observed into ``m``, or new metrics); its pods were created
     7 ms before the cycle."""
-    state = _state()
+    state = two_team_state()
     state = dataclasses.replace(state, pods=tuple(evolve(p, created_ms=NOW_MS - 7) for p in state.pods))
     m = m if m is not None else SchedulerMetrics.create()
     record, ssn = run_cycle(state, now_ms=NOW_MS, usage=usage)
@@ -111,7 +111,7 @@ def test_latency_gauges_are_whole_milliseconds_of_the_last_cycle() -> None:
     # each of the 5 actions, record built.
     ticks = iter([0.0, 0.0002, 0.0013, 0.0015, 0.0035, 0.0045, 0.0050, 0.0059, 0.0071, 0.0099])
     m = SchedulerMetrics.create()
-    record, ssn, durations = run_timed_cycle(_state(), now_ms=NOW_MS, clock=lambda: next(ticks))
+    record, ssn, durations = run_timed_cycle(two_team_state(), now_ms=NOW_MS, clock=lambda: next(ticks))
     observe_cycle(m, record, durations, capacity=capacity_of(ssn), session=ssn)
     samples, types, _ = _scrape(m)
     # open 1.5 ms -> 1; the whole cycle 9.9 ms -> 9; close = whole - open - actions = 9.9 - 1.5 - 5.6 = 2.8 -> 2.
@@ -131,7 +131,7 @@ def test_latency_gauges_are_whole_milliseconds_of_the_last_cycle() -> None:
 
 def test_task_scheduling_latency_is_creation_to_bind_in_kais_buckets() -> None:
     """Each bound pod's wait, from its creation to the cycle that bound it, in KAI's 5..2560 ms buckets."""
-    state = _state()
+    state = two_team_state()
     waits = {"ja-0": 7, "jb-0": 3000}  # ms before the cycle's logical time; 3000 falls past 2560 (+Inf)
     pods = tuple(evolve(p, created_ms=NOW_MS - waits[p.uid]) for p in state.pods)
     record, ssn = run_cycle(dataclasses.replace(state, pods=pods), now_ms=NOW_MS)

@@ -25,8 +25,9 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.kube.binder import Binder, BinderApi
 from scheduler.metrics import BinderMetrics, serve
-from tests.test_binder import FAST, apply_crds, bind, make_node, make_pod, make_queue, record
-from tests.test_fairshare_service import FlakySource, append, cluster
+from tests.support.cycle_records import bind, record
+from tests.support.fairshare_inputs import FlakySource, append_events, one_pod_cluster
+from tests.support.kube_objects import FAST, apply_crds, make_node, make_pod, make_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 S = 1000
@@ -190,7 +191,7 @@ def _free_port() -> int:
 def test_the_fairshare_command_serves_kais_usage_query_latency(tmp_path: Path) -> None:
     """``hourglass fairshare --metrics-port`` as a real process: its endpoint shows each computation."""
     with FileLog(tmp_path / "log") as log:
-        append(log, cluster())
+        append_events(log, one_pod_cluster())
     port = _free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "analytics.cli", "fairshare", "--log", str(tmp_path / "log"),

@@ -10,121 +10,21 @@ templates with an owner reference, as the operator would; no operator runs here)
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.kube.binder import ANNOTATION_GPU_PORTION
-from tests.test_binder import apply_crds, make_node, read_pod
-from tests.test_kube_e2e import Pipeline, _decisions
-
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kai-workload"
-
-PYTORCHJOB_CRD: dict[str, Any] = {  # the Kubeflow CRD's identity; its schema is not what this test is about
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "pytorchjobs.kubeflow.org"},
-    "spec": {
-        "group": "kubeflow.org",
-        "scope": "Namespaced",
-        "names": {
-            "kind": "PyTorchJob",
-            "plural": "pytorchjobs",
-            "singular": "pytorchjob",
-            "listKind": "PyTorchJobList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
-
-
-def _docs(name: str) -> list[dict[str, Any]]:
-    text = (EXAMPLE / name).read_text()
-    # The only change a KAI user makes:
-    text = text.replace("schedulerName: kai-scheduler", "schedulerName: hourglass")
-    return [d for d in yaml.safe_load_all(text) if d]
-
-
-def _apply_cluster_object(api: Any, doc: dict[str, Any]) -> None:
-    """Create a Queue, or replace it when it exists already (``kubectl apply`` for this test)."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    co = client.CustomObjectsApi(api)
-    try:
-        co.create_cluster_custom_object("scheduling.run.ai", "v2", "queues", doc)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-        cur = co.get_cluster_custom_object("scheduling.run.ai", "v2", "queues", doc["metadata"]["name"])
-        doc = {**doc, "metadata": {**doc["metadata"], "resourceVersion": cur["metadata"]["resourceVersion"]}}
-        co.replace_cluster_custom_object("scheduling.run.ai", "v2", "queues", doc["metadata"]["name"], doc)
-
-
-def _ensure_crd(api: Any, crd: dict[str, Any]) -> None:
-    import time
-
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-
-    ext = client.ApiextensionsV1Api(api)
-    try:
-        ext.create_custom_resource_definition(crd)
-    except ApiException as e:
-        if e.status != 409:
-            raise
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        got = ext.read_custom_resource_definition(crd["metadata"]["name"])
-        if any(c.type == "Established" and c.status == "True" for c in (got.status.conditions or [])):
-            return
-        time.sleep(0.2)
-    raise AssertionError("the PyTorchJob CRD was not established")
-
-
-def _operator_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
-    """What the training operator creates for a PyTorchJob: one pod per replica, from its template."""
-    out = []
-    meta = job["metadata"]
-    for rtype, spec in job["spec"]["pytorchReplicaSpecs"].items():
-        for i in range(spec["replicas"]):
-            pod = copy.deepcopy(spec["template"])
-            pod.update({"apiVersion": "v1", "kind": "Pod"})
-            pod["metadata"] = {
-                "name": f"{meta['name']}-{rtype.lower()}-{i}",
-                "namespace": meta["namespace"],
-                "labels": {
-                    "training.kubeflow.org/job-name": meta["name"],
-                    "training.kubeflow.org/replica-type": rtype.lower(),
-                    "training.kubeflow.org/replica-index": str(i),
-                },
-                "ownerReferences": [
-                    {
-                        "apiVersion": job["apiVersion"],
-                        "kind": job["kind"],
-                        "name": meta["name"],
-                        "uid": meta["uid"],
-                        "controller": True,
-                        "blockOwnerDeletion": True,
-                    }
-                ],
-            }
-            pod["spec"]["restartPolicy"] = "OnFailure"
-            out.append(pod)
-    return out
+from tests.support.kai_workload import (
+    PYTORCHJOB_CRD,
+    apply_queue,
+    ensure_crd,
+    kai_docs,
+    operator_pods,
+)
+from tests.support.kube_objects import apply_crds, make_node, read_pod
+from tests.support.kube_pipeline import Pipeline, decision_records
 
 
 def test_kai_workload_runs_with_only_the_scheduler_name_changed(
@@ -135,21 +35,21 @@ def test_kai_workload_runs_with_only_the_scheduler_name_changed(
     ns = kube_namespace
     with kube_api.api_client() as api:
         apply_crds(api)
-        _ensure_crd(api, PYTORCHJOB_CRD)
+        ensure_crd(api, PYTORCHJOB_CRD)
         for n in ("n1", "n2"):
             make_node(api, f"{ns}-{n}", gpus=4)
-        for q in _docs("queues.yaml"):
-            _apply_cluster_object(api, q)
+        for q in kai_docs("queues.yaml"):
+            apply_queue(api, q)
         core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
         pods: list[str] = []
-        for doc in _docs("workloads.yaml"):
+        for doc in kai_docs("workloads.yaml"):
             doc["metadata"]["namespace"] = ns
             if doc["kind"] == "Pod":
                 core.create_namespaced_pod(ns, doc)
                 pods.append(doc["metadata"]["name"])
             else:
                 job = co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", doc)
-                for pod in _operator_pods(job):
+                for pod in operator_pods(job):
                     core.create_namespaced_pod(ns, pod)
                     pods.append(pod["metadata"]["name"])
         gang = [p for p in pods if p.startswith("demo-ddp-")]
@@ -164,7 +64,7 @@ def test_kai_workload_runs_with_only_the_scheduler_name_changed(
                 p.ingest.stop()
 
             binds: dict[str, tuple[str, int]] = {}
-            for rec in _decisions(log):
+            for rec in decision_records(log):
                 for d in rec["decisions"]:
                     if d["kind"] == "Bind":
                         binds[d["pod"]] = (d["node"], rec["logical_time_ms"])

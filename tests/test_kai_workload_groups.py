@@ -10,16 +10,22 @@ group replica, one PodGroup per CronJob run. KAI's external-PodGroup contract ri
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from tests.test_binder import apply_crds, make_node, pod_events, read_pod
-from tests.test_kai_workload import _apply_cluster_object, _docs, _ensure_crd
-from tests.test_kube_e2e import Pipeline, _decisions, _podgroup
+from tests.support.kai_workload import (
+    LWS_CRD,
+    apply_queue,
+    ensure_crd,
+    kai_docs,
+    play_cronjob_controller,
+    play_lws_controller,
+)
+from tests.support.kube_objects import apply_crds, make_node, make_podgroup, pod_events, read_pod
+from tests.support.kube_pipeline import Pipeline, decision_records
 
 SKIP = "kai.scheduler/skip-podgrouper"
 
@@ -38,146 +44,6 @@ def _cpu_pod(name: str, ns: str, annotations: dict[str, str]) -> dict[str, Any]:
     }
 
 
-LWS_CRD: dict[str, Any] = {  # the LWS CRD's identity; its schema is not what this test is about
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "leaderworkersets.leaderworkerset.x-k8s.io"},
-    "spec": {
-        "group": "leaderworkerset.x-k8s.io",
-        "scope": "Namespaced",
-        "names": {
-            "kind": "LeaderWorkerSet",
-            "plural": "leaderworkersets",
-            "singular": "leaderworkerset",
-            "listKind": "LeaderWorkerSetList",
-        },
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
-
-
-def _ref(obj: dict[str, Any], api_version: str, kind: str) -> dict[str, Any]:
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def _statefulset(name: str, ns: str, replicas: int, template: dict[str, Any], owner: dict[str, Any]) -> Any:
-    labels = {"app": name}
-    tmpl = copy.deepcopy(template)
-    tmpl.setdefault("metadata", {})["labels"] = labels
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name, "namespace": ns, "ownerReferences": [owner]},
-        "spec": {
-            "replicas": replicas,
-            "serviceName": name,
-            "selector": {"matchLabels": labels},
-            "template": tmpl,
-        },
-    }
-
-
-def _pod(name: str, ns: str, template: dict[str, Any], labels: dict[str, str], owner: dict[str, Any]) -> Any:
-    pod = copy.deepcopy(template)
-    pod.update({"apiVersion": "v1", "kind": "Pod"})
-    pod["metadata"] = {"name": name, "namespace": ns, "labels": labels, "ownerReferences": [owner]}
-    return pod
-
-
-def _play_lws_controller(api: Any, ns: str, lws: dict[str, Any]) -> dict[int, list[str]]:
-    """The LWS controller's objects; returns group index -> pod names (leader first)."""
-    from kubernetes import client
-
-    apps, core = client.AppsV1Api(api), client.CoreV1Api(api)
-    name, spec = lws["metadata"]["name"], lws["spec"]
-    tmpl = spec["leaderWorkerTemplate"]
-    leader_sts = apps.create_namespaced_stateful_set(
-        ns,
-        _statefulset(
-            name, ns, spec["replicas"], tmpl["leaderTemplate"], _ref(lws, lws["apiVersion"], lws["kind"])
-        ),
-    ).to_dict()
-    groups: dict[int, list[str]] = {}
-    for i in range(spec["replicas"]):
-        common = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": str(i)}
-        leader = core.create_namespaced_pod(
-            ns,
-            _pod(
-                f"{name}-{i}",
-                ns,
-                tmpl["leaderTemplate"],
-                {**common, "leaderworkerset.sigs.k8s.io/worker-index": "0"},
-                _ref(leader_sts, "apps/v1", "StatefulSet"),
-            ),
-        ).to_dict()
-        worker_sts = apps.create_namespaced_stateful_set(
-            ns,
-            _statefulset(
-                f"{name}-{i}", ns, tmpl["size"] - 1, tmpl["workerTemplate"], _ref(leader, "v1", "Pod")
-            ),
-        ).to_dict()
-        groups[i] = [f"{name}-{i}"]
-        for j in range(1, tmpl["size"]):
-            core.create_namespaced_pod(
-                ns,
-                _pod(
-                    f"{name}-{i}-{j}",
-                    ns,
-                    tmpl["workerTemplate"],
-                    {**common, "leaderworkerset.sigs.k8s.io/worker-index": str(j)},
-                    _ref(worker_sts, "apps/v1", "StatefulSet"),
-                ),
-            )
-            groups[i].append(f"{name}-{i}-{j}")
-    return groups
-
-
-def _play_cronjob_controller(api: Any, ns: str, cron: dict[str, Any], runs: list[str]) -> dict[str, str]:
-    """A Job per run, owned by the CronJob, and its pod; returns pod name -> its Job's name."""
-    from kubernetes import client
-
-    batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
-    jt = cron["spec"]["jobTemplate"]
-    out = {}
-    for run in runs:
-        job_name = f"{cron['metadata']['name']}-{run}"
-        job_doc = {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {
-                "name": job_name,
-                "namespace": ns,
-                "labels": dict(jt["metadata"]["labels"]),
-                "ownerReferences": [_ref(cron, "batch/v1", "CronJob")],
-            },
-            "spec": copy.deepcopy(jt["spec"]),
-        }
-        job = batch.create_namespaced_job(ns, job_doc).to_dict()
-        pod_name = f"{job_name}-x"
-        core.create_namespaced_pod(
-            ns,
-            _pod(pod_name, ns, jt["spec"]["template"], {"job-name": job_name}, _ref(job, "batch/v1", "Job")),
-        )
-        out[pod_name] = job_name
-    return out
-
-
 def test_lws_and_cronjob_are_grouped_and_placed_as_kai_would(
     kube_api: Any, kube_namespace: str, tmp_path: Path
 ) -> None:
@@ -186,24 +52,24 @@ def test_lws_and_cronjob_are_grouped_and_placed_as_kai_would(
     ns = kube_namespace
     with kube_api.api_client() as api:
         apply_crds(api)
-        _ensure_crd(api, LWS_CRD)
+        ensure_crd(api, LWS_CRD)
         for n in ("n1", "n2"):
             make_node(api, f"{ns}-{n}", gpus=4)
-        for q in _docs("queues.yaml"):
-            _apply_cluster_object(api, q)
+        for q in kai_docs("queues.yaml"):
+            apply_queue(api, q)
         co, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
-        lws_doc, cron_doc = _docs("groups.yaml")
+        lws_doc, cron_doc = kai_docs("groups.yaml")
         for doc in (lws_doc, cron_doc):
             doc["metadata"]["namespace"] = ns
         lws = co.create_namespaced_custom_object(
             "leaderworkerset.x-k8s.io", "v1", ns, "leaderworkersets", lws_doc
         )
         cron = api.sanitize_for_serialization(batch.create_namespaced_cron_job(ns, cron_doc))
-        groups = _play_lws_controller(api, ns, lws)
-        runs = _play_cronjob_controller(api, ns, cron, ["1000", "2000"])
+        groups = play_lws_controller(api, ns, lws)
+        runs = play_cronjob_controller(api, ns, cron, ["1000", "2000"])
         # KAI's external-PodGroup contract: skip-podgrouper plus pod-group-name joins a PodGroup made by
         # someone else; skip-podgrouper alone names none, so the pod is refused with a reason.
-        _podgroup(api, ns, "demo-external", "demo-queue", 1)
+        make_podgroup(api, ns, "demo-external", "demo-queue", 1)
         core = client.CoreV1Api(api)
         core.create_namespaced_pod(
             ns, _cpu_pod("demo-external-0", ns, {SKIP: "true", "pod-group-name": "demo-external"})
@@ -221,7 +87,7 @@ def test_lws_and_cronjob_are_grouped_and_placed_as_kai_would(
                 p.ingest.stop()
             binds: dict[str, tuple[str, int]] = {}
             jobs: dict[str, str] = {}  # pod -> the job (PodGroup) the scheduler bound it as part of
-            for rec in _decisions(log):
+            for rec in decision_records(log):
                 for d in rec["decisions"]:
                     if d["kind"] == "Bind":
                         binds[d["pod"]] = (d["node"], rec["logical_time_ms"])

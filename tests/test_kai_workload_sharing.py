@@ -31,10 +31,10 @@ from scheduler.kube.reservation import (
     gpu_group,
     reservation_pod_name,
 )
-from tests.test_binder import apply_crds, make_node, read_pod
-from tests.test_gpu_sharing import NodeAgent, _register, _start_webhook, _wait_registered
-from tests.test_kai_workload import _apply_cluster_object
-from tests.test_kube_e2e import Pipeline, _decisions
+from tests.support.gpu_sharing import NodeAgent, register_webhook, start_webhook, wait_registered
+from tests.support.kai_workload import apply_queue
+from tests.support.kube_objects import apply_crds, make_node, read_pod
+from tests.support.kube_pipeline import Pipeline, decision_records
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "kai-workload"
 
@@ -52,19 +52,19 @@ def test_fractional_pair_shares_one_device_wired_as_kai(
     ns = kube_namespace
     node = f"{ns}-n1"
     sel = {"hourglass-sharing": ns}
-    hook = _start_webhook(tmp_path)
+    hook = start_webhook(tmp_path)
     with kube_api.api_client() as api:
         core: Any = client.CoreV1Api(api)
         admission: Any = client.AdmissionregistrationV1Api(api)
-        webhook_config = _register(api, hook, ns)
+        webhook_config = register_webhook(api, hook, ns)
         reservations = f"hg-resv-{uuid.uuid4().hex[:8]}"
         core.create_namespace({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": reservations}})
         try:
-            _wait_registered(api, ns)
+            wait_registered(api, ns)
             apply_crds(api)
             make_node(api, node, gpus=1, labels=sel)
             for q in _docs("queues.yaml"):
-                _apply_cluster_object(api, q)
+                apply_queue(api, q)
             pods = []
             for doc in _docs("fractional-pair.yaml"):
                 doc["metadata"]["namespace"] = ns
@@ -92,7 +92,7 @@ def test_fractional_pair_shares_one_device_wired_as_kai(
                 finally:
                     p.ingest.stop()
 
-                decisions = [d for rec in _decisions(log) for d in rec["decisions"]]
+                decisions = [d for rec in decision_records(log) for d in rec["decisions"]]
                 binds = {d["pod"]: d for d in decisions if d["kind"] == "Bind"}
                 assert {binds[f"{ns}/{n}"]["gpu_devices"][0] for n in pods} == {0}
                 assert not [d for d in decisions if d["kind"] == "Evict"]

@@ -9,9 +9,6 @@ pending pod carries its reason, and ``explain`` answers for every pod.
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +17,7 @@ import pytest
 from analytics.audit.store import AuditStore, sink_from_log
 from analytics.reports.explain import explain
 from ingest.filelog import FileLog
-from ingest.log import DEFAULT_TOPICS, Log
+from ingest.log import DEFAULT_TOPICS
 from scheduler.kube.binder import (
     ANNOTATION_GPU_DEVICES,
     ANNOTATION_GPU_PORTION,
@@ -28,92 +25,16 @@ from scheduler.kube.binder import (
     BinderApi,
     RetryPolicy,
 )
-from scheduler.service import Service
-from tests.test_binder import apply_crds, make_node, make_pod, pod_events, read_pod
-
-
-def _queue(api: Any, name: str, gpu_quota: float, parent: str | None = None) -> None:
-    from kubernetes import client
-
-    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-    spec: dict[str, Any] = {
-        "resources": {
-            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
-            "cpu": unlimited,
-            "memory": unlimited,
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    client.CustomObjectsApi(api).create_cluster_custom_object(
-        "scheduling.run.ai",
-        "v2",
-        "queues",
-        {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec},
-    )
-
-
-def _podgroup(api: Any, ns: str, name: str, queue: str, min_member: int, **spec: Any) -> None:
-    """A PodGroup with *spec* fields beyond minMember and queue (e.g. ``topologyConstraint``)."""
-    from kubernetes import client
-
-    client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.run.ai",
-        "v2alpha2",
-        ns,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.run.ai/v2alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {"minMember": min_member, "queue": queue, **spec},
-        },
-    )
-
-
-def _decisions(log: Log) -> list[dict[str, Any]]:
-    return [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
-
-
-def _last(log: Log, kind: str) -> dict[str, dict[str, Any]]:
-    """The latest decision of ``kind`` per pod."""
-    out: dict[str, dict[str, Any]] = {}
-    for rec in _decisions(log):
-        for d in rec["decisions"]:
-            if d["kind"] == kind and d["pod"]:
-                out[d["pod"]] = {**d, "cycle_time": rec["logical_time_ms"]}
-    return out
-
-
-class Pipeline:
-    """The three components on one FileLog, stepped in turn until nothing moves."""
-
-    def __init__(self, api: Any, ns: str, log: Log) -> None:
-        from ingest.kube import client, watcher
-
-        self.log = log
-        self.ingest = watcher.KubeIngest(client.KubeApi(api), log, namespace=ns, watch_timeout_s=30)
-        self.service = Service(log, poll_interval_s=0.05)
-        self.binder = Binder(log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
-
-    def step(self) -> bool:
-        """One round of ingest, scheduler and binder; True when ingest appended events."""
-        events = self.log.end_offset(DEFAULT_TOPICS.events)
-        self.ingest.step(timeout_s=0.5)
-        self.service.run(stop_when_idle=True)
-        self.binder.run(stop_when_idle=True)
-        return self.log.end_offset(DEFAULT_TOPICS.events) != events
-
-    def settle(self, until: Callable[[], bool], timeout_s: float = 90.0) -> None:
-        """Step until ``until()`` holds and two rounds in a row brought no new events (a slow machine only
-        takes longer, it does not make the test pass early)."""
-        deadline = time.monotonic() + timeout_s
-        quiet = 0
-        while time.monotonic() < deadline:
-            quiet = 0 if self.step() else quiet + 1
-            if quiet >= 2 and until():
-                return
-        raise AssertionError("the pipeline did not reach the expected state in time")
+from tests.support.kube_objects import (
+    apply_crds,
+    make_node,
+    make_pod,
+    make_podgroup,
+    make_queue,
+    pod_events,
+    read_pod,
+)
+from tests.support.kube_pipeline import Pipeline, last_decisions
 
 
 def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace: str, tmp_path: Path) -> None:
@@ -126,12 +47,12 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
         apply_crds(api)
         for n in ("n1", "n2"):
             make_node(api, f"{ns}-{n}", gpus=2, labels=sel)
-        _queue(api, org, 4)
-        _queue(api, qa, 1, org)
-        _queue(api, qb, 3, org)
+        make_queue(api, org, 4)
+        make_queue(api, qa, 1, org)
+        make_queue(api, qb, 3, org)
         make_pod(api, ns, "a-whole", gpus=1, queue=qa, node_selector=sel)
         make_pod(api, ns, "a-frac", queue=qa, node_selector=sel, annotations={"gpu-fraction": "0.5"})
-        _podgroup(api, ns, "a-gang", qa, 2)
+        make_podgroup(api, ns, "a-gang", qa, 2)
         for i in range(2):
             make_pod(
                 api,
@@ -159,7 +80,7 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
 
             p.settle(phase1_done)
             # Phase 1: queue A alone. Every placed pod is bound exactly where the engine decided.
-            binds = _last(log, "Bind")
+            binds = last_decisions(log, "Bind")
             placed = {f"{ns}/{n}" for n in ("a-whole", "a-frac", "a-gang-0", "a-gang-1")}
             assert placed <= set(binds), sorted(binds)
             for uid in placed:
@@ -195,7 +116,7 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
         finally:
             p.ingest.stop()
 
-        evicts = _last(log, "Evict")
+        evicts = last_decisions(log, "Evict")
         assert evicts and {d["action"] for d in evicts.values()} == {"reclaim"}
         from kubernetes.client.exceptions import ApiException
 
@@ -204,7 +125,7 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
                 client.CoreV1Api(api).read_namespaced_pod(uid.split("/")[1], ns)
             assert gone.value.status == 404, uid
         b = read_pod(api, ns, "b-train")
-        assert b["spec"]["nodeName"] == _last(log, "Bind")[f"{ns}/b-train"]["node"]
+        assert b["spec"]["nodeName"] == last_decisions(log, "Bind")[f"{ns}/b-train"]["node"]
         assert not [r for r in log.read(DEFAULT_TOPICS.deadletter, 0, 1000)]
         for uid in placed - set(evicts):  # one Scheduled Event each, never re-sent
             [scheduled] = [e for e in pod_events(api, ns, uid.split("/")[1]) if e["reason"] == "Scheduled"]
@@ -264,7 +185,7 @@ def test_a_sidecar_counts_against_the_node(kube_api: Any, kube_namespace: str, t
     with kube_api.api_client() as api:
         apply_crds(api)
         make_node(api, f"{ns}-n1", gpus=0, labels=sel)  # 64 CPUs allocatable
-        _queue(api, queue, 0)
+        make_queue(api, queue, 0)
         core: Any = client.CoreV1Api(api)  # the client types a dict body as V1Pod
         core.create_namespaced_pod(ns, pod("with-sidecar", True))
         log = FileLog(tmp_path / "log")

@@ -16,8 +16,8 @@ from typing import Any
 
 from ingest.filelog import FileLog
 from ingest.kube.translate import pod_requests
-from tests.test_binder import apply_crds, make_node, read_pod
-from tests.test_kube_e2e import Pipeline, _decisions, _queue
+from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
+from tests.support.kube_pipeline import Pipeline, decision_records
 
 
 def _pod(
@@ -68,7 +68,7 @@ def test_foreign_pods_ports_anti_affinity_and_gates(
         apply_crds(api)
         make_node(api, n1, gpus=4, labels=sel)
         make_node(api, n2, gpus=8, labels=sel)
-        _queue(api, q, 12)
+        make_queue(api, q, 12)
         # Bound by other schedulers (no kubelet here: nodeName set directly, as a DaemonSet controller does).
         core.create_namespaced_pod(
             ns,
@@ -116,9 +116,9 @@ def test_foreign_pods_ports_anti_affinity_and_gates(
             # The gated pod is not pending yet: no decision at all names it, and it is not bound.
             gated_uid = f"{ns}/gated"
             assert not [
-                d for r in _decisions(log) for d in r["decisions"] if gated_uid in (d.get("pods") or [])
+                d for r in decision_records(log) for d in r["decisions"] if gated_uid in (d.get("pods") or [])
             ]
-            assert not [d for r in _decisions(log) for d in r["decisions"] if d.get("pod") == gated_uid]
+            assert not [d for r in decision_records(log) for d in r["decisions"] if d.get("pod") == gated_uid]
             assert "nodeName" not in read_pod(api, ns, "gated")["spec"]
             # Removing the gate makes it pending: it is scheduled.
             core.patch_namespaced_pod(
@@ -150,7 +150,7 @@ def test_foreign_pods_ports_anti_affinity_and_gates(
         # Ingest saw the foreign pods, and the scheduler never decided anything about them.
         assert not [
             d
-            for r in _decisions(log)
+            for r in decision_records(log)
             for d in r["decisions"]
             if d.get("pod") in (f"{ns}/dcgm", f"{ns}/other-gpu")
         ]

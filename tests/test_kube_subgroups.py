@@ -24,11 +24,9 @@ import yaml
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
-from tests.test_binder import apply_crds, make_node, make_queue, read_pod
-from tests.test_kai_workload import _ensure_crd
-from tests.test_kai_workload_groups import LWS_CRD, _play_lws_controller, _ref
-from tests.test_kube_e2e import Pipeline, _decisions
-from tests.test_kube_topology import _create_topology
+from tests.support.kai_workload import LWS_CRD, ensure_crd, owner_ref, play_lws_controller
+from tests.support.kube_objects import apply_crds, create_topology, make_node, make_queue, read_pod
+from tests.support.kube_pipeline import Pipeline, decision_records
 
 # Label keys of this test's own (tests/test_kube_topology.py's nodes carry topology.hourglass.test/*, and
 # nodes outlive a test on the shared API server: each test's topology must see only its nodes).
@@ -98,7 +96,7 @@ def _play_grove_operator(
                 "metadata": {
                     "name": f"disagg-0-{c}",
                     "namespace": ns,
-                    "ownerReferences": [_ref(pcs, "grove.io/v1alpha1", "PodCliqueSet")],
+                    "ownerReferences": [owner_ref(pcs, "grove.io/v1alpha1", "PodCliqueSet")],
                 },
                 "spec": {"replicas": n, "minAvailable": n, "podSpec": _pod_spec(2, sel)},
             },
@@ -121,7 +119,7 @@ def _play_grove_operator(
                         "name": name,
                         "namespace": ns,
                         "labels": {"grove.io/podgang": "disagg-0", "grove.io/podclique": f"disagg-0-{c}"},
-                        "ownerReferences": [_ref(pclq, "grove.io/v1alpha1", "PodClique")],
+                        "ownerReferences": [owner_ref(pclq, "grove.io/v1alpha1", "PodClique")],
                     },
                     "spec": _pod_spec(2, sel),
                 },
@@ -139,7 +137,7 @@ def _play_grove_operator(
                 "namespace": ns,
                 "labels": {"kai.scheduler/queue": queue},
                 "annotations": {"grove.io/topology-name": topo},
-                "ownerReferences": [_ref(pcs, "grove.io/v1alpha1", "PodCliqueSet")],
+                "ownerReferences": [owner_ref(pcs, "grove.io/v1alpha1", "PodCliqueSet")],
             },
             "spec": {"podgroups": podgroups, "topologyConstraint": {"packConstraint": {"required": RACK}}},
         },
@@ -192,10 +190,10 @@ def test_grove_and_lws_run_with_subgroups_within_their_racks(
     rack_of = {f"{ns}-{n}": r for n, (r, _) in racks.items()}
     with kube_api.api_client() as api:
         apply_crds(api)
-        _ensure_crd(api, LWS_CRD)
+        ensure_crd(api, LWS_CRD)
         for crd in yaml.safe_load_all(GROVE_CRDS.read_text()):
-            _ensure_crd(api, crd)
-        _create_topology(api, topo, [BLOCK, RACK])
+            ensure_crd(api, crd)
+        create_topology(api, topo, [BLOCK, RACK])
         for n, (rack, gpus) in racks.items():
             make_node(api, f"{ns}-{n}", gpus=gpus, labels={**sel, BLOCK: f"{ns}-b1", RACK: f"{ns}-{rack}"})
         make_queue(api, queue, gpu_quota=30)
@@ -204,7 +202,7 @@ def test_grove_and_lws_run_with_subgroups_within_their_racks(
         lws = co.create_namespaced_custom_object(
             "leaderworkerset.x-k8s.io", "v1", ns, "leaderworkersets", _lws(ns, queue, topo, sel)
         )
-        lws_pods = _play_lws_controller(api, ns, lws)[0]
+        lws_pods = play_lws_controller(api, ns, lws)[0]
         grove_pods = [p for names in grove.values() for p in names]
         every = grove_pods + lws_pods
 
@@ -216,7 +214,7 @@ def test_grove_and_lws_run_with_subgroups_within_their_racks(
             finally:
                 p.ingest.stop()
             jobs = {
-                d["pod"]: d["job"] for rec in _decisions(log) for d in rec["decisions"] if d["kind"] == "Bind"
+                d["pod"]: d["job"] for rec in decision_records(log) for d in rec["decisions"] if d["kind"] == "Bind"
             }
             dead = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.deadletter, 0, 100)]
         assert not dead, dead

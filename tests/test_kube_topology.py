@@ -27,23 +27,22 @@ from ingest.filelog import FileLog
 from ingest.kube.client import KubeApi, KubeError
 from ingest.kube.watcher import KubeIngest
 from ingest.log import DEFAULT_TOPICS, Log
-from tests.test_binder import apply_crds, make_node, make_pod, make_queue, read_pod
-from tests.test_kube_e2e import Pipeline, _last, _podgroup
+from tests.support.kube_objects import (
+    TOPOLOGY_GROUP,
+    TOPOLOGY_PLURAL,
+    TOPOLOGY_VERSION,
+    apply_crds,
+    create_topology,
+    make_node,
+    make_pod,
+    make_podgroup,
+    make_queue,
+    read_pod,
+)
+from tests.support.kube_pipeline import Pipeline, last_decisions
 
-GROUP, VERSION, PLURAL = "kai.scheduler", "v1alpha1", "topologies"
 CRD_NAME = "topologies.kai.scheduler"
 BLOCK, RACK = "topology.hourglass.test/block", "topology.hourglass.test/rack"
-
-
-def _topology(name: str, levels: list[str] | None) -> dict[str, Any]:
-    spec = {} if levels is None else {"levels": [{"nodeLabel": label} for label in levels]}
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Topology", "metadata": {"name": name}, "spec": spec}
-
-
-def _create_topology(api: Any, name: str, levels: list[str] | None) -> None:
-    from kubernetes import client
-
-    client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, PLURAL, _topology(name, levels))
 
 
 def _events(log: Log) -> list[Any]:
@@ -78,7 +77,7 @@ def test_topology_crd_refuses_what_kai_refuses(
     with kube_api.api_client() as api:
         apply_crds(api)
         with pytest.raises(ApiException) as refused:
-            _create_topology(api, f"{kube_namespace}-{case}", levels)
+            create_topology(api, f"{kube_namespace}-{case}", levels)
         assert refused.value.status == 422 and message in str(refused.value.body), refused.value.body
 
 
@@ -96,13 +95,13 @@ def test_topology_crd_accepts_kais_example_and_keeps_its_levels_fixed(
     ]
     with kube_api.api_client() as api:
         apply_crds(api)
-        _create_topology(api, name, levels)
+        create_topology(api, name, levels)
         custom: Any = client.CustomObjectsApi(api)
-        got = custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        got = custom.get_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, name)
         assert [lv["nodeLabel"] for lv in got["spec"]["levels"]] == levels
         got["spec"]["levels"] = got["spec"]["levels"][1:]
         with pytest.raises(ApiException) as refused:
-            custom.replace_cluster_custom_object(GROUP, VERSION, PLURAL, name, got)
+            custom.replace_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, name, got)
         assert refused.value.status == 422 and "field is immutable" in str(refused.value.body)
 
 
@@ -122,11 +121,11 @@ def test_rack_constrained_gang_is_placed_within_one_rack(
     constraint = {"topology": topo, "requiredTopologyLevel": RACK}
     with kube_api.api_client() as api:
         apply_crds(api)
-        _create_topology(api, topo, [BLOCK, RACK])
+        create_topology(api, topo, [BLOCK, RACK])
         for node, (rack, gpus) in racks.items():
             make_node(api, node, gpus=gpus, labels={**sel, BLOCK: "b1", RACK: rack})
         make_queue(api, queue, gpu_quota=8)
-        _podgroup(api, ns, "train", queue, 4, topologyConstraint=constraint)
+        make_podgroup(api, ns, "train", queue, 4, topologyConstraint=constraint)
         for i in range(4):
             make_pod(
                 api,
@@ -144,11 +143,11 @@ def test_rack_constrained_gang_is_placed_within_one_rack(
             p.settle(lambda: all("nodeName" in read_pod(api, ns, f"train-{i}")["spec"] for i in range(4)))
             nodes = {read_pod(api, ns, f"train-{i}")["spec"]["nodeName"] for i in range(4)}
             assert {rack_of[n] for n in nodes} == {"r2"}, nodes
-            binds = _last(log, "Bind")
+            binds = last_decisions(log, "Bind")
             assert {binds[f"{ns}/train-{i}"]["node"] for i in range(4)} == nodes
 
             # A second gang of 4: 4 GPUs are free (3 in r1, 1 in r3) but no rack has 4, so it waits and says why.
-            _podgroup(api, ns, "late", queue, 4, topologyConstraint=constraint)
+            make_podgroup(api, ns, "late", queue, 4, topologyConstraint=constraint)
             for i in range(4):
                 make_pod(
                     api,
@@ -205,7 +204,7 @@ def _delete_topology_crd(api: Any) -> None:
     # The API server stops serving the resource a moment after the CRD is gone.
     while True:
         try:
-            KubeApi(api).request("GET", f"/apis/{GROUP}/{VERSION}/{PLURAL}")
+            KubeApi(api).request("GET", f"/apis/{TOPOLOGY_GROUP}/{TOPOLOGY_VERSION}/{TOPOLOGY_PLURAL}")
         except KubeError as exc:
             if exc.status == 404:
                 return
@@ -248,7 +247,7 @@ def test_without_the_topology_crd_ingest_says_so_once_and_keeps_flowing(
                     assert "every other kind keeps flowing" in absent[0].getMessage()
                     # The CRD is installed later: the Topology arrives without a restart.
                     apply_crds(api)
-                    _create_topology(api, topo, [BLOCK, RACK])
+                    create_topology(api, topo, [BLOCK, RACK])
                     _pump(ingest, lambda: ("TopologyUpserted", topo) in _counts(log, topo))
                     assert any("is served and readable now" in r.getMessage() for r in caplog.records)
                 finally:
@@ -259,7 +258,7 @@ def test_without_the_topology_crd_ingest_says_so_once_and_keeps_flowing(
                 try:
                     from kubernetes import client
 
-                    client.CustomObjectsApi(api).delete_cluster_custom_object(GROUP, VERSION, PLURAL, topo)
+                    client.CustomObjectsApi(api).delete_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, topo)
                     _pump(again, lambda: ("TopologyDeleted", topo) in _counts(log, topo))
                 finally:
                     again.stop()
@@ -331,7 +330,7 @@ def test_kai_topology_annotations_on_a_pytorchjob_keep_its_gang_in_one_rack(
     """KAI's way: the workload carries ``kai.scheduler/topology*`` annotations, the pod grouper copies them."""
     from kubernetes import client
 
-    from tests.test_kai_workload import PYTORCHJOB_CRD, _ensure_crd, _operator_pods
+    from tests.support.kai_workload import PYTORCHJOB_CRD, ensure_crd, operator_pods
 
     ns = kube_namespace
     sel = {"hourglass-e2e": ns}
@@ -371,15 +370,15 @@ def test_kai_topology_annotations_on_a_pytorchjob_keep_its_gang_in_one_rack(
     }
     with kube_api.api_client() as api:
         apply_crds(api)
-        _ensure_crd(api, PYTORCHJOB_CRD)
-        _create_topology(api, topo, [BLOCK, RACK])
+        ensure_crd(api, PYTORCHJOB_CRD)
+        create_topology(api, topo, [BLOCK, RACK])
         for node, (rack, gpus) in racks.items():
             make_node(api, node, gpus=gpus, labels={**sel, BLOCK: "b1", RACK: rack})
         make_queue(api, queue, gpu_quota=8)
         core, co = client.CoreV1Api(api), client.CustomObjectsApi(api)
         created = co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", job)
         pods = []
-        for pod in _operator_pods(created):
+        for pod in operator_pods(created):
             core.create_namespaced_pod(ns, pod)
             pods.append(pod["metadata"]["name"])
         with FileLog(tmp_path / "log") as log:

@@ -15,9 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from fairshare.prometheus import PrometheusSource, PrometheusSourceConfig
 from fairshare.source import SourceUnavailable
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.proportion import ResourceQuota
 from scheduler.engine.record.decisions import CycleRecord
-from scheduler.engine.state import ClusterState, Job, Node, Pod, PodRequest, Queue
+from scheduler.engine.state import ClusterState, Job, Pod, PodRequest
 from scheduler.metrics import (
     CYCLE_KEY,
     SchedulerMetrics,
@@ -28,40 +27,7 @@ from scheduler.metrics import (
     serve,
 )
 from tests.promserver import PrometheusFactory, wait_for
-
-GB = 10**9
-NOW_MS = 1_700_000_000_000
-
-
-def _queue(name: str, parent: str | None = None, gpu_quota: int = 0, order: int = 0) -> Queue:
-    res = {r: ResourceQuota.of(None, None, 1) for r in ("cpu", "memory")}
-    res["gpu"] = ResourceQuota.of(gpu_quota * 1000, None, 1)
-    return Queue(name=name, parent=parent, resources=res, order=order)
-
-
-def _state(with_team_b: bool = True) -> ClusterState:
-    """org -> team-a (1 GPU pod), team-b (a half-GPU pod) on one 4-GPU node."""
-    queues = [_queue("org", gpu_quota=4), _queue("team-a", "org", 2, 1)]
-    jobs = [Job(uid="ja", name="ja", queue="team-a")]
-    pods = [Pod(uid="ja-0", name="ja-0", job="ja", request=PodRequest(cpu=2000, memory=8 * GB, gpus=1))]
-    if with_team_b:
-        queues.append(_queue("team-b", "org", 2, 2))
-        jobs.append(Job(uid="jb", name="jb", queue="team-b"))
-        pods.append(
-            Pod(
-                uid="jb-0",
-                name="jb-0",
-                job="jb",
-                request=PodRequest(cpu=500, memory=GB, gpu_fraction_milli=500),
-            )
-        )
-    return ClusterState(
-        nodes=(Node(name="n1", cpu=32_000, memory=256 * GB, gpus=4),),
-        queues=tuple(queues),
-        jobs=tuple(jobs),
-        pods=tuple(pods),
-        events_offset=7,
-    )
+from tests.support.cluster_states import GB, NOW_MS, two_team_state
 
 
 def _cycle(
@@ -91,7 +57,7 @@ def _q(name: str, queue: str, resource: str) -> tuple[str, tuple[tuple[str, str]
 
 def test_endpoint_exports_queue_division_in_base_units() -> None:
     m = SchedulerMetrics.create()
-    _cycle(m, _state())
+    _cycle(m, two_team_state())
     with serve(m) as server:
         got = _scrape(server.url)
     # GPUs as floats, CPU in cores, memory in bytes
@@ -125,10 +91,10 @@ def test_endpoint_exports_queue_division_in_base_units() -> None:
 def test_usage_available_shows_the_degraded_state() -> None:
     m = SchedulerMetrics.create()
     with serve(m) as server:
-        _cycle(m, _state(), usage=None)
+        _cycle(m, two_team_state(), usage=None)
         assert _scrape(server.url)[("hourglass_usage_available", ())] == 0.0
         usage = {"team-a": {"gpu": 0.25}, "team-b": {"gpu": 0.0}, "org": {"gpu": 0.25}}
-        _cycle(m, _state(), usage=usage)
+        _cycle(m, two_team_state(), usage=usage)
         got = _scrape(server.url)
     assert got[("hourglass_usage_available", ())] == 1.0
     assert got[_q("hourglass_queue_usage", "team-a", "gpu")] == 0.25
@@ -137,9 +103,9 @@ def test_usage_available_shows_the_degraded_state() -> None:
 def test_a_queue_that_disappears_from_the_record_disappears_from_the_metrics() -> None:
     m = SchedulerMetrics.create()
     with serve(m) as server:
-        _cycle(m, _state(with_team_b=True))
+        _cycle(m, two_team_state(with_team_b=True))
         before = _scrape(server.url)
-        _cycle(m, _state(with_team_b=False))
+        _cycle(m, two_team_state(with_team_b=False))
         after = _scrape(server.url)
     assert _q("hourglass_queue_allocated", "team-b", "gpu") in before
     assert not [k for k in after if ("queue", "team-b") in k[1]]
@@ -150,7 +116,7 @@ def test_a_queue_that_disappears_from_the_record_disappears_from_the_metrics() -
 
 def test_unschedulable_jobs_and_dead_letters_are_counted() -> None:
     m = SchedulerMetrics.create()
-    state = _state()
+    state = two_team_state()
     big = Pod(uid="big-0", name="big-0", job="big", request=PodRequest(cpu=1000, memory=GB, gpus=8))
     state = ClusterState(
         nodes=state.nodes,
@@ -172,7 +138,7 @@ def test_unschedulable_jobs_and_dead_letters_are_counted() -> None:
 
 def test_registries_are_private_and_servers_release_their_port() -> None:
     a, b = SchedulerMetrics.create(), SchedulerMetrics.create()
-    _cycle(a, _state())
+    _cycle(a, two_team_state())
     with serve(a) as sa, serve(b) as sb:
         assert _scrape(sa.url)[("hourglass_cycles_total", ())] == 1.0
         assert _scrape(sb.url)[("hourglass_cycles_total", ())] == 0.0
@@ -183,8 +149,8 @@ def test_registries_are_private_and_servers_release_their_port() -> None:
 
 
 def test_timed_cycle_records_the_same_decisions_and_times_every_action() -> None:
-    plain, _ = run_cycle(_state(), now_ms=NOW_MS)
-    timed, ssn, durations = run_timed_cycle(_state(), now_ms=NOW_MS)
+    plain, _ = run_cycle(two_team_state(), now_ms=NOW_MS)
+    timed, ssn, durations = run_timed_cycle(two_team_state(), now_ms=NOW_MS)
     assert timed.dumps() == plain.dumps()
     assert set(durations) == {
         "open_session",
@@ -207,7 +173,7 @@ def test_timed_cycle_records_the_same_decisions_and_times_every_action() -> None
 
 def test_negative_duration_is_rejected() -> None:
     m = SchedulerMetrics.create()
-    record, _ = run_cycle(_state(), now_ms=NOW_MS)
+    record, _ = run_cycle(two_team_state(), now_ms=NOW_MS)
     with pytest.raises(ValueError, match="'allocate' is negative"):
         observe_cycle(m, record, {"allocate": -1.0})
 
@@ -216,7 +182,7 @@ def test_prometheus_scrapes_the_endpoint_and_fairshare_reads_it_back(
     prometheus_server: PrometheusFactory,
 ) -> None:
     m = SchedulerMetrics.create()
-    _cycle(m, _state())
+    _cycle(m, two_team_state())
     with serve(m) as server:
         prom = prometheus_server(scrape_targets=[f"127.0.0.1:{server.port}"], scrape_interval_s=1.0)
         source = PrometheusSource(PrometheusSourceConfig(url=prom.url, step_s=1, retries=0))

@@ -13,25 +13,7 @@ import pytest
 
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest, resolve_owners, skip_podgrouper
 from ingest.kube.translate import InvalidObject
-
-
-def pod(name: str = "p", labels: dict[str, str] | None = None, **extra: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"{name}-uid", "labels": labels or {}}
-    if "annotations" in extra:
-        meta["annotations"] = extra.pop("annotations")
-    return {"metadata": meta, "spec": {"containers": [{"name": "c"}], **extra}}
-
-
-def owner(
-    kind: str, api_version: str, name: str, spec: dict[str, Any] | None = None, **meta: Any
-) -> dict[str, Any]:
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "metadata": {"name": name, "namespace": "ns", "uid": f"{name}-uid", **meta},
-        "spec": spec or {},
-    }
-
+from tests.support.owner_chains import owner, pod
 
 Expect = tuple[str, int, str]  # (PodGroup name, minMember, priorityClassName)
 

@@ -15,7 +15,7 @@ import pytest
 from ingest.kube import translate as kube
 from ingest.kube.podgrouper import plan_pod_group, podgroup_manifest
 from ingest.kube.translate import InvalidObject
-from tests.test_podgrouper_kinds import owner, pod
+from tests.support.owner_chains import owner, pod
 
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_WORKER = "leaderworkerset.sigs.k8s.io/worker-index"

@@ -15,7 +15,7 @@ from analytics.rundir import CYCLES_FILE, DirLog, read_cycles, read_manifest
 from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants, parse_tenants
 from ingest.trace import read_nodes
-from tests.test_simulate import _first_tasks, _small_nodes_csv
+from tests.support.trace_slices import first_tasks, small_nodes_csv
 
 TASKS = 120
 
@@ -25,8 +25,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The first tasks of the trace on a 5-node, 16-GPU cluster: waits, evictions, Unschedulable."""
     base = tmp_path_factory.mktemp("replay")
     out = base / "run"
-    nodes = read_nodes(_small_nodes_csv(base / "nodes.csv"))
-    simulate(_first_tasks(TASKS), nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
+    nodes = read_nodes(small_nodes_csv(base / "nodes.csv"))
+    simulate(first_tasks(TASKS), nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
     return out
 
 
@@ -143,8 +143,8 @@ def test_usage_fed_cycles_are_reported_not_crashed(
     doc = load_tenants().model_dump(mode="json")
     doc["engine"] |= {"k_value": 1.0, "usage_refresh_s": 600}
     out = tmp_path / "k"
-    nodes = read_nodes(_small_nodes_csv(tmp_path / "nodes.csv"))
-    simulate(_first_tasks(15), nodes, parse_tenants(doc), log=DirLog(out))
+    nodes = read_nodes(small_nodes_csv(tmp_path / "nodes.csv"))
+    simulate(first_tasks(15), nodes, parse_tenants(doc), log=DirLog(out))
     n = read_manifest(out)["counts"]["cycles"]
     rc, lines = _cli(capsys, str(out), "--verify")  # the simulator logs its usage snapshots: exact replay
     assert rc == 0 and lines[-1] == f"replay: {n} cycles, 0 mismatches"

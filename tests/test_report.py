@@ -44,7 +44,7 @@ from analytics.rundir import DirLog, read_cycles
 from analytics.simulation.simulate import simulate
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
-from tests.test_simulate import _first_tasks, _small_nodes_csv
+from tests.support.trace_slices import first_tasks, small_nodes_csv
 
 TASKS = 120
 H = 3_600_000
@@ -72,8 +72,8 @@ def _small_quota_tenants(path: Path) -> Path:
 
 def _simulate(base: Path, tenants: Path) -> tuple[Path, dict[str, Any]]:
     out = base / "run"
-    nodes = read_nodes(_small_nodes_csv(base / "nodes.csv"))
-    res = simulate(_first_tasks(TASKS), nodes, load_tenants(tenants), log=DirLog(out))
+    nodes = read_nodes(small_nodes_csv(base / "nodes.csv"))
+    res = simulate(first_tasks(TASKS), nodes, load_tenants(tenants), log=DirLog(out))
     return out, res.summary
 
 

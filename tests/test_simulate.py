@@ -8,7 +8,6 @@ counters, wherever that is possible.
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import defaultdict
 from pathlib import Path
@@ -21,32 +20,12 @@ from analytics.rundir import DirLog, read_cycles, read_events, read_manifest
 from analytics.simulation.simulate import SimulationResult, Simulator, simulate
 from ingest import events as ev
 from ingest.tenants import DEFAULT_TENANTS, TenantsError, load_tenants, parse_tenants
-from ingest.trace import DEFAULT_GPU_NODES, DEFAULT_PODS, TraceTask, read_nodes, read_pods
+from ingest.trace import DEFAULT_GPU_NODES, read_nodes
 from scheduler.config import session_config
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.record.decisions import CycleRecord
 from scheduler.engine.state import StateBuilder
-
-SLICE = 300
-SMALL_NODES = ("openb-node-0000", "openb-node-0001", "openb-node-0002", "openb-node-0003", "openb-node-0022")
-
-
-def _first_tasks(n: int) -> list[TraceTask]:
-    tasks = read_pods(DEFAULT_PODS)
-    order = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation_s or 0, i))
-    return [tasks[i] for i in order[:n]]
-
-
-def _small_nodes_csv(path: Path) -> Path:
-    with DEFAULT_GPU_NODES.open(newline="") as src, path.open("w", newline="") as dst:
-        reader = csv.DictReader(src)
-        writer = csv.DictWriter(dst, fieldnames=list(reader.fieldnames or []))
-        writer.writeheader()
-        for row in reader:
-            if row["sn"] in SMALL_NODES:
-                writer.writerow(row)
-    return path
-
+from tests.support.trace_slices import SLICE, first_tasks, small_nodes_csv
 
 # How each run's sessions were opened (fresh / patched), by output directory.
 SESSIONS: dict[Path, tuple[int, int]] = {}
@@ -54,7 +33,7 @@ SESSIONS: dict[Path, tuple[int, int]] = {}
 
 def _run(out: Path, nodes_csv: Path = DEFAULT_GPU_NODES, seed: int = 0) -> SimulationResult:
     sim = Simulator(
-        _first_tasks(SLICE), read_nodes(nodes_csv), load_tenants(DEFAULT_TENANTS), seed=seed, log=DirLog(out)
+        first_tasks(SLICE), read_nodes(nodes_csv), load_tenants(DEFAULT_TENANTS), seed=seed, log=DirLog(out)
     )
     result = sim.run()
     sim.log.close(sim.manifest({}))
@@ -71,7 +50,7 @@ def big(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationResul
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, SimulationResult]:
     base = tmp_path_factory.mktemp("small")
-    nodes = _small_nodes_csv(base / "nodes.csv")
+    nodes = small_nodes_csv(base / "nodes.csv")
     out = base / "run"
     return out, _run(out, nodes)
 
@@ -251,7 +230,7 @@ def test_same_seed_gives_identical_logs(big: tuple[Path, SimulationResult], tmp_
 
 def test_seed_changes_the_queue_assignment() -> None:
     tenants = load_tenants(DEFAULT_TENANTS)
-    names = [t.name for t in _first_tasks(50)]
+    names = [t.name for t in first_tasks(50)]
     assert [tenants.queue_for(n, 0) for n in names] != [tenants.queue_for(n, 7) for n in names]
 
 
@@ -383,7 +362,7 @@ def test_tenants_errors_name_the_field(doc: dict[str, Any], message: str) -> Non
 def test_unknown_node_scoring_fails_early() -> None:
     t = parse_tenants({"engine": {"node_scoring": "nope"}, "queues": [{"name": "a"}]})
     with pytest.raises(ValueError, match="unknown node_scoring 'nope'"):
-        simulate(_first_tasks(1), read_nodes()[:1], t)
+        simulate(first_tasks(1), read_nodes()[:1], t)
 
 
 def test_time_based_settings_run_and_are_recorded(tmp_path: Path) -> None:
@@ -393,9 +372,9 @@ def test_time_based_settings_run_and_are_recorded(tmp_path: Path) -> None:
     doc["queues"][1]["preempt_min_runtime_s"] = 300
     tenants = parse_tenants(doc)
     assert tenants.min_runtimes_ms() == [300_000, 900_000]
-    nodes = read_nodes(_small_nodes_csv(tmp_path / "nodes.csv"))
+    nodes = read_nodes(small_nodes_csv(tmp_path / "nodes.csv"))
     out = tmp_path / "run"
-    result = simulate(_first_tasks(60), nodes, tenants, log=DirLog(out))
+    result = simulate(first_tasks(60), nodes, tenants, log=DirLog(out))
     assert (
         result.summary["cluster"]["tasks_started"] + result.summary["cluster"]["tasks_pending_at_end"] == 60
     )

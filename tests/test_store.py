@@ -38,7 +38,7 @@ from ingest.backends import open_log
 from ingest.log import Topics
 from ingest.tenants import DEFAULT_TENANTS, load_tenants
 from ingest.trace import read_nodes
-from tests.test_simulate import SLICE, _first_tasks, _small_nodes_csv
+from tests.support.trace_slices import SLICE, first_tasks, small_nodes_csv
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_POD = "research/openb-pod-0042"
@@ -48,8 +48,8 @@ DOC_POD = "research/openb-pod-0042"
 def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = tmp_path_factory.mktemp("store")
     out = base / "run"
-    nodes = read_nodes(_small_nodes_csv(base / "nodes.csv"))
-    simulate(_first_tasks(SLICE), nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
+    nodes = read_nodes(small_nodes_csv(base / "nodes.csv"))
+    simulate(first_tasks(SLICE), nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
     return out
 
 
