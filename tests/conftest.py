@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 # The kube_api / kube_namespace fixtures (a real kube-apiserver + etcd), registered for every test module.
-from tests.kubeapi import kube_api, kube_namespace  # noqa: F401
+from tests.support.kubeapi import kube_api, kube_namespace  # noqa: F401
+from tests.support.paths import REPO_ROOT
 
 # The prometheus_server / prometheus_server_module fixture factories (a real Prometheus), likewise.
-from tests.promserver import prometheus_server, prometheus_server_module  # noqa: F401
+from tests.support.promserver import prometheus_server, prometheus_server_module  # noqa: F401
 
-ROOT = Path(__file__).resolve().parent.parent
-KAFKA_SH = ROOT / "tools" / "kafka" / "kafka.sh"
+KAFKA_SH = REPO_ROOT / "tools" / "kafka" / "kafka.sh"
 MISSING_PREREQUISITE = 2  # kafka.sh's exit code when java / mvn are missing
 
 

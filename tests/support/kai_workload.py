@@ -6,12 +6,13 @@ the third-party CRDs they need.
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-KAI_WORKLOAD_DIR = Path(__file__).resolve().parent.parent / "examples" / "kai-workload"
+from tests.support.paths import REPO_ROOT
+
+KAI_WORKLOAD_DIR = REPO_ROOT / "examples" / "kai-workload"
 
 
 PYTORCHJOB_CRD: dict[str, Any] = {  # the Kubeflow CRD's identity; its schema is not what this test is about
