@@ -1789,7 +1789,7 @@ subgroups(
     "its 2 pods would fit (one gang of the job's 2 pods would start).",
     _FOUR,
     [job("j", sgtasks("j", "a", 1) + sgtasks("j", "b", 1), subgroups=[sg("a", 2), sg("b", 1)])],
-    {"jobs": {"j": PENDING}},  # its NotReady message: tests/test_subgroups.py
+    {"jobs": {"j": PENDING}},  # its NotReady message: tests/scheduler/engine/test_subgroups.py
 )
 
 subgroups(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's Chromium for the HTML report test (tests/test_report_html.py), if it is not there yet.
+# Install Debian's Chromium for the HTML report test (tests/analytics/reports/test_report_html.py), if it is not there yet.
 # The test drives `chromium --headless` directly (--dump-dom, --screenshot, --log-net-log): no chromedriver,
 # no Python browser package. Needs root (apt-get); prints the browser's version at the end.
 set -euo pipefail

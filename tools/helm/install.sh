@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install a helm binary without Docker or a package manager, for tests/test_deploy.py and for users.
+# Install a helm binary without Docker or a package manager, for tests/deploy/test_deploy.py and for users.
 #
 #   tools/helm/install.sh            build once via the Go module proxy, then reuse the cached binary (< 1 s)
 #   tools/helm/install.sh --print    print the path of the cached helm binary, build nothing
