@@ -11,7 +11,7 @@ reads, as a class attribute equal to the model's empty default. The caller then 
 validation (:func:`ingest.events.parse_event`), which raises the error, so error reason codes and messages
 come from one place. An object that might hold a key twice (msgspec would keep the last value) is left to
 pydantic's path too, which refuses it (:func:`_keys_may_repeat`). The fast path never accepts what pydantic rejects and never gives a different value:
-``tests/test_fastdecode.py`` checks that with hypothesis.
+``tests/ingest/test_fastdecode.py`` checks that with hypothesis.
 
 Why msgspec: it checks types and numeric / length constraints in C while decoding, an order of magnitude
 faster than ``json.loads`` + pydantic or pydantic-core's ``validate_json`` (which still builds nested
@@ -22,7 +22,7 @@ pydantic models and runs Python validators); docs/benchmarks.md has the figures.
 This module does not import :mod:`ingest.events` (which imports it): the models are handed to
 :class:`FastPath`, which compares each struct with its model and leaves out of the fast path any struct
 whose field names, defaults or model validators differ (its events then always go through pydantic);
-``tests/test_fastdecode.py`` fails on such drift so it gets fixed here.
+``tests/ingest/test_fastdecode.py`` fails on such drift so it gets fixed here.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The scheduler, fair share and analytics code see a :class:`Log`; which backend s
 (:class:`ingest.filelog.FileLog`, the embedded default, or :class:`ingest.kafkalog.KafkaLog`) is
 chosen once, by :func:`open_log`.
 
-Semantics shared by every backend (pinned by ``tests/test_log_contract.py``):
+Semantics shared by every backend (pinned by ``tests/ingest/test_log_contract.py``):
 
 * A log holds named **topics** (see :class:`Topics` for the defaults). Each topic is one totally
   ordered sequence of :class:`Record` (for Kafka: one partition of the topic).

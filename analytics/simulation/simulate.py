@@ -401,7 +401,7 @@ class Simulator:
         # The session is kept between cycles and patched from the pods the events since named, as the
         # service does (scheduler/engine/kept.py): a fresh session per cycle rebuilt every node's
         # bookkeeping (1,213 nodes x 6,599 cycles on the default trace). The records are those of a fresh
-        # session (tests/test_kept_session.py); `hourglass replay --verify` rebuilds each afresh.
+        # session (tests/scheduler/engine/test_kept_session.py); `hourglass replay --verify` rebuilds each afresh.
         self.engine = KeptRun(self.builder)
         self.logged_ms = 0  # the latest time the log records (an event's or a cycle's)
         self.heap: list[tuple[int, int, int, int, int]] = []

@@ -9,7 +9,7 @@ only those rows before a query. Node specs are fixed within a session, so the ch
 spec (:func:`placement.static_reason`) are computed once per task signature and kept.
 
 All columns are int64 (exact integer units, as the scalar code): a vector check gives the same answer as
-the scalar one for every node, which the property test ``tests/test_placement_columns.py`` checks.
+the scalar one for every node, which the property test ``tests/scheduler/engine/test_placement_columns.py`` checks.
 """
 
 from __future__ import annotations

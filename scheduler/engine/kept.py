@@ -19,7 +19,7 @@ from and the :class:`Changes` the service's folder noted for the events folded s
    after ours, see ``NodeInfo.add_foreign``), and nodes whose foreign pods changed, are rebuilt whole.
 
 The session it returns equals ``Session(state, config, now_ms, usage)`` built afresh, so the cycle stays a
-pure function of its inputs (``tests/test_kept_session.py`` compares sessions and records of many cycles
+pure function of its inputs (``tests/scheduler/engine/test_kept_session.py`` compares sessions and records of many cycles
 both ways, and replays a service run). It builds afresh instead when there is no finished previous cycle,
 when the config, the nodes or the queues differ (rare: they are compared whole, so an unchanged node
 re-announced is fine), when an event may have changed many pods at once (a node removed) or is of a kind
