@@ -27,8 +27,7 @@ from scheduler.engine.record.delta import (
     render,
     strip_pending,
 )
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO_ROOT
 
 
 def _old_delta(base: CycleRecord, full: CycleRecord) -> CycleRecord:
@@ -53,7 +52,7 @@ def _write(run: Path, dest: Path, records: list[CycleRecord]) -> Path:
 
 def _oscillation(base: Path) -> Path:
     out = base / "osc"
-    args = ["simulate", "--config", str(ROOT / "examples" / "two-queue-oscillation.yaml")]
+    args = ["simulate", "--config", str(REPO_ROOT / "examples" / "two-queue-oscillation.yaml")]
     assert main([*args, "--set", "duration=2d", "--out", str(out), "--checkpoint-every", "50"]) == 0
     return out
 
@@ -62,7 +61,7 @@ def _contended(base: Path) -> Path:
     """The shipped trace's first 800 tasks on the contended node list (11 nodes, 45 GPUs)."""
     tasks = read_pods(DEFAULT_PODS)
     order = sorted(range(len(tasks)), key=lambda i: (tasks[i].creation_s or 0, i))
-    nodes = read_nodes(ROOT / "examples" / "contended-nodes.csv")
+    nodes = read_nodes(REPO_ROOT / "examples" / "contended-nodes.csv")
     out = base / "contended"
     simulate([tasks[i] for i in order[:800]], nodes, load_tenants(DEFAULT_TENANTS), log=DirLog(out))
     return out
