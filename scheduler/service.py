@@ -40,15 +40,15 @@ from typing import Any, Final
 from fairshare.record import UsageInput, UsageRecordError, parse_usage_record
 from ingest.events import FAST_PATH, ClockTick, Event, EventError, FastEvent, dump_event, parse_event
 from ingest.log import DEFAULT_TOPICS, Log, LogError, Record, Topics
-from scheduler.engine.inflight import (
+from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
+from scheduler.engine.record.decisions import CycleRecord
+from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
+from scheduler.engine.record.inflight import (
     DEFAULT_BIND_DEADLINE_MS,
     InFlightBind,
     binds_in_flight,
     track,
 )
-from scheduler.engine.kept import Changes, KeptSession, run_kept_cycle
-from scheduler.engine.record.decisions import CycleRecord
-from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.metrics import (
@@ -218,7 +218,7 @@ class Service:
             raise ValueError(f"bind_deadline_ms must be >= 1, got {bind_deadline_ms}")
         # A Bind whose PodBound has not been folded counts as placed for this much logical time.
         self.bind_deadline_ms = bind_deadline_ms
-        self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/inflight.py)
+        self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/record/inflight.py)
         self.log = log
         self.topics = topics
         self.config = config or SessionConfig()

@@ -12,8 +12,8 @@ from types import ModuleType
 from typing import Literal
 
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
-from scheduler.engine.inflight import apply_in_flight
 from scheduler.engine.record.decisions import RECORD_VERSION, CycleRecord, InFlightBind, make_record
+from scheduler.engine.record.inflight import apply_in_flight
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, Pod, PodStatus, evolve
 
@@ -115,7 +115,7 @@ def run_cycle(
     `usage` None means no usage snapshot is available: the division falls back to classic fair share and
     the record says so. ``record_version`` 1 makes the record a v1 writer made (replaying old logs).
     ``in_flight`` are the binds of earlier cycles still waiting for their ``PodBound``
-    (:mod:`scheduler.engine.inflight`): the session opens with those pods allocated on their node and the
+    (:mod:`scheduler.engine.record.inflight`): the session opens with those pods allocated on their node and the
     record carries the set. ``on_step`` observes the steps (:data:`StepHook`).
     """
     opened = apply_in_flight(state, in_flight)

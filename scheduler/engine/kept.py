@@ -38,8 +38,8 @@ from operator import attrgetter
 from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, StepHook, run_actions
-from scheduler.engine.inflight import apply_in_flight
 from scheduler.engine.record.decisions import CycleRecord, InFlightBind, make_record
+from scheduler.engine.record.inflight import apply_in_flight
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
@@ -193,7 +193,7 @@ class KeptSession:
         ``builder`` is the builder ``state`` is a snapshot of (nothing folded since), ``changes`` what was
         folded since the last cycle's snapshot; without them the session is built afresh (and not kept).
         ``in_flight`` are the pods ``state`` has in place of the builder's (binds in flight,
-        :func:`scheduler.engine.inflight.apply_in_flight`); they, and those of the last cycle, are patched as
+        :func:`scheduler.engine.record.inflight.apply_in_flight`); they, and those of the last cycle, are patched as
         changed pods.
         """
         overlay = dict(in_flight or {})

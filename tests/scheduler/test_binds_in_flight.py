@@ -18,9 +18,9 @@ from ingest.events import dump_event
 from ingest.filelog import FileLog
 from ingest.log import Topics
 from scheduler.engine.cycle import run_cycle
-from scheduler.engine.inflight import DEFAULT_BIND_DEADLINE_MS, binds_in_flight, track
 from scheduler.engine.record.decisions import CycleRecord, InFlightBind
 from scheduler.engine.record.delta import DeltaEncoder, expand_records
+from scheduler.engine.record.inflight import DEFAULT_BIND_DEADLINE_MS, binds_in_flight, track
 from scheduler.engine.state import ClusterState, StateBuilder
 from scheduler.service import Service
 from tests.support.replay_cli import replay_verify

@@ -116,7 +116,7 @@ class CycleRecord(_Model):
     queues_removed: list[str] = []  # delta: queues gone since the base record
     # delta: for a queue the base has, ``{"name": …}`` plus only the fields whose value changed
     queue_changes: list[dict[str, Any]] = []
-    # The binds in flight the cycle opened with (scheduler/engine/inflight.py); written only when non-empty.
+    # The binds in flight the cycle opened with (scheduler/engine/record/inflight.py); written only when non-empty.
     in_flight: list[InFlightBind] = []
     # A record as written (scheduler/engine/record/delta.py): the most free GPUs on any node (milli-GPU) for the
     # cycle's PodSchedulingErrors decisions, which are then written without it; written only when set.
