@@ -148,6 +148,15 @@ LabelKey = Annotated[
     Field(min_length=1, max_length=LIMITS.NAME + 1 + LIMITS.LABEL),
     AfterValidator(_check(LABEL_KEY, _QUALIFIED)),
 ]
+FIELD_NODE_NAME: Final = "@metadata.name"
+"""The key of a node-affinity requirement translated from a ``matchFields`` ``metadata.name`` term: a node
+field, not a label, so it cannot collide with a label key (``@`` is not legal in one)."""
+_check_label_key = _check(LABEL_KEY, _QUALIFIED)
+RequirementKey = Annotated[
+    str,
+    Field(min_length=1, max_length=LIMITS.NAME + 1 + LIMITS.LABEL),
+    AfterValidator(lambda k: k if k == FIELD_NODE_NAME else _check_label_key(k)),
+]
 LabelValue = Annotated[
     str,
     Field(max_length=LIMITS.LABEL),
@@ -563,9 +572,10 @@ class PodRequests(_Record):
 
 
 class NodeSelectorRequirement(_Record):
-    """One ``matchExpressions`` entry of a required node-affinity term."""
+    """One ``matchExpressions`` entry of a required node-affinity term (or a ``matchFields`` one, keyed
+    :data:`FIELD_NODE_NAME`)."""
 
-    key: LabelKey
+    key: RequirementKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[Text] = Field(default_factory=list)
 

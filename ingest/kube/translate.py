@@ -23,6 +23,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from ingest.events import (
+    FIELD_NODE_NAME,
     ForeignPodUpserted,
     HostPort,
     NodeRemoved,
@@ -825,7 +826,7 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         raise _fail_model("Pod", key, exc) from None
 
 
-FIELD_NODE_NAME = "@metadata.name"  # scheduler.engine.predicates.labels.FIELD_NODE_NAME: a matchFields requirement
+# FIELD_NODE_NAME (from ingest.events): the key of a matchFields metadata.name requirement
 
 
 def _affinity(key: str, spec: dict[str, Any]) -> tuple[list[NodeSelectorTerm], list[str] | None]:

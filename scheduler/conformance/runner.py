@@ -507,11 +507,28 @@ def run_file(path: Path) -> ScenarioResult:
             from scheduler.conformance.fairshare import check_fair_share_scenario
 
             res.diffs = check_fair_share_scenario(doc)
+        elif "refused" in doc.get("expect", {}):
+            res.diffs = _check_refused(doc, str(doc["expect"]["refused"]))
         else:
             res.diffs, _ = run_doc(doc)
     except Exception as e:  # a broken scenario must be reported, not abort the whole run
         res.error = f"{type(e).__name__}: {e}"
     return res
+
+
+def _check_refused(doc: dict[str, Any], field: str) -> list[str]:
+    """``expect.refused``: the event contract must refuse the scenario's input, naming `field` (what a
+    dead letter would say), where the reference scheduler rejects the pod at run time."""
+    from pydantic import ValidationError
+
+    try:
+        load_state(doc)
+    except ValidationError as e:
+        where = [".".join(str(p) for p in err["loc"]) for err in e.errors()]
+        if any(field in w for w in where):
+            return []
+        return [f"refused, but for {where}, not {field}"]
+    return [f"accepted; the contract should have refused {field}"]
 
 
 def scenario_files(root: Path) -> Iterator[Path]:
