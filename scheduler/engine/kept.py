@@ -353,6 +353,10 @@ def reopen(
     :class:`Session` object over ``ssn``'s parts, changed in place (``ssn`` must not be used again). With a
     ``clock``, ``timings["divide"]`` gets the seconds of the fair-share division (observed, never read).
     ``overlay`` are pods ``state`` holds in place of the builder's (binds in flight); ``changes`` names them.
+
+    Long on purpose: its steps share the last session's accounting and must run in this order
+    (pod groups and pods named by the events, tasks off and on their nodes and queue sums, the lists in
+    the snapshot's order, nodes rebuilt, a fresh Session object); each is commented where it starts.
     """
     old = ssn.state
     if UNKNOWN_ATTRS:

@@ -254,6 +254,9 @@ def plan(
     each of them still gets its periodic Warning Event. A pending pod's message is its decision's full
     message (:func:`scheduler.engine.record.delta.render`); it is rewritten when the job's decision is listed
     again, not each time only the cluster's largest free GPUs moved.
+
+    Long on purpose: one pass over the record's decisions in record order, one branch per decision kind, each
+    deciding the calls from the same memory of what was already told.
     """
     record = render(record)
     evicts: list[Action] = []
