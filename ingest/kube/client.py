@@ -25,7 +25,7 @@ __all__ = [
 _LIST_PAGE = 500
 
 # Plural resource names of owner kinds; anything else is lower-case kind + "s" (true for most CRDs).
-_PLURALS: Final = {
+OWNER_PLURALS: Final = {
     "Deployment": "deployments",
     "ReplicaSet": "replicasets",
     "StatefulSet": "statefulsets",
@@ -226,7 +226,7 @@ class KubeApi:
 
         def get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
             base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
-            plural = _PLURALS.get(kind, kind.lower() + "s")
+            plural = OWNER_PLURALS.get(kind, kind.lower() + "s")
             return self.get(f"{base}/namespaces/{namespace}/{plural}/{name}")
 
         return get

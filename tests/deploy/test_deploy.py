@@ -330,9 +330,9 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     assert not _allows(ingest, "list", "priorityclasses", "scheduling.k8s.io")
     assert _allows(ingest, "get", "jobs", "batch") and not _allows(ingest, "list", "jobs", "batch")
     # Every owner kind ingest knows how to walk is readable, or its pods would never be grouped.
-    from ingest.kube import watcher
+    from ingest.kube import client
 
-    owner_plurals: dict[str, str] = watcher._PLURALS
+    owner_plurals: dict[str, str] = client.OWNER_PLURALS
     readable = {res for r in ingest if r["verbs"] == ["get"] for res in r["resources"]}
     assert set(owner_plurals.values()) <= readable, set(owner_plurals.values()) - readable
     for verb, res in (

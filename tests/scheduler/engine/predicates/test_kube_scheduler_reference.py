@@ -17,7 +17,9 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from ingest.fastdecode import LABEL_KEY
 from scheduler.conformance.runner import filter_verdicts
 
 # --- the reference, from the Go -------------------------------------------------------------------------
@@ -265,7 +267,19 @@ def test_filter_verdicts_match_kube_scheduler_reference(
         "queues": [{"name": "q"}],
         "jobs": [{"name": "p", "queue": "q", "tasks": [{"name": "p"} | pod]}],
     }
-    got = filter_verdicts(doc)
+    keys = [k for n in nodes for k in n.get("labels", {})]
+    keys += [t["key"] for n in nodes for t in n.get("taints", [])]
+    keys += [r["key"] for term in pod.get("node_affinity", []) for r in term["match_expressions"]]
+    keys += [t["key"] for t in pod.get("tolerations", []) if t.get("key")]
+    invalid = [k for k in keys if not LABEL_KEY.fullmatch(k)]
+    try:
+        got = filter_verdicts(doc)
+    except ValidationError as e:
+        # The API server refuses an invalid label key in any of these fields, so such a pod or node never
+        # reaches kube-scheduler; Hourglass's contract refuses it the same way (a dead letter).
+        assert invalid, e
+        return
+    assert not invalid, f"the contract accepted invalid label keys {invalid}"
     for n in nodes:
         want = reference(pod, n, held[n["name"]])
         verdict = got[n["name"]]
