@@ -32,7 +32,7 @@ from scheduler.engine.cycle import ACTIONS, open_session
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from tests.support.synthetic import contention_events
+from tests.support.synthetic import a100_nodes, contention_events, one_pod_job
 
 SHAPES = ("reclaim-large", "consolidation")
 KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"
@@ -42,21 +42,7 @@ KAI_BENCH = {"reclaim-large": "BenchmarkReclaimLargeJobs", "consolidation": "Ben
 
 def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
     """KAI's ReclaimLargeJobs cluster (see the module docstring)."""
-    out: list[ev.Event] = []
-    for i in range(nodes):
-        name = f"node-{i:05d}"
-        out.append(
-            ev.NodeUpserted(
-                uid=name,
-                at_ms=0,
-                name=name,
-                cpu_millicores=128_000,
-                memory_bytes=1024 * 2**30,
-                gpus=gpus_per_node,
-                gpu_memory_mib=81920,
-                gpu_model="A100",
-            )
-        )
+    out: list[ev.Event] = list(a100_nodes(nodes, gpus_per_node))
     total = nodes * gpus_per_node * 1000
     for q in ("a", "b"):
         out.append(
@@ -70,41 +56,7 @@ def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
     for i in range(nodes):
         for dev in range(gpus_per_node):
             t += 1
-            name = f"run-{i:05d}-{dev}"
-            out.append(
-                ev.PodGroupUpserted(
-                    uid=f"default/{name}",
-                    at_ms=t,
-                    name=name,
-                    namespace="default",
-                    queue="a",
-                    priority=50,
-                    preemptible=True,
-                    created_at_ms=t,
-                )
-            )
-            out.append(
-                ev.PodSubmitted(
-                    uid=f"default/{name}-0",
-                    at_ms=t,
-                    name=f"{name}-0",
-                    namespace="default",
-                    pod_group=name,
-                    queue="a",
-                    requests=one,
-                    created_at_ms=t,
-                )
-            )
-            out.append(
-                ev.PodBound(
-                    uid=f"default/{name}-0",
-                    at_ms=t,
-                    name=f"{name}-0",
-                    namespace="default",
-                    node=f"node-{i:05d}",
-                    gpu_devices=[dev],
-                )
-            )
+            out.extend(one_pod_job(f"run-{i:05d}-{dev}", t, "a", one, 50, f"node-{i:05d}", [dev]))
     size = max(1, nodes // 10)
     t += 1
     out.append(

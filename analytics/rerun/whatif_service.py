@@ -372,7 +372,7 @@ def _split(
         if r.usage_snapshot_id is not None:
             first_use.setdefault(r.usage_snapshot_id, r.logical_time_ms)
     for u in usage:
-        rec.inputs.append((max(u.as_of_ms, first_use.get(u.id, u.as_of_ms)), _LAST, 1, _usage_bytes(u)))
+        rec.inputs.append((max(u.as_of_ms, first_use.get(u.id, u.as_of_ms)), _LAST, 1, dump_usage_record(u)))
     rec.inputs.sort(key=lambda x: (x[0], x[2], x[1]))
     rec.end_ms = end_ms
     for uid in rec.first_submit:
@@ -386,11 +386,6 @@ def _split(
         else:
             rec.censored["never_started"] += 1
     return rec
-
-
-def _usage_bytes(u: UsageInput) -> bytes:
-    """The snapshot as a usage record :func:`fairshare.record.parse_usage_record` reads back equal."""
-    return dump_usage_record(u)
 
 
 def service_config(base: SessionConfig, changes: Sequence[Setting]) -> SessionConfig:

@@ -246,6 +246,74 @@ def synthetic_events(spec: SyntheticSpec) -> list[ev.Event]:
 CONTENTION_SHAPES = ("reclaim", "preempt", "consolidation")
 
 
+def a100_nodes(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
+    """``nodes`` identical 128-core, 1 TiB nodes of A100s (80 GB), named ``node-00000`` on: the benchmark
+    shapes' cluster."""
+    out: list[ev.Event] = []
+    for i in range(nodes):
+        name = f"node-{i:05d}"
+        out.append(
+            ev.NodeUpserted(
+                uid=name,
+                at_ms=0,
+                name=name,
+                cpu_millicores=128_000,
+                memory_bytes=1024 * 2**30,
+                gpus=gpus_per_node,
+                gpu_memory_mib=81920,
+                gpu_model="A100",
+            )
+        )
+    return out
+
+
+def one_pod_job(
+    name: str,
+    at_ms: int,
+    queue: str,
+    req: ev.PodRequests,
+    priority: int,
+    node: str | None = None,
+    devices: list[int] | None = None,
+) -> list[ev.Event]:
+    """A preemptible one-pod job in ``default`` (its PodGroup and pod ``NAME-0``), bound to ``node`` on
+    ``devices`` when a node is given."""
+    out: list[ev.Event] = [
+        ev.PodGroupUpserted(
+            uid=f"default/{name}",
+            at_ms=at_ms,
+            name=name,
+            namespace="default",
+            queue=queue,
+            priority=priority,
+            preemptible=True,
+            created_at_ms=at_ms,
+        ),
+        ev.PodSubmitted(
+            uid=f"default/{name}-0",
+            at_ms=at_ms,
+            name=f"{name}-0",
+            namespace="default",
+            pod_group=name,
+            queue=queue,
+            requests=req,
+            created_at_ms=at_ms,
+        ),
+    ]
+    if node is not None:
+        out.append(
+            ev.PodBound(
+                uid=f"default/{name}-0",
+                at_ms=at_ms,
+                name=f"{name}-0",
+                namespace="default",
+                node=node,
+                gpu_devices=devices or [],
+            )
+        )
+    return out
+
+
 def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev.Event]:
     """KAI's action-benchmark shape: `nodes` x 8 GPUs, 4 leaf queues in 2 departments, 1-GPU jobs.
 
@@ -258,21 +326,7 @@ def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev
     if shape not in CONTENTION_SHAPES:
         raise ValueError(f"unknown shape {shape!r}: one of {', '.join(CONTENTION_SHAPES)}")
     g = gpus_per_node
-    out: list[ev.Event] = []
-    for i in range(nodes):
-        name = f"node-{i:05d}"
-        out.append(
-            ev.NodeUpserted(
-                uid=name,
-                at_ms=0,
-                name=name,
-                cpu_millicores=128_000,
-                memory_bytes=1024 * 2**30,
-                gpus=g,
-                gpu_memory_mib=81920,
-                gpu_model="A100",
-            )
-        )
+    out: list[ev.Event] = list(a100_nodes(nodes, g))
     total = nodes * g * 1000
     for d in ("a", "b"):
         out.append(
@@ -305,41 +359,7 @@ def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev
         name = f"job-{j:07d}"
         j += 1
         t += 1
-        out.append(
-            ev.PodGroupUpserted(
-                uid=f"default/{name}",
-                at_ms=t,
-                name=name,
-                namespace="default",
-                queue=queue,
-                priority=prio,
-                preemptible=True,
-                created_at_ms=t,
-            )
-        )
-        out.append(
-            ev.PodSubmitted(
-                uid=f"default/{name}-0",
-                at_ms=t,
-                name=f"{name}-0",
-                namespace="default",
-                pod_group=name,
-                queue=queue,
-                requests=req,
-                created_at_ms=t,
-            )
-        )
-        if node is not None:
-            out.append(
-                ev.PodBound(
-                    uid=f"default/{name}-0",
-                    at_ms=t,
-                    name=f"{name}-0",
-                    namespace="default",
-                    node=node,
-                    gpu_devices=devices or [],
-                )
-            )
+        out.extend(one_pod_job(name, t, queue, req, prio, node, devices))
 
     per_node = {"reclaim": g, "preempt": g, "consolidation": 5}[shape]
     queues = ("a1", "a2") if shape == "reclaim" else ("a1", "a2", "b1", "b2")
