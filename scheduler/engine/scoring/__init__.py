@@ -15,7 +15,7 @@ benchmark's protocol, within a ``with`` block.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -83,11 +83,6 @@ def is_plain_kai(name: str) -> bool:
     return rule is not None and rule.score is kai_scores and rule.choose_devices is None
 
 
-def rules() -> Mapping[str, Rule]:
-    """The table, read-only."""
-    return dict(_RULES)
-
-
 @contextmanager
 def task_types_in_use(types: Sequence[fragmentation.TaskType]) -> Iterator[tuple[Rule, Rule]]:
     """Within the block, ``fgd`` and ``frag-aware`` score against `types` (the benchmark protocol's
@@ -109,6 +104,5 @@ __all__ = [
     "is_plain_kai",
     "lookup",
     "names",
-    "rules",
     "task_types_in_use",
 ]
