@@ -130,6 +130,8 @@ def engine_config(manifest: dict[str, Any]) -> SessionConfig:
         fields.setdefault("solver_action_budget", None)
         # ... and one recorded before Binds named a constrained gang's domain wrote no such details.
         fields.setdefault("topology_details", False)
+        # ... and one recorded before the learnt workload scored against the shipped prior.
+        fields.setdefault("workload_types", "prior")
         config = SessionConfig(**fields)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"manifest has no usable engine_config: {exc}") from exc
@@ -146,10 +148,12 @@ def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
 
     Cycles recorded before the search budget existed (their hash is the budget-less config's) searched
     without one; cycles recorded before Binds carried ``details.topology`` (their hash is that of the config
-    with ``topology_details`` off) wrote no such details; the oldest did neither.
+    with ``topology_details`` off) wrote no such details; the oldest did neither. Cycles recorded before
+    ``workload_types`` existed scored ``fgd`` / ``frag-aware`` against the shipped prior.
     """
     older = config.without_topology_details()
-    for candidate in (config, config.unbudgeted(), older, older.unbudgeted()):
+    variants = (config, config.unbudgeted(), older, older.unbudgeted())
+    for candidate in (*variants, *(v.with_prior_types() for v in variants)):
         if config_hash(candidate) == recorded_hash:
             return candidate
     return config

@@ -49,6 +49,7 @@ from scheduler.engine.session import (
     Session,
     SessionConfig,
     TaskInfo,
+    lacks_devices,
     zero,
 )
 from scheduler.engine.state import ClusterState, Pod, PodStatus, StateBuilder
@@ -313,13 +314,20 @@ class Index:
     """What :func:`reopen` keeps beside the session: its tasks and gated pods by pod uid, the pods that make
     ``anti_present`` true, and the builder the session's snapshot came from."""
 
-    __slots__ = ("anti", "builder", "gated", "tasks")
+    __slots__ = ("anti", "builder", "gated", "tasks", "unknown")
 
     def __init__(self, ssn: Session, builder: StateBuilder) -> None:
         self.builder = builder
         self.tasks: dict[str, TaskInfo] = {t.uid: t for t in ssn.tasks}
         self.gated: dict[str, Pod] = {p.uid: p for p in ssn.gated}
         self.anti: set[str] = {t.uid for t in ssn.tasks if _holds_anti(t.pod)}
+        # Placed tasks whose bind named fewer devices than they hold (Session.assign_unknown_devices).
+        self.unknown: set[str] = {t.uid for t in ssn.tasks if _unknown_devices(t.pod)}
+
+
+def _unknown_devices(p: Pod) -> bool:
+    """The pod is placed and its bind named fewer devices than it holds."""
+    return p.node is not None and p.status in ACTIVE_USED and lacks_devices(p)
 
 
 def _holds_anti(p: Pod) -> bool:
@@ -424,6 +432,7 @@ def reopen(
             removed.append(t)
             del tasks_of[uid]
             index.anti.discard(uid)
+            index.unknown.discard(uid)
         elif uid in gated:
             if p is gated[uid]:
                 continue
@@ -454,6 +463,8 @@ def reopen(
         t = tasks_of[p.uid] = TaskInfo(p, job_by_uid[p.job])
         if _holds_anti(p):
             index.anti.add(p.uid)
+        if _unknown_devices(p):
+            index.unknown.add(p.uid)
         if p.node is not None and p.status in ACTIVE_USED:
             node = node_by_name.get(p.node)
             if node is not None:
@@ -500,14 +511,27 @@ def reopen(
 
     # Nodes whose foreign pods decide devices after ours, or whose foreign pods changed: rebuilt whole.
     rebuild = {name for name in _foreign_rebuilds(old, state, touched) if name in node_by_name}
+    # ... and touched nodes holding a task whose devices were not named: their choice depends on the
+    # node's other tasks (Session.assign_unknown_devices), so it is made again as a fresh session makes it.
+    for uid in index.unknown:
+        on = tasks_of[uid].node
+        if on is not None and on.name in touched:
+            rebuild.add(on.name)
     if rebuild:
         for name in sorted(rebuild):
             n = node_by_name[name]
             NodeInfo.__init__(n, n.spec, n.index)
+        unknown: list[TaskInfo] = []
         for t in ssn.tasks:
             on = t.node
             if on is not None and on.name in rebuild:
-                on.add(t, t.status, +1)
+                if t.status in ACTIVE_USED and lacks_devices(t.pod):
+                    unknown.append(t)
+                else:
+                    on.add(t, t.status, +1)
+        for t in unknown:
+            assert t.node is not None
+            t.node.assign_unknown_devices(t)
         for fp in state.foreign_pods:
             if fp.node in rebuild:
                 node_by_name[fp.node].add_foreign(fp)

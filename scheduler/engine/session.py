@@ -202,6 +202,40 @@ class NodeInfo:
             table = self.ports_rel if status is PodStatus.RELEASING else self.ports_held
             host_ports.hold(table, task.pod.host_ports, sign)
 
+    def assign_unknown_devices(self, task: TaskInfo) -> None:
+        """Give a placed task whose bind named fewer devices than it holds (a pod bound before Hourglass,
+        or whose device annotation was absent or not trusted) devices here, then charge it.
+
+        Devices are unknown, but how many it holds is not: leaving them out would show its GPUs as free
+        and let another pod over-commit the node. The choice follows :meth:`add_foreign`'s (whole GPUs the
+        least-used devices from the highest index down, a share a shared device with room, else a free
+        one) and is made after every task with known devices is charged, so it depends only on the node's
+        tasks: a kept session rebuilds such a node whole when it is touched (scheduler/engine/kept.py).
+        """
+        req = task.request
+        known = [d for d in task.pod.gpu_devices if d < self.gpus]
+
+        def load(d: int) -> int:
+            return self.dev_alloc[d] + self.dev_rel[d] + self.dev_pipe[d]
+
+        chosen = list(known)
+        if task.shared:
+            portion = task.portion or req.gpu_fraction_milli or GPU_MILLI
+            while len(chosen) < req.gpu_fraction_devices and len(chosen) < self.gpus:
+                room = [
+                    d
+                    for d in range(self.gpus)
+                    if d not in chosen and self.dev_shared[d] and self.dev_future(d) >= portion
+                ]
+                free = [d for d in range(self.gpus - 1, -1, -1) if d not in chosen and load(d) == 0]
+                rest = [d for d in range(self.gpus - 1, -1, -1) if d not in chosen]
+                chosen.append(room[0] if room else free[0] if free else rest[0])
+        else:
+            order = sorted((d for d in range(self.gpus) if d not in chosen), key=lambda d: (load(d), -d))
+            chosen += order[: max(req.gpus - len(chosen), 0)]
+        task.devices = task.orig_devices = tuple(sorted(chosen))
+        self.add(task, task.status, +1)
+
     def add_foreign(self, fp: ForeignPod) -> None:
         """Charge a pod of another scheduler: it holds CPU, memory, a pod slot, devices, extended
         resources and ports like one of ours. Device indices are not known for it: whole GPUs take free
@@ -564,6 +598,14 @@ class FreeIndex:
             del self.shared[i]
 
 
+def lacks_devices(p: Pod) -> bool:
+    """Whether a placed pod's bind named fewer GPU devices than it holds."""
+    r = p.request
+    if r.is_shared:
+        return len(p.gpu_devices) < r.gpu_fraction_devices
+    return len(p.gpu_devices) < r.gpus
+
+
 @dataclass(slots=True)
 class SessionConfig:
     """Engine knobs that shape a cycle (recorded in the cycle's config hash)."""
@@ -591,6 +633,11 @@ class SessionConfig:
     # existed means (config_hash leaves a False value out, so its hash is unchanged and its replay writes
     # the records it wrote).
     topology_details: bool = True
+    # What ``fgd`` / ``frag-aware`` score against: ``learnt`` = the cluster's own recent workload
+    # (ClusterState.workload, blended with the shipped prior, scoring/fragmentation.py learnt_task_types);
+    # ``prior`` = the shipped trace's distribution alone, what a config recorded before the field meant
+    # (config_hash leaves ``prior`` out, and the field whenever the rule does not read it).
+    workload_types: str = "learnt"
 
     def __post_init__(self) -> None:
         for name in ("solver_job_budget", "solver_action_budget"):
@@ -599,6 +646,8 @@ class SessionConfig:
                 raise ValueError(f"{name} must be a whole number of scenarios >= 0 or null, not {v!r}")
         if not isinstance(self.topology_details, bool):
             raise ValueError(f"topology_details must be true or false, not {self.topology_details!r}")
+        if self.workload_types not in ("learnt", "prior"):
+            raise ValueError(f"workload_types must be 'learnt' or 'prior', not {self.workload_types!r}")
 
     def unbudgeted(self) -> SessionConfig:
         """This config with no search budget: the behaviour of a config recorded without the fields."""
@@ -608,6 +657,11 @@ class SessionConfig:
         """This config writing no ``details.topology`` on Binds: the behaviour of a config recorded without
         the ``topology_details`` field."""
         return replace(self, topology_details=False)
+
+    def with_prior_types(self) -> SessionConfig:
+        """This config scoring against the shipped prior alone: the behaviour of a config recorded without
+        the ``workload_types`` field."""
+        return replace(self, workload_types="prior")
 
 
 class Session:
@@ -674,6 +728,7 @@ class Session:
         # Work counters ("reclaim.attempts", "reclaim.simulations", "reclaim.filtered", ...) for benchmarks and
         # KAI's solver metrics (scheduler/kai_metrics.py); no decision reads them.
         self.work: Counter[str] = Counter()
+        unknown_devices: list[TaskInfo] = []
         for p in state.pods:
             if p.gated and p.status is PodStatus.PENDING:
                 self.gated.append(p)
@@ -693,7 +748,13 @@ class Session:
                 node = self.node_by_name.get(p.node)
                 if node is not None:
                     t.node = node
-                    node.add(t, p.status, +1)
+                    if lacks_devices(p):
+                        unknown_devices.append(t)
+                    else:
+                        node.add(t, p.status, +1)
+        for t in unknown_devices:  # after every known device is charged (see assign_unknown_devices)
+            assert t.node is not None
+            t.node.assign_unknown_devices(t)
         for fp in state.foreign_pods:
             fnode = self.node_by_name.get(fp.node)
             if fnode is not None:

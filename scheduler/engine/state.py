@@ -8,6 +8,7 @@ inputs always give an equal snapshot.
 from __future__ import annotations
 
 import functools
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from enum import StrEnum
@@ -312,6 +313,79 @@ class ClusterState:
     events_offset: int = -1  # last event folded into this snapshot
     foreign_pods: tuple[ForeignPod, ...] = ()
     topologies: tuple[Topology, ...] = ()  # sorted by name
+    # The recent workload's pod shapes and how many of each (:class:`WorkloadWindow`), sorted by shape:
+    # what fragmentation-aware scoring learns the cluster's task-type distribution from.
+    workload: tuple[tuple[WorkloadShape, int], ...] = ()
+
+
+WorkloadShape = tuple[int, int, int, tuple[str, ...]]
+"""A pod's shape as FGD's task types name it: (CPU millicores, milli-GPU on each GPU, #GPUs, GPU models)."""
+
+#: Node labels that name a GPU model: the trace's and NVIDIA's GPU feature discovery's. A pod that selects
+#: models through one of them accepts only those models (FGD's ``gpu_spec``).
+GPU_MODEL_LABELS: Final = ("gpu-model", "nvidia.com/gpu.product")
+
+
+def workload_shape(pod: Pod) -> WorkloadShape | None:
+    """`pod`'s shape for the workload distribution; None for a pod whose per-GPU share is not known before
+    it lands (GPU memory requests: the share depends on the node's devices)."""
+    r = pod.request
+    if r.gpu_memory_mib is not None:
+        return None
+    if r.gpu_fraction_milli is not None:
+        per_gpu, gpus = r.gpu_fraction_milli, r.gpu_fraction_devices
+    else:
+        per_gpu, gpus = (1000, r.gpus) if r.gpus else (0, 0)
+    models: set[str] = set()
+    for key in GPU_MODEL_LABELS:
+        chosen = pod.node_selector.get(key)
+        if chosen is not None:
+            models.add(chosen)
+    for term in pod.affinity[:1] if len(pod.affinity) == 1 else ():  # OR-ed terms: no single allow-list
+        for expr in term:
+            if expr.key in GPU_MODEL_LABELS and expr.operator == "In":
+                models.update(expr.values)
+    return (r.cpu, per_gpu, gpus, tuple(sorted(models)) if gpus else ())
+
+
+class WorkloadWindow:
+    """The shapes of the last :data:`WINDOW` pods submitted, counted per shape.
+
+    A sliding window over the event log, so it is a function of the folded events (a replay rebuilds it
+    exactly) and old workload ages out as new pods arrive. The counts the snapshot exposes are refreshed
+    every :data:`REFRESH` pods (and at the first pod), so a scorer's memo tables built on them survive many
+    cycles instead of one.
+    """
+
+    WINDOW: Final = 4096
+    REFRESH: Final = 128
+
+    def __init__(self) -> None:
+        self.recent: deque[WorkloadShape] = deque()
+        self.counts: Counter[WorkloadShape] = Counter()
+        self.since_refresh = 0
+        self.frozen: tuple[tuple[WorkloadShape, int], ...] = ()
+
+    def add(self, shape: WorkloadShape) -> None:
+        """Count one submitted pod's shape (the oldest leaves a full window)."""
+        self.recent.append(shape)
+        self.counts[shape] += 1
+        if len(self.recent) > self.WINDOW:
+            old = self.recent.popleft()
+            self.counts[old] -= 1
+            if not self.counts[old]:
+                del self.counts[old]
+        self.since_refresh += 1
+        if not self.frozen or self.since_refresh >= self.REFRESH:
+            self.frozen = tuple(sorted(self.counts.items()))
+            self.since_refresh = 0
+
+    def copy(self) -> WorkloadWindow:
+        """An independent window with the same contents."""
+        other = WorkloadWindow()
+        other.recent, other.counts = deque(self.recent), Counter(self.counts)
+        other.since_refresh, other.frozen = self.since_refresh, self.frozen
+        return other
 
 
 def default_queue_resources(
@@ -538,6 +612,7 @@ class StateBuilder:
         # PodBound events of pods not submitted yet, by pod uid: applied when the pod arrives (see apply).
         self.held_binds: dict[str, Any] = {}
         self.latest_ms = 0  # the latest at_ms folded: logical time never goes back on a ClockTick
+        self.workload = WorkloadWindow()
 
     def apply(self, event: object, offset: int | None = None) -> None:
         """Fold one event: an ``ingest.events`` model, or the struct ``ingest.events.FAST_PATH`` decodes
@@ -593,6 +668,10 @@ class StateBuilder:
                 **placement_fields(e),
             )
         self.pods[uid] = pod
+        if was is None:  # a pod submitted again (new pod group, new spec) is still one pod of the workload
+            shape = workload_shape(pod)
+            if shape is not None:
+                self.workload.add(shape)
         if self.held_binds:
             held = self.held_binds.pop(uid, None)
             if held is not None:
@@ -930,6 +1009,7 @@ class StateBuilder:
         other._requests = self._requests
         other.held_binds = dict(self.held_binds)
         other.latest_ms = self.latest_ms
+        other.workload = self.workload.copy()
         return other
 
     def snapshot(self) -> ClusterState:
@@ -943,6 +1023,7 @@ class StateBuilder:
             events_offset=self.offset,
             foreign_pods=tuple(self.foreign.values()),
             topologies=tuple(self.topologies[k] for k in sorted(self.topologies)),
+            workload=self.workload.frozen,
         )
 
 

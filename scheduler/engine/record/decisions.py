@@ -170,6 +170,8 @@ def config_hash(config: SessionConfig) -> str:
             del fields[name]
     if not fields["topology_details"]:
         del fields["topology_details"]
+    if fields["workload_types"] == "prior" or fields["node_scoring"] not in ("fgd", "frag-aware"):
+        del fields["workload_types"]  # absent = prior; only the fragmentation rules read it
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine.scoring.fit import Fit
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
+from scheduler.engine.state import WorkloadShape
 
 if TYPE_CHECKING:
     from ingest.trace import TraceTask
@@ -48,6 +49,7 @@ __all__ = [
     "bestfit_scores",
     "cluster_fragmentation",
     "default_task_types",
+    "learnt_task_types",
     "node_fragmentation",
     "policies",
     "typical_task_types",
@@ -220,6 +222,46 @@ def default_task_types() -> list[TaskType]:
     return _DEFAULT_TYPES
 
 
+#: How many pods the shipped prior counts as when it is blended with a cluster's own workload: with fewer
+#: pods of history than this the prior still dominates, with thousands the cluster's workload does.
+PRIOR_PODS = 64
+
+
+def learnt_task_types(
+    workload: Iterable[tuple[WorkloadShape, int]],
+    prior: Sequence[TaskType] | None = None,
+    prior_pods: int = PRIOR_PODS,
+    threshold: float = POPULARITY_THRESHOLD,
+) -> list[TaskType]:
+    """The task-type distribution of a cluster's recent workload (``ClusterState.workload``), blended with
+    `prior` (default: :func:`default_task_types`) worth `prior_pods` pods, then cut as
+    :func:`typical_task_types` cuts (most popular first, the prefix covering `threshold`).
+
+    The prior acts as pseudo-counts (a Dirichlet prior): a cluster with a few pods of history scores close
+    to the prior, one with a full window scores against its own workload. Empty workload: the prior.
+    """
+    base = default_task_types() if prior is None else list(prior)
+    workload = [(shape, n) for shape, n in workload if n > 0]
+    if not workload:
+        return base
+    mass: dict[WorkloadShape, float] = {}
+    for t in base:
+        key = (t.cpu_milli, t.gpu_milli, t.num_gpu, t.gpu_spec)
+        mass[key] = mass.get(key, 0.0) + prior_pods * t.weight
+    for shape, n in workload:
+        mass[shape] = mass.get(shape, 0.0) + n
+    total = math.fsum(mass.values())
+    ranked = sorted(mass.items(), key=lambda kv: (kv[1], kv[0][:3], "|".join(kv[0][3])), reverse=True)
+    kept: list[tuple[WorkloadShape, float]] = []
+    covered = 0.0
+    for shape, m in ranked:
+        if covered >= threshold * total:
+            break
+        kept.append((shape, m))
+        covered += m
+    return [TaskType(c, u, d, spec, m / covered, round(m)) for (c, u, d, spec), m in kept]
+
+
 # --------------------------------------------------------------------------- scoring helpers
 
 
@@ -356,20 +398,31 @@ def policies(types: Sequence[TaskType] | None = None) -> tuple[FgdPolicy, FgdPol
 
 
 class _LazyPolicy:
-    """A policy over :func:`default_task_types`, built on first use so importing reads no file."""
+    """A policy over the distribution a session scores against, built on first use so importing reads no
+    file: the cluster's learnt one (:func:`learnt_task_types` of ``ClusterState.workload``) when the config
+    says ``workload_types: learnt`` and the log holds pods, the shipped prior otherwise."""
 
     def __init__(self, cls: type[FgdPolicy]) -> None:
         self._cls = cls
         self._policy: FgdPolicy | None = None
+        # One learnt policy, for the workload it was built from: the snapshot's counts change only every
+        # WorkloadWindow.REFRESH pods, so its memo tables serve many cycles.
+        self._learnt: tuple[tuple[tuple[WorkloadShape, int], ...], FgdPolicy] | None = None
 
-    def _get(self) -> FgdPolicy:
+    def _get(self, ssn: Session) -> FgdPolicy:
+        workload = ssn.state.workload
+        if workload and ssn.config.workload_types == "learnt":
+            hit = self._learnt
+            if hit is None or hit[0] != workload:
+                hit = (workload, self._cls(learnt_task_types(workload)))
+                self._learnt = hit
+            return hit[1]
         if self._policy is None:
             self._policy = self._cls(default_task_types())
         return self._policy
 
     def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
-        return self._get().scores(ssn, task, fits)
+        return self._get(ssn).scores(ssn, task, fits)
 
     def choose(self, ssn: Session, task: TaskInfo, fit: Fit) -> Fit:
-        return self._get().choose(ssn, task, fit)
-
+        return self._get(ssn).choose(ssn, task, fit)

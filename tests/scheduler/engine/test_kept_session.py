@@ -180,15 +180,13 @@ def _same_record_both_ways(
 def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> list[ev.Event]:
     """Random events between two cycles; `ssn` is the last cycle's session after its actions."""
     out: list[ev.Event] = []
-    # The cluster carries out (some of) the last cycle's decisions.
+    # The cluster carries out (some of) the last cycle's decisions; some binds name no devices (a pod
+    # bound without the binder's annotation), which the session then chooses for them.
     for task in ssn.tasks:
         ns, name = _split(task.uid)
         if task.status is PodStatus.ALLOCATED and task.node is not None and rng.random() < 0.8:
-            out.append(
-                ev.PodBound(
-                    at_ms=t, name=name, namespace=ns, node=task.node.name, gpu_devices=list(task.devices)
-                )
-            )
+            devices = list(task.devices) if rng.random() < 0.8 else []
+            out.append(ev.PodBound(at_ms=t, name=name, namespace=ns, node=task.node.name, gpu_devices=devices))
         elif task.status is PodStatus.RELEASING and task.orig_status is not PodStatus.RELEASING:
             out.append(ev.PodReleasing(at_ms=t, name=name, namespace=ns, reason="evicted"))
     pods = list(b.pods.values())
