@@ -10,12 +10,14 @@ rack or block (required or preferred), and prints what topology costs per cycle.
 
     python benchmarks/bench_cycle.py [--nodes N] [--pods P] [--foreign F] [--constrained C] [--filters]
                                      [--topology F] [--placement binpack|spread] [--actions A,B]
+                                     [--scoring kai|bestfit|fgd|frag-aware]
                                      [--solver-job-budget N|none] [--solver-action-budget N|none]
                                      [--dump-record FILE]
 
 ``--solver-job-budget`` / ``--solver-action-budget`` set the reclaim / preempt search budget (engine config
 fields of the same names, docs/service.md; ``none`` = unbounded, the search before issue 12's budget).
-``--dump-record FILE`` writes the cycle's record (plain or custom run) to FILE, so that two builds' decisions
+``--scoring`` picks the node-scoring rule (``node_scoring``; ``fgd`` / ``frag-aware`` score against the
+workload learnt from the synthetic log, docs/placement-benchmark.md). ``--dump-record FILE`` writes the cycle's record (plain or custom run) to FILE, so that two builds' decisions
 can be compared byte for byte (``benchmarks/compare_records.sh``).
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from scheduler.engine import scoring
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
@@ -51,6 +54,8 @@ def run(
         f"foreign={spec.foreign_fraction:g} constrained={spec.constrained_fraction:g} "
         f"topology={spec.topology_fraction:g} placement={config.gpu_placement} actions={'+'.join(actions)}"
     )
+    if config.node_scoring != "kai":  # the default keeps its lines as they were
+        size += f" scoring={config.node_scoring}"
     size += f" solver_job_budget={config.solver_job_budget} solver_action_budget={config.solver_action_budget}"
     t0 = time.perf_counter()
     state = fold(events)
@@ -115,8 +120,10 @@ def main() -> None:
     ap.add_argument("--solver-job-budget", type=_budget, default=SessionConfig().solver_job_budget)
     ap.add_argument("--solver-action-budget", type=_budget, default=SessionConfig().solver_action_budget)
     ap.add_argument("--dump-record", metavar="FILE", help="write the (plain) cycle's record to FILE")
+    ap.add_argument("--scoring", choices=scoring.names(), default="kai", help="node-scoring rule")
     a = ap.parse_args()
     cfg = SessionConfig(
+        node_scoring=a.scoring,
         gpu_placement=a.placement,
         cpu_placement=a.placement,
         solver_job_budget=a.solver_job_budget,

@@ -72,10 +72,13 @@ class NodeInfo:
         "ports_rel",
         "rel",
         "spec",
+        "stamp",
     )
 
     def __init__(self, spec: Node, index: int) -> None:
         self.spec = spec
+        # Bumped on every charge: a scorer's per-session view of this node is current while it is unchanged.
+        self.stamp = 0
         self.name = spec.name
         self.index = index
         self.gpus = spec.gpus
@@ -163,6 +166,7 @@ class NodeInfo:
 
     # -- mutation -------------------------------------------------------------------------------------
     def add(self, task: TaskInfo, status: PodStatus, sign: int) -> None:
+        self.stamp += 1
         req = task.request
         bucket = (
             self.alloc
@@ -241,6 +245,7 @@ class NodeInfo:
         resources and ports like one of ours. Device indices are not known for it: whole GPUs take free
         devices from the highest index down (ours are recorded from the lowest), a shared request joins a
         shared device with room, else a free one."""
+        self.stamp += 1
         req = fp.request
         rel = fp.releasing
         bucket = self.rel if rel else self.alloc

@@ -332,11 +332,57 @@ def _sigmoid_score(delta_f: float) -> int:
     return math.floor(100 * s)
 
 
+NodeKey = tuple[object, ...]
+"""Everything about a node FGD's score and device choice read (see :func:`node_key`): nodes with equal keys
+score alike, so a policy scores one node of each kind per task."""
+
+_KEYS: weakref.WeakKeyDictionary[Session, dict[int, tuple[int, NodeKey]]] = weakref.WeakKeyDictionary()
+
+
+def node_key(ssn: Session, node: NodeInfo) -> NodeKey:
+    """The node's model, free CPU and per-device free milli-GPU (idle and future views), shared-pod counts,
+    pod counts and pod limit; kept per session while the node's ``stamp`` is unchanged."""
+    cache = _KEYS.get(ssn)
+    if cache is None:
+        cache = _KEYS[ssn] = {}
+    hit = cache.get(node.index)
+    if hit is not None and hit[0] == node.stamp:
+        return hit[1]
+    n = node.gpus
+    key: NodeKey = (
+        node.spec.gpu_model,
+        node.idle(0),
+        node.future(0),
+        tuple(node.dev_idle(d) for d in range(n)),
+        tuple(node.dev_future(d) for d in range(n)),
+        tuple(node.dev_shared),
+        tuple(node.dev_alloc[d] == 0 and node.dev_pipe[d] == 0 for d in range(n)),
+        node.pods,
+        node.pods_used(),
+        node.spec.max_pods,
+    )
+    cache[node.index] = (node.stamp, key)
+    return key
+
+
 class FgdPolicy:
-    """FGD: move each task where it grows the node's fragmentation least (steepest descent)."""
+    """FGD: move each task where it grows the node's fragmentation least (steepest descent).
+
+    Scores and device choices are memoised per session by (:func:`node_key`, the task's shape, the fit): on
+    a large cluster most nodes are alike (empty, or full in the same way), and each kind is scored once.
+    """
 
     def __init__(self, types: Sequence[TaskType]) -> None:
         self.model = FragModel(types)
+        self._memo: weakref.WeakKeyDictionary[Session, dict[tuple[object, ...], object]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _session_memo(self, ssn: Session) -> dict[tuple[object, ...], object]:
+        memo = self._memo.get(ssn)
+        if memo is None:
+            memo = self._memo[ssn] = {}
+        return memo
 
     def delta(self, task: TaskInfo, fit: Fit, devices: Sequence[int] | None = None) -> float:
         """``F_n' - F_n`` when `task` lands on `fit` (on `devices` if given, else the fit's devices)."""
@@ -358,11 +404,15 @@ class FgdPolicy:
         req = task.request
         if not task.shared or req.gpu_fraction_devices != 1:
             return fit  # whole GPUs: the engine already takes the lowest-index free ones, as FGD does
-        cands = _shared_candidates(fit.node, fit.portion, fit.idle, 1)
-        if not cands:
-            return fit
-        best = max(cands, key=lambda d: (self.device_key(task, fit, d), -d))
-        if (best,) == fit.devices:
+        memo = self._session_memo(ssn)
+        key = ("choose", node_key(ssn, fit.node), req.cpu, fit.portion, fit.idle)
+        best = memo.get(key)
+        if best is None:
+            cands = _shared_candidates(fit.node, fit.portion, fit.idle, 1)
+            best = max(cands, key=lambda d: (self.device_key(task, fit, d), -d)) if cands else -1
+            memo[key] = best
+        assert isinstance(best, int)
+        if best < 0 or (best,) == fit.devices:
             return fit
         return replace(fit, devices=(best,), new_shared_group=fit.node.dev_shared[best] == 0)
 
@@ -372,7 +422,17 @@ class FgdPolicy:
 
     def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
         """Node scorer (:data:`scheduler.engine.scoring.NodeScorer`)."""
-        return [self.node_score(ssn, task, f) for f in fits]
+        memo = self._session_memo(ssn)
+        cpu, shared = task.request.cpu, task.shared
+        out: list[float] = []
+        for f in fits:
+            key = ("score", node_key(ssn, f.node), cpu, shared, f.portion, f.idle, f.devices)
+            got = memo.get(key)
+            if got is None:
+                got = memo[key] = self.node_score(ssn, task, f)
+            assert isinstance(got, float)
+            out.append(got)
+        return out
 
 
 class FragAwarePolicy(FgdPolicy):
