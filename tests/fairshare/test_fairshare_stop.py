@@ -45,8 +45,12 @@ def test_sigterm_between_refreshes_exits_within_seconds(tmp_path: Path) -> None:
 def test_stop_wakes_the_wait_between_steps() -> None:
     service = FairshareService(MemoryLog(), FairshareConfig(refresh_s=3600))
     done = threading.Event()
-    thread = threading.Thread(target=lambda: (service.run(), done.set()), daemon=True)
-    thread.start()
+
+    def run() -> None:
+        service.run()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
     time.sleep(0.3)  # the first step is done and the service waits for the next refresh
     service.stop()
     assert done.wait(timeout=2.0), "run() kept waiting for the next refresh after stop()"
