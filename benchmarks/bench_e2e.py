@@ -22,6 +22,7 @@ by the binder), ``run_s`` (-> KWOK reports Running).
 
     python benchmarks/bench_e2e.py [--nodes 128] [--independent 1000] [--gang 500] [--reclaim 200] [--lone 5]
                                    [--workloads lone,independent,reclaim,gang] [--keep DIR]
+                                   [--poll-interval S]
 
 Needs ``tools/kube/build.sh`` and ``tools/kwok/build.sh`` (cached after the first build). Takes a few minutes.
 """
@@ -229,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lone", type=int, default=5)
     p.add_argument("--workloads", default=",".join(WORKLOADS))
     p.add_argument("--keep", type=Path, default=None, help="keep the cluster and log in DIR (default: temp)")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=None,
+        help="pass --poll-interval to `hourglass run` and `bind` (default: theirs, 0.2 s and 0.5 s)",
+    )
     args = p.parse_args(argv)
     wanted = args.workloads.split(",")
     gpus = args.nodes * GPUS_PER_NODE
@@ -244,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(line.split("=", 1) for line in (run_dir / "env").read_text().splitlines() if "=" in line)
     cluster = KwokCluster(dir=run_dir, kubeconfig=run_dir / "kubeconfig", url=env["KUBE_URL"])
     print(f"bench: e2e cluster nodes={args.nodes} gpus={gpus} start_s={time.monotonic() - t:.1f}", flush=True)
-    stack = HourglassStack(cluster, work / "log")
+    poll = ("--poll-interval", str(args.poll_interval)) if args.poll_interval is not None else ()
+    stack = HourglassStack(cluster, work / "log", run_args=poll, bind_args=poll)
     try:
         from kubernetes import client
 
@@ -313,6 +321,7 @@ def main(argv: list[str] | None = None) -> int:
             obs.stop()
     finally:
         stack.stop()
+        print(stack.logs(lines=2), file=sys.stderr)  # each component's closing counters
         subprocess.run([str(CLUSTER_SH), "stop", str(run_dir)], capture_output=True)
     return 0
 
