@@ -68,11 +68,12 @@ class KwokCluster:
 
 
 def _binaries_present() -> bool:
-    for build in BUILDS:
-        out = Path(subprocess.run([str(build), "--print"], capture_output=True, text=True).stdout.strip())
-        if not (out / ".complete").exists():
-            return False
-    return True
+    kube, kwok = (
+        Path(subprocess.run([str(b), "--print"], capture_output=True, text=True).stdout.strip())
+        for b in BUILDS
+    )
+    needed = [kube / c for c in ("kube-apiserver", "etcd", "kube-controller-manager", "kube-scheduler")]
+    return all(p.is_file() for p in [*needed, kwok / "kwok"])
 
 
 def _unavailable(reason: str) -> None:
