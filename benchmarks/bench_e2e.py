@@ -8,7 +8,9 @@ user runs them (docs/kwok.md). Workloads, in this order on one cluster:
 * ``independent``: 1,000 independent 1-GPU pods (queue ``bench-a``), submitted by 8 client threads;
 * ``reclaim``: ``bench-a`` is topped up to hold every GPU, then queue ``bench-b`` (entitled to half the
   cluster) submits 200 1-GPU pods: 200 of ``bench-a``'s pods are evicted and ``bench-b``'s take their place;
-* ``gang``: after the namespace is emptied, one PodGroup of 500 1-GPU pods (``minMember`` 500).
+* ``gang``: after the namespace is emptied, one PodGroup of 500 1-GPU pods (``minMember`` 500); halfway
+  through its submission one unrelated 1-GPU pod of another queue (``unrelated-during-gang``), whose
+  latency should not depend on the gang.
 
 Submit time is taken by the client when the create call returns; Running is when the benchmark's watch sees
 the pod Running. One line per workload:
@@ -314,10 +316,16 @@ def main(argv: list[str] | None = None) -> int:
                     },
                 )
                 g = [f"g-{i}" for i in range(args.gang)]
+                half = len(g) // 2
                 t0 = time.time()
-                _submit(api, [_pod(n, "bench-b", group="bench-gang") for n in g], obs)
-                _wait_running(obs, g, 600, stack)
+                _submit(api, [_pod(n, "bench-b", group="bench-gang") for n in g[:half]], obs)
+                # An unrelated pod of another queue, submitted while the gang is still arriving: its
+                # latency should not depend on the gang.
+                _submit(api, [_pod("unrelated-0", "bench-a")], obs, threads=1)
+                _submit(api, [_pod(n, "bench-b", group="bench-gang") for n in g[half:]], obs)
+                _wait_running(obs, [*g, "unrelated-0"], 900, stack)
                 _report("gang", args.nodes, obs, g, t0)
+                _report("unrelated-during-gang", args.nodes, obs, ["unrelated-0"])
             obs.stop()
     finally:
         stack.stop()
