@@ -77,6 +77,10 @@ class ServiceStats:
     last_compute_seconds: float = 0.0
 
 
+#: How soon a waiting service notices stop() (a SIGTERM).
+STOP_POLL_S = 0.1
+
+
 class FairshareService:
     """The fairshare loop over a :class:`~ingest.log.Log`: events in, usage snapshots out."""
 
@@ -91,7 +95,7 @@ class FairshareService:
         clock_ms: Callable[[], int] = wall_clock_ms,
         batch_size: int = 5000,
         full_every: int = 100,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         metrics: FairshareMetrics | None = None,
         timer: Callable[[], float] = time.perf_counter,
     ) -> None:
@@ -108,7 +112,9 @@ class FairshareService:
         self._clock = clock_ms
         self.batch_size = batch_size
         self.full_every = full_every
-        self._sleep = sleep
+        # The default sleep wakes on stop(): a plain time.sleep resumes after the SIGTERM handler and would
+        # hold the process for the rest of refresh_s (a minute by default).
+        self._sleep = sleep if sleep is not None else self._sleep_unless_stopped
         # KAI's usage_query_latency_milliseconds (``--metrics-port``): each successful usage computation.
         self.metrics = metrics
         self._timer = timer
@@ -260,8 +266,18 @@ class FairshareService:
     # -- the loop -----------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Ask :meth:`run` to return after the current step."""
+        """Ask :meth:`run` to return after the current step (at once when it is waiting between steps)."""
         self._stop = True
+
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        # Short slices rather than a threading.Event: stop() runs in a signal handler, and Event.set there
+        # can deadlock on the lock the interrupted wait holds.
+        deadline = time.monotonic() + seconds
+        while not self._stop:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, STOP_POLL_S))
 
     def run(self, *, interval_s: float | None = None, max_steps: int | None = None) -> ServiceStats:
         """Repeat :meth:`step` every ``interval_s`` (default ``refresh_s``) until :meth:`stop` or

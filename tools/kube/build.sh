@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Build a real kube-apiserver (and etcd) for the integration tests, from the Go module proxy.
+# Build a real kube-apiserver (and etcd) for the integration tests, from the Go module proxy, and the
+# kube-controller-manager and kube-scheduler the KWOK cluster of the end-to-end tests runs (tools/kwok/).
 #
 #   tools/kube/build.sh            build once, then reuse the cached binaries (< 1 s)
-#   tools/kube/build.sh --print    print the cache dir holding kube-apiserver and etcd, build nothing
+#   tools/kube/build.sh --print    print the cache dir holding the binaries, build nothing
 #
 # kube-apiserver comes from the k8s.io/kubernetes module. That module's go.mod replaces every k8s.io/*
 # staging module with ./staging/src/..., which a dependent module cannot see, so we build from a tiny
@@ -33,8 +34,19 @@ if [[ "${1:-}" == "--print" ]]; then
     exit 0
 fi
 
-# Fast path: both binaries present and runnable.
-if [[ -x "$OUT/kube-apiserver" && -x "$OUT/etcd" && -f "$OUT/.complete" ]]; then
+# The Kubernetes commands built from the k8s.io/kubernetes module (one wrapper module, one dependency graph:
+# the controller-manager and scheduler reuse most of the apiserver's compiled packages).
+KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler)
+
+all_built() {
+    local c
+    for c in "${KUBE_CMDS[@]}" etcd; do
+        [[ -x "$OUT/$c" ]] || return 1
+    done
+}
+
+# Fast path: every binary present and runnable.
+if all_built && [[ -f "$OUT/.complete" ]]; then
     say "cached: $OUT (kube-apiserver $KUBE_VERSION, etcd $ETCD_VERSION)"
     exit 0
 fi
@@ -97,9 +109,9 @@ trap 'rm -rf "$WORK"' EXIT
 export GOFLAGS="${GOFLAGS:--buildvcs=false} -trimpath"
 export CGO_ENABLED=0
 
-# kube-apiserver ---------------------------------------------------------------------------------------
-build_apiserver() {
-    local t0=$SECONDS dir="$WORK/apiserver" minor mod
+# kube-apiserver, kube-controller-manager, kube-scheduler --------------------------------------------------
+build_kube() {
+    local t0=$SECONDS dir="$WORK/kube" minor mod c
     minor="${KUBE_VERSION#v1.}"          # 36.3
     mkdir -p "$dir"
     cd "$dir"
@@ -120,8 +132,10 @@ build_apiserver() {
         done
         echo ")"
     } >>go.mod
-    say "resolving kube-apiserver $KUBE_VERSION dependencies ($(wc -w <<<"$staging") staging modules pinned to v0.$minor)"
-    "$GO" get "k8s.io/kubernetes/cmd/kube-apiserver@$KUBE_VERSION" >&2
+    say "resolving Kubernetes $KUBE_VERSION dependencies ($(wc -w <<<"$staging") staging modules pinned to v0.$minor)"
+    for c in "${KUBE_CMDS[@]}"; do
+        "$GO" get "k8s.io/kubernetes/cmd/$c@$KUBE_VERSION" >&2
+    done
     # The same version stamps the Kubernetes build (hack/lib/version.sh) sets; without them the server
     # reports v0.0.0-master and clients' version checks get confused.
     local major="${KUBE_VERSION#v}"; major="${major%%.*}"
@@ -130,10 +144,15 @@ build_apiserver() {
     local ld="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$min"
     ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
     ld+=" -X ${pkg/component-base/client-go/pkg}.gitVersion=$KUBE_VERSION"
-    say "compiling kube-apiserver (cold: tens of minutes on 2 cores)"
-    "$GO" build -ldflags "$ld" -o "$OUT/kube-apiserver.tmp.$$" k8s.io/kubernetes/cmd/kube-apiserver
-    mv -f "$OUT/kube-apiserver.tmp.$$" "$OUT/kube-apiserver"
-    say "kube-apiserver built in $((SECONDS - t0)) s"
+    for c in "${KUBE_CMDS[@]}"; do
+        [[ -x "$OUT/$c" ]] && continue
+        local tc=$SECONDS
+        say "compiling $c (kube-apiserver cold: tens of minutes on 2 cores; the others reuse most of it)"
+        "$GO" build -ldflags "$ld" -o "$OUT/$c.tmp.$$" "k8s.io/kubernetes/cmd/$c"
+        mv -f "$OUT/$c.tmp.$$" "$OUT/$c"
+        say "$c built in $((SECONDS - tc)) s"
+    done
+    say "Kubernetes commands built in $((SECONDS - t0)) s"
 }
 
 # etcd -------------------------------------------------------------------------------------------------
@@ -163,10 +182,17 @@ build_etcd() {
     say "etcd built in $((SECONDS - t0)) s ($ver)"
 }
 
-[[ -x "$OUT/kube-apiserver" ]] || build_apiserver
+for c in "${KUBE_CMDS[@]}"; do
+    if [[ ! -x "$OUT/$c" ]]; then
+        build_kube
+        break
+    fi
+done
 [[ -x "$OUT/etcd" ]] || build_etcd
 
-"$OUT/kube-apiserver" --version >&2
+for c in "${KUBE_CMDS[@]}"; do
+    "$OUT/$c" --version >&2
+done
 "$OUT/etcd" --version | head -1 >&2
 touch "$OUT/.complete"
 say "done in $((SECONDS - T0)) s: $OUT"
