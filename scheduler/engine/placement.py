@@ -19,6 +19,7 @@ import numpy.typing as npt
 from scheduler.engine import predicates, scoring
 from scheduler.engine.columns import BoolArray, Columns, IntArray, columns
 from scheduler.engine.predicates.labels import node_terms_match, tolerates_cordon, untolerated_taint
+from scheduler.engine.scoring import fragmentation
 from scheduler.engine.scoring.fit import Fit, fits_existing_shared
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, Statement, TaskInfo
 
@@ -171,14 +172,26 @@ def max_node_resources_error(ssn: Session, task: TaskInfo) -> str | None:
 
 
 def ordered_fits(
-    ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool = True
+    ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool = True, best_only: bool = False
 ) -> tuple[list[Fit], Counter[str]]:
-    """Nodes the task fits, best first, and a histogram of why the others did not fit."""
+    """Nodes the task fits, best first, and a histogram of why the others did not fit.
+
+    With `best_only` the caller reads only the first fit (and the histogram): then, under a scoring rule
+    other than plain ``kai`` and for a task without pod predicates, nodes of one kind
+    (:func:`scoring.fragmentation.node_key`: equal free views, counts and limits, so equal fits and
+    scores) are fitted and scored once, by their first node in name order; the others count as it does.
+    """
     fits: list[Fit] = []
     why: Counter[str] = Counter()
     cols = columns(ssn) if COLUMNS and len(nodes) >= COLUMNS_MIN_NODES else None
     if cols is not None:
-        _scan_columns(ssn, cols, task, nodes, allow_idle, fits, why)
+        kinds = (
+            best_only
+            and not scoring.is_plain_kai(ssn.config.node_scoring)
+            and not task.constrained
+            and not ssn.anti_present
+        )
+        _scan_columns(ssn, cols, task, nodes, allow_idle, fits, why, kinds)
     else:
         for n in nodes:
             r = fit(ssn, task, n, allow_idle)
@@ -236,6 +249,7 @@ def _scan_columns(
     allow_idle: bool,
     fits: list[Fit],
     why: Counter[str],
+    kinds: bool = False,
 ) -> None:
     """:func:`fit` on every node of `nodes`, with the checks that read only capacity done as vector ops.
 
@@ -247,12 +261,28 @@ def _scan_columns(
     """
     ranks = cols.ranks(nodes)
     code, reasons = _first_failed(ssn, cols, task, ranks)
-    for i in np.flatnonzero(code == 0).tolist():
-        r = fit(ssn, task, nodes[i], allow_idle)
-        if isinstance(r, Fit):
-            fits.append(r)
-        else:
-            why[r] += 1
+    passed = np.flatnonzero(code == 0).tolist()
+    if kinds:
+        # One fit per node kind, on its first node by name (ties in score go to the name); the static
+        # checks, the only ones that read labels and taints, are already behind us.
+        passed.sort(key=lambda i: nodes[i].name)
+        seen: dict[object, Fit | str] = {}
+        for i in passed:
+            key = (fragmentation.node_key(ssn, nodes[i]), nodes[i].spec.cpu, nodes[i].spec.memory)
+            got = seen.get(key)
+            if got is None:
+                got = seen[key] = fit(ssn, task, nodes[i], allow_idle)
+                if isinstance(got, Fit):
+                    fits.append(got)
+            if isinstance(got, str):
+                why[got] += 1
+    else:
+        for i in passed:
+            r = fit(ssn, task, nodes[i], allow_idle)
+            if isinstance(r, Fit):
+                fits.append(r)
+            else:
+                why[r] += 1
     counts = np.bincount(code, minlength=7).tolist()
     if counts[1]:
         for rank in ranks[code == 1].tolist():
@@ -607,7 +637,7 @@ def allocate_task(
     if best is None:
         if fast and not explain:
             return "no nodes with enough resources were found"
-        fits, why = ordered_fits(ssn, task, nodes, allow_idle=not pipeline_only)
+        fits, why = ordered_fits(ssn, task, nodes, allow_idle=not pipeline_only, best_only=True)
         if not fits:
             ssn.last_why = why
             return fit_summary(why) + foreign_note(ssn, task, nodes)
@@ -645,5 +675,5 @@ def best_fit(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle
         return _vector_best(ssn, task, nodes, allow_idle)
     if _walk_applies(ssn, task, nodes):
         return _walk_best(ssn, task, nodes, allow_idle)
-    fits, _ = ordered_fits(ssn, task, nodes, allow_idle)
+    fits, _ = ordered_fits(ssn, task, nodes, allow_idle, best_only=True)
     return fits[0] if fits else None

@@ -341,7 +341,8 @@ _KEYS: weakref.WeakKeyDictionary[Session, dict[int, tuple[int, NodeKey]]] = weak
 
 def node_key(ssn: Session, node: NodeInfo) -> NodeKey:
     """The node's model, free CPU and per-device free milli-GPU (idle and future views), shared-pod counts,
-    pod counts and pod limit; kept per session while the node's ``stamp`` is unchanged."""
+    pod counts and limit, free memory and per-device GPU memory: all that placement's capacity checks and
+    the fragmentation scores read. Kept per session while the node's ``stamp`` is unchanged."""
     cache = _KEYS.get(ssn)
     if cache is None:
         cache = _KEYS[ssn] = {}
@@ -360,6 +361,9 @@ def node_key(ssn: Session, node: NodeInfo) -> NodeKey:
         node.pods,
         node.pods_used(),
         node.spec.max_pods,
+        node.idle(1),
+        node.future(1),
+        node.gpu_memory_mib,
     )
     cache[node.index] = (node.stamp, key)
     return key
