@@ -66,6 +66,7 @@ __all__ = [
     "ANNOTATION_GPU_PORTION",
     "COMPONENT",
     "DEFAULT_GROUP",
+    "DISRUPTION_REASON",
     "DEFAULT_WORKERS",
     "BindPod",
     "Binder",
@@ -98,6 +99,7 @@ QUEUE_GROUP: Final = "scheduling.run.ai"
 QUEUE_VERSION: Final = "v2"
 QUEUE_PLURAL: Final = "queues"
 EVENT_MESSAGE_MAX: Final = 1024  # core/v1 Events reject longer messages on some servers; keep the head
+DISRUPTION_REASON: Final = "PreemptionByScheduler"  # v1.PodReasonPreemptionByScheduler, as KAI's evictor
 CLUSTER_EVENT_NAMESPACE: Final = "default"  # events about cluster-scoped objects (Queues) live here
 
 
@@ -374,6 +376,7 @@ class EventSpec:
     reason: str
     message: str
     api_version: str = "v1"
+    uid: str | None = None  # the object's uid: ``kubectl describe`` lists only Events that carry it
 
 
 def event_name(ev: EventSpec) -> str:
@@ -394,8 +397,8 @@ class Kube(Protocol):
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
         """Delete the pod with a grace period (None: the pod's own)."""
 
-    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
-        """Set one condition in the pod's status (merged by type)."""
+    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> str | None:
+        """Set one condition in the pod's status (merged by type); the pod's uid."""
 
     def upsert_event(self, ev: EventSpec) -> None:
         """Create the Event, or bump its count and message if it exists."""
@@ -449,6 +452,17 @@ class BinderApi:
         )
         self.call(self.core.create_namespaced_pod_binding, name, namespace, body)
 
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """The pod's uid, None when it is gone (its Event is then written without one)."""
+        try:
+            r = self.call(self.core.read_namespaced_pod, name, namespace)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+        uid = json.loads(r.data).get("metadata", {}).get("uid")
+        return str(uid) if uid else None
+
     def pod_node(self, namespace: str, name: str) -> str | None:
         r = self.call(self.core.read_namespaced_pod, name, namespace)
         node = json.loads(r.data).get("spec", {}).get("nodeName")
@@ -457,20 +471,25 @@ class BinderApi:
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
         self.call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_seconds)
 
-    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> str | None:
         # A strategic merge patch merges status.conditions by type: other conditions are kept.
         body = {"status": {"conditions": [dict(condition)]}}
-        self.call(
+        r = self.call(
             self.core.patch_namespaced_pod_status,
             name,
             namespace,
             body,
             _content_type="application/strategic-merge-patch+json",
         )
+        uid = json.loads(r.data).get("metadata", {}).get("uid") if getattr(r, "data", None) else None
+        return str(uid) if uid else None
 
     def upsert_event(self, ev: EventSpec) -> None:
         ns = ev.namespace or CLUSTER_EVENT_NAMESPACE
         name = event_name(ev)
+        uid = ev.uid
+        if uid is None and ev.kind == "Pod" and ev.namespace:
+            uid = self.pod_uid(ev.namespace, ev.name)
         now = _now_rfc3339()
         message = ev.message[:EVENT_MESSAGE_MAX]
         body = {
@@ -482,6 +501,7 @@ class BinderApi:
                 "kind": ev.kind,
                 "name": ev.name,
                 **({"namespace": ev.namespace} if ev.namespace else {}),
+                **({"uid": uid} if uid else {}),
             },
             "reason": ev.reason,
             "message": message,
@@ -559,6 +579,7 @@ class BinderStats:
     podgroup_conditions_cleared: int = 0
     podgroups_missing: int = 0  # a pending job whose PodGroup object does not exist (404)
     podgroup_conditions_failed: int = 0  # best effort, like Events: logged, never dead-lettered
+    deleted_during_bind: int = 0  # a Bind refused because its pod was being deleted
     shared_bound: int = 0  # binds of GPU-sharing pods whose visibility ConfigMap was written first
     reservations_deleted: int = 0
 
@@ -605,8 +626,10 @@ class Binder:
         timer: Callable[[], float] = time.perf_counter,
         workers: int = 1,
         max_in_flight: int = 256,
+        eviction_condition: bool = True,
     ) -> None:
         self.log = log
+        self.eviction_condition = eviction_condition  # DisruptionTarget on a pod before its eviction
         # Calls run on ``workers`` threads, those of one pod (Queue, PodGroup) in order; 1 = sequential.
         self._pool = KeyedPool(workers)
         self.max_in_flight = max(1, max_in_flight)  # records started and not yet committed
@@ -782,6 +805,12 @@ class Binder:
             if current == a.node:
                 self._count("already_bound")
                 return
+            if current is None:
+                # Unbound yet refused: the pod is being deleted (the binding subresource refuses a pod with a
+                # deletionTimestamp). Its deletion reaches the scheduler through ingest; nothing to report.
+                self._count("deleted_during_bind")
+                log.info("pod %s was deleted while being bound to %s", uid, a.node)
+                return
             self._count("conflicts")
             self._fail(
                 offset,
@@ -808,14 +837,30 @@ class Binder:
         )
 
     def _apply_evict(self, offset: int, a: EvictPod, cycle_id: str) -> None:
-        """Delete the evicted pod with its grace period, after the Event that says why."""
+        """Mark the pod a disruption target, tell it why (Event), then delete it with its grace period."""
         k = self.kube
         uid = f"{a.namespace}/{a.name}"
         raw = json.dumps({"cycle_id": cycle_id, "kind": "Evict", "pod": uid, "action": a.action})
         what = a.message or f"Pod {uid} was evicted by the {a.action or 'scheduler'} action"
         reason = "Preempted" if a.action in ("reclaim", "preempt") else "Evicted"
         try:
-            self._event(EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}"))
+            pod_uid = None
+            if self.eviction_condition:
+                # As kube-scheduler and KAI (--update-pod-eviction-condition): a Job's podFailurePolicy can
+                # then tell a scheduler eviction from a failure of the pod.
+                cond = {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": DISRUPTION_REASON,
+                    "message": f"{COMPONENT}: {what}",
+                    "lastTransitionTime": _now_rfc3339(),
+                }
+                pod_uid = self._with_retry(
+                    f"disruption condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond)
+                )
+            self._event(
+                EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}", uid=pod_uid)
+            )
             self._with_retry(f"evict {uid}", lambda: k.delete_pod(a.namespace, a.name, a.grace_seconds))
         except KubeError as e:
             if e.status == 404:
@@ -838,6 +883,7 @@ class Binder:
         k = self.kube
         uid = f"{a.namespace}/{a.name}"
         text = f"{a.reason}: {a.message}"
+        pod_uid = None
         try:
             if a.condition:
                 cond = {
@@ -847,7 +893,9 @@ class Binder:
                     "message": text,
                     "lastTransitionTime": _now_rfc3339(),
                 }
-                self._with_retry(f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond))
+                pod_uid = self._with_retry(
+                    f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond)
+                )
                 self._count("pending_conditions")
         except KubeError as e:
             if e.status == 404:
@@ -859,7 +907,7 @@ class Binder:
             )
             return
         if a.event:
-            self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text))
+            self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text, uid=pod_uid))
             self._count("pending_events")
 
     def _apply_queue(self, offset: int, a: WriteQueueStatus, cycle_id: str) -> None:
@@ -1128,6 +1176,11 @@ def add_arguments(p: Any) -> None:
     )
     p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls when idle")
     p.add_argument(
+        "--no-eviction-condition",
+        action="store_true",
+        help="evict without first setting the pod's DisruptionTarget condition (set by default, as kube-scheduler)",
+    )
+    p.add_argument(
         "--workers",
         type=int,
         default=DEFAULT_WORKERS,
@@ -1233,6 +1286,7 @@ def run_cli(args: Any) -> int:
             sharing=sharing,
             metrics=metrics,
             workers=args.workers,
+            eviction_condition=not args.no_eviction_condition,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
         try:
