@@ -3,6 +3,7 @@ a slow GPU-sharing bind holds up only itself, and a failed record is applied aga
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Mapping
@@ -165,7 +166,7 @@ def test_keyed_pool_runs_same_key_in_order_and_others_alongside() -> None:
 
     for i in range(10):
         for key in ("a", "b", "c"):
-            pool.submit(key, lambda k=key, i=i: task(k, i))
+            pool.submit(key, functools.partial(task, key, i))
     pool.close()
     for key in ("a", "b", "c"):
         assert [i for k, i in seen if k == key] == list(range(10))
