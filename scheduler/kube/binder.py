@@ -43,8 +43,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from ingest.kube.client import KubeError, KubeUnavailable, add_kubeconfig_argument, call
-from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
-from ingest.kube.units import decimal_text
+from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, GPU_RESOURCE
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
@@ -66,8 +65,8 @@ __all__ = [
     "ANNOTATION_GPU_PORTION",
     "COMPONENT",
     "DEFAULT_GROUP",
-    "DISRUPTION_REASON",
     "DEFAULT_WORKERS",
+    "DISRUPTION_REASON",
     "BindPod",
     "Binder",
     "BinderApi",
@@ -84,6 +83,7 @@ __all__ = [
     "WriteQueueStatus",
     "event_name",
     "plan",
+    "quantity",
     "queue_status",
     "queue_status_part",
 ]
@@ -192,19 +192,40 @@ class Plan:
 # --------------------------------------------------------------------------- pure planning
 
 
-def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
-    """Engine units → the Queue CRD's status units (as KAI's spec): GPU devices, millicores, MB (10^6 B).
+_DECIMAL_SUFFIXES: Final = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
 
-    Exact: GPUs and MB are decimal strings when not whole (0.5 GPU → "0.5"); unlimited (None) is left out.
+
+def quantity(value: int, milli: bool = False) -> str:
+    """A Kubernetes quantity in the canonical form the API server (and KAI's Go client) writes.
+
+    ``value`` is whole units, or thousandths with ``milli``: 1500 milli → ``"1500m"``, 2000 milli → ``"2"``,
+    2,500,000 → ``"2500k"`` (decimal suffixes, as ``resource.Quantity`` canonicalises a DecimalSI amount).
     """
-    out: dict[str, int | str] = {}
+    if milli:
+        if value % 1000:
+            return f"{value}m"
+        value //= 1000
+    if value:
+        for exp, suffix in _DECIMAL_SUFFIXES:
+            if value % 10**exp == 0:
+                return f"{value // 10**exp}{suffix}"
+    return str(value)
+
+
+def _resources(vec: Mapping[str, int | None]) -> dict[str, str]:
+    """Engine units → KAI's Queue status: a ``ResourceList`` of quantities (``cpu``, ``memory``, ``nvidia.com/gpu``).
+
+    Exact: milli-GPU and millicores become milli quantities when not whole (0.5 GPU → ``"500m"``), memory is
+    bytes; unlimited (None) is left out.
+    """
+    out: dict[str, str] = {}
     gpu, cpu, mem = vec.get("gpu"), vec.get("cpu"), vec.get("memory")
-    if gpu is not None:
-        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else decimal_text(gpu, 1000)
     if cpu is not None:
-        out["cpu"] = cpu
+        out["cpu"] = quantity(cpu, milli=True)
     if mem is not None:
-        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else decimal_text(mem, 10**6)
+        out["memory"] = quantity(mem)
+    if gpu is not None:
+        out[GPU_RESOURCE] = quantity(gpu, milli=True)
     return out
 
 

@@ -33,6 +33,7 @@ from scheduler.kube.binder import (
     WriteQueueStatus,
     event_name,
     plan,
+    quantity,
     queue_status,
 )
 from tests.support.cycle_records import bind, evict, pending, queue, record
@@ -119,17 +120,20 @@ def test_pending_pods_are_told_once_per_interval_and_at_once_when_the_reason_cha
     assert [(a.condition, a.event) for a in acts] == [(True, True)]
 
 
-def test_queue_status_in_crd_units_written_only_when_changed() -> None:
+def test_queue_status_as_kai_quantities_written_only_when_changed() -> None:
+    # KAI's QueueStatus fields are v1.ResourceLists: cpu, memory, nvidia.com/gpu as canonical quantities.
     q = queue("team-a", gpu_alloc=1500, gpu_fair=2250, mem_alloc=1_234_567)
     st = queue_status(q)
-    assert st["allocated"] == {"gpu": "1.5", "cpu": 0, "memory": "1.234567"}
-    assert st["fairShare"]["gpu"] == "2.25"
-    assert st["requested"]["gpu"] == "2.5"
+    assert st["allocated"] == {"nvidia.com/gpu": "1500m", "cpu": "0", "memory": "1234567"}
+    assert st["fairShare"]["nvidia.com/gpu"] == "2250m"
+    assert st["requested"]["nvidia.com/gpu"] == "2500m"
     assert queue_status(queue("x", gpu_alloc=3000, mem_alloc=2 * 10**9))["allocated"] == {
-        "gpu": 3,
-        "cpu": 0,
-        "memory": 2000,
+        "nvidia.com/gpu": "3",
+        "cpu": "0",
+        "memory": "2G",
     }
+    assert [quantity(v, milli=True) for v in (0, 500, 1000, 4000, 2_000_000)] == ["0", "500m", "1", "4", "2k"]
+    assert [quantity(v) for v in (1536, 2_500_000, 1073741824)] == ["1536", "2500k", "1073741824"]
     p1 = plan(record([], [q, queue("team-b")]), Memory(), 0)
     assert [a.name for a in p1.actions if isinstance(a, WriteQueueStatus)] == ["team-a", "team-b"]
     p2 = plan(record([], [q, queue("team-b", gpu_alloc=1000)]), p1.memory, 1)
@@ -146,7 +150,7 @@ def test_a_delta_writes_only_the_changed_status_fields_of_a_queue() -> None:
     p2 = plan(delta, p1.memory, 1)
     writes = [a for a in p2.actions if isinstance(a, WriteQueueStatus)]
     assert [(w.name, sorted(w.status)) for w in writes] == [("team-a", ["allocated", "requested"])]
-    assert writes[0].status["allocated"]["gpu"] == 2
+    assert writes[0].status["allocated"]["nvidia.com/gpu"] == "2"
     assert json.loads(p2.memory.queues["team-a"]) == queue_status(full.queues[0])
     # one restarted mid-chain (no memory) still merge-patches exactly the changed fields
     fresh = [a for a in plan(delta, Memory(), 1).actions if isinstance(a, WriteQueueStatus)]
@@ -237,8 +241,8 @@ def test_bind_is_idempotent_annotates_devices_marks_pending_and_writes_queue_sta
     from kubernetes import client
 
     q = client.CustomObjectsApi(api).get_cluster_custom_object("scheduling.run.ai", "v2", "queues", qa)
-    assert q["status"]["allocated"] == {"gpu": "2.5", "cpu": 0, "memory": 1500}
-    assert q["status"]["fairShare"]["gpu"] == 3
+    assert q["status"]["allocated"] == {"nvidia.com/gpu": "2500m", "cpu": "0", "memory": "1500M"}
+    assert q["status"]["fairShare"]["nvidia.com/gpu"] == "3"
 
     # Re-applying the same record (another consumer group, e.g. after a crash before the commit): no
     # error, no duplicate binding, the pending pod's one Event is updated rather than duplicated.
@@ -337,7 +341,9 @@ def test_permanent_failures_are_dead_lettered_and_an_unreachable_server_blocks_t
     cfg.host = "http://127.0.0.1:9"  # discard port: connection refused
     slept: list[float] = []
     with client.ApiClient(cfg) as down:
-        st = Binder(log, BinderApi(down, timeout_s=2), retry=FAST, sleep=slept.append).run(stop_when_idle=True)
+        st = Binder(log, BinderApi(down, timeout_s=2), retry=FAST, sleep=slept.append).run(
+            stop_when_idle=True
+        )
     assert st.unavailable == 1 and st.records == 1  # the bad record was dead-lettered and committed
     assert log.committed(DEFAULT_GROUP, DEFAULT_TOPICS.decisions) == 1
     assert slept[:2] == [0.01, 0.02]  # exponential backoff
@@ -371,7 +377,9 @@ def test_cli_reports_a_bad_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().err.strip() == f"bind: no kubeconfig file at {tmp_path / 'missing'}"
     garbled = tmp_path / "garbled"
     garbled.write_text("clusters: [")
-    assert main(["bind", "--log", str(tmp_path / "log"), "--kubeconfig", str(garbled), "--stop-when-idle"]) == 2
+    assert (
+        main(["bind", "--log", str(tmp_path / "log"), "--kubeconfig", str(garbled), "--stop-when-idle"]) == 2
+    )
     assert "bind: cannot load a Kubernetes configuration" in capsys.readouterr().err
 
 
