@@ -170,6 +170,7 @@ class PendingMark:
     message: str
     event_at: float  # clock time of the last Warning Event
     job: str = ""  # the pending job the pod belongs to (a delta record clears pending jobs, not pods)
+    condition_at: float = 0.0  # clock time of the last PodScheduled=False write
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,10 +331,20 @@ def plan(
                 if ref is None or uid in pending_next:
                     continue
                 prev = memory.pending.get(uid)
-                condition = prev is None or (prev.reason, prev.message) != (reason, message)
+                # A message that only counts (gang members arriving, free GPUs moving) is rewritten at most
+                # once per interval; a new reason at once. Each condition write is a pod update every
+                # watcher sees, and a large gang arriving pod by pod would rewrite all its pods each cycle.
+                condition = (
+                    prev is None
+                    or prev.reason != reason
+                    or (prev.message != message and now - prev.condition_at >= event_interval_s)
+                )
                 event = prev is None or prev.reason != reason or now - prev.event_at >= event_interval_s
                 event_at = now if event or prev is None else prev.event_at
-                pending_next[uid] = PendingMark(reason, message, event_at, d.job)
+                if condition or prev is None:
+                    pending_next[uid] = PendingMark(reason, message, event_at, d.job, now)
+                else:  # remember what the pod shows, so the change is written once the interval is up
+                    pending_next[uid] = PendingMark(reason, prev.message, event_at, d.job, prev.condition_at)
                 if condition or event:
                     pendings.append(MarkPending(ref[0], ref[1], reason, message, condition, event))
         # Pipeline: nothing to call; a later cycle binds the pod once its node is free.
@@ -349,7 +360,7 @@ def plan(
             if ref is None:
                 continue
             if now - mark.event_at >= event_interval_s:
-                mark = PendingMark(mark.reason, mark.message, now, mark.job)
+                mark = PendingMark(mark.reason, mark.message, now, mark.job, mark.condition_at)
                 pendings.append(MarkPending(ref[0], ref[1], mark.reason, mark.message, False, True))
             pending_next[uid] = mark
 

@@ -108,9 +108,11 @@ def test_pending_pods_are_told_once_per_interval_and_at_once_when_the_reason_cha
     mem, acts = step(mem, 10)
     assert acts == []  # same reason and message within the interval: no call at all
     mem, acts = step(mem, 20, msg="m2")
-    assert [(a.condition, a.event) for a in acts] == [(True, False)]  # condition follows the message
+    assert acts == []  # only the message changed: the condition waits for the interval
     mem, acts = step(mem, 61, msg="m2")
-    assert [(a.condition, a.event) for a in acts] == [(False, True)]  # interval elapsed: a reminder event
+    assert [(a.condition, a.event, a.message) for a in acts] == [(True, True, "m2")]  # interval elapsed
+    mem, acts = step(mem, 70, msg="m2")
+    assert acts == []
     mem, acts = step(mem, 62, reason="OverLimit", msg="m2")
     assert [(a.condition, a.event, a.reason) for a in acts] == [(True, True, "OverLimit")]
     # The pod is bound (no longer pending): its state is dropped, so pending again is told at once.
@@ -118,6 +120,23 @@ def test_pending_pods_are_told_once_per_interval_and_at_once_when_the_reason_cha
     assert "ns/a" not in p.memory.pending
     mem, acts = step(p.memory, 64, reason="OverLimit", msg="m2")
     assert [(a.condition, a.event) for a in acts] == [(True, True)]
+
+
+def test_a_gang_arriving_pod_by_pod_does_not_rewrite_its_pods_each_cycle() -> None:
+    gang = [f"ns/w{i}" for i in range(50)]
+    mem, writes = Memory(), 0
+    for k in range(1, 31):  # one cycle a second, one more member each time
+        msg = f"Waiting for 300 pods, currently {k} exist"
+        p = plan(record([pending(gang, "NotReady", msg)]), mem, float(k), event_interval_s=60)
+        writes += sum(a.condition for a in p.actions if isinstance(a, MarkPending))
+        mem = p.memory
+    assert writes == len(gang)  # each pod's condition once, not once per cycle
+    p = plan(record([pending(gang, "NotReady", "Waiting for 300 pods, currently 40 exist")]), mem, 61.0)
+    assert sum(a.condition for a in p.actions if isinstance(a, MarkPending)) == len(gang)  # interval up
+    p = plan(record([pending(gang, "PodSchedulingErrors", "no node")]), p.memory, 62.0)
+    assert sum(a.condition for a in p.actions if isinstance(a, MarkPending)) == len(
+        gang
+    )  # new reason: at once
 
 
 def test_queue_status_as_kai_quantities_written_only_when_changed() -> None:
@@ -316,7 +335,8 @@ def test_pending_events_are_rate_limited_and_updated_when_the_reason_changes(
         )
         b.run(stop_when_idle=True)
     st = b.stats
-    assert (st.pending_conditions, st.pending_events) == (3, 2)  # m1, m2, over; events: first + reason change
+    # conditions m1 and over (m2 changed only the message, within the interval); events: first + reason change
+    assert (st.pending_conditions, st.pending_events) == (2, 2)
     [ev] = pod_events(api, ns, "p")
     assert (ev["count"], ev["message"]) == (2, "OverLimit: over")
     cond = next(c for c in read_pod(api, ns, "p")["status"]["conditions"] if c["type"] == "PodScheduled")
