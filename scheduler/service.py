@@ -218,6 +218,7 @@ class Service:
             raise ValueError(f"bind_deadline_ms must be >= 1, got {bind_deadline_ms}")
         # A Bind whose PodBound has not been folded counts as placed for this much logical time.
         self.bind_deadline_ms = bind_deadline_ms
+        self._stale_timed = False  # the last cycle timed a stale gang's grace (stale_gang.py)
         self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/record/inflight.py)
         self.log = log
         self.topics = topics
@@ -462,7 +463,8 @@ class Service:
         self.cycled_offset = self.folder.offset
         self.cycled_usage = u.id if u is not None else None
         self._last_cycle_at = self._monotonic()
-        self._waiting = any(d.kind in _WAITING for d in record.decisions)
+        # A stale gang's grace ends with time alone: keep ticking while one is being timed, too.
+        self._waiting = any(d.kind in _WAITING for d in record.decisions) or self._stale_timed
 
     def _compute(
         self, now_ms: int, usage: dict[str, dict[str, float]] | None, usage_id: str | None
@@ -484,6 +486,7 @@ class Service:
             in_flight=in_flight,
             on_step=timer.step if timer is not None else None,
         )
+        self._stale_timed = any(j.stale_since_ms is not None for j in ssn.jobs)
         if self.metrics is not None and timer is not None:
             if "divide" in self.kept.timings:  # patched: time the division as a fresh timed session does
                 ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
@@ -493,8 +496,8 @@ class Service:
     def tick(self) -> bool:
         """Append a :class:`~ingest.events.ClockTick` at the wall clock when time alone can change a decision.
 
-        Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision) and
-        the clock is past the logical time: a pending job may become placeable because a min-runtime
+        Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision, or a
+        stale gang whose grace is being timed) and the clock is past the logical time: a pending job may become placeable because a min-runtime
         protection ran out or a stale gang's grace ended; or when a tracked bind in flight has passed its
         deadline (its pod is pending again). The tick goes through the events log like any
         other input, so the cycle it triggers is recorded with its time and replays exactly. True if
