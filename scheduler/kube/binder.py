@@ -3,8 +3,9 @@
 The binder consumes the decisions topic from its committed offset (consumer group ``hourglass-binder``)
 and applies each :class:`~scheduler.engine.record.decisions.CycleRecord` to the cluster:
 
-* ``Evict`` → delete the pod with a grace period, after a Normal ``Preempted`` / ``Evicted`` Event naming
-  the action and its message (404: already gone, success);
+* ``Evict`` → the pod's ``DisruptionTarget`` condition (reason ``PreemptionByScheduler``), a Normal
+  ``Preempted`` / ``Evicted`` Event naming the action and its message, then delete the pod with a grace
+  period (404: already gone, success);
 * ``Bind`` → POST the ``pods/binding`` subresource; the binding's annotations (GPU devices, portion per
   device, cycle id) are copied onto the pod by the API server in the same write, so whoever sees
   ``spec.nodeName`` also sees the devices. 409 with the pod on the same node is success (no duplicate),
@@ -13,8 +14,8 @@ and applies each :class:`~scheduler.engine.record.decisions.CycleRecord` to the 
   message changed, and a Warning ``Unschedulable`` Event at most once per pod per ``event_interval_s``
   unless the reason code changed (then at once);
 * the record's queues → the ``status`` of the ``scheduling.run.ai/v2`` Queue objects (allocated,
-  allocatedNonPreemptible, requested, fairShare; GPU devices, CPU millicores, memory MB, exact decimals),
-  written only when it changed (404: no such Queue object, skipped).
+  allocatedNonPreemptible, requested, fairShare; KAI's ResourceLists of ``cpu``, ``memory``, ``nvidia.com/gpu``
+  quantities), written only when it changed (404: no such Queue object, skipped).
 * ``Pipeline`` decisions need no call: the pod waits for its node to be freed and is bound by a later
   cycle's ``Bind``.
 
