@@ -46,8 +46,11 @@ from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
 from scheduler.engine.record.inflight import (
     DEFAULT_BIND_DEADLINE_MS,
     InFlightBind,
+    InFlightEvict,
     binds_in_flight,
+    evictions_in_flight,
     track,
+    track_evictions,
 )
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
@@ -219,6 +222,7 @@ class Service:
         # A Bind whose PodBound has not been folded counts as placed for this much logical time.
         self.bind_deadline_ms = bind_deadline_ms
         self._stale_timed = False  # the last cycle timed a stale gang's grace (stale_gang.py)
+        self.tracked_evicts: dict[str, InFlightEvict] = {}  # Evicts whose deletion is not folded yet
         self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/record/inflight.py)
         self.log = log
         self.topics = topics
@@ -311,6 +315,7 @@ class Service:
             log.warning("recovery: the last cycle record does not parse (%s); no binds tracked", exc)
             return
         self.tracked_binds = track({}, record)
+        self.tracked_evicts = track_evictions({}, record)
 
     def _recover_usage(self, snapshot_id: Any) -> None:
         """Position the usage topic just after the snapshot the last recorded cycle used."""
@@ -453,6 +458,7 @@ class Service:
         st.sessions_patched = self.kept.patched
         st.last_cycle = record
         self.tracked_binds = track({}, record)
+        self.tracked_evicts = track_evictions({}, record)
         if record.cycle_id in self.recorded_ids:
             st.cycles_skipped += 1
         else:
@@ -473,6 +479,8 @@ class Service:
         state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
         # Binds of earlier cycles whose PodBound has not been folded yet count as placed (inflight.py).
         in_flight = binds_in_flight(self.tracked_binds.values(), state, now_ms, self.bind_deadline_ms)
+        # Evicts whose deletion has not been folded yet: the victims count as releasing, not evicted again.
+        evicting = evictions_in_flight(self.tracked_evicts.values(), state, now_ms, self.bind_deadline_ms)
         timer = CycleTimer() if self.metrics is not None else None
         record, ssn = run_kept_cycle(
             self.kept,
@@ -484,6 +492,7 @@ class Service:
             builder=builder,
             changes=changes,
             in_flight=in_flight,
+            evicting=evicting,
             on_step=timer.step if timer is not None else None,
         )
         self._stale_timed = any(j.stale_since_ms is not None for j in ssn.jobs)
