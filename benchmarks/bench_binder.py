@@ -42,7 +42,8 @@ def run(kubeconfig: Path, pods: int, workers: int, work: Path) -> float:
 
     api = _client(kubeconfig)
     ns = f"bench-{uuid.uuid4().hex[:8]}"
-    client.CoreV1Api(api).create_namespace({"metadata": {"name": ns}})
+    body: Any = {"metadata": {"name": ns}}
+    client.CoreV1Api(api).create_namespace(body)
     node = f"{ns}-n1"
     make_node(api, node, gpus=pods)
     for i in range(pods):

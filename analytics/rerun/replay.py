@@ -201,7 +201,12 @@ def replay_cycles(
                 yield rec, None
                 continue
             again, _ = run_cycle(
-                builder.snapshot(), config, rec.logical_time_ms, record_version=rec.v, in_flight=rec.in_flight, evicting=rec.evicting
+                builder.snapshot(),
+                config,
+                rec.logical_time_ms,
+                record_version=rec.v,
+                in_flight=rec.in_flight,
+                evicting=rec.evicting,
             )
         else:
             snap = snapshots.get(rec.usage_snapshot_id)
