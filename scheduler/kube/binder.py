@@ -1025,7 +1025,9 @@ class Binder:
         )
         for bad in p.invalid:
             self._dead_letter(offset, bad.target, bad.reason_code, bad.message, bad.raw)
-        cond_actions, conditions = plan_conditions(record, self.conditions)
+        cond_actions, conditions = plan_conditions(
+            record, self.conditions, self._clock(), message_interval_s=self.event_interval_s
+        )
         self.memory = p.memory
         self.conditions = conditions
         run.evicted_on = frozenset(a.node for a in p.actions if isinstance(a, EvictPod) and a.node)
