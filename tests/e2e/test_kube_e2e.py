@@ -114,7 +114,7 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
             # Phase 2: queue B (deserved 3 GPUs, holding none) asks for 2 GPUs: reclaim from A. The binder
             # restarts first: it resumes after the records it applied, nothing is applied twice.
             p.binder = Binder(
-                log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05)
+                log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05), workers=4
             )
             make_pod(api, ns, "b-train", gpus=2, queue=qb, node_selector=sel)
             p.settle(lambda: "nodeName" in read_pod(api, ns, "b-train")["spec"])
