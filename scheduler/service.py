@@ -46,8 +46,11 @@ from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, DeltaEncoder
 from scheduler.engine.record.inflight import (
     DEFAULT_BIND_DEADLINE_MS,
     InFlightBind,
+    InFlightEvict,
     binds_in_flight,
+    evictions_in_flight,
     track,
+    track_evictions,
 )
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, StateBuilder
@@ -218,6 +221,8 @@ class Service:
             raise ValueError(f"bind_deadline_ms must be >= 1, got {bind_deadline_ms}")
         # A Bind whose PodBound has not been folded counts as placed for this much logical time.
         self.bind_deadline_ms = bind_deadline_ms
+        self._stale_timed = False  # the last cycle timed a stale gang's grace (stale_gang.py)
+        self.tracked_evicts: dict[str, InFlightEvict] = {}  # Evicts whose deletion is not folded yet
         self.tracked_binds: dict[str, InFlightBind] = {}  # after the last cycle (scheduler/engine/record/inflight.py)
         self.log = log
         self.topics = topics
@@ -310,6 +315,7 @@ class Service:
             log.warning("recovery: the last cycle record does not parse (%s); no binds tracked", exc)
             return
         self.tracked_binds = track({}, record)
+        self.tracked_evicts = track_evictions({}, record)
 
     def _recover_usage(self, snapshot_id: Any) -> None:
         """Position the usage topic just after the snapshot the last recorded cycle used."""
@@ -452,6 +458,7 @@ class Service:
         st.sessions_patched = self.kept.patched
         st.last_cycle = record
         self.tracked_binds = track({}, record)
+        self.tracked_evicts = track_evictions({}, record)
         if record.cycle_id in self.recorded_ids:
             st.cycles_skipped += 1
         else:
@@ -462,7 +469,8 @@ class Service:
         self.cycled_offset = self.folder.offset
         self.cycled_usage = u.id if u is not None else None
         self._last_cycle_at = self._monotonic()
-        self._waiting = any(d.kind in _WAITING for d in record.decisions)
+        # A stale gang's grace ends with time alone: keep ticking while one is being timed, too.
+        self._waiting = any(d.kind in _WAITING for d in record.decisions) or self._stale_timed
 
     def _compute(
         self, now_ms: int, usage: dict[str, dict[str, float]] | None, usage_id: str | None
@@ -471,6 +479,8 @@ class Service:
         state, builder, changes = self.folder.snapshot(), self.folder.builder, self.folder.take_changes()
         # Binds of earlier cycles whose PodBound has not been folded yet count as placed (inflight.py).
         in_flight = binds_in_flight(self.tracked_binds.values(), state, now_ms, self.bind_deadline_ms)
+        # Evicts whose deletion has not been folded yet: the victims count as releasing, not evicted again.
+        evicting = evictions_in_flight(self.tracked_evicts.values(), state, now_ms, self.bind_deadline_ms)
         timer = CycleTimer() if self.metrics is not None else None
         record, ssn = run_kept_cycle(
             self.kept,
@@ -482,8 +492,10 @@ class Service:
             builder=builder,
             changes=changes,
             in_flight=in_flight,
+            evicting=evicting,
             on_step=timer.step if timer is not None else None,
         )
+        self._stale_timed = any(j.stale_since_ms is not None for j in ssn.jobs)
         if self.metrics is not None and timer is not None:
             if "divide" in self.kept.timings:  # patched: time the division as a fresh timed session does
                 ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
@@ -493,8 +505,8 @@ class Service:
     def tick(self) -> bool:
         """Append a :class:`~ingest.events.ClockTick` at the wall clock when time alone can change a decision.
 
-        Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision) and
-        the clock is past the logical time: a pending job may become placeable because a min-runtime
+        Only when the last cycle left something waiting (an ``Unschedulable`` or ``Pipeline`` decision, or a
+        stale gang whose grace is being timed) and the clock is past the logical time: a pending job may become placeable because a min-runtime
         protection ran out or a stale gang's grace ended; or when a tracked bind in flight has passed its
         deadline (its pod is pending again). The tick goes through the events log like any
         other input, so the cycle it triggers is recorded with its time and replays exactly. True if

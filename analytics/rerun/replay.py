@@ -205,7 +205,12 @@ def replay_cycles(
                 yield rec, None
                 continue
             again, _ = run_cycle(
-                builder.snapshot(), config, rec.logical_time_ms, record_version=rec.v, in_flight=rec.in_flight
+                builder.snapshot(),
+                config,
+                rec.logical_time_ms,
+                record_version=rec.v,
+                in_flight=rec.in_flight,
+                evicting=rec.evicting,
             )
         else:
             snap = snapshots.get(rec.usage_snapshot_id)
@@ -220,6 +225,7 @@ def replay_cycles(
                 rec.usage_snapshot_id,
                 record_version=rec.v,
                 in_flight=rec.in_flight,  # the binds in flight the cycle used, as recorded
+                evicting=rec.evicting,  # and the evictions in flight
             )
         yield rec, again
 

@@ -12,8 +12,14 @@ from types import ModuleType
 from typing import Literal
 
 from scheduler.engine.actions import allocate, consolidation, preempt, reclaim, stale_gang
-from scheduler.engine.record.decisions import RECORD_VERSION, CycleRecord, InFlightBind, make_record
-from scheduler.engine.record.inflight import apply_in_flight
+from scheduler.engine.record.decisions import (
+    RECORD_VERSION,
+    CycleRecord,
+    InFlightBind,
+    InFlightEvict,
+    make_record,
+)
+from scheduler.engine.record.inflight import apply_evicting, apply_in_flight
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import ClusterState, Job, Pod, PodStatus, evolve
 
@@ -109,6 +115,7 @@ def run_cycle(
     record_version: Literal[1, 2] = RECORD_VERSION,
     in_flight: tuple[InFlightBind, ...] | list[InFlightBind] = (),
     on_step: StepHook | None = None,
+    evicting: tuple[InFlightEvict, ...] | list[InFlightEvict] = (),
 ) -> tuple[CycleRecord, Session]:
     """One full cycle: a pure function of (snapshot, usage, config, logical time, binds in flight) -> record.
 
@@ -118,7 +125,7 @@ def run_cycle(
     (:mod:`scheduler.engine.record.inflight`): the session opens with those pods allocated on their node and the
     record carries the set. ``on_step`` observes the steps (:data:`StepHook`).
     """
-    opened = apply_in_flight(state, in_flight)
+    opened = apply_evicting(apply_in_flight(state, in_flight), evicting)
     ssn = open_session(opened, config, now_ms, usage)
     if on_step is not None:
         on_step("open_session")
@@ -130,6 +137,7 @@ def run_cycle(
         usage_available=usage is not None,
         version=record_version,
         in_flight=in_flight,
+        evicting=evicting,
     )
     if on_step is not None:
         on_step("record")

@@ -38,8 +38,8 @@ from operator import attrgetter
 from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, StepHook, run_actions
-from scheduler.engine.record.decisions import CycleRecord, InFlightBind, make_record
-from scheduler.engine.record.inflight import apply_in_flight
+from scheduler.engine.record.decisions import CycleRecord, InFlightBind, InFlightEvict, make_record
+from scheduler.engine.record.inflight import apply_evicting, apply_in_flight
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
@@ -629,6 +629,7 @@ def run_kept_cycle(
     changes: Changes | None = None,
     in_flight: tuple[InFlightBind, ...] | list[InFlightBind] = (),
     on_step: StepHook | None = None,
+    evicting: tuple[InFlightEvict, ...] | list[InFlightEvict] = (),
 ) -> tuple[CycleRecord, Session]:
     """:func:`scheduler.engine.cycle.run_cycle` on the kept session (see :meth:`KeptSession.open` for
     ``builder`` and ``changes``): the same record, the session patched instead of built.
@@ -636,14 +637,20 @@ def run_kept_cycle(
     With binds in flight the session opens on the snapshot with those pods placed (``apply_in_flight``); a
     kept session patches them as changed pods, read from that state instead of the builder.
     """
-    opened = apply_in_flight(state, in_flight)
-    overlay = {p.uid: p for p in opened.pods if p.uid in {b.pod for b in in_flight}} if in_flight else None
+    opened = apply_evicting(apply_in_flight(state, in_flight), evicting)
+    changed = {b.pod for b in in_flight} | {e.pod for e in evicting}
+    overlay = {p.uid: p for p in opened.pods if p.uid in changed} if changed else None
     ssn = kept.open(opened, config, now_ms, usage, builder=builder, changes=changes, in_flight=overlay)
     if on_step is not None:
         on_step("open_session")
     run_actions(ssn, actions, on_step)
     record = make_record(
-        ssn, state.events_offset, usage_snapshot_id, usage_available=usage is not None, in_flight=in_flight
+        ssn,
+        state.events_offset,
+        usage_snapshot_id,
+        usage_available=usage is not None,
+        in_flight=in_flight,
+        evicting=evicting,
     )
     kept.close()
     if on_step is not None:

@@ -3,8 +3,9 @@
 The binder consumes the decisions topic from its committed offset (consumer group ``hourglass-binder``)
 and applies each :class:`~scheduler.engine.record.decisions.CycleRecord` to the cluster:
 
-* ``Evict`` → delete the pod with a grace period, after a Normal ``Preempted`` / ``Evicted`` Event naming
-  the action and its message (404: already gone, success);
+* ``Evict`` → the pod's ``DisruptionTarget`` condition (reason ``PreemptionByScheduler``), a Normal
+  ``Preempted`` / ``Evicted`` Event naming the action and its message, then delete the pod with a grace
+  period (404: already gone, success);
 * ``Bind`` → POST the ``pods/binding`` subresource; the binding's annotations (GPU devices, portion per
   device, cycle id) are copied onto the pod by the API server in the same write, so whoever sees
   ``spec.nodeName`` also sees the devices. 409 with the pod on the same node is success (no duplicate),
@@ -13,8 +14,8 @@ and applies each :class:`~scheduler.engine.record.decisions.CycleRecord` to the 
   message changed, and a Warning ``Unschedulable`` Event at most once per pod per ``event_interval_s``
   unless the reason code changed (then at once);
 * the record's queues → the ``status`` of the ``scheduling.run.ai/v2`` Queue objects (allocated,
-  allocatedNonPreemptible, requested, fairShare; GPU devices, CPU millicores, memory MB, exact decimals),
-  written only when it changed (404: no such Queue object, skipped).
+  allocatedNonPreemptible, requested, fairShare; KAI's ResourceLists of ``cpu``, ``memory``, ``nvidia.com/gpu``
+  quantities), written only when it changed (404: no such Queue object, skipped).
 * ``Pipeline`` decisions need no call: the pod waits for its node to be freed and is bound by a later
   cycle's ``Bind``.
 
@@ -30,18 +31,20 @@ Dead letters already on the topic for the same record and target are not written
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
 from ingest.kube.client import KubeError, KubeUnavailable, add_kubeconfig_argument, call
-from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
-from ingest.kube.units import decimal_text
+from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, GPU_RESOURCE
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
@@ -54,6 +57,7 @@ from scheduler.kube.podgroup_status import (
 )
 from scheduler.kube.reservation import DEFAULT_NAMESPACE as DEFAULT_RESERVATION_NAMESPACE
 from scheduler.kube.reservation import GpuSharing, SharingConfig, SharingError
+from scheduler.kube.workers import KeyedPool
 from scheduler.metrics import BinderMetrics
 
 __all__ = [
@@ -62,6 +66,8 @@ __all__ = [
     "ANNOTATION_GPU_PORTION",
     "COMPONENT",
     "DEFAULT_GROUP",
+    "DEFAULT_WORKERS",
+    "DISRUPTION_REASON",
     "BindPod",
     "Binder",
     "BinderApi",
@@ -78,6 +84,7 @@ __all__ = [
     "WriteQueueStatus",
     "event_name",
     "plan",
+    "quantity",
     "queue_status",
     "queue_status_part",
 ]
@@ -85,11 +92,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_GROUP: Final = "hourglass-binder"
+DEFAULT_WORKERS: Final = (
+    8  # ``hourglass bind``'s parallel calls: enough to hide the API round trip on a small server
+)
 COMPONENT: Final = "hourglass-binder"
 QUEUE_GROUP: Final = "scheduling.run.ai"
 QUEUE_VERSION: Final = "v2"
 QUEUE_PLURAL: Final = "queues"
 EVENT_MESSAGE_MAX: Final = 1024  # core/v1 Events reject longer messages on some servers; keep the head
+DISRUPTION_REASON: Final = "PreemptionByScheduler"  # v1.PodReasonPreemptionByScheduler, as KAI's evictor
 CLUSTER_EVENT_NAMESPACE: Final = "default"  # events about cluster-scoped objects (Queues) live here
 
 
@@ -160,6 +171,7 @@ class PendingMark:
     message: str
     event_at: float  # clock time of the last Warning Event
     job: str = ""  # the pending job the pod belongs to (a delta record clears pending jobs, not pods)
+    condition_at: float = 0.0  # clock time of the last PodScheduled=False write
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,19 +194,40 @@ class Plan:
 # --------------------------------------------------------------------------- pure planning
 
 
-def _resources(vec: Mapping[str, int | None]) -> dict[str, int | str]:
-    """Engine units → the Queue CRD's status units (as KAI's spec): GPU devices, millicores, MB (10^6 B).
+_DECIMAL_SUFFIXES: Final = ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"))
 
-    Exact: GPUs and MB are decimal strings when not whole (0.5 GPU → "0.5"); unlimited (None) is left out.
+
+def quantity(value: int, milli: bool = False) -> str:
+    """A Kubernetes quantity in the canonical form the API server (and KAI's Go client) writes.
+
+    ``value`` is whole units, or thousandths with ``milli``: 1500 milli → ``"1500m"``, 2000 milli → ``"2"``,
+    2,500,000 → ``"2500k"`` (decimal suffixes, as ``resource.Quantity`` canonicalises a DecimalSI amount).
     """
-    out: dict[str, int | str] = {}
+    if milli:
+        if value % 1000:
+            return f"{value}m"
+        value //= 1000
+    if value:
+        for exp, suffix in _DECIMAL_SUFFIXES:
+            if value % 10**exp == 0:
+                return f"{value // 10**exp}{suffix}"
+    return str(value)
+
+
+def _resources(vec: Mapping[str, int | None]) -> dict[str, str]:
+    """Engine units → KAI's Queue status: a ``ResourceList`` of quantities (``cpu``, ``memory``, ``nvidia.com/gpu``).
+
+    Exact: milli-GPU and millicores become milli quantities when not whole (0.5 GPU → ``"500m"``), memory is
+    bytes; unlimited (None) is left out.
+    """
+    out: dict[str, str] = {}
     gpu, cpu, mem = vec.get("gpu"), vec.get("cpu"), vec.get("memory")
-    if gpu is not None:
-        out["gpu"] = gpu // 1000 if gpu % 1000 == 0 else decimal_text(gpu, 1000)
     if cpu is not None:
-        out["cpu"] = cpu
+        out["cpu"] = quantity(cpu, milli=True)
     if mem is not None:
-        out["memory"] = mem // 10**6 if mem % 10**6 == 0 else decimal_text(mem, 10**6)
+        out["memory"] = quantity(mem)
+    if gpu is not None:
+        out[GPU_RESOURCE] = quantity(gpu, milli=True)
     return out
 
 
@@ -299,10 +332,20 @@ def plan(
                 if ref is None or uid in pending_next:
                     continue
                 prev = memory.pending.get(uid)
-                condition = prev is None or (prev.reason, prev.message) != (reason, message)
+                # A message that only counts (gang members arriving, free GPUs moving) is rewritten at most
+                # once per interval; a new reason at once. Each condition write is a pod update every
+                # watcher sees, and a large gang arriving pod by pod would rewrite all its pods each cycle.
+                condition = (
+                    prev is None
+                    or prev.reason != reason
+                    or (prev.message != message and now - prev.condition_at >= event_interval_s)
+                )
                 event = prev is None or prev.reason != reason or now - prev.event_at >= event_interval_s
                 event_at = now if event or prev is None else prev.event_at
-                pending_next[uid] = PendingMark(reason, message, event_at, d.job)
+                if condition or prev is None:
+                    pending_next[uid] = PendingMark(reason, message, event_at, d.job, now)
+                else:  # remember what the pod shows, so the change is written once the interval is up
+                    pending_next[uid] = PendingMark(reason, prev.message, event_at, d.job, prev.condition_at)
                 if condition or event:
                     pendings.append(MarkPending(ref[0], ref[1], reason, message, condition, event))
         # Pipeline: nothing to call; a later cycle binds the pod once its node is free.
@@ -318,7 +361,7 @@ def plan(
             if ref is None:
                 continue
             if now - mark.event_at >= event_interval_s:
-                mark = PendingMark(mark.reason, mark.message, now, mark.job)
+                mark = PendingMark(mark.reason, mark.message, now, mark.job, mark.condition_at)
                 pendings.append(MarkPending(ref[0], ref[1], mark.reason, mark.message, False, True))
             pending_next[uid] = mark
 
@@ -366,6 +409,7 @@ class EventSpec:
     reason: str
     message: str
     api_version: str = "v1"
+    uid: str | None = None  # the object's uid: ``kubectl describe`` lists only Events that carry it
 
 
 def event_name(ev: EventSpec) -> str:
@@ -386,8 +430,8 @@ class Kube(Protocol):
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
         """Delete the pod with a grace period (None: the pod's own)."""
 
-    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
-        """Set one condition in the pod's status (merged by type)."""
+    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> str | None:
+        """Set one condition in the pod's status (merged by type); the pod's uid."""
 
     def upsert_event(self, ev: EventSpec) -> None:
         """Create the Event, or bump its count and message if it exists."""
@@ -419,6 +463,16 @@ class BinderApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.timeout = timeout_s
 
+    @staticmethod
+    def size_pool(api_client: Any, workers: int) -> None:
+        """Let ``workers`` threads hold a connection each (urllib3 blocks or drops connections beyond its pool)."""
+        from kubernetes.client import rest
+
+        cfg = api_client.configuration
+        if (cfg.connection_pool_maxsize or 0) < workers:
+            cfg.connection_pool_maxsize = workers
+            api_client.rest_client = rest.RESTClientObject(cfg)
+
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One generated-client call with this client's timeout; :class:`KubeError` on failure."""
         return call(fn, *args, timeout_s=self.timeout, **kwargs)
@@ -431,6 +485,17 @@ class BinderApi:
         )
         self.call(self.core.create_namespaced_pod_binding, name, namespace, body)
 
+    def pod_uid(self, namespace: str, name: str) -> str | None:
+        """The pod's uid, None when it is gone (its Event is then written without one)."""
+        try:
+            r = self.call(self.core.read_namespaced_pod, name, namespace)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+        uid = json.loads(r.data).get("metadata", {}).get("uid")
+        return str(uid) if uid else None
+
     def pod_node(self, namespace: str, name: str) -> str | None:
         r = self.call(self.core.read_namespaced_pod, name, namespace)
         node = json.loads(r.data).get("spec", {}).get("nodeName")
@@ -439,20 +504,25 @@ class BinderApi:
     def delete_pod(self, namespace: str, name: str, grace_seconds: int | None) -> None:
         self.call(self.core.delete_namespaced_pod, name, namespace, grace_period_seconds=grace_seconds)
 
-    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> None:
+    def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> str | None:
         # A strategic merge patch merges status.conditions by type: other conditions are kept.
         body = {"status": {"conditions": [dict(condition)]}}
-        self.call(
+        r = self.call(
             self.core.patch_namespaced_pod_status,
             name,
             namespace,
             body,
             _content_type="application/strategic-merge-patch+json",
         )
+        uid = json.loads(r.data).get("metadata", {}).get("uid") if getattr(r, "data", None) else None
+        return str(uid) if uid else None
 
     def upsert_event(self, ev: EventSpec) -> None:
         ns = ev.namespace or CLUSTER_EVENT_NAMESPACE
         name = event_name(ev)
+        uid = ev.uid
+        if uid is None and ev.kind == "Pod" and ev.namespace:
+            uid = self.pod_uid(ev.namespace, ev.name)
         now = _now_rfc3339()
         message = ev.message[:EVENT_MESSAGE_MAX]
         body = {
@@ -464,6 +534,7 @@ class BinderApi:
                 "kind": ev.kind,
                 "name": ev.name,
                 **({"namespace": ev.namespace} if ev.namespace else {}),
+                **({"uid": uid} if uid else {}),
             },
             "reason": ev.reason,
             "message": message,
@@ -541,8 +612,29 @@ class BinderStats:
     podgroup_conditions_cleared: int = 0
     podgroups_missing: int = 0  # a pending job whose PodGroup object does not exist (404)
     podgroup_conditions_failed: int = 0  # best effort, like Events: logged, never dead-lettered
+    deleted_during_bind: int = 0  # a Bind refused because its pod was being deleted
     shared_bound: int = 0  # binds of GPU-sharing pods whose visibility ConfigMap was written first
     reservations_deleted: int = 0
+
+
+@dataclass(slots=True)
+class _RecordRun:
+    """One record being applied: its calls not yet finished, and how they failed (if they did)."""
+
+    offset: int
+    memory_before: Memory
+    conditions_before: ConditionMemory
+    remaining: int = 0
+    evicted_on: frozenset[str] = frozenset()
+    error: KubeUnavailable | None = None  # the API server stayed unreachable: apply the record again
+    crash: BaseException | None = None  # anything else: raised in the main thread
+
+
+def _action_key(a: Action) -> str:
+    """The object an action changes: calls with the same key run in order on one worker."""
+    if isinstance(a, WriteQueueStatus):
+        return f"queue/{a.name}"
+    return f"pod/{a.namespace}/{a.name}"
 
 
 class Binder:
@@ -565,12 +657,24 @@ class Binder:
         sharing: GpuSharing | None = None,
         metrics: BinderMetrics | None = None,
         timer: Callable[[], float] = time.perf_counter,
+        workers: int = 1,
+        max_in_flight: int = 256,
+        eviction_condition: bool = True,
     ) -> None:
         self.log = log
+        self.eviction_condition = eviction_condition  # DisruptionTarget on a pod before its eviction
+        # Calls run on ``workers`` threads, those of one pod (Queue, PodGroup) in order; 1 = sequential.
+        self._pool = KeyedPool(workers)
+        self.max_in_flight = max(1, max_in_flight)  # records started and not yet committed
+        self._cv = threading.Condition()  # guards the counters and each record's remaining calls
+        self._running: deque[_RecordRun] = deque()
+        self._cursor = 0  # the next decisions offset to start (ahead of ``position`` while records run)
         # KAI's task_bind_latency_milliseconds (``--metrics-port``); ``timer`` times each bind.
         self.metrics = metrics
         self._timer = timer
-        self.sharing = sharing  # GPU sharing at run time (scheduler/kube/reservation.py); None: annotations only
+        self.sharing = (
+            sharing  # GPU sharing at run time (scheduler/kube/reservation.py); None: annotations only
+        )
         self._synced_at = 0.0
         self.kube = kube
         self.topics = topics
@@ -587,6 +691,7 @@ class Binder:
         self.stats = BinderStats()
         self.position = 0
         self.dead_seen: set[str] = set()
+        self._dead_lock = threading.Lock()
         self._started = False
         self._stop = False
 
@@ -595,6 +700,7 @@ class Binder:
     def start(self) -> None:
         """Read the committed position and the dead letters this binder already wrote."""
         self.position = self.log.committed(self.group, self.topics.decisions)
+        self._cursor = self.position
         prefix = f"{self.topics.decisions}:"
         for r in self.log.scan(self.topics.deadletter, batch=5000):
             if r.key is not None and r.key.decode(errors="replace").startswith(prefix):
@@ -617,7 +723,7 @@ class Binder:
         except (KubeError, KubeUnavailable) as e:
             log.warning("reservation sync failed, will retry: %s", e)
             return
-        self.stats.reservations_deleted += n
+        self._count("reservations_deleted", n)
 
     def _with_retry(self, what: str, fn: Callable[[], Any]) -> Any:
         for attempt in range(1, self.retry.attempts + 1):
@@ -628,16 +734,25 @@ class Binder:
                     raise
                 if attempt == self.retry.attempts:
                     raise KubeUnavailable(f"{what}: {e} (after {attempt} attempts)") from e
-                self.stats.retries += 1
+                self._count("retries")
                 delay = self.retry.delay(attempt)
                 log.warning("%s: %s; retrying in %.1fs", what, e, delay)
                 self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _count(self, counter: str, n: int = 1) -> None:
+        """Add ``n`` to one of :attr:`stats` (workers count from several threads)."""
+        with self._cv:
+            setattr(self.stats, counter, getattr(self.stats, counter) + n)
+
     def _dead_letter(self, offset: int, target: str, reason_code: str, message: str, raw: str) -> None:
+        with self._dead_lock:
+            self._dead_letter_locked(offset, target, reason_code, message, raw)
+
+    def _dead_letter_locked(self, offset: int, target: str, reason_code: str, message: str, raw: str) -> None:
         key = f"{self.topics.decisions}:{offset}:{target}"
         if key in self.dead_seen:
-            self.stats.dead_letters_skipped += 1
+            self._count("dead_letters_skipped")
             return
         value = {
             "source_topic": self.topics.decisions,
@@ -650,7 +765,7 @@ class Binder:
         body = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
         self.log.append(self.topics.deadletter, key.encode(), body)
         self.dead_seen.add(key)
-        self.stats.dead_letters += 1
+        self._count("dead_letters")
         log.warning("dead letter for %s at decisions offset %d: %s: %s", target, offset, reason_code, message)
 
     def _event(self, ev: EventSpec) -> None:
@@ -662,7 +777,7 @@ class Binder:
         try:
             self._with_retry(f"event {ev.reason} on {ev.name}", lambda: self.kube.upsert_event(ev))
         except KubeError as e:
-            self.stats.events_failed += 1
+            self._count("events_failed")
             log.warning("event %s on %s/%s failed: %s", ev.reason, ev.namespace, ev.name, e)
 
     def _fail(
@@ -700,7 +815,7 @@ class Binder:
             return
         except KubeError as e:
             if e.status == 404:
-                self.stats.already_gone += 1
+                self._count("already_gone")
                 return
             if e.status != 409:
                 self._fail(
@@ -717,13 +832,19 @@ class Binder:
                 current = self._with_retry(f"read {uid}", lambda: k.pod_node(a.namespace, a.name))
             except KubeError as e2:
                 if e2.status == 404:
-                    self.stats.already_gone += 1
+                    self._count("already_gone")
                     return
                 raise
             if current == a.node:
-                self.stats.already_bound += 1
+                self._count("already_bound")
                 return
-            self.stats.conflicts += 1
+            if current is None:
+                # Unbound yet refused: the pod is being deleted (the binding subresource refuses a pod with a
+                # deletionTimestamp). Its deletion reaches the scheduler through ingest; nothing to report.
+                self._count("deleted_during_bind")
+                log.info("pod %s was deleted while being bound to %s", uid, a.node)
+                return
+            self._count("conflicts")
             self._fail(
                 offset,
                 uid,
@@ -735,8 +856,8 @@ class Binder:
                 "FailedBinding",
             )
             return
-        self.stats.bound += 1
-        self.stats.shared_bound += shared is not None
+        self._count("bound")
+        self._count("shared_bound", int(shared is not None))
         self._event(
             EventSpec(
                 "Pod",
@@ -749,18 +870,34 @@ class Binder:
         )
 
     def _apply_evict(self, offset: int, a: EvictPod, cycle_id: str) -> None:
-        """Delete the evicted pod with its grace period, after the Event that says why."""
+        """Mark the pod a disruption target, tell it why (Event), then delete it with its grace period."""
         k = self.kube
         uid = f"{a.namespace}/{a.name}"
         raw = json.dumps({"cycle_id": cycle_id, "kind": "Evict", "pod": uid, "action": a.action})
         what = a.message or f"Pod {uid} was evicted by the {a.action or 'scheduler'} action"
         reason = "Preempted" if a.action in ("reclaim", "preempt") else "Evicted"
         try:
-            self._event(EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}"))
+            pod_uid = None
+            if self.eviction_condition:
+                # As kube-scheduler and KAI (--update-pod-eviction-condition): a Job's podFailurePolicy can
+                # then tell a scheduler eviction from a failure of the pod.
+                cond = {
+                    "type": "DisruptionTarget",
+                    "status": "True",
+                    "reason": DISRUPTION_REASON,
+                    "message": f"{COMPONENT}: {what}",
+                    "lastTransitionTime": _now_rfc3339(),
+                }
+                pod_uid = self._with_retry(
+                    f"disruption condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond)
+                )
+            self._event(
+                EventSpec("Pod", a.namespace, a.name, "Normal", reason, f"[{a.action}] {what}", uid=pod_uid)
+            )
             self._with_retry(f"evict {uid}", lambda: k.delete_pod(a.namespace, a.name, a.grace_seconds))
         except KubeError as e:
             if e.status == 404:
-                self.stats.already_gone += 1
+                self._count("already_gone")
                 return
             self._fail(
                 offset,
@@ -772,13 +909,14 @@ class Binder:
                 "FailedEviction",
             )
             return
-        self.stats.evicted += 1
+        self._count("evicted")
 
     def _apply_pending(self, offset: int, a: MarkPending, cycle_id: str) -> None:
         """Set the pending pod's PodScheduled=False condition and its Unschedulable Event, as the plan says."""
         k = self.kube
         uid = f"{a.namespace}/{a.name}"
         text = f"{a.reason}: {a.message}"
+        pod_uid = None
         try:
             if a.condition:
                 cond = {
@@ -788,11 +926,13 @@ class Binder:
                     "message": text,
                     "lastTransitionTime": _now_rfc3339(),
                 }
-                self._with_retry(f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond))
-                self.stats.pending_conditions += 1
+                pod_uid = self._with_retry(
+                    f"condition {uid}", lambda: k.set_pod_condition(a.namespace, a.name, cond)
+                )
+                self._count("pending_conditions")
         except KubeError as e:
             if e.status == 404:
-                self.stats.already_gone += 1
+                self._count("already_gone")
                 return
             raw = json.dumps({"cycle_id": cycle_id, "kind": "Unschedulable", "pod": uid})
             self._dead_letter(
@@ -800,8 +940,8 @@ class Binder:
             )
             return
         if a.event:
-            self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text))
-            self.stats.pending_events += 1
+            self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text, uid=pod_uid))
+            self._count("pending_events")
 
     def _apply_queue(self, offset: int, a: WriteQueueStatus, cycle_id: str) -> None:
         """Merge-patch a Queue's status; a refusal is dead-lettered with a FailedStatusUpdate Event."""
@@ -810,7 +950,7 @@ class Binder:
             self._with_retry(f"queue status {a.name}", lambda: k.patch_queue_status(a.name, a.status))
         except KubeError as e:
             if e.status == 404:
-                self.stats.queues_missing += 1
+                self._count("queues_missing")
                 return
             raw = json.dumps({"cycle_id": cycle_id, "queue": a.name, "status": a.status}, sort_keys=True)
             self._dead_letter(
@@ -832,7 +972,7 @@ class Binder:
                 )
             )
             return
-        self.stats.queue_statuses += 1
+        self._count("queue_statuses")
 
     def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
         """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""
@@ -849,13 +989,33 @@ class Binder:
         return out
 
     def apply_record(self, offset: int, value: bytes) -> None:
-        """Apply one decisions record fully; raises :class:`KubeUnavailable` to leave it uncommitted."""
+        """Apply one decisions record fully; raises :class:`KubeUnavailable` to leave it uncommitted.
+
+        Plans from and adopts :attr:`memory` like :meth:`step`, but waits for every call of the record.
+        """
+        run = self._submit(offset, value)
+        self._wait(lambda: run.remaining == 0)
+        if run.crash is not None:
+            raise run.crash
+        if run.error is not None:
+            self.memory, self.conditions = run.memory_before, run.conditions_before
+            raise run.error
+        self._finished(run)
+
+    def _submit(self, offset: int, value: bytes) -> _RecordRun:
+        """Plan one record and hand its calls to the workers, each keyed by the object it changes.
+
+        Planning is sequential and adopts the next memory at once, so the next record plans on top of this
+        one while its calls are still running; a record that fails is planned again from the memory it
+        started from (:meth:`_settle`).
+        """
+        run = _RecordRun(offset, self.memory, self.conditions)
         try:
             record = CycleRecord.loads(value)
         except ValueError as e:
             raw = value.decode("utf-8", errors="backslashreplace")
             self._dead_letter(offset, "record", "bad_record", f"not a cycle record: {str(e)[:300]}", raw)
-            return
+            return run
         p = plan(
             record,
             self.memory,
@@ -865,23 +1025,56 @@ class Binder:
         )
         for bad in p.invalid:
             self._dead_letter(offset, bad.target, bad.reason_code, bad.message, bad.raw)
-        for a in p.actions:
-            if isinstance(a, BindPod) and self.metrics is not None:
-                started = self._timer()
-                try:
-                    self._apply(offset, a, record.cycle_id)
-                finally:  # as KAI's deferred observation: failed binds are timed too
-                    self.metrics.task_bind_latency.observe_seconds(self._timer() - started)
-            else:
-                self._apply(offset, a, record.cycle_id)
-        cond_actions, conditions = plan_conditions(record, self.conditions)
-        for c in cond_actions:
-            self._condition(c)
-        self.memory = p.memory  # only once every call went through (or failed for good)
+        cond_actions, conditions = plan_conditions(
+            record, self.conditions, self._clock(), message_interval_s=self.event_interval_s
+        )
+        self.memory = p.memory
         self.conditions = conditions
-        evicted_on = {a.node for a in p.actions if isinstance(a, EvictPod) and a.node}
-        if evicted_on:
-            self._sync_reservations(evicted_on)  # an evicted sharer may have been the last of its device
+        run.evicted_on = frozenset(a.node for a in p.actions if isinstance(a, EvictPod) and a.node)
+        tasks: list[tuple[str, Callable[[], None]]] = [
+            (_action_key(a), functools.partial(self._timed_apply, offset, a, record.cycle_id))
+            for a in p.actions
+        ]
+        tasks += [(f"podgroup/{c.job}", functools.partial(self._condition, c)) for c in cond_actions]
+        with self._cv:
+            run.remaining = len(tasks)
+        for key, fn in tasks:
+            self._pool.submit(key, functools.partial(self._run_task, run, fn))
+        return run
+
+    def _run_task(self, run: _RecordRun, fn: Callable[[], None]) -> None:
+        """Run one call of ``run`` on a worker; its outcome is kept on the record, never raised."""
+        try:
+            if run.error is None and run.crash is None:  # the record is applied again anyway
+                fn()
+        except KubeUnavailable as e:
+            run.error = run.error or e
+        except BaseException as e:  # a bug or a dying process: raised again in the main thread
+            run.crash = run.crash or e
+        finally:
+            with self._cv:
+                run.remaining -= 1
+                self._cv.notify_all()
+
+    def _timed_apply(self, offset: int, a: Action, cycle_id: str) -> None:
+        if isinstance(a, BindPod) and self.metrics is not None:
+            started = self._timer()
+            try:
+                self._apply(offset, a, cycle_id)
+            finally:  # as KAI's deferred observation: failed binds are timed too
+                self.metrics.task_bind_latency.observe_seconds(self._timer() - started)
+        else:
+            self._apply(offset, a, cycle_id)
+
+    def _wait(self, done: Callable[[], bool], timeout_s: float | None = None) -> None:
+        with self._cv:
+            self._cv.wait_for(done, timeout_s)
+
+    def _finished(self, run: _RecordRun) -> None:
+        """A record whose every call went through (or failed for good): reservations after evictions."""
+        if run.evicted_on and self.sharing is not None:
+            self._pool.drain()  # no sharer is being added while reservations are reconciled
+            self._sync_reservations(run.evicted_on)  # an evicted sharer may have been the last of its device
 
     def _condition(self, c: SetCondition | ClearConditions) -> None:
         """PodGroup scheduling conditions are best effort (like Events); an unreachable server propagates."""
@@ -891,39 +1084,71 @@ class Binder:
             )
         except KubeError as e:
             if e.status == 404:
-                self.stats.podgroups_missing += 1
+                self._count("podgroups_missing")
                 return
-            self.stats.podgroup_conditions_failed += 1
+            self._count("podgroup_conditions_failed")
             log.warning("scheduling condition of PodGroup %s failed: %s", c.job, e)
             return
         if changed and isinstance(c, SetCondition):
-            self.stats.podgroup_conditions += 1
+            self._count("podgroup_conditions")
         elif changed:
-            self.stats.podgroup_conditions_cleared += 1
+            self._count("podgroup_conditions_cleared")
 
     # -- the loop ------------------------------------------------------------------------------
 
     def step(self) -> bool:
-        """Apply the next batch of records; False when there was nothing to read or the API is down."""
+        """Read and start the next records, commit those fully applied; False when idle or the API is down.
+
+        Records are applied in parallel up to ``max_in_flight`` at a time; the committed offset is the
+        first record not yet fully applied, so a restart applies again only records that may be partial.
+        """
         if not self._started:
             self.start()
-        records = self.log.read(self.topics.decisions, self.position, self.batch_size)
-        if not records:
+        room = self.max_in_flight - len(self._running)
+        failing = any(r.error is not None or r.crash is not None for r in self._running)
+        records = (
+            []
+            if room <= 0 or failing
+            else self.log.read(self.topics.decisions, self._cursor, min(self.batch_size, room))
+        )
+        for r in records:
+            run = self._submit(r.offset, r.value)
+            self._running.append(run)
+            self._cursor = r.offset + 1
+            if run.error is not None or run.crash is not None:
+                break
+        if not self._running:
             if (
                 self.sharing is not None
                 and self._clock() - self._synced_at >= self.sharing.cfg.sync_interval_s
             ):
                 self._sync_reservations()  # sharers that finished or were deleted by their owners
             return False
-        for r in records:
-            try:
-                self.apply_record(r.offset, r.value)
-            except KubeUnavailable as e:
-                self.stats.unavailable += 1
-                log.warning("decisions offset %d not applied, will retry: %s", r.offset, e)
+        if not records or failing:
+            head = self._running[0]
+            self._wait(lambda: head.remaining == 0, self.poll_interval_s)
+        return self._settle()
+
+    def _settle(self) -> bool:
+        """Commit the records applied so far, in order; on a failed record, go back to it. False: API down."""
+        for run in self._running:
+            if run.crash is not None:
+                self._pool.drain()
+                self._running.clear()
+                raise run.crash
+        while self._running and self._running[0].remaining == 0:
+            run = self._running.popleft()
+            if run.error is not None:
+                self._pool.drain()  # later records' calls finish; they are applied again after this one
+                self._count("unavailable")
+                log.warning("decisions offset %d not applied, will retry: %s", run.offset, run.error)
+                self._running.clear()
+                self._cursor = run.offset
+                self.memory, self.conditions = run.memory_before, run.conditions_before
                 return False
-            self.stats.records += 1
-            self.position = r.offset + 1
+            self._finished(run)
+            self._count("records")
+            self.position = run.offset + 1
             self.log.commit(self.group, self.topics.decisions, self.position)
         return True
 
@@ -945,7 +1170,13 @@ class Binder:
                 # ``stats.unavailable`` and the uncommitted record is applied by the next run.
                 break
             self._sleep(self.poll_interval_s)
+        self._pool.drain()  # stopped: let started calls finish and commit what is whole
+        self._settle()
         return self.stats
+
+    def close(self) -> None:
+        """Finish started calls and stop the worker threads."""
+        self._pool.close()
 
 
 # --------------------------------------------------------------------------- CLI
@@ -979,6 +1210,17 @@ def add_arguments(p: Any) -> None:
         help="at most one Unschedulable Event per pod per this many seconds, unless the reason changes",
     )
     p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls when idle")
+    p.add_argument(
+        "--no-eviction-condition",
+        action="store_true",
+        help="evict without first setting the pod's DisruptionTarget condition (set by default, as kube-scheduler)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=DEFAULT_WORKERS,
+        help=f"parallel API calls; one pod's calls stay in order (default {DEFAULT_WORKERS}; 1: one at a time)",
+    )
     p.add_argument(
         "--gpu-sharing",
         action="store_true",
@@ -1038,6 +1280,10 @@ def run_cli(args: Any) -> int:
     except StartupError as e:
         print(e, file=sys.stderr)
         return 2
+    if args.workers < 1:
+        print(f"bind: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
+    BinderApi.size_pool(api, args.workers)
     sharing = None
     if args.gpu_sharing:
         kube_api = BinderApi(api)
@@ -1074,6 +1320,8 @@ def run_cli(args: Any) -> int:
             poll_interval_s=args.poll_interval,
             sharing=sharing,
             metrics=metrics,
+            workers=args.workers,
+            eviction_condition=not args.no_eviction_condition,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
         try:
@@ -1084,6 +1332,7 @@ def run_cli(args: Any) -> int:
             print(f"bind: {e}", file=sys.stderr)
             return 2
         finally:
+            binder.close()
             if server is not None:
                 server.close()
         behind = binder.position < log_.end_offset(topics.decisions)

@@ -86,6 +86,7 @@ class ConditionMemory:
     """What the binder last wrote: job -> (reason, message) of its condition."""
 
     written: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    at: Mapping[str, float] = field(default_factory=dict)  # job -> clock time of its last write
 
 
 def scheduling_condition(
@@ -130,7 +131,7 @@ def next_conditions(
 
 
 def plan_conditions(
-    record: CycleRecord, memory: ConditionMemory
+    record: CycleRecord, memory: ConditionMemory, now: float = 0.0, message_interval_s: float = 0.0
 ) -> tuple[list[SetCondition | ClearConditions], ConditionMemory]:
     """The condition writes one record needs, and the memory after them.
 
@@ -138,11 +139,14 @@ def plan_conditions(
     written, unless the same record binds or pipelines some of its pods (KAI writes no condition for a job
     with allocated pods). A job that had a condition gets :class:`ClearConditions` once a record shows it no longer
     pending: a full record that does not list it as Unschedulable, or a delta record that clears it.
-    Messages are the decisions' full messages (:func:`scheduler.engine.record.delta.render`).
+    Messages are the decisions' full messages (:func:`scheduler.engine.record.delta.render`). A change of the
+    message alone is written at most once per ``message_interval_s`` of ``now`` (a new reason at once): a
+    message that only counts (free GPUs, gang members) would otherwise rewrite the PodGroup every cycle.
     """
     record = render(record)
     actions: list[SetCondition | ClearConditions] = []
     written = dict(memory.written)
+    at = dict(memory.at)
     pending: set[str] = set()
     placing = {d.job for d in record.decisions if d.kind in ("Bind", "Pipeline")}
     for d in record.decisions:
@@ -153,9 +157,15 @@ def plan_conditions(
         if reason in NO_CONDITION_REASONS or d.job in placing:
             continue  # KAI: no condition for a job not ready, nor while some of its pods are being placed
         message = d.message or reason
-        if written.get(d.job) != (reason, message):
+        prev = written.get(d.job)
+        if (
+            prev is None
+            or prev[0] != reason
+            or (prev[1] != message and now - at.get(d.job, 0.0) >= message_interval_s)
+        ):
             actions.append(SetCondition(d.job, reason, message, d.queue))
             written[d.job] = (reason, message)
+            at[d.job] = now
     if record.is_full:
         gone = [job for job in written if job not in pending]
     else:
@@ -163,7 +173,8 @@ def plan_conditions(
     for job in sorted(gone):
         actions.append(ClearConditions(job))
         del written[job]
-    return actions, ConditionMemory(written)
+        at.pop(job, None)
+    return actions, ConditionMemory(written, at)
 
 
 def _now_rfc3339() -> str:

@@ -141,7 +141,11 @@ def test_chart_crds_are_the_deploy_crds(helm: str) -> None:
             f"deploy/helm/hourglass/crds/{name} differs from deploy/crds/{name}: copy it over"
         )
     crds = by_kind(render(helm, "--include-crds"), "CustomResourceDefinition")
-    assert set(crds) == {"queues.scheduling.run.ai", "podgroups.scheduling.run.ai", "topologies.kai.scheduler"}
+    assert set(crds) == {
+        "queues.scheduling.run.ai",
+        "podgroups.scheduling.run.ai",
+        "topologies.kai.scheduler",
+    }
     served = {n: [v["name"] for v in c["spec"]["versions"] if v["served"]] for n, c in crds.items()}
     assert served == {
         "queues.scheduling.run.ai": ["v2"],
@@ -361,7 +365,10 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
         (["--set", "kafka.bootstrapServers=k:9092"], "additional properties 'bootstrapServers' not allowed"),
         (["--set", "timeBasedFairShare.k_value=-1"], "/timeBasedFairShare/k_value': minimum: got -1, want 0"),
         (["--set", "timeBasedFairShare.window_type=cron"], "/timeBasedFairShare/window_type'"),
-        (["--set", "fairshare.config.k_value=2"], "fairshare.config has moved to the top-level timeBasedFairShare"),
+        (
+            ["--set", "fairshare.config.k_value=2"],
+            "fairshare.config has moved to the top-level timeBasedFairShare",
+        ),
     ],
     ids=[
         "no-bootstrap",
@@ -568,9 +575,9 @@ def test_crds_accept_kai_objects_and_reject_invalid_ones(
     pg = custom.get_namespaced_custom_object(GROUP, "v2alpha2", kube_namespace, "podgroups", "pg-train-job")
     assert pg["spec"]["minMember"] == 4 and pg["spec"]["subGroups"][1]["name"] == "workers"
 
-    # Status is a subresource with its own schema: what the binder writes (fractional GPUs, MB) lands.
+    # Status is a subresource with its own schema: what the binder writes (KAI's quantities) lands.
     status = queue_status(_queue_record("leaf", {"gpu": 1500, "cpu": 4000, "memory": 2_500_000}))
-    assert status["allocated"]["gpu"] == "1.5"
+    assert status["allocated"]["nvidia.com/gpu"] == "1500m"
     custom.patch_cluster_custom_object_status(GROUP, "v2", "queues", f"{prefix}-leaf", {"status": status})
     assert custom.get_cluster_custom_object(GROUP, "v2", "queues", f"{prefix}-leaf")["status"] == status
 

@@ -104,12 +104,18 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
             )["items"]
             (big_pg,) = [g for g in groups if g["metadata"]["name"].startswith("pg-a-big-")]
             (sc,) = big_pg["status"]["schedulingConditions"]
-            assert (sc["type"], sc["reason"], sc["status"]) == ("UnschedulableOnNodePool", "Unschedulable", "True")
+            assert (sc["type"], sc["reason"], sc["status"]) == (
+                "UnschedulableOnNodePool",
+                "Unschedulable",
+                "True",
+            )
             assert sc["reasons"][0]["reason"] == cond["message"].split(":")[0]
 
             # Phase 2: queue B (deserved 3 GPUs, holding none) asks for 2 GPUs: reclaim from A. The binder
             # restarts first: it resumes after the records it applied, nothing is applied twice.
-            p.binder = Binder(log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
+            p.binder = Binder(
+                log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05), workers=4
+            )
             make_pod(api, ns, "b-train", gpus=2, queue=qb, node_selector=sel)
             p.settle(lambda: "nodeName" in read_pod(api, ns, "b-train")["spec"])
             assert p.binder.stats.already_bound == 0
@@ -134,7 +140,8 @@ def test_ingest_schedule_bind_reclaim_and_explain(kube_api: Any, kube_namespace:
         qstatus = client.CustomObjectsApi(api).get_cluster_custom_object(
             "scheduling.run.ai", "v2", "queues", qb
         )
-        assert qstatus["status"]["allocated"]["gpu"] == 2 and qstatus["status"]["fairShare"]["gpu"] == 2
+        allocated, fair = qstatus["status"]["allocated"], qstatus["status"]["fairShare"]
+        assert allocated["nvidia.com/gpu"] == "2" and fair["nvidia.com/gpu"] == "2"
 
     # explain answers for each pod, from an audit store sunk from the same log.
     db = tmp_path / "audit.duckdb"

@@ -42,7 +42,9 @@ class Pipeline:
         self.log = log
         self.ingest = watcher.KubeIngest(client.KubeApi(api), log, namespace=ns, watch_timeout_s=30)
         self.service = Service(log, poll_interval_s=0.05)
-        self.binder = Binder(log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05))
+        self.binder = Binder(
+            log, BinderApi(api), grace_seconds=0, retry=RetryPolicy(attempts=4, base_s=0.05), workers=4
+        )
 
     def step(self) -> bool:
         """One round of ingest, scheduler and binder; True when ingest appended events."""

@@ -98,6 +98,15 @@ class InFlightBind(_Model):
     decided_ms: int  # logical time of the cycle that decided the Bind (the deadline counts from it)
 
 
+class InFlightEvict(_Model):
+    """An Evict of an earlier cycle whose pod the fold still shows running (its deletion not yet seen). The
+    cycle opens with the pod releasing, so it is not chosen as a victim again and its capacity can be
+    pipelined onto, as KAI's evicted pods (status Releasing) are."""
+
+    pod: str
+    decided_ms: int  # logical time of the cycle that decided the Evict (the deadline counts from it)
+
+
 class CycleRecord(_Model):
     """Everything one cycle saw and decided (full), or what changed since the record ``base`` (delta)."""
 
@@ -118,6 +127,8 @@ class CycleRecord(_Model):
     queue_changes: list[dict[str, Any]] = []
     # The binds in flight the cycle opened with (scheduler/engine/record/inflight.py); written only when non-empty.
     in_flight: list[InFlightBind] = []
+    # The evictions in flight the cycle opened with (scheduler/engine/record/inflight.py); only when non-empty.
+    evicting: list[InFlightEvict] = []
     # A record as written (scheduler/engine/record/delta.py): the most free GPUs on any node (milli-GPU) for the
     # cycle's PodSchedulingErrors decisions, which are then written without it; written only when set.
     largest_free_gpu_milli: int | None = None
@@ -151,6 +162,8 @@ class CycleRecord(_Model):
         exclude = set(_V2_FIELDS) if self.v == 1 else set() if self.queue_changes else {"queue_changes"}
         if not self.in_flight:
             exclude.add("in_flight")
+        if not self.evicting:
+            exclude.add("evicting")
         if self.largest_free_gpu_milli is None:
             exclude.add("largest_free_gpu_milli")
         data = self.model_dump(mode="json", exclude=exclude)
@@ -352,6 +365,7 @@ def make_record(
     usage_available: bool = True,
     version: Literal[1, 2] = RECORD_VERSION,
     in_flight: list[InFlightBind] | tuple[InFlightBind, ...] = (),
+    evicting: list[InFlightEvict] | tuple[InFlightEvict, ...] = (),
 ) -> CycleRecord:
     """The full cycle record of a finished session (``version`` 1: as a v1 writer made it, for replays).
 
@@ -374,6 +388,7 @@ def make_record(
         queues=queues,
         decisions=decisions,
         in_flight=list(in_flight),
+        evicting=list(evicting),
     )
 
 

@@ -22,10 +22,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Final
 
-from scheduler.engine.record.decisions import CycleRecord, InFlightBind
+from scheduler.engine.record.decisions import CycleRecord, InFlightBind, InFlightEvict
 from scheduler.engine.state import ClusterState, PodStatus, evolve
 
-__all__ = ["DEFAULT_BIND_DEADLINE_MS", "InFlightBind", "apply_in_flight", "binds_in_flight", "track"]
+__all__ = [
+    "DEFAULT_BIND_DEADLINE_MS",
+    "InFlightBind",
+    "InFlightEvict",
+    "apply_evicting",
+    "apply_in_flight",
+    "binds_in_flight",
+    "evictions_in_flight",
+    "track",
+    "track_evictions",
+]
 
 DEFAULT_BIND_DEADLINE_MS: Final = 60_000  # logical time after which an unanswered Bind is dropped
 
@@ -58,7 +68,10 @@ def track(tracked: Mapping[str, InFlightBind], record: CycleRecord) -> dict[str,
 
 
 def binds_in_flight(
-    tracked: Iterable[InFlightBind], state: ClusterState, now_ms: int, deadline_ms: int = DEFAULT_BIND_DEADLINE_MS
+    tracked: Iterable[InFlightBind],
+    state: ClusterState,
+    now_ms: int,
+    deadline_ms: int = DEFAULT_BIND_DEADLINE_MS,
 ) -> tuple[InFlightBind, ...]:
     """The binds in flight for a cycle on *state* at logical time *now_ms*, sorted by pod uid.
 
@@ -97,4 +110,44 @@ def apply_in_flight(state: ClusterState, in_flight: Iterable[InFlightBind]) -> C
         else p
         for p in state.pods
     )
+    return replace(state, pods=pods)
+
+
+# Evictions in flight: an Evict becomes state only when the pod's PodReleasing / PodDeleted is folded. Until
+# then the fold shows the victim running, and a cycle in between would evict it again (and count its
+# capacity as not yet freed). The same rule as for binds: the record carries the set the cycle used.
+
+
+def track_evictions(tracked: Mapping[str, InFlightEvict], record: CycleRecord) -> dict[str, InFlightEvict]:
+    """The Evicts to track after *record*: its ``evicting`` (or *tracked* when it has none), then its Evicts."""
+    out = {e.pod: e for e in record.evicting} if record.evicting else dict(tracked)
+    for d in record.decisions:
+        if d.kind == "Evict" and d.pod is not None and d.pod not in out:
+            out[d.pod] = InFlightEvict(pod=d.pod, decided_ms=record.logical_time_ms)
+    return out
+
+
+def evictions_in_flight(
+    tracked: Iterable[InFlightEvict],
+    state: ClusterState,
+    now_ms: int,
+    deadline_ms: int = DEFAULT_BIND_DEADLINE_MS,
+) -> tuple[InFlightEvict, ...]:
+    """The evictions in flight for a cycle on *state* at *now_ms*, sorted by pod uid.
+
+    A tracked Evict is in flight while the fold still shows its pod on a node and not releasing, and it was
+    decided less than *deadline_ms* of logical time ago (after that the binder is taken to have failed, and
+    the pod may be chosen again).
+    """
+    placed = {p.uid for p in state.pods if p.node is not None and p.status is PodStatus.RUNNING}
+    keep = {e.pod: e for e in tracked if e.pod in placed and now_ms - e.decided_ms < deadline_ms}
+    return tuple(keep[uid] for uid in sorted(keep))
+
+
+def apply_evicting(state: ClusterState, evicting: Iterable[InFlightEvict]) -> ClusterState:
+    """*state* with each pod of an eviction in flight releasing (it holds its node until it is gone)."""
+    uids = {e.pod for e in evicting}
+    if not uids:
+        return state
+    pods = tuple(evolve(p, status=PodStatus.RELEASING) if p.uid in uids else p for p in state.pods)
     return replace(state, pods=pods)

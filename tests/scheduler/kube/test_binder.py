@@ -33,6 +33,7 @@ from scheduler.kube.binder import (
     WriteQueueStatus,
     event_name,
     plan,
+    quantity,
     queue_status,
 )
 from tests.support.cycle_records import bind, evict, pending, queue, record
@@ -107,9 +108,11 @@ def test_pending_pods_are_told_once_per_interval_and_at_once_when_the_reason_cha
     mem, acts = step(mem, 10)
     assert acts == []  # same reason and message within the interval: no call at all
     mem, acts = step(mem, 20, msg="m2")
-    assert [(a.condition, a.event) for a in acts] == [(True, False)]  # condition follows the message
+    assert acts == []  # only the message changed: the condition waits for the interval
     mem, acts = step(mem, 61, msg="m2")
-    assert [(a.condition, a.event) for a in acts] == [(False, True)]  # interval elapsed: a reminder event
+    assert [(a.condition, a.event, a.message) for a in acts] == [(True, True, "m2")]  # interval elapsed
+    mem, acts = step(mem, 70, msg="m2")
+    assert acts == []
     mem, acts = step(mem, 62, reason="OverLimit", msg="m2")
     assert [(a.condition, a.event, a.reason) for a in acts] == [(True, True, "OverLimit")]
     # The pod is bound (no longer pending): its state is dropped, so pending again is told at once.
@@ -119,17 +122,37 @@ def test_pending_pods_are_told_once_per_interval_and_at_once_when_the_reason_cha
     assert [(a.condition, a.event) for a in acts] == [(True, True)]
 
 
-def test_queue_status_in_crd_units_written_only_when_changed() -> None:
+def test_a_gang_arriving_pod_by_pod_does_not_rewrite_its_pods_each_cycle() -> None:
+    gang = [f"ns/w{i}" for i in range(50)]
+    mem, writes = Memory(), 0
+    for k in range(1, 31):  # one cycle a second, one more member each time
+        msg = f"Waiting for 300 pods, currently {k} exist"
+        p = plan(record([pending(gang, "NotReady", msg)]), mem, float(k), event_interval_s=60)
+        writes += sum(a.condition for a in p.actions if isinstance(a, MarkPending))
+        mem = p.memory
+    assert writes == len(gang)  # each pod's condition once, not once per cycle
+    p = plan(record([pending(gang, "NotReady", "Waiting for 300 pods, currently 40 exist")]), mem, 61.0)
+    assert sum(a.condition for a in p.actions if isinstance(a, MarkPending)) == len(gang)  # interval up
+    p = plan(record([pending(gang, "PodSchedulingErrors", "no node")]), p.memory, 62.0)
+    assert sum(a.condition for a in p.actions if isinstance(a, MarkPending)) == len(
+        gang
+    )  # new reason: at once
+
+
+def test_queue_status_as_kai_quantities_written_only_when_changed() -> None:
+    # KAI's QueueStatus fields are v1.ResourceLists: cpu, memory, nvidia.com/gpu as canonical quantities.
     q = queue("team-a", gpu_alloc=1500, gpu_fair=2250, mem_alloc=1_234_567)
     st = queue_status(q)
-    assert st["allocated"] == {"gpu": "1.5", "cpu": 0, "memory": "1.234567"}
-    assert st["fairShare"]["gpu"] == "2.25"
-    assert st["requested"]["gpu"] == "2.5"
+    assert st["allocated"] == {"nvidia.com/gpu": "1500m", "cpu": "0", "memory": "1234567"}
+    assert st["fairShare"]["nvidia.com/gpu"] == "2250m"
+    assert st["requested"]["nvidia.com/gpu"] == "2500m"
     assert queue_status(queue("x", gpu_alloc=3000, mem_alloc=2 * 10**9))["allocated"] == {
-        "gpu": 3,
-        "cpu": 0,
-        "memory": 2000,
+        "nvidia.com/gpu": "3",
+        "cpu": "0",
+        "memory": "2G",
     }
+    assert [quantity(v, milli=True) for v in (0, 500, 1000, 4000, 2_000_000)] == ["0", "500m", "1", "4", "2k"]
+    assert [quantity(v) for v in (1536, 2_500_000, 1073741824)] == ["1536", "2500k", "1073741824"]
     p1 = plan(record([], [q, queue("team-b")]), Memory(), 0)
     assert [a.name for a in p1.actions if isinstance(a, WriteQueueStatus)] == ["team-a", "team-b"]
     p2 = plan(record([], [q, queue("team-b", gpu_alloc=1000)]), p1.memory, 1)
@@ -146,7 +169,7 @@ def test_a_delta_writes_only_the_changed_status_fields_of_a_queue() -> None:
     p2 = plan(delta, p1.memory, 1)
     writes = [a for a in p2.actions if isinstance(a, WriteQueueStatus)]
     assert [(w.name, sorted(w.status)) for w in writes] == [("team-a", ["allocated", "requested"])]
-    assert writes[0].status["allocated"]["gpu"] == 2
+    assert writes[0].status["allocated"]["nvidia.com/gpu"] == "2"
     assert json.loads(p2.memory.queues["team-a"]) == queue_status(full.queues[0])
     # one restarted mid-chain (no memory) still merge-patches exactly the changed fields
     fresh = [a for a in plan(delta, Memory(), 1).actions if isinstance(a, WriteQueueStatus)]
@@ -237,8 +260,8 @@ def test_bind_is_idempotent_annotates_devices_marks_pending_and_writes_queue_sta
     from kubernetes import client
 
     q = client.CustomObjectsApi(api).get_cluster_custom_object("scheduling.run.ai", "v2", "queues", qa)
-    assert q["status"]["allocated"] == {"gpu": "2.5", "cpu": 0, "memory": 1500}
-    assert q["status"]["fairShare"]["gpu"] == 3
+    assert q["status"]["allocated"] == {"nvidia.com/gpu": "2500m", "cpu": "0", "memory": "1500M"}
+    assert q["status"]["fairShare"]["nvidia.com/gpu"] == "3"
 
     # Re-applying the same record (another consumer group, e.g. after a crash before the commit): no
     # error, no duplicate binding, the pending pod's one Event is updated rather than duplicated.
@@ -312,7 +335,8 @@ def test_pending_events_are_rate_limited_and_updated_when_the_reason_changes(
         )
         b.run(stop_when_idle=True)
     st = b.stats
-    assert (st.pending_conditions, st.pending_events) == (3, 2)  # m1, m2, over; events: first + reason change
+    # conditions m1 and over (m2 changed only the message, within the interval); events: first + reason change
+    assert (st.pending_conditions, st.pending_events) == (2, 2)
     [ev] = pod_events(api, ns, "p")
     assert (ev["count"], ev["message"]) == (2, "OverLimit: over")
     cond = next(c for c in read_pod(api, ns, "p")["status"]["conditions"] if c["type"] == "PodScheduled")
@@ -337,7 +361,9 @@ def test_permanent_failures_are_dead_lettered_and_an_unreachable_server_blocks_t
     cfg.host = "http://127.0.0.1:9"  # discard port: connection refused
     slept: list[float] = []
     with client.ApiClient(cfg) as down:
-        st = Binder(log, BinderApi(down, timeout_s=2), retry=FAST, sleep=slept.append).run(stop_when_idle=True)
+        st = Binder(log, BinderApi(down, timeout_s=2), retry=FAST, sleep=slept.append).run(
+            stop_when_idle=True
+        )
     assert st.unavailable == 1 and st.records == 1  # the bad record was dead-lettered and committed
     assert log.committed(DEFAULT_GROUP, DEFAULT_TOPICS.decisions) == 1
     assert slept[:2] == [0.01, 0.02]  # exponential backoff
@@ -371,7 +397,9 @@ def test_cli_reports_a_bad_kubeconfig(tmp_path: Path, capsys: pytest.CaptureFixt
     assert capsys.readouterr().err.strip() == f"bind: no kubeconfig file at {tmp_path / 'missing'}"
     garbled = tmp_path / "garbled"
     garbled.write_text("clusters: [")
-    assert main(["bind", "--log", str(tmp_path / "log"), "--kubeconfig", str(garbled), "--stop-when-idle"]) == 2
+    assert (
+        main(["bind", "--log", str(tmp_path / "log"), "--kubeconfig", str(garbled), "--stop-when-idle"]) == 2
+    )
     assert "bind: cannot load a Kubernetes configuration" in capsys.readouterr().err
 
 

@@ -173,6 +173,23 @@ def _pg(api: Any, ns: str, name: str) -> dict[str, Any]:
     return dict(json.loads(r.data))
 
 
+def test_a_message_only_change_is_written_once_per_interval_a_new_reason_at_once() -> None:
+    mem = ConditionMemory()
+    acts, mem = plan_conditions(record([pending("ns/a", message="largest free: 3 GPUs")]), mem, 0.0, 60.0)
+    assert len(acts) == 1
+    for t in range(1, 30):  # the free GPUs move every cycle: no rewrite of the PodGroup
+        acts, mem = plan_conditions(
+            record([pending("ns/a", message=f"largest free: {t % 4} GPUs")], t), mem, t, 60.0
+        )
+        assert acts == []
+    acts, mem = plan_conditions(
+        record([pending("ns/a", message="largest free: 1 GPUs")], 61), mem, 61.0, 60.0
+    )
+    assert acts == [SetCondition("ns/a", "PodSchedulingErrors", "largest free: 1 GPUs", "team-a")]
+    acts, mem = plan_conditions(record([pending("ns/a", "OverLimit", "over")], 62), mem, 62.0, 60.0)
+    assert acts == [SetCondition("ns/a", "OverLimit", "over", "team-a")]
+
+
 def test_binder_writes_and_clears_kais_scheduling_condition(
     api: Any, kube_namespace: str, tmp_path: Path
 ) -> None:
