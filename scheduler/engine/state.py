@@ -133,6 +133,10 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
     k8s_uid: str | None = None
     node_pool: str | None = None
+    # KAI's per-PodGroup preemptionDelay and stalenessGracePeriod (ms; None = the engine's default, a
+    # negative grace = never stale-evicted).
+    preemption_delay_ms: int | None = None
+    staleness_grace_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -648,6 +652,8 @@ class StateBuilder:
             preferred_level=e.preferred_topology_level,
             k8s_uid=e.k8s_uid,
             node_pool=e.node_pool,
+            preemption_delay_ms=e.preemption_delay_ms,
+            staleness_grace_ms=e.staleness_grace_ms,
         )
 
     def _on_node_upserted(self, e: Any) -> None:
