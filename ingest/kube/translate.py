@@ -116,6 +116,7 @@ __all__ = [
     "topology_constraint",
     "topology_deleted",
     "topology_upserted",
+    "unknown_fields",
     "volume_claim",
 ]
 
@@ -518,6 +519,77 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
         )
     except ValidationError as exc:
         raise _fail_model("PodGroup", key, exc) from None
+
+
+#: The spec fields of KAI's CRDs (deploy/crds/ declares exactly these; tests/ingest/kube/test_unknown_fields.py
+#: checks the two agree). A field outside them is dropped by KAI's structural schema, so it is reported.
+_KNOWN_SPEC: Final[dict[str, frozenset[str]]] = {
+    "PodGroup": frozenset(
+        {
+            "backoffLimit",
+            "completions",
+            "markUnschedulable",
+            "minMember",
+            "minSubGroup",
+            "parallelism",
+            "preemptibility",
+            "preemptionDelay",
+            "priorityClassName",
+            "queue",
+            "schedulingBackoff",
+            "stalenessGracePeriod",
+            "subGroups",
+            "topologyConstraint",
+        }
+    ),
+    "Queue": frozenset(
+        {"displayName", "parentQueue", "preemptMinRuntime", "priority", "reclaimMinRuntime", "resources"}
+    ),
+}
+_KNOWN_SUBGROUP: Final = frozenset({"minMember", "minSubGroup", "name", "parent", "topologyConstraint"})
+_KNOWN_CONSTRAINT: Final = frozenset({"topology", "requiredTopologyLevel", "preferredTopologyLevel"})
+
+
+def _suggest(name: str, known: frozenset[str]) -> str:
+    close = [k for k in sorted(known) if k.lower() == name.lower()]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_fields(kind: str, obj: dict[str, Any]) -> list[str]:
+    """Fields of a Queue / PodGroup spec that KAI's schema does not have, one message each (empty: none).
+
+    ``kubectl`` refuses or warns about these when the CRD is strict (field validation); an object stored
+    through a CRD that keeps unknown fields still reaches us with them, and ignoring them without a word
+    hides a typo such as ``subgroups`` for ``subGroups`` (KAI's docs make that one)."""
+    known = _KNOWN_SPEC.get(kind)
+    spec = obj.get("spec")
+    if known is None or not isinstance(spec, dict):
+        return []
+    where: list[tuple[str, dict[str, Any], frozenset[str]]] = [("spec", spec, known)]
+    if kind == "PodGroup":
+        for name, tc in [("spec.topologyConstraint", spec.get("topologyConstraint"))]:
+            if isinstance(tc, dict):
+                where.append((name, tc, _KNOWN_CONSTRAINT))
+        for i, sg in enumerate(
+            spec.get("subGroups") or [] if isinstance(spec.get("subGroups"), list) else []
+        ):
+            if isinstance(sg, dict):
+                where.append((f"spec.subGroups[{i}]", sg, _KNOWN_SUBGROUP))
+                if isinstance(sg.get("topologyConstraint"), dict):
+                    where.append(
+                        (
+                            f"spec.subGroups[{i}].topologyConstraint",
+                            sg["topologyConstraint"],
+                            _KNOWN_CONSTRAINT,
+                        )
+                    )
+    out = []
+    for path, fields, names in where:
+        for f in sorted(str(k) for k in fields if k not in names):
+            out.append(
+                f"unknown field {path}.{f}{_suggest(f, names)}: KAI's schema has no such field; it is ignored"
+            )
+    return out
 
 
 ANNOTATION_PREEMPTION_DELAY: Final = "kai.scheduler/preemption-delay"
