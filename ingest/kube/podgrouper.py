@@ -17,8 +17,11 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 * Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
   with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
   operator: one group named by the selector.
-* PyTorchJob, TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of
-  replicas. RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
+* TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of replicas; an MPIJob
+  with ``launcherCreationPolicy: WaitForWorkersReady`` leaves the launcher out until it exists
+  (:func:`_group_mpi`). PyTorchJob: ``minAvailable``, else ``elasticPolicy.minReplicas``, else the sum, with
+  KAI's ``master`` / ``worker`` (/ ``worker-<i>`` segment) subgroups (:func:`_pytorch_subgroups`).
+  RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
 
 ``kai.scheduler/skip-podgrouper: "true"`` on the pod or an owner: no PodGroup is made
 (:func:`skip_podgrouper`; the watcher then requires the pod's ``pod-group-name``).
