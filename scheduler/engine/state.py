@@ -89,6 +89,7 @@ class Queue:
     order: int = 0  # creation order; smaller = older
     preempt_min_runtime_ms: int | None = None
     reclaim_min_runtime_ms: int | None = None
+    display_name: str | None = None  # spec.displayName, for KAI's metric labels only (no decision reads it)
 
 
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # the pod label that puts a pod in a subgroup (KAI)
@@ -693,6 +694,7 @@ class StateBuilder:
             order=order,
             preempt_min_runtime_ms=e.preempt_min_runtime_ms,
             reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
+            display_name=e.display_name,
         )
 
     def _on_queue_deleted(self, e: Any) -> None:
