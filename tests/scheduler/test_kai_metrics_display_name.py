@@ -13,7 +13,7 @@ from scheduler.metrics import SchedulerMetrics, capacity_of, observe_cycle
 
 
 def _queue(name: str, display: str | None) -> ev.Event:
-    spec = {
+    spec: dict[str, object] = {
         "resources": {r: {"quota": 0, "limit": -1, "overQuotaWeight": 1} for r in ("gpu", "cpu", "memory")}
     }
     if display is not None:
