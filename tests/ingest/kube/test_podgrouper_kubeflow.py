@@ -30,8 +30,8 @@ def _pytorch(master: int | None = 2, worker: int | None = 4, **spec: Any) -> dic
     return owner("PyTorchJob", "kubeflow.org/v1", "pt", {"pytorchReplicaSpecs": specs, **spec})
 
 
-ELASTIC = {"elasticPolicy": {"minReplicas": 66}}
-MIN_AVAILABLE = {"runPolicy": {"schedulingPolicy": {"minAvailable": 33}}}
+ELASTIC: dict[str, Any] = {"elasticPolicy": {"minReplicas": 66}}
+MIN_AVAILABLE: dict[str, Any] = {"runPolicy": {"schedulingPolicy": {"minAvailable": 33}}}
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ MIN = 60_000
 
 def _podgroup(
     name: str, queue: str = "q", *, annotations: dict[str, str] | None = None, **spec: Any
-) -> ev.Event:
+) -> ev.PodGroupUpserted:
     obj = {
         "apiVersion": "scheduling.run.ai/v2alpha2",
         "kind": "PodGroup",
@@ -40,10 +40,13 @@ def _podgroup(
         "spec": {"queue": queue, **spec},
     }
     event = kube.podgroup_upserted(obj, 0)
-    return ev.parse_event(ev.dump_event(event))  # the log's encoding must keep every field
+    parsed = ev.parse_event(ev.dump_event(event))  # the log's encoding must keep every field
+    assert isinstance(parsed, ev.PodGroupUpserted)
+    return parsed
 
 
 def _pod(group: str, i: int, gpus: int = 1, subgroup: str | None = None) -> ev.Event:
+    labels = {"kai.scheduler/subgroup-name": subgroup} if subgroup else {}
     return ev.PodSubmitted(
         uid="",
         at_ms=0,
@@ -52,7 +55,7 @@ def _pod(group: str, i: int, gpus: int = 1, subgroup: str | None = None) -> ev.E
         pod_group=group,
         created_at_ms=0,
         requests=ev.PodRequests(gpus=gpus),
-        **({"labels": {"kai.scheduler/subgroup-name": subgroup}} if subgroup else {}),
+        labels=labels,
     )
 
 
@@ -92,7 +95,7 @@ def test_preemption_delay_holds_a_pending_group_back_from_evicting_until_it_has_
 ) -> None:
     # `low` (train, 50) fills the node; `high` (build-preemptible, 75, same queue) would preempt it at once.
     high = _podgroup("high", priorityClassName="build-preemptible", annotations=annotations, **spec)
-    assert high.preemption_delay_ms == 5 * MIN  # type: ignore[attr-defined]
+    assert high.preemption_delay_ms == 5 * MIN
     events = [
         _podgroup("low", priorityClassName="train"),
         *_running("low", 2, [0, 1]),
@@ -100,7 +103,7 @@ def test_preemption_delay_holds_a_pending_group_back_from_evicting_until_it_has_
         _pod("high", 0, gpus=2),
     ]
     assert not [d for d in _cycle(events, 4 * MIN).decisions if d.kind == "Evict"]
-    evicted = [d.pod for d in _cycle(events, 5 * MIN).decisions if d.kind == "Evict"]
+    evicted = [d.pod or "" for d in _cycle(events, 5 * MIN).decisions if d.kind == "Evict"]
     assert sorted(evicted) == ["ns/low-0", "ns/low-1"]
 
 
@@ -167,7 +170,7 @@ def test_root_min_sub_group_zero_is_accepted_and_each_subgroup_is_its_own_gang()
     ]
     assert _kinds(_cycle([_podgroup("g", subGroups=subgroups), *pods], 0)) == []
     elastic = _podgroup("g", subGroups=subgroups, minSubGroup=0)
-    assert elastic.min_sub_group == 0  # type: ignore[attr-defined]
+    assert elastic.min_sub_group == 0
     bound = [p for k, p in _kinds(_cycle([elastic, *pods], 0)) if k == "Bind"]
     assert bound in (["ns/g-0", "ns/g-1"], ["ns/g-2", "ns/g-3"])  # one whole subgroup, not a mix
 
