@@ -377,6 +377,10 @@ class TopologyUpserted(EventBase):
     type: Literal["TopologyUpserted"] = "TopologyUpserted"
     name: Name
     levels: list[LabelKey] = Field(min_length=1, max_length=LIMITS.LIST)
+    # KAI's levels[].alias: alias -> the level's node-label key; constraints may name a level by it.
+    aliases: dict[NamedValue, LabelKey] = Field(default_factory=dict, max_length=LIMITS.LIST)
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"aliases"})  # left out when empty: bytes unchanged
 
     @model_validator(mode="after")
     def _distinct_levels(self) -> Self:
@@ -385,6 +389,13 @@ class TopologyUpserted(EventBase):
             if level in seen:
                 raise ValueError(f"topology {self.name!r} lists level {level!r} twice")
             seen.add(level)
+        for alias, label in sorted(self.aliases.items()):
+            if label not in seen:
+                raise ValueError(
+                    f"topology {self.name!r}: alias {alias!r} names {label!r}, which is not a level"
+                )
+            if alias in seen and alias != label:
+                raise ValueError(f"topology {self.name!r}: alias {alias!r} is another level's node label")
         return self
 
 

@@ -736,13 +736,25 @@ def topology_upserted(obj: dict[str, Any], at_ms: int) -> TopologyUpserted:
             "Topology", name, "spec.levels", levels, "must be a non-empty list of {nodeLabel: ...}"
         )
     keys: list[str] = []
+    aliases: dict[str, str] = {}
     for i, level in enumerate(levels):
         label = level.get("nodeLabel") if isinstance(level, dict) else None
         if not isinstance(label, str) or not label:
             raise InvalidObject("Topology", name, f"spec.levels[{i}].nodeLabel", label, "must be a label key")
         keys.append(label)
+        alias = level.get("alias")
+        if alias is not None:
+            if not isinstance(alias, str) or not alias:
+                raise InvalidObject(
+                    "Topology", name, f"spec.levels[{i}].alias", alias, "must be a non-empty string"
+                )
+            if alias in aliases:
+                raise InvalidObject(
+                    "Topology", name, f"spec.levels[{i}].alias", alias, "is used by two levels"
+                )
+            aliases[alias] = label
     try:
-        return TopologyUpserted(name=name, levels=keys, at_ms=at_ms)
+        return TopologyUpserted(name=name, levels=keys, aliases=aliases, at_ms=at_ms)
     except ValidationError as exc:
         raise _fail_model("Topology", name, exc) from None
 

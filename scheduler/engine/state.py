@@ -146,6 +146,20 @@ class Topology:
 
     name: str
     levels: tuple[str, ...]
+    # KAI's levels[].alias: (alias, node-label key) pairs; a constraint may name a level by either.
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def key(self, level: str) -> str:
+        """The node-label key of ``level``, given by its key or by its alias."""
+        return next((label for alias, label in self.aliases if alias == level), level)
+
+    def has(self, level: str) -> bool:
+        """Whether ``level`` (key or alias) is a level of this topology."""
+        return self.key(level) in self.levels
+
+    def index(self, level: str) -> int:
+        """The depth of ``level`` (key or alias), widest first."""
+        return self.levels.index(self.key(level))
 
 
 @dataclass(frozen=True, slots=True)
@@ -755,7 +769,7 @@ class StateBuilder:
             self._forget_if_done(gone.job)
 
     def _on_topology_upserted(self, e: Any) -> None:
-        self.topologies[e.name] = Topology(e.name, tuple(e.levels))
+        self.topologies[e.name] = Topology(e.name, tuple(e.levels), tuple(sorted(e.aliases.items())))
 
     def _on_topology_deleted(self, e: Any) -> None:
         self.topologies.pop(e.name, None)
