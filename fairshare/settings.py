@@ -5,7 +5,8 @@ Both services call :func:`load_settings` with the same four layers, highest firs
 1. command-line flags (:func:`add_settings_arguments` gives both services the same ones);
 2. environment variables ``HOURGLASS_FAIRSHARE_<FIELD>`` (``HOURGLASS_FAIRSHARE_K_VALUE=0.5``);
 3. the settings file (``--fairshare-config FILE``: YAML of the fields, plus the fairshare service's
-   ``prometheus:`` mapping);
+   ``prometheus:`` mapping; or a KAI ``SchedulingShard``, read with KAI's names and KAI's default of no
+   time-based fair share without ``usageDBConfig``, :mod:`ingest.kube.kai_shard`);
 4. the defaults, which are KAI's: kValue 1.0, a 1-week sliding window, no half-life, 1-minute refresh,
    5-minute staleness (spec section 4.4). Time-based fair share is therefore on unless ``k_value`` is 0.
 
@@ -19,6 +20,7 @@ otherwise silently leave the default in force).
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +31,9 @@ import yaml
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from fairshare.config import FairshareConfig, FairshareConfigError, describe_errors
+from ingest.kube.kai_shard import ShardError, is_shard, read_shard
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "CLI_FLAGS",
@@ -114,6 +119,14 @@ def _read_file(path: str | Path) -> tuple[dict[str, Any], dict[str, Any] | None]
         data = {}
     if not isinstance(data, dict):
         raise FairshareConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    if is_shard(data):
+        try:
+            shard = read_shard(data)
+        except ShardError as err:
+            raise FairshareConfigError(f"{path}: {err}") from None
+        if (warning := shard.warning(str(path))) is not None:
+            log.warning("%s", warning)
+        return dict(shard.fairshare), shard.prometheus
     data = {str(k): v for k, v in data.items()}
     prom = data.pop("prometheus", None)
     if prom is not None and not isinstance(prom, dict):

@@ -194,6 +194,13 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+def _v2_present(value: Any) -> bool:
+    """Whether a v2 field carries content: anything but None and empty collections / strings. An integer 0
+    is content (a ``min_sub_group`` or grace period of 0 means something); every v2 field defaults to None
+    or an empty collection, so no v1 event ever holds one."""
+    return bool(value) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 class EventBase(_Record):
     """Fields every event carries. Concrete events add ``type`` and their own fields.
 
@@ -215,7 +222,7 @@ class EventBase(_Record):
         """Default ``v`` to 2 when the event uses v2; reject v2 content in an event that says v 1."""
         if not isinstance(data, dict) or not (cls.V2_FIELDS or cls.V2_ONLY or "requests" in data):
             return data
-        used = sorted(k for k in cls.V2_FIELDS if data.get(k))
+        used = sorted(k for k in cls.V2_FIELDS if _v2_present(data.get(k)))
         requests = data.get("requests")
         if (isinstance(requests, dict) and requests.get("extended")) or (
             isinstance(requests, PodRequests) and requests.extended
@@ -370,6 +377,10 @@ class TopologyUpserted(EventBase):
     type: Literal["TopologyUpserted"] = "TopologyUpserted"
     name: Name
     levels: list[LabelKey] = Field(min_length=1, max_length=LIMITS.LIST)
+    # KAI's levels[].alias: alias -> the level's node-label key; constraints may name a level by it.
+    aliases: dict[NamedValue, LabelKey] = Field(default_factory=dict, max_length=LIMITS.LIST)
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"aliases"})  # left out when empty: bytes unchanged
 
     @model_validator(mode="after")
     def _distinct_levels(self) -> Self:
@@ -378,6 +389,13 @@ class TopologyUpserted(EventBase):
             if level in seen:
                 raise ValueError(f"topology {self.name!r} lists level {level!r} twice")
             seen.add(level)
+        for alias, label in sorted(self.aliases.items()):
+            if label not in seen:
+                raise ValueError(
+                    f"topology {self.name!r}: alias {alias!r} names {label!r}, which is not a level"
+                )
+            if alias in seen and alias != label:
+                raise ValueError(f"topology {self.name!r}: alias {alias!r} is another level's node label")
         return self
 
 
@@ -488,7 +506,14 @@ class PodGroupUpserted(EventBase):
     required_topology_level: LabelKey | None = None
     preferred_topology_level: LabelKey | None = None
     subgroups: list[SubGroup] = Field(default_factory=list, max_length=LIMITS.LIST)
-    min_sub_group: Count | None = None
+    # KAI allows 0 at the root: no child subgroup has to be ready, each PodSet is a gang of its own.
+    min_sub_group: Count0 | None = None
+    # v2: KAI's per-PodGroup timings. ``preemption_delay_ms``: how long the group must have waited (from
+    # its creation, or its last start) before it may evict others to start. ``staleness_grace_ms``: how
+    # long it may stay below its minimum before its pods are evicted; negative = never; None = the
+    # engine's default (SessionConfig.stale_grace_ms).
+    preemption_delay_ms: TimeMs | None = None
+    staleness_grace_ms: Annotated[int, Field(ge=-LIMITS.TIME_MS, le=LIMITS.TIME_MS)] | None = None
     # v2, for KAI's metrics only (kai_pod_group_evicted_pods_total's uid and nodepool labels); no decision
     # reads them: the PodGroup's metadata.uid and its kai.scheduler/node-pool label.
     k8s_uid: Word | None = None
@@ -503,6 +528,8 @@ class PodGroupUpserted(EventBase):
             "min_sub_group",
             "k8s_uid",
             "node_pool",
+            "preemption_delay_ms",
+            "staleness_grace_ms",
         }
     )
 
@@ -1006,7 +1033,7 @@ def dump_event(event: EventBase) -> bytes:
     payload = event.model_dump(mode="json")
     # v2 fields left at their empty default are not written: a v1 event serialises exactly as before.
     for k in event.V2_FIELDS:
-        if not payload.get(k):
+        if not _v2_present(payload.get(k)):
             payload.pop(k, None)
     req = payload.get("requests")
     if isinstance(req, dict) and not req.get("extended"):

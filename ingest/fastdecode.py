@@ -214,6 +214,8 @@ class PodGroupUpserted(_Ev, tag="PodGroupUpserted", frozen=True, kw_only=True):
     min_sub_group: ClassVar[int | None] = None
     k8s_uid: ClassVar[str | None] = None
     node_pool: ClassVar[str | None] = None
+    preemption_delay_ms: ClassVar[int | None] = None
+    staleness_grace_ms: ClassVar[int | None] = None
 
 
 class PodGroupDeleted(_Ev, tag="PodGroupDeleted", frozen=True, kw_only=True):

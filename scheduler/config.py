@@ -7,9 +7,11 @@ the known names instead of failing mid-cycle.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from ingest.kube.kai_shard import ShardError, is_shard, read_shard
 from scheduler.engine import scoring
 from scheduler.engine.session import SessionConfig
 
@@ -17,12 +19,16 @@ if TYPE_CHECKING:
     from ingest.tenants import EngineSpec
 
 
+log = logging.getLogger(__name__)
+
+
 class EngineConfigError(ValueError):
     """An engine config that cannot be used; the message names the file and the field."""
 
 
 def load_engine_config(path: Path | str) -> SessionConfig:
-    """A :class:`SessionConfig` from a JSON or YAML mapping of its fields; clear errors otherwise."""
+    """A :class:`SessionConfig` from a JSON or YAML mapping of its fields, or from a KAI ``SchedulingShard``
+    (KAI's field names, :mod:`ingest.kube.kai_shard`); clear errors otherwise."""
     import yaml
 
     p = Path(path)
@@ -34,6 +40,8 @@ def load_engine_config(path: Path | str) -> SessionConfig:
         raise EngineConfigError(f"{p}: cannot read engine config: nested too deeply") from None
     if data is None:
         data = {}
+    if is_shard(data):
+        return _from_kai_shard(p, data)
     if not isinstance(data, dict):
         raise EngineConfigError(f"{p}: engine config must be a mapping of SessionConfig fields")
     known = set(SessionConfig.__dataclass_fields__)
@@ -52,6 +60,20 @@ def load_engine_config(path: Path | str) -> SessionConfig:
         scoring.check_name(config.node_scoring)
     except (TypeError, ValueError) as exc:
         raise EngineConfigError(f"{p}: {exc}") from exc
+    return config
+
+
+def _from_kai_shard(p: Path, doc: dict[str, object]) -> SessionConfig:
+    """A KAI SchedulingShard as the engine config (ingest/kube/kai_shard.py maps KAI's fields); the fields
+    it cannot honour are logged in one warning."""
+    try:
+        shard = read_shard(doc)  # type: ignore[arg-type]
+        config = SessionConfig(**shard.engine)
+        scoring.check_name(config.node_scoring)
+    except (ShardError, TypeError, ValueError) as exc:
+        raise EngineConfigError(f"{p}: {exc}") from exc
+    if (warning := shard.warning(str(p))) is not None:
+        log.warning("%s", warning)
     return config
 
 

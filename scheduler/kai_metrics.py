@@ -47,9 +47,9 @@ __all__ = [
 #: KAI's default ``--metrics-namespace``.
 KAI_NAMESPACE = "kai"
 
-#: Labels of KAI's per-queue metrics. ``queue_name`` and ``queue_metadata_name`` are the Queue's
-#: metadata.name (KAI puts spec.displayName in ``queue_name`` when one is set; Hourglass does not ingest
-#: display names, so ``queue_display_name`` is empty).
+#: Labels of KAI's per-queue metrics: ``queue_name`` is the Queue's spec.displayName when one is set, else
+#: its metadata.name; ``queue_metadata_name`` is always metadata.name; ``queue_display_name`` is
+#: spec.displayName (empty without one).
 KAI_QUEUE_LABELS = ("queue_name", "queue_metadata_name", "queue_display_name")
 
 
@@ -78,8 +78,12 @@ def _quota(value: int | None, per_unit: int) -> float:
     return -1.0 if value is None else value / per_unit
 
 
-def kai_queue_families(record: CycleRecord | None) -> Iterator[Metric]:
-    """KAI's per-queue gauges for the queues of ``record`` (none before the first cycle)."""
+def kai_queue_families(
+    record: CycleRecord | None, display_names: Mapping[str, str] | None = None
+) -> Iterator[Metric]:
+    """KAI's per-queue gauges for the queues of ``record`` (none before the first cycle); ``display_names``
+    maps a queue to its spec.displayName (the snapshot's, see :data:`KAI_QUEUE_LABELS`)."""
+    names = display_names or {}
     queues = sorted(record.queues, key=lambda q: q.name) if record is not None else []
     labels = list(KAI_QUEUE_LABELS)
 
@@ -102,7 +106,8 @@ def kai_queue_families(record: CycleRecord | None) -> Iterator[Metric]:
     )
     use_gpu = family("queue_gpu_usage", "GPU usage of queue, as a gauge (normalised historical usage U')")
     for q in queues:
-        lv = [q.name, q.name, ""]
+        display = names.get(q.name, "")
+        lv = [display or q.name, q.name, display]
         info.add_metric(lv, 1.0)
         deserved_gpu.add_metric(lv, _quota(q.deserved.get("gpu"), _MILLI))
         quota_cpu.add_metric(lv, _quota(q.deserved.get("cpu"), _MILLI))

@@ -116,6 +116,7 @@ def capacity_of(ssn: Session) -> dict[str, int]:
 class _Latest:
     record: CycleRecord | None = None
     capacity: Mapping[str, int] | None = None
+    display_names: Mapping[str, str] | None = None  # queue -> spec.displayName, for KAI's labels
 
 
 class _RecordCollector:
@@ -125,12 +126,18 @@ class _RecordCollector:
         self._lock = threading.Lock()
         self._latest = _Latest()
 
-    def update(self, record: CycleRecord, capacity: Mapping[str, int] | None) -> None:
+    def update(
+        self,
+        record: CycleRecord,
+        capacity: Mapping[str, int] | None,
+        display_names: Mapping[str, str] | None = None,
+    ) -> None:
         with self._lock:
             # Keep the last known capacity when a caller does not pass one: capacity changes rarely and a
             # missing series would break the capacity-normalised usage read back by fairshare.
             cap = dict(capacity) if capacity is not None else self._latest.capacity
-            self._latest = _Latest(record, cap)
+            names = dict(display_names) if display_names is not None else self._latest.display_names
+            self._latest = _Latest(record, cap, names)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -207,7 +214,7 @@ class _RecordCollector:
             yield pending
 
         # KAI's names for the same per-queue values (scheduler/kai_metrics.py).
-        yield from kai_queue_families(record)
+        yield from kai_queue_families(record, latest.display_names)
 
 
 @dataclass(eq=False)
@@ -292,7 +299,12 @@ def observe_cycle(
     for name, seconds in durations.items():
         if seconds < 0:
             raise ValueError(f"duration of {name!r} is negative ({seconds} s)")
-    metrics._records.update(record, capacity)
+    names = (
+        {q.name: q.display_name for q in session.state.queues if q.display_name}
+        if session is not None
+        else None
+    )
+    metrics._records.update(record, capacity, names)
     metrics.cycles.inc()
     total = durations.get(CYCLE_KEY)
     if total is None:

@@ -17,8 +17,11 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 * Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
   with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
   operator: one group named by the selector.
-* PyTorchJob, TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of
-  replicas. RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
+* TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of replicas; an MPIJob
+  with ``launcherCreationPolicy: WaitForWorkersReady`` leaves the launcher out until it exists
+  (:func:`_group_mpi`). PyTorchJob: ``minAvailable``, else ``elasticPolicy.minReplicas``, else the sum, with
+  KAI's ``master`` / ``worker`` (/ ``worker-<i>`` segment) subgroups (:func:`_pytorch_subgroups`).
+  RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
 
 ``kai.scheduler/skip-podgrouper: "true"`` on the pod or an owner: no PodGroup is made
 (:func:`skip_podgrouper`; the watcher then requires the pod's ``pod-group-name``).
@@ -261,6 +264,115 @@ def _replicas_sum(owner: dict[str, Any], specs_field: str, pod_key: str) -> int:
             raise _grouping_error(pod_key, where, replicas, "must be > 0")
         total += replicas
     return total
+
+
+LABEL_KUBEFLOW_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
+LABEL_KUBEFLOW_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
+LABEL_KUBEFLOW_JOB_ROLE: Final = "training.kubeflow.org/job-role"
+#: On a PyTorchJob's pod or its Worker template: split the workers into segments of this many pods (KAI).
+ANNOTATION_SEGMENT_SIZE: Final = "kai.scheduler/segment-size"
+ANNOTATION_SEGMENT_REQUIRED: Final = "kai.scheduler/segment-topology-required-placement"
+ANNOTATION_SEGMENT_PREFERRED: Final = "kai.scheduler/segment-topology-preferred-placement"
+
+
+def _pytorch_min_member(job: dict[str, Any], pod_key: str) -> int:
+    """A PyTorchJob's gang: ``schedulingPolicy.minAvailable``, else ``elasticPolicy.minReplicas``, else the
+    sum of the replicas (KAI's PyTorch grouper: an elastic job starts with its minimum, not all replicas)."""
+    min_available = _int_at(job, ("spec", "runPolicy", "schedulingPolicy", "minAvailable"), pod_key, None)
+    if min_available is not None and min_available > 0:
+        return min_available
+    min_replicas = _int_at(job, ("spec", "elasticPolicy", "minReplicas"), pod_key, None)
+    if min_replicas is not None:
+        return max(min_replicas, 1)
+    return _replicas_sum(job, "pytorchReplicaSpecs", pod_key)
+
+
+def _worker_template_annotation(specs: dict[str, Any], key: str) -> str:
+    ann = _sub(_sub(_sub(specs, "Worker"), "template"), "metadata").get("annotations")
+    value = ann.get(key) if isinstance(ann, dict) else None
+    return str(value) if value else ""
+
+
+def _pytorch_subgroups(
+    job: dict[str, Any], pod: dict[str, Any], total: int, pod_key: str
+) -> tuple[tuple[dict[str, Any], ...], str | None]:
+    """KAI's PyTorchJob subgroups: ``master`` (its replicas) and ``worker`` (the rest of the gang), the workers
+    split into ``worker-<i>`` segments under ``worker`` when ``kai.scheduler/segment-size`` is set (on the pod,
+    else on the Worker template), each segment with the segment topology constraint."""
+    specs = _sub(_sub(job, "spec"), "pytorchReplicaSpecs")
+    where = f"PyTorchJob {object_key(job)} spec.pytorchReplicaSpecs"
+    master = _int_at(job, ("spec", "pytorchReplicaSpecs", "Master", "replicas"), pod_key, 0) or 0
+    role = _labels(pod).get(LABEL_KUBEFLOW_REPLICA_TYPE)
+    subgroups: list[dict[str, Any]] = []
+    joins: str | None = None
+    if "Master" in specs and master > 0:
+        subgroups.append({"name": "master", "minMember": master})
+        joins = "master" if role == "master" else None
+    if "Worker" not in specs:
+        return tuple(subgroups), joins
+    workers = _int_at(job, ("spec", "pytorchReplicaSpecs", "Worker", "replicas"), pod_key, 1) or 0
+    worker_min = max(0, total - master)
+    subgroups.append({"name": "worker", "minMember": worker_min})
+    raw = _annotations(pod).get(ANNOTATION_SEGMENT_SIZE) or _worker_template_annotation(
+        specs, ANNOTATION_SEGMENT_SIZE
+    )
+    if not raw:
+        return tuple(subgroups), "worker" if role == "worker" else joins
+    if not raw.strip().isdigit() or int(raw) <= 0:
+        raise _grouping_error(
+            pod_key, f"{where} annotation {ANNOTATION_SEGMENT_SIZE}", raw, "must be a positive integer"
+        )
+    size = int(raw)
+    segments = -(-workers // size)
+    topology = (
+        _annotations(pod).get(ANNOTATION_TOPOLOGY)
+        or _worker_template_annotation(specs, ANNOTATION_TOPOLOGY)
+        or _annotations(job).get(ANNOTATION_TOPOLOGY, "")
+    )
+    constraint: dict[str, str] = {}
+    if topology:
+        for key, annotation in (
+            ("requiredTopologyLevel", ANNOTATION_SEGMENT_REQUIRED),
+            ("preferredTopologyLevel", ANNOTATION_SEGMENT_PREFERRED),
+        ):
+            value = _annotations(pod).get(annotation) or _worker_template_annotation(specs, annotation)
+            if value:
+                constraint[key] = value
+    for i in range(segments):
+        entry: dict[str, Any] = {
+            "name": f"worker-{i}",
+            "parent": "worker",
+            "minMember": min(size, workers - i * size),
+        }
+        if constraint:
+            entry["topologyConstraint"] = {"topology": topology, **constraint}
+        subgroups.append(entry)
+    if role == "worker":
+        index = _labels(pod).get(LABEL_KUBEFLOW_REPLICA_INDEX, "")
+        if not index.isdigit():
+            raise _grouping_error(
+                pod_key,
+                f"metadata.labels[{LABEL_KUBEFLOW_REPLICA_INDEX}]",
+                index or None,
+                "is required on a worker of a segmented PyTorchJob (an integer)",
+            )
+        joins = f"worker-{int(index) // size}"
+    return tuple(subgroups), joins
+
+
+def _mpi_launcher_exists(job: dict[str, Any], pod: dict[str, Any], get: OwnerGetter | None) -> bool:
+    """Whether an MPIJob's launcher exists yet: the pod being grouped is it, or mpi-operator's launcher Job
+    (``<mpijob>-launcher``) can be read. KAI lists the launcher pods; this reads the one object the
+    operator creates for it, so the grouping does not need a pod list."""
+    if _labels(pod).get(LABEL_KUBEFLOW_JOB_ROLE) == "launcher" or (
+        _labels(pod).get(LABEL_KUBEFLOW_REPLICA_TYPE) == "launcher"
+    ):
+        return not _meta(pod).get("deletionTimestamp")
+    if get is None:
+        return False
+    namespace = str(_meta(job).get("namespace") or _meta(pod).get("namespace") or "")
+    launcher = get("batch/v1", "Job", namespace, f"{_meta(job).get('name')}-launcher")
+    return launcher is not None and not _meta(launcher).get("deletionTimestamp")
 
 
 def _ray(cluster: dict[str, Any], pod_key: str) -> int:
@@ -598,6 +710,23 @@ def _group_kubeflow(g: _Grouping) -> None:
     g.min_member = _replicas_sum(g.top, _KUBEFLOW_REPLICA_SPECS[str(g.top.get("kind"))], g.pod_key)
 
 
+def _group_pytorch(g: _Grouping) -> None:
+    g.min_member = _pytorch_min_member(g.top, g.pod_key)
+    g.subgroups, g.pod_subgroup = _pytorch_subgroups(g.top, g.pod, g.min_member, g.pod_key)
+
+
+def _group_mpi(g: _Grouping) -> None:
+    g.min_member = _replicas_sum(g.top, "mpiReplicaSpecs", g.pod_key)
+    spec = _sub(g.top, "spec")
+    if spec.get("launcherCreationPolicy") == "WaitForWorkersReady" and not _mpi_launcher_exists(
+        g.top, g.pod, g.get
+    ):
+        # The operator creates the launcher only once the workers run: counting it would make the gang
+        # wait for a pod that waits for the gang (KAI's MPI grouper leaves it out the same way).
+        launcher = _int_at(g.top, ("spec", "mpiReplicaSpecs", "Launcher", "replicas"), g.pod_key, 0) or 0
+        g.min_member = max(g.min_member - launcher, 1)
+
+
 def _group_raycluster(g: _Grouping) -> None:
     g.min_member = _ray(g.top, g.pod_key)
 
@@ -612,7 +741,9 @@ def _group_ray_owner(g: _Grouping) -> None:
         "rayClusterName"
     )
     cluster = (
-        g.get(str(g.top.get("apiVersion")), "RayCluster", namespace, str(cluster_name)) if cluster_name else None
+        g.get(str(g.top.get("apiVersion")), "RayCluster", namespace, str(cluster_name))
+        if cluster_name
+        else None
     )
     if cluster is None:
         raise _grouping_error(
@@ -636,6 +767,8 @@ _GROUPERS: Final[dict[tuple[str | None, str], Grouper]] = {
     ("serving.knative.dev", "Service"): _group_knative,
     ("kubeflow.org", "Notebook"): _group_notebook,
     **{("kubeflow.org", kind): _group_kubeflow for kind in _KUBEFLOW_REPLICA_SPECS},
+    ("kubeflow.org", "PyTorchJob"): _group_pytorch,
+    ("kubeflow.org", "MPIJob"): _group_mpi,
     (None, "RayCluster"): _group_raycluster,
     (None, "RayJob"): _group_ray_owner,
     (None, "RayService"): _group_ray_owner,

@@ -116,6 +116,7 @@ __all__ = [
     "topology_constraint",
     "topology_deleted",
     "topology_upserted",
+    "unknown_fields",
     "volume_claim",
 ]
 
@@ -488,8 +489,11 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
     topology, required, preferred = topology_constraint(obj)
     subgroups = _subgroups(key, spec)
     min_sub = spec.get("minSubGroup")
-    if min_sub is not None and (isinstance(min_sub, bool) or not isinstance(min_sub, int) or min_sub < 1):
-        raise InvalidObject("PodGroup", key, "spec.minSubGroup", min_sub, "must be an integer >= 1")
+    if min_sub is not None and (isinstance(min_sub, bool) or not isinstance(min_sub, int) or min_sub < 0):
+        raise InvalidObject("PodGroup", key, "spec.minSubGroup", min_sub, "must be an integer >= 0")
+    if min_sub == 0 and not subgroups:
+        min_sub = None  # KAI accepts 0 without subgroups: nothing to require
+    delay_ms, grace_ms = podgroup_timings(obj)
     k8s_uid = meta.get("uid")
     node_pool = _dict(meta.get("labels")).get(LABEL_NODE_POOL)
     try:
@@ -507,12 +511,127 @@ def podgroup_upserted(obj: dict[str, Any], at_ms: int) -> PodGroupUpserted:
             preferred_topology_level=preferred,
             subgroups=subgroups,
             min_sub_group=min_sub,
+            preemption_delay_ms=delay_ms,
+            staleness_grace_ms=grace_ms,
             # For KAI's metric labels only (kai_pod_group_evicted_pods_total).
             k8s_uid=k8s_uid if isinstance(k8s_uid, str) and k8s_uid else None,
             node_pool=node_pool if isinstance(node_pool, str) and node_pool else None,
         )
     except ValidationError as exc:
         raise _fail_model("PodGroup", key, exc) from None
+
+
+#: The spec fields of KAI's CRDs (deploy/crds/ declares exactly these; tests/ingest/kube/test_unknown_fields.py
+#: checks the two agree). A field outside them is dropped by KAI's structural schema, so it is reported.
+_KNOWN_SPEC: Final[dict[str, frozenset[str]]] = {
+    "PodGroup": frozenset(
+        {
+            "backoffLimit",
+            "completions",
+            "markUnschedulable",
+            "minMember",
+            "minSubGroup",
+            "parallelism",
+            "preemptibility",
+            "preemptionDelay",
+            "priorityClassName",
+            "queue",
+            "schedulingBackoff",
+            "stalenessGracePeriod",
+            "subGroups",
+            "topologyConstraint",
+        }
+    ),
+    "Queue": frozenset(
+        {"displayName", "parentQueue", "preemptMinRuntime", "priority", "reclaimMinRuntime", "resources"}
+    ),
+}
+_KNOWN_SUBGROUP: Final = frozenset({"minMember", "minSubGroup", "name", "parent", "topologyConstraint"})
+_KNOWN_CONSTRAINT: Final = frozenset({"topology", "requiredTopologyLevel", "preferredTopologyLevel"})
+
+
+def _suggest(name: str, known: frozenset[str]) -> str:
+    close = [k for k in sorted(known) if k.lower() == name.lower()]
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_fields(kind: str, obj: dict[str, Any]) -> list[str]:
+    """Fields of a Queue / PodGroup spec that KAI's schema does not have, one message each (empty: none).
+
+    ``kubectl`` refuses or warns about these when the CRD is strict (field validation); an object stored
+    through a CRD that keeps unknown fields still reaches us with them, and ignoring them without a word
+    hides a typo such as ``subgroups`` for ``subGroups`` (KAI's docs make that one)."""
+    known = _KNOWN_SPEC.get(kind)
+    spec = obj.get("spec")
+    if known is None or not isinstance(spec, dict):
+        return []
+    where: list[tuple[str, dict[str, Any], frozenset[str]]] = [("spec", spec, known)]
+    if kind == "PodGroup":
+        for name, tc in [("spec.topologyConstraint", spec.get("topologyConstraint"))]:
+            if isinstance(tc, dict):
+                where.append((name, tc, _KNOWN_CONSTRAINT))
+        for i, sg in enumerate(
+            spec.get("subGroups") or [] if isinstance(spec.get("subGroups"), list) else []
+        ):
+            if isinstance(sg, dict):
+                where.append((f"spec.subGroups[{i}]", sg, _KNOWN_SUBGROUP))
+                if isinstance(sg.get("topologyConstraint"), dict):
+                    where.append(
+                        (
+                            f"spec.subGroups[{i}].topologyConstraint",
+                            sg["topologyConstraint"],
+                            _KNOWN_CONSTRAINT,
+                        )
+                    )
+    out = []
+    for path, fields, names in where:
+        for f in sorted(str(k) for k in fields if k not in names):
+            out.append(
+                f"unknown field {path}.{f}{_suggest(f, names)}: KAI's schema has no such field; it is ignored"
+            )
+    return out
+
+
+ANNOTATION_PREEMPTION_DELAY: Final = "kai.scheduler/preemption-delay"
+ANNOTATION_STALENESS_GRACE: Final = "kai.scheduler/staleness-grace-period"
+
+
+def podgroup_timings(obj: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A PodGroup's (preemption delay, staleness grace period) in milliseconds, None when unset.
+
+    ``spec.preemptionDelay`` / ``spec.stalenessGracePeriod`` (Go durations), else the annotations
+    ``kai.scheduler/preemption-delay`` / ``kai.scheduler/staleness-grace-period`` on the PodGroup. A
+    negative grace period means "never evict as stale"; a negative delay is an error.
+    """
+    key = object_key(obj)
+    spec = _dict(obj.get("spec"))
+    annotations = _str_map(_meta(obj).get("annotations"))
+    out: list[int | None] = []
+    for field, annotation, negative_ok in (
+        ("preemptionDelay", ANNOTATION_PREEMPTION_DELAY, False),
+        ("stalenessGracePeriod", ANNOTATION_STALENESS_GRACE, True),
+    ):
+        raw: Any = spec.get(field)
+        where = f"spec.{field}"
+        if raw in (None, ""):
+            raw, where = (
+                annotations.get(annotation, "").strip() or None,
+                f"metadata.annotations[{annotation}]",
+            )
+        if raw is None:
+            out.append(None)
+            continue
+        text = raw[1:] if isinstance(raw, str) and raw[:1] in ("-", "+") else raw
+        try:
+            ms = 0 if text == "0" else _parse_duration_ms(text)  # Go accepts a bare 0
+        except ValueError as exc:
+            raise InvalidObject("PodGroup", key, where, raw, str(exc)) from None
+        if isinstance(raw, str) and raw.startswith("-") and ms:
+            if not negative_ok:
+                raise InvalidObject("PodGroup", key, where, raw, "must not be negative")
+            ms = -ms  # any negative period: never
+        out.append(ms)
+    return out[0], out[1]
 
 
 def _subgroups(key: str, spec: dict[str, Any]) -> list[SubGroup]:
@@ -541,7 +660,9 @@ def _subgroups(key: str, spec: dict[str, Any]) -> list[SubGroup]:
         for field, _ in _CONSTRAINT_FIELDS:
             v = tc.get(field)
             if v is not None and not isinstance(v, str):
-                raise InvalidObject("PodGroup", key, f"{where}.topologyConstraint.{field}", v, "must be a string")
+                raise InvalidObject(
+                    "PodGroup", key, f"{where}.topologyConstraint.{field}", v, "must be a string"
+                )
             values.append(v or None)
         try:
             out.append(
@@ -584,7 +705,9 @@ def topology_constraint(obj: dict[str, Any]) -> tuple[str | None, str | None, st
     for field, annotation in _CONSTRAINT_FIELDS:
         value = tc.get(field)
         if value is not None and not isinstance(value, str):
-            raise InvalidObject("PodGroup", key, f"spec.topologyConstraint.{field}", value, "must be a string")
+            raise InvalidObject(
+                "PodGroup", key, f"spec.topologyConstraint.{field}", value, "must be a string"
+            )
         if not value:
             value = annotations.get(annotation, "").strip()
         values.append(value or None)
@@ -613,13 +736,25 @@ def topology_upserted(obj: dict[str, Any], at_ms: int) -> TopologyUpserted:
             "Topology", name, "spec.levels", levels, "must be a non-empty list of {nodeLabel: ...}"
         )
     keys: list[str] = []
+    aliases: dict[str, str] = {}
     for i, level in enumerate(levels):
         label = level.get("nodeLabel") if isinstance(level, dict) else None
         if not isinstance(label, str) or not label:
             raise InvalidObject("Topology", name, f"spec.levels[{i}].nodeLabel", label, "must be a label key")
         keys.append(label)
+        alias = level.get("alias")
+        if alias is not None:
+            if not isinstance(alias, str) or not alias:
+                raise InvalidObject(
+                    "Topology", name, f"spec.levels[{i}].alias", alias, "must be a non-empty string"
+                )
+            if alias in aliases:
+                raise InvalidObject(
+                    "Topology", name, f"spec.levels[{i}].alias", alias, "is used by two levels"
+                )
+            aliases[alias] = label
     try:
-        return TopologyUpserted(name=name, levels=keys, at_ms=at_ms)
+        return TopologyUpserted(name=name, levels=keys, aliases=aliases, at_ms=at_ms)
     except ValidationError as exc:
         raise _fail_model("Topology", name, exc) from None
 
@@ -793,7 +928,9 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         except ValueError as exc:
             raise InvalidObject("Pod", key, field, raw, str(exc)) from None
         if total.gpus:
-            raise InvalidObject("Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}")
+            raise InvalidObject(
+                "Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}"
+            )
     if ANNOTATION_GPU_MEMORY in annotations:
         raw = annotations[ANNOTATION_GPU_MEMORY]
         field = f"{where}[{ANNOTATION_GPU_MEMORY}]"
@@ -802,7 +939,9 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         if fraction is not None:
             raise InvalidObject("Pod", key, field, raw, f"cannot be combined with {ANNOTATION_GPU_FRACTION}")
         if total.gpus:
-            raise InvalidObject("Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}")
+            raise InvalidObject(
+                "Pod", key, field, raw, f"cannot be combined with {GPU_RESOURCE}={total.gpus}"
+            )
         memory_mib = int(raw)
     if ANNOTATION_GPU_FRACTION_DEVICES in annotations:
         raw = annotations[ANNOTATION_GPU_FRACTION_DEVICES]
@@ -1129,7 +1268,9 @@ def pod_submitted(
     if LABEL_TASK_PRIORITY in labels:
         raw = labels[LABEL_TASK_PRIORITY]
         if not re.fullmatch(r"[+-]?\d+", raw):
-            raise InvalidObject("Pod", key, f"metadata.labels[{LABEL_TASK_PRIORITY}]", raw, "must be an integer")
+            raise InvalidObject(
+                "Pod", key, f"metadata.labels[{LABEL_TASK_PRIORITY}]", raw, "must be an integer"
+            )
         task_priority = int(raw)
     claims = spec.get("resourceClaims")
     if claims:

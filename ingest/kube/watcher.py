@@ -718,8 +718,10 @@ class KubeIngest:
                 ev, warnings = kube.queue_upserted(obj, self._at())
                 self._upsert(batch, ev, f"Queue/{key}")
                 self._warn(batch, kind, obj, "HourglassQueueCappedAtZero", warnings)
+                self._warn(batch, kind, obj, "HourglassUnknownField", kube.unknown_fields(kind, obj))
             elif kind == "PodGroup":
                 self._upsert(batch, self._podgroup_event(obj), f"PodGroup/{key}")
+                self._warn(batch, kind, obj, "HourglassUnknownField", kube.unknown_fields(kind, obj))
             elif kind == "Topology":
                 self._upsert(batch, kube.topology_upserted(obj, self._at()), f"Topology/{key}")
             elif kind == "Pod":

@@ -90,6 +90,7 @@ class Queue:
     order: int = 0  # creation order; smaller = older
     preempt_min_runtime_ms: int | None = None
     reclaim_min_runtime_ms: int | None = None
+    display_name: str | None = None  # spec.displayName, for KAI's metric labels only (no decision reads it)
 
 
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # the pod label that puts a pod in a subgroup (KAI)
@@ -134,6 +135,10 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
     k8s_uid: str | None = None
     node_pool: str | None = None
+    # KAI's per-PodGroup preemptionDelay and stalenessGracePeriod (ms; None = the engine's default, a
+    # negative grace = never stale-evicted).
+    preemption_delay_ms: int | None = None
+    staleness_grace_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +147,20 @@ class Topology:
 
     name: str
     levels: tuple[str, ...]
+    # KAI's levels[].alias: (alias, node-label key) pairs; a constraint may name a level by either.
+    aliases: tuple[tuple[str, str], ...] = ()
+
+    def key(self, level: str) -> str:
+        """The node-label key of ``level``, given by its key or by its alias."""
+        return next((label for alias, label in self.aliases if alias == level), level)
+
+    def has(self, level: str) -> bool:
+        """Whether ``level`` (key or alias) is a level of this topology."""
+        return self.key(level) in self.levels
+
+    def index(self, level: str) -> int:
+        """The depth of ``level`` (key or alias), widest first."""
+        return self.levels.index(self.key(level))
 
 
 @dataclass(frozen=True, slots=True)
@@ -727,6 +746,8 @@ class StateBuilder:
             preferred_level=e.preferred_topology_level,
             k8s_uid=e.k8s_uid,
             node_pool=e.node_pool,
+            preemption_delay_ms=e.preemption_delay_ms,
+            staleness_grace_ms=e.staleness_grace_ms,
         )
 
     def _on_node_upserted(self, e: Any) -> None:
@@ -766,6 +787,7 @@ class StateBuilder:
             order=order,
             preempt_min_runtime_ms=e.preempt_min_runtime_ms,
             reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
+            display_name=e.display_name,
         )
 
     def _on_queue_deleted(self, e: Any) -> None:
@@ -826,7 +848,7 @@ class StateBuilder:
             self._forget_if_done(gone.job)
 
     def _on_topology_upserted(self, e: Any) -> None:
-        self.topologies[e.name] = Topology(e.name, tuple(e.levels))
+        self.topologies[e.name] = Topology(e.name, tuple(e.levels), tuple(sorted(e.aliases.items())))
 
     def _on_topology_deleted(self, e: Any) -> None:
         self.topologies.pop(e.name, None)

@@ -221,13 +221,13 @@ def constraint_error(ssn: Session, job: JobInfo) -> str | None:
         known = ", ".join(t.name for t in ssn.state.topologies) or "none"
         return f"topology {spec.topology!r} of the job's topology constraint does not exist (known: {known})"
     for kind, lvl in (("required", spec.required_level), ("preferred", spec.preferred_level)):
-        if lvl is not None and lvl not in topo.levels:
+        if lvl is not None and not topo.has(lvl):
             return (
                 f"{kind} topology level {lvl!r} is not a level of topology {topo.name!r} "
                 f"(levels: {', '.join(topo.levels)})"
             )
     req, pref = spec.required_level, spec.preferred_level
-    if req is not None and pref is not None and topo.levels.index(pref) < topo.levels.index(req):
+    if req is not None and pref is not None and topo.index(pref) < topo.index(req):
         return f"preferred topology level {pref!r} is wider than the required level {req!r} in topology {topo.name!r}"
     return None
 
@@ -254,8 +254,8 @@ def plan(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo], live: bool = Fal
     gpu = gpu_need > 0
     return Plan(
         topology=topo,
-        required=None if spec.required_level is None else topo.levels.index(spec.required_level),
-        preferred=None if spec.preferred_level is None else topo.levels.index(spec.preferred_level),
+        required=None if spec.required_level is None else topo.index(spec.required_level),
+        preferred=None if spec.preferred_level is None else topo.index(spec.preferred_level),
         tasks=tasks,
         gpu=gpu,
         need=gpu_need if gpu else sum(t.request.cpu for t in tasks),

@@ -3,11 +3,15 @@
 A pod for our scheduler that asks for a GPU share (``gpu-fraction`` or ``gpu-memory``) gets, on CREATE:
 
 * the annotation ``hourglass.io/gpu-configmap: <name>``: the ConfigMap the binder fills in before binding;
-* in its GPU container (``gpu-fraction-container-name``, else the first one) the environment variables
+* in its GPU container (``gpu-fraction-container-name``, init containers searched first, else the first
+  container; a name matching no container denies the pod) the environment variables
   ``NVIDIA_VISIBLE_DEVICES``, ``GPU_PORTION`` and ``RUNAI_NUM_OF_GPUS``, each read from that ConfigMap
   (``configMapKeyRef``, not optional), as KAI's admission webhook injects them. The kubelet cannot start
   the container before the ConfigMap holds the keys, and the NVIDIA container runtime exposes exactly the
   devices ``NVIDIA_VISIBLE_DEVICES`` names.
+
+* ``runtimeClassName`` from ``--gpu-pod-runtime-class`` when set and the pod names none (only these
+  fractional pods pass through this webhook; reservation pods keep the binder's own runtime class).
 
 Every other pod is answered "allowed, unchanged". In the cluster the webhook is only called for sharing
 pods at all (``matchConditions`` in the chart's MutatingWebhookConfiguration), so an outage of this server
@@ -51,6 +55,7 @@ from scheduler.kube.reservation import VISIBILITY_KEYS
 __all__ = [
     "ANNOTATION_CONTAINER",
     "MUTATE_PATH",
+    "MutationRefused",
     "ReviewError",
     "ServerLimits",
     "configmap_name",
@@ -100,21 +105,53 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def mutation(pod: Mapping[str, Any], request_uid: str, scheduler_name: str) -> list[dict[str, Any]]:
-    """The JSON patch that wires a sharing pod (empty for any other pod, or one already wired)."""
+class MutationRefused(ValueError):
+    """The pod cannot be wired as asked (its ``gpu-fraction-container-name`` names no container)."""
+
+
+def _gpu_container(spec: Mapping[str, Any], wanted: str | None) -> tuple[str, int] | None:
+    """The (``containers`` / ``initContainers``, index) of the container that gets the GPU share.
+
+    KAI's ``GetFractionContainerRef``: the named container, init containers searched first (an init
+    container can be the one that uses the GPU, KAI's ``gpu-sharing-init-container.yaml``); no name = the
+    first regular container. None when a name is given and no container has it."""
+    if wanted is None:
+        return ("containers", 0)
+    for field in ("initContainers", "containers"):
+        for i, c in enumerate(spec.get(field) or []):
+            if isinstance(c, Mapping) and c.get("name") == wanted:
+                return (field, i)
+    return None
+
+
+def mutation(
+    pod: Mapping[str, Any], request_uid: str, scheduler_name: str, runtime_class: str | None = None
+) -> list[dict[str, Any]]:
+    """The JSON patch that wires a sharing pod (empty for any other pod, or one already wired).
+
+    ``runtime_class`` (KAI's ``gpuPodRuntimeClassName``; None or empty = leave it) is set as the pod's
+    ``runtimeClassName`` when the pod names none. :class:`MutationRefused` when the pod's
+    ``gpu-fraction-container-name`` names no container of the pod: KAI's binder refuses such a pod too,
+    and wiring another container would hand the share to the wrong process.
+    """
     if not sharing_pod(pod, scheduler_name):
         return []
     meta = pod.get("metadata") or {}
     ann = meta.get("annotations") or {}
     if ANNOTATION_GPU_CONFIGMAP in ann:
         return []
-    containers = (pod.get("spec") or {}).get("containers") or []
-    if not containers:
+    spec = pod.get("spec") or {}
+    if not spec.get("containers"):
         return []
     wanted = ann.get(ANNOTATION_CONTAINER)
-    index = next((i for i, c in enumerate(containers) if c.get("name") == wanted), 0)
+    where = _gpu_container(spec, wanted)
+    if where is None:
+        raise MutationRefused(
+            f"annotation {ANNOTATION_CONTAINER}={wanted!r} names no container or init container of the pod"
+        )
+    field, index = where
     name = configmap_name(pod, request_uid)
-    env = [e for e in containers[index].get("env") or [] if e.get("name") not in VISIBILITY_KEYS]
+    env = [e for e in spec[field][index].get("env") or [] if e.get("name") not in VISIBILITY_KEYS]
     env += [
         {"name": key, "valueFrom": {"configMapKeyRef": {"name": name, "key": key, "optional": False}}}
         for key in VISIBILITY_KEYS
@@ -126,12 +163,15 @@ def mutation(pod: Mapping[str, Any], request_uid: str, scheduler_name: str) -> l
         ops.append(
             {"op": "add", "path": f"/metadata/annotations/{_escape(ANNOTATION_GPU_CONFIGMAP)}", "value": name}
         )
-    ops.append({"op": "add", "path": f"/spec/containers/{index}/env", "value": env})
+    ops.append({"op": "add", "path": f"/spec/{field}/{index}/env", "value": env})
+    if runtime_class and not spec.get("runtimeClassName"):
+        ops.append({"op": "add", "path": "/spec/runtimeClassName", "value": runtime_class})
     return ops
 
 
-def review(body: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
-    """The AdmissionReview answer to one request: always allowed, with the patch when the pod shares a GPU.
+def review(body: Mapping[str, Any], scheduler_name: str, runtime_class: str | None = None) -> dict[str, Any]:
+    """The AdmissionReview answer to one request: allowed, with the patch when the pod shares a GPU; denied
+    (with the reason) when a sharing pod's ``gpu-fraction-container-name`` names no container.
 
     :class:`ReviewError` when ``body`` is not an AdmissionReview with a request and its uid: such a body
     was not sent by an API server, and "allowed" is not an answer to it.
@@ -147,7 +187,12 @@ def review(body: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     pod = request.get("object") or {}
     if request.get("operation") == "CREATE" and request.get("kind", {}).get("kind") == "Pod":
-        ops = mutation(pod, uid, scheduler_name)
+        try:
+            ops = mutation(pod, uid, scheduler_name, runtime_class)
+        except MutationRefused as e:
+            response["allowed"] = False
+            response["status"] = {"code": 400, "reason": "BadRequest", "message": f"hourglass webhook: {e}"}
+            ops = []
         if ops:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
@@ -163,7 +208,9 @@ def review(body: Mapping[str, Any], scheduler_name: str) -> dict[str, Any]:
     }
 
 
-def _handler(scheduler_name: str, limits: ServerLimits) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    scheduler_name: str, limits: ServerLimits, runtime_class: str | None = None
+) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         timeout = limits.read_timeout_s  # StreamRequestHandler sets it on the socket: every read is bounded
 
@@ -216,7 +263,7 @@ def _handler(scheduler_name: str, limits: ServerLimits) -> type[BaseHTTPRequestH
                 return
             try:
                 body = json.loads(data)
-                answer = review(body, scheduler_name)
+                answer = review(body, scheduler_name, runtime_class)
             except RecursionError:
                 self._refuse(400, "not an AdmissionReview: JSON nested too deeply")
                 return
@@ -305,13 +352,14 @@ def serve(
     keyfile: str,
     scheduler_name: str = "hourglass",
     limits: ServerLimits | None = None,
+    runtime_class: str | None = None,
 ) -> ThreadingHTTPServer:
     """An HTTPS server answering AdmissionReviews on :data:`MUTATE_PATH` (not started: call serve_forever)."""
     limits = limits or ServerLimits()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(certfile, keyfile)
-    return _AdmissionServer((host, port), _handler(scheduler_name, limits), ctx, limits)
+    return _AdmissionServer((host, port), _handler(scheduler_name, limits, runtime_class), ctx, limits)
 
 
 def add_arguments(p: Any) -> None:
@@ -321,6 +369,12 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--tls-cert", required=True, help="PEM certificate the API server trusts (caBundle)")
     p.add_argument("--tls-key", required=True, help="PEM private key of --tls-cert")
     p.add_argument("--scheduler-name", default="hourglass", help="wire pods with this spec.schedulerName")
+    p.add_argument(
+        "--gpu-pod-runtime-class",
+        default="",
+        help="runtimeClassName set on GPU-sharing pods that name none (KAI's gpuPodRuntimeClassName, e.g."
+        " nvidia); empty (the default) leaves pods unchanged",
+    )
 
 
 def run_cli(args: Any) -> int:
@@ -331,7 +385,14 @@ def run_cli(args: Any) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        server = serve(args.host, args.port, args.tls_cert, args.tls_key, args.scheduler_name)
+        server = serve(
+            args.host,
+            args.port,
+            args.tls_cert,
+            args.tls_key,
+            args.scheduler_name,
+            runtime_class=args.gpu_pod_runtime_class or None,
+        )
     except (OSError, ssl.SSLError) as e:
         print(f"webhook: cannot serve on {args.host}:{args.port} with {args.tls_cert}: {e}", file=sys.stderr)
         return 2

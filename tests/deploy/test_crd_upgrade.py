@@ -158,7 +158,7 @@ def test_applying_our_crds_over_kais_keeps_every_field(kai_crds: Any, kube_names
 #: PodGroup specs KAI rejects, and the field (or message) the API server's 422 must name.
 INVALID: list[tuple[dict[str, Any], str]] = [
     ({"minMember": -1}, "spec.minMember"),
-    ({"minSubGroup": 0, "subGroups": [{"name": "a", "minMember": 1}]}, "spec.minSubGroup"),
+    ({"minSubGroup": -1, "subGroups": [{"name": "a", "minMember": 1}]}, "spec.minSubGroup"),
     ({"minMember": 1, "minSubGroup": 1}, "minMember and minSubGroup are mutually exclusive"),
     ({"preemptionDelay": "soon"}, "spec.preemptionDelay"),
     ({"preemptionDelay": "-5m"}, "spec.preemptionDelay"),
@@ -175,6 +175,7 @@ VALID: list[dict[str, Any]] = [
     {"preemptionDelay": "1h30m", "stalenessGracePeriod": "-1s"},
     {"stalenessGracePeriod": "0s"},
     {"subGroups": [{"name": "w", "minMember": 0}, {"name": "p", "minSubGroup": 0}]},
+    {"minSubGroup": 0, "subGroups": [{"name": "a", "minMember": 1}]},  # KAI accepts 0 at the root too
 ]
 
 

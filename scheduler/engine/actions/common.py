@@ -18,10 +18,23 @@ def human(r: int, v: int) -> str:
     return f"{v / 1e9:g}"
 
 
+def preemption_delay_left(ssn: Session, job: JobInfo) -> int:
+    """Milliseconds until ``job`` may evict others (0 = now): KAI's per-PodGroup ``preemptionDelay``,
+    counted from the group's creation or, once it has run, from its last start."""
+    delay = job.spec.preemption_delay_ms
+    if not delay:
+        return 0
+    since = max(job.spec.created_ms, job.last_start_ms or 0)
+    return max(since + delay - ssn.now_ms, 0)
+
+
 def candidate_jobs(
-    ssn: Session, *, preemptible_only: bool = False, topology_aware: bool = False
+    ssn: Session, *, preemptible_only: bool = False, topology_aware: bool = False, evicting: bool = False
 ) -> list[JobInfo]:
     """Jobs an action may try: queue exists and is a leaf, job is ready and has pending tasks.
+
+    ``evicting``: the action makes room by evicting others (reclaim, preempt, consolidation), so a job
+    still inside its preemption delay is left out.
 
     Every action keeps a job's topology constraints, its own and its subgroups' (docs/topology.md);
     ``topology_aware`` is kept for callers and no longer filters anything.
@@ -33,6 +46,8 @@ def candidate_jobs(
         if not job.has_tasks_to_allocate() or not job.is_ready():
             continue
         if preemptible_only and not job.preemptible:
+            continue
+        if evicting and preemption_delay_left(ssn, job):
             continue
         out.append(job)
     return out

@@ -49,7 +49,7 @@ def run(ssn: Session) -> None:
     if disabled(ssn):
         return
     limit = ssn.config.max_consolidation_preemptees
-    order = JobsByQueue(ssn, candidate_jobs(ssn, preemptible_only=True))
+    order = JobsByQueue(ssn, candidate_jobs(ssn, preemptible_only=True, evicting=True))
     index = ConsolidationIndex(ssn)
     failed = FailedJobs(ssn)
     have: int | None = None  # scanned on first need; only a committed consolidation changes it

@@ -177,7 +177,7 @@ def run_per_job(
     kept in a table of its own instead, and a later job of its queue no easier than it is not searched
     either (the budget would be spent on the same search) but told why, naming the job that was cut.
     """
-    order = JobsByQueue(ssn, candidate_jobs(ssn))
+    order = JobsByQueue(ssn, candidate_jobs(ssn, evicting=True))
     failed = FailedJobs(ssn, per_queue=True)
     cut = FailedJobs(ssn, per_queue=True)
     while (job := order.pop()) is not None:

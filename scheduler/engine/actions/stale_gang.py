@@ -31,13 +31,15 @@ def is_stale(job: JobInfo) -> bool:
 
 def run(ssn: Session) -> None:
     """The stale-gang eviction action."""
-    grace = ssn.config.stale_grace_ms
     for job in ssn.jobs:
         if not is_stale(job):
             job.stale_since_ms = None
             continue
         if job.stale_since_ms is None:
             job.stale_since_ms = ssn.now_ms
+        # The PodGroup's own stalenessGracePeriod, else the scheduler-wide default (KAI).
+        own = job.spec.staleness_grace_ms
+        grace = ssn.config.stale_grace_ms if own is None else own
         if grace < 0 or ssn.now_ms - job.stale_since_ms < grace:
             continue
         stmt = ssn.statement()

@@ -72,13 +72,13 @@ def constraint_problem(ssn: Session, group: _Group) -> str | None:
         known = ", ".join(t.name for t in ssn.state.topologies) or "none"
         return f"topology {group.topology!r} of {group.label}'s topology constraint does not exist (known: {known})"
     for kind, lvl in (("required", group.required_level), ("preferred", group.preferred_level)):
-        if lvl is not None and lvl not in topo.levels:
+        if lvl is not None and not topo.has(lvl):
             return (
                 f"{kind} topology level {lvl!r} of {group.label} is not a level of topology {topo.name!r} "
                 f"(levels: {', '.join(topo.levels)})"
             )
     req, pref = group.required_level, group.preferred_level
-    if req is not None and pref is not None and topo.levels.index(pref) < topo.levels.index(req):
+    if req is not None and pref is not None and topo.index(pref) < topo.index(req):
         return f"preferred topology level {pref!r} of {group.label} is wider than its required level {req!r}"
     return None
 
@@ -109,8 +109,8 @@ def node_sets(
         yield nodes, None
         return
     topo: Topology = next(t for t in ssn.state.topologies if t.name == group.topology)
-    req = None if group.required_level is None else topo.levels.index(group.required_level)
-    pref = None if group.preferred_level is None else topo.levels.index(group.preferred_level)
+    req = None if group.required_level is None else topo.index(group.required_level)
+    pref = None if group.preferred_level is None else topo.index(group.preferred_level)
     top = req if req is not None else 0
     start = pref if pref is not None else top
     allowed = {n.name for n in nodes}
@@ -142,7 +142,7 @@ def _largest(
     capacity: (name, free, need, gpu)."""
     topo = next(t for t in ssn.state.topologies if t.name == group.topology)
     assert group.required_level is not None
-    depth = topo.levels.index(group.required_level)
+    depth = topo.index(group.required_level)
     allowed = {n.name for n in nodes}
     gpu, need = _leading(tasks)
     best: tuple[str, int, int, bool] | None = None

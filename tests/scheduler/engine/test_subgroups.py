@@ -208,7 +208,7 @@ def test_podgroup_subgroups_translate() -> None:
         ({"subGroups": [{"name": "a", "minMember": "2"}]}, "spec.subGroups[0].minMember='2'"),
         ({"subGroups": [{"name": "a"}, {"name": "a"}]}, "subgroup 'a' is listed twice"),
         ({"subGroups": [{"name": "a", "parent": "zz"}]}, "names parent 'zz'"),
-        ({"subGroups": [{"name": "a"}], "minSubGroup": 0}, "spec.minSubGroup=0: must be an integer >= 1"),
+        ({"subGroups": [{"name": "a"}], "minSubGroup": -1}, "spec.minSubGroup=-1: must be an integer >= 0"),
     ],
 )
 def test_invalid_podgroup_subgroups(spec: dict[str, Any], text: str) -> None:

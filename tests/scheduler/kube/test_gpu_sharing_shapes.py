@@ -73,7 +73,6 @@ CASES: list[tuple[str, dict[str, Any], int | None]] = [
     ("fraction", pod({"gpu-fraction": "0.5"}), 0),
     ("memory", pod({"gpu-memory": "4000"}), 0),
     ("named container", pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "b"}, containers=("a", "b")), 1),
-    ("unknown container name: the first", pod({"gpu-fraction": "0.5", "gpu-fraction-container-name": "x"}, containers=("a", "b")), 0),
     ("generateName", pod({"gpu-fraction": "0.25"}, name=None), 0),
     ("whole GPU pod", pod({}), None),
     ("no annotations", pod(None), None),

@@ -1,0 +1,126 @@
+"""KAI's SchedulingShard read unchanged by `run --engine-config` and `fairshare --fairshare-config`.
+
+The documents are KAI's own examples: the "Advanced Shard Configuration" of
+``docs/operator/scheduling-shards.md`` and the scheduler configuration of
+``docs/time-based-fairshare/README.md`` (usageDBConfig with windowSize / windowType / halfLifePeriod, kValue).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fairshare.config import FairshareConfigError
+from fairshare.settings import load_settings
+from ingest.kube.kai_shard import ShardError, read_shard
+from scheduler.config import EngineConfigError, load_engine_config
+
+ADVANCED = """\
+apiVersion: kai.scheduler/v1
+kind: SchedulingShard
+metadata:
+  name: gpu-shard
+spec:
+  partitionLabelValue: gpu-nodes
+  args:
+    leader-elect: "true"
+    log-level: "3"
+  placementStrategy:
+    gpu: spread
+    cpu: binpack
+  queueDepthPerAction:
+    preempt: 15
+    reclaim: 8
+    allocate: 25
+  minRuntime:
+    preemptMinRuntime: "10m"
+    reclaimMinRuntime: "5m"
+"""
+
+TIME_BASED = """\
+apiVersion: kai.scheduler/v1
+kind: SchedulingShard
+metadata:
+  name: default
+spec:
+  kValue: 0.5
+  usageDBConfig:
+    clientType: prometheus
+    connectionString: http://prometheus-operated.kai-scheduler.svc.cluster.local:9090
+    usageParams:
+      windowSize: 1w
+      windowType: sliding
+      halfLifePeriod: 10m
+  args:
+    max-consolidation-preemptees: "4"
+    default-staleness-grace-period: 2m
+"""
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "shard.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_engine_config_from_kais_advanced_shard_example(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING):
+        cfg = load_engine_config(_file(tmp_path, ADVANCED))
+    assert (cfg.gpu_placement, cfg.cpu_placement) == ("spread", "binpack")
+    assert (cfg.default_preempt_min_runtime_ms, cfg.default_reclaim_min_runtime_ms) == (600_000, 300_000)
+    assert cfg.k_value == 0.0  # no usageDBConfig: KAI has no usage history, time-based fair share is off
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1  # every unsupported field in one warning
+    for name in (
+        "spec.partitionLabelValue",
+        "spec.queueDepthPerAction",
+        "spec.args[leader-elect]",
+        "spec.args[log-level]",
+    ):
+        assert name in warnings[0]
+
+
+def test_time_based_fairshare_shard_for_both_services(tmp_path: Path) -> None:
+    path = _file(tmp_path, TIME_BASED)
+    cfg = load_engine_config(path)
+    assert (cfg.k_value, cfg.max_consolidation_preemptees, cfg.stale_grace_ms) == (0.5, 4, 120_000)
+    loaded = load_settings(path, environ={})
+    s = loaded.settings
+    assert (s.k_value, s.window_s, s.window_type, s.half_life_s) == (0.5, 604_800, "sliding", 600)
+    assert loaded.prometheus == {"url": "http://prometheus-operated.kai-scheduler.svc.cluster.local:9090"}
+    assert read_shard(yaml.safe_load(TIME_BASED)).unsupported == ("spec.usageDBConfig.clientType",)
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"usageDBConfig": {"usageParams": {"windowType": "cron"}}}, "cron windows are not supported"),
+        ({"args": {"queue-label-key": "team"}}, "queue-label-key"),
+        ({"placementStrategy": {"gpu": "pack"}}, "binpack or spread"),
+        ({"minRuntime": {"preemptMinRuntime": "soon"}}, "not a duration"),
+    ],
+    ids=["cron-window", "queue-label-key", "bad-placement", "bad-duration"],
+)
+def test_fields_that_would_change_decisions_are_refused_naming_them(
+    tmp_path: Path, patch: dict[str, object], message: str
+) -> None:
+    doc = {"apiVersion": "kai.scheduler/v1", "kind": "SchedulingShard", "spec": patch}
+    with pytest.raises(ShardError, match=message):
+        read_shard(doc)
+    path = _file(tmp_path, yaml.safe_dump(doc))
+    with pytest.raises(EngineConfigError, match=message):
+        load_engine_config(path)
+    if "usageDBConfig" in patch:
+        with pytest.raises(FairshareConfigError, match=message):
+            load_settings(path, environ={})
+
+
+def test_half_life_zero_or_negative_is_no_decay_as_kai() -> None:
+    doc = {"kind": "SchedulingShard", "spec": {"usageDBConfig": {"usageParams": {"halfLifePeriod": "0s"}}}}
+    shard = read_shard(doc)
+    assert shard.fairshare["half_life_s"] is None and shard.fairshare["k_value"] == 1.0  # kValue default
