@@ -393,14 +393,15 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
             raise InvalidObject("Queue", name, field, raw_weight, "must be >= 0")
         quota, limit = values["quota"], values["limit"]
         if limit is not None and quota is not None and quota > limit:
-            hint = " (an unset limit is a hard cap of 0; use -1 for no cap)" if "limit" not in entry else ""
-            raise InvalidObject(
-                "Queue",
-                name,
-                f"spec.resources.{resource}.quota",
-                entry.get("quota", 0),
-                f"exceeds limit {entry.get('limit', 0)}{hint}",
+            # KAI's webhook accepts such a queue and its limit wins: pods are held at the limit ("over max
+            # allowed"). The same here, said once: the quota is read as the limit.
+            unset = " (unset: a hard cap of 0; use -1 for no cap)" if "limit" not in entry else ""
+            warnings.append(
+                f"spec.resources.{resource}.quota {entry.get('quota', 0)} exceeds its limit"
+                f" {entry.get('limit', 0)}{unset}: the queue never gets more than the limit, so its quota is"
+                " read as the limit"
             )
+            quota = limit
         if limit == 0 and "limit" not in entry:
             warnings.append(
                 f"spec.resources.{resource}.limit is unset: KAI treats that as a hard cap of 0, so this queue "

@@ -4,9 +4,8 @@ child ``ml-team``, both unchanged) on a KWOK cluster through ``hourglass ingest`
 ``ml-team`` sets a GPU quota of 1 and no ``limit``. KAI reads an unset limit as 0 (its ``Limit float64``
 field, and its README: "0 or unset: no additional resources allowed"), accepts the Queue (its webhook only
 requires ``spec.resources``), and keeps a pod of ``ml-team`` pending with an "over max allowed" reason naming
-the queue. Hourglass's ingest instead refuses the whole Queue (quota 1 > limit 0), so the pod waits for a
-queue that "does not exist". The test asserts KAI's behaviour and is expected to fail until ingest accepts
-such a queue (docs/kwok.md lists it).
+the queue. Hourglass accepts it the same way (its quota read as the limit, with a warning) and holds the
+pod at the limit.
 """
 
 from __future__ import annotations
@@ -14,17 +13,11 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-import pytest
-
 from tests.support.kai_docs import kai_example
 from tests.support.kai_workload import apply_queue
 from tests.support.kwok import HourglassStack, KwokCluster, create_objects, pod_events, pods, wait_until
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ingest refuses a Queue whose quota exceeds an unset (0) limit; KAI accepts it and holds its pods",
-)
 def test_kai_queue_example_ml_team_is_accepted_and_held_at_its_limit(
     kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
 ) -> None:

@@ -517,7 +517,7 @@ def test_invalid_objects_get_a_warning_and_a_dead_letter_and_others_keep_flowing
 ) -> None:
     ns = kube_namespace
     bad_queue = f"{ns}-bad"
-    make_queue(kapi, bad_queue, quota=4, limit=2)  # the CRD allows it; a quota above the limit is invalid
+    make_queue(kapi, bad_queue, quota=-2)  # the CRD allows it; a quota below -1 means nothing
     kapi.request(
         "POST",
         f"/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups",
@@ -540,7 +540,7 @@ def test_invalid_objects_get_a_warning_and_a_dead_letter_and_others_keep_flowing
             ingest.stop()
         dead = {d["reason_code"]: d for d in dead_letters(log) if ns in d["message"]}
         assert set(dead) == {"invalid_queue", "invalid_podgroup", "invalid_pod"}, dead
-        assert "spec.resources.gpu.quota=4: exceeds limit 2" in dead["invalid_queue"]["message"]
+        assert "spec.resources.gpu.quota=-2: must be >= 0, or -1" in dead["invalid_queue"]["message"]
         assert "spec.queue=None: is required" in dead["invalid_podgroup"]["message"]
         assert "[gpu-fraction]='abc'" in dead["invalid_pod"]["message"]
         assert dead["invalid_pod"]["source_topic"] == "kube:Pod" and dead["invalid_pod"]["source_offset"] > 0
@@ -561,7 +561,7 @@ def test_invalid_objects_get_a_warning_and_a_dead_letter_and_others_keep_flowing
         again.start()
         try:
             q = kapi.request("GET", f"{QUEUES}/{bad_queue}")
-            q["spec"]["resources"]["gpu"]["limit"] = -1
+            q["spec"]["resources"]["gpu"]["quota"] = 0
             kapi.request("PUT", f"{QUEUES}/{bad_queue}", body=q)
             pump(again, lambda: ("QueueUpserted", bad_queue) in counts(events_of(log)))
         finally:

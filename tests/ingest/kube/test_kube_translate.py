@@ -130,11 +130,25 @@ def test_queue_unset_limit_is_a_hard_cap_of_zero_with_a_warning() -> None:
 
 
 @pytest.mark.parametrize(
+    ("gpu", "limit", "unset"),
+    [({"quota": 4, "limit": 2}, 2000, False), ({"quota": 2}, 0, True)],
+)
+def test_a_quota_above_the_limit_is_accepted_and_held_at_the_limit(
+    gpu: dict[str, Any], limit: int, unset: bool
+) -> None:
+    """KAI's docs/queues example ``ml-team`` (GPU quota 1, no limit) is a valid KAI queue: KAI's webhook
+    accepts it and its limit wins. Hourglass accepts it too, reads the quota as the limit, and says so."""
+    ev, warnings = kube.queue_upserted(queue({"gpu": gpu, "cpu": UNLIMITED, "memory": UNLIMITED}), 0)
+    assert (ev.resources.gpu.quota, ev.resources.gpu.limit) == (limit, limit)
+    (warning,) = [w for w in warnings if "gpu.quota" in w]
+    assert "exceeds its limit" in warning and "read as the limit" in warning
+    assert ("hard cap of 0" in warning) == unset
+
+
+@pytest.mark.parametrize(
     ("resources", "field", "problem"),
     [
         ({"gpu": {"quota": -2, "limit": -1}}, "spec.resources.gpu.quota=-2", ">= 0, or -1"),
-        ({"gpu": {"quota": 4, "limit": 2}}, "spec.resources.gpu.quota=4", "exceeds limit 2"),
-        ({"gpu": {"quota": 2}}, "spec.resources.gpu.quota=2", "unset limit is a hard cap of 0"),
         ({"cpu": {"quota": 0.5, "limit": -1}}, "spec.resources.cpu.quota=0.5", "whole number of millicores"),
         ({"gpu": {"quota": "x", "limit": -1}}, "spec.resources.gpu.quota='x'", "must be a number"),
         ({"gpu": {"quota": 0, "limit": -1, "overQuotaWeight": -1}}, "overQuotaWeight=-1", ">= 0"),
