@@ -517,7 +517,7 @@ def test_invalid_objects_get_a_warning_and_a_dead_letter_and_others_keep_flowing
 ) -> None:
     ns = kube_namespace
     bad_queue = f"{ns}-bad"
-    make_queue(kapi, bad_queue, quota=-2)  # the CRD allows it; a quota below -1 means nothing
+    make_queue(kapi, bad_queue, quota=0.001)  # the CRD allows it; KAI rounds it to 0 GPUs (hundredths)
     kapi.request(
         "POST",
         f"/apis/scheduling.run.ai/v2alpha2/namespaces/{ns}/podgroups",
@@ -540,7 +540,7 @@ def test_invalid_objects_get_a_warning_and_a_dead_letter_and_others_keep_flowing
             ingest.stop()
         dead = {d["reason_code"]: d for d in dead_letters(log) if ns in d["message"]}
         assert set(dead) == {"invalid_queue", "invalid_podgroup", "invalid_pod"}, dead
-        assert "spec.resources.gpu.quota=-2: must be >= 0, or -1" in dead["invalid_queue"]["message"]
+        assert "spec.resources.gpu.quota=0.001" in dead["invalid_queue"]["message"]
         assert "spec.queue=None: is required" in dead["invalid_podgroup"]["message"]
         assert "[gpu-fraction]='abc'" in dead["invalid_pod"]["message"]
         assert dead["invalid_pod"]["source_topic"] == "kube:Pod" and dead["invalid_pod"]["source_offset"] > 0
