@@ -89,6 +89,17 @@ class Topics:
         """``Topics.with_prefix("staging")`` gives ``staging.events``, ``staging.usage``, ..."""
         return cls(f"{prefix}.events", f"{prefix}.usage", f"{prefix}.decisions", f"{prefix}.deadletter")
 
+    def for_pool(self, pool: str | None) -> Topics:
+        """The topics of the shard scheduling node pool `pool` (None: the whole cluster, these topics).
+
+        Shards read the one events and usage topics; each writes and binds from its own decisions topic
+        (``<decisions>.pool.<pool>``, ``<decisions>.pool`` for the default shard), so its records, replay
+        and audit trail are its own. Dead letters stay shared (each names its source)."""
+        if pool is None:
+            return self
+        decisions = f"{self.decisions}.pool.{pool}" if pool else f"{self.decisions}.pool"
+        return Topics(self.events, self.usage, decisions, self.deadletter)
+
     @classmethod
     def from_prefix(cls, prefix: str | None) -> Topics:
         """The topics of a ``--topic-prefix`` option: :meth:`with_prefix`, or the defaults when unset."""

@@ -32,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=1000, help="events read per step (default 1000)")
     p.add_argument("--poll-interval", type=float, default=0.2, help="seconds between polls when idle")
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
+    p.add_argument("--node-pool", default=None, metavar="POOL", help="the node pool this instance is the shard of (label kai.scheduler/node-pool; \"\" = the default shard, nodes without it): its own decisions topic; docs/deploy.md")
     p.add_argument(
         "--engine-config",
         metavar="FILE",
@@ -91,10 +92,12 @@ def run_cli(args: argparse.Namespace) -> int:
     from scheduler.service import Service
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    topics = Topics.from_prefix(args.topic_prefix)
+    topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
     try:
         config = load_engine_config(args.engine_config) if args.engine_config else SessionConfig()
-    except EngineConfigError as e:
+        if args.node_pool is not None:
+            config = dataclasses.replace(config, node_pool=args.node_pool)
+    except (EngineConfigError, ValueError) as e:
         print(f"run: {e}", file=sys.stderr)
         return 2
     # The fair-share settings (fairshare/settings.py) are the one source of k_value, shared with `fairshare`.

@@ -23,6 +23,7 @@ comparison and counting; :func:`run_cli` is the command.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -580,6 +581,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="for a log: the engine config file `hourglass run` used (JSON/YAML; default: the defaults)",
     )
     p.add_argument("--topic-prefix", default=None, help="for a log: PREFIX.events, PREFIX.decisions, ...")
+    p.add_argument("--node-pool", default=None, metavar="POOL", help="the node pool this instance is the shard of (label kai.scheduler/node-pool; \"\" = the default shard, nodes without it): its own decisions topic; docs/deploy.md")
     p.add_argument("--verify", action="store_true", help="compare every re-run record with the recorded one")
     until = p.add_mutually_exclusive_group()
     until.add_argument(
@@ -659,8 +661,10 @@ def run_cli(args: argparse.Namespace) -> int:
 
     with count_bar("replaying", "cycles", err=err) as bar:
         try:
-            topics = Topics.from_prefix(args.topic_prefix)
+            topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
             cfg = load_engine_config(args.engine_config) if args.engine_config else None
+            if args.node_pool is not None:
+                cfg = dataclasses.replace(cfg or SessionConfig(), node_pool=args.node_pool)
             src = load_source(args.log, config=cfg, topics=topics)
             summary = replay(
                 src,

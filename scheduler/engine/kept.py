@@ -377,6 +377,9 @@ def reopen(
         return None, "an event that may change many pods (a node removed, or an unknown kind)"
     if ssn.config != config:
         return None, "config changed"
+    if config.node_pool is not None:
+        # A shard's session opens on its pool's view of the snapshot (Session), not on the builder's state.
+        return None, "a node-pool shard opens each session afresh"
     if old.nodes != state.nodes:
         return None, "nodes changed"
     if old.queues != state.queues:

@@ -22,6 +22,7 @@ from scheduler.engine.predicates.extended import gpu_equivalent_milli
 from scheduler.engine.predicates.podindex import Entry, PodIndex
 from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
 from scheduler.engine.state import (
+    NODE_POOL_LABEL,
     ClusterState,
     ForeignPod,
     Job,
@@ -30,6 +31,7 @@ from scheduler.engine.state import (
     PodRequest,
     PodStatus,
     Queue,
+    pool_view,
     subgroup_minimum,
 )
 
@@ -638,6 +640,11 @@ class SessionConfig:
     # existed means (config_hash leaves a False value out, so its hash is unchanged and its replay writes
     # the records it wrote).
     topology_details: bool = True
+    # The node pool this scheduler is the shard of (KAI's scheduling shards): None = the whole cluster;
+    # "" = the default shard (nodes and pods without the label); else the label's value. Recorded in the
+    # config hash only when set, so an unsharded config keeps its hash.
+    node_pool: str | None = None
+    node_pool_label: str = NODE_POOL_LABEL
     # What ``fgd`` / ``frag-aware`` score against: ``learnt`` = the cluster's own recent workload
     # (ClusterState.workload, blended with the shipped prior, scoring/fragmentation.py learnt_task_types);
     # ``prior`` = the shipped trace's distribution alone, what a config recorded before the field meant
@@ -651,6 +658,8 @@ class SessionConfig:
                 raise ValueError(f"{name} must be a whole number of scenarios >= 0 or null, not {v!r}")
         if not isinstance(self.topology_details, bool):
             raise ValueError(f"topology_details must be true or false, not {self.topology_details!r}")
+        if self.node_pool is not None and (not isinstance(self.node_pool, str) or len(self.node_pool) > 63):
+            raise ValueError(f"node_pool must be a label value (up to 63 characters) or null, not {self.node_pool!r}")
         if self.workload_types not in ("learnt", "prior"):
             raise ValueError(f"workload_types must be 'learnt' or 'prior', not {self.workload_types!r}")
 
@@ -680,6 +689,8 @@ class Session:
         usage: dict[str, dict[str, float]] | None = None,
     ) -> None:
         self.config = config or SessionConfig()
+        if self.config.node_pool is not None:
+            state = pool_view(state, self.config.node_pool, self.config.node_pool_label)
         self.now_ms = now_ms
         self.state = state
         self.nodes = [NodeInfo(n, i) for i, n in enumerate(state.nodes)]

@@ -407,6 +407,50 @@ class WorkloadWindow:
         return other
 
 
+#: The node label that partitions a cluster into node pools, each scheduled by its own shard (KAI's
+#: default ``nodePoolLabelKey``).
+NODE_POOL_LABEL: Final = "kai.scheduler/node-pool"
+
+
+def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> ClusterState:
+    """What the shard scheduling node pool `pool` sees: the nodes whose `label` is `pool` and the pods
+    whose `label` is `pool` (``""``: the default shard, nodes and pods without the label), as KAI's
+    scheduling shards partition a cluster.
+
+    Pods of other pools bound to this pool's nodes still hold capacity there: they become foreign pods.
+    Pod groups without a pod in the pool are left out; queues stay (a queue without pods here asks for
+    nothing, so fair share divides this pool's capacity among the queues that have work in it).
+    """
+    nodes = tuple(n for n in state.nodes if n.labels.get(label, "") == pool)
+    names = {n.name for n in nodes}
+    pods: list[Pod] = []
+    foreign = list(state.foreign_pods)
+    for p in state.pods:
+        if p.labels.get(label, "") == pool:
+            pods.append(p)
+        elif p.node in names and p.status in (PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.RELEASING):
+            foreign.append(
+                ForeignPod(
+                    p.uid,
+                    p.name,
+                    p.namespace,
+                    p.node,
+                    p.request,
+                    p.labels,
+                    p.host_ports,
+                    releasing=p.status is PodStatus.RELEASING,
+                )
+            )
+    jobs_here = {p.job for p in pods}
+    return replace(
+        state,
+        nodes=nodes,
+        jobs=tuple(j for j in state.jobs if j.uid in jobs_here),
+        pods=tuple(pods),
+        foreign_pods=tuple(foreign),
+    )
+
+
 def default_queue_resources(
     gpu_quota: int = 0, gpu_limit: int | None = None, gpu_weight: int = 1
 ) -> dict[str, ResourceQuota]:

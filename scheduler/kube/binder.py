@@ -1196,6 +1196,7 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
     add_kubeconfig_argument(p)
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.decisions, PREFIX.deadletter as topics")
+    p.add_argument("--node-pool", default=None, metavar="POOL", help="the node pool this instance is the shard of (label kai.scheduler/node-pool; \"\" = the default shard, nodes without it): its own decisions topic; docs/deploy.md")
     p.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default {DEFAULT_GROUP})")
     p.add_argument(
         "--grace-period",
@@ -1273,7 +1274,7 @@ def run_cli(args: Any) -> int:
     from ingest.log import LogError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    topics = Topics.from_prefix(args.topic_prefix)
+    topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
     try:
         api = api_client_for("bind", args.kubeconfig)
         log_ = open_log_for("bind", args.log, topics=topics.all(), role="binder")

@@ -35,7 +35,7 @@ from scheduler.engine.session import (
     SessionConfig,
     TaskInfo,
 )
-from scheduler.engine.state import PodStatus
+from scheduler.engine.state import NODE_POOL_LABEL, PodStatus
 
 RECORD_VERSION: Literal[2] = 2
 _V2_FIELDS = frozenset(
@@ -183,6 +183,8 @@ def config_hash(config: SessionConfig) -> str:
             del fields[name]
     if not fields["topology_details"]:
         del fields["topology_details"]
+    if fields["node_pool"] is None and fields["node_pool_label"] == NODE_POOL_LABEL:
+        del fields["node_pool"], fields["node_pool_label"]  # unsharded: the hash it always had
     if fields["workload_types"] == "prior" or fields["node_scoring"] not in ("fgd", "frag-aware"):
         del fields["workload_types"]  # absent = prior; only the fragmentation rules read it
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
