@@ -20,6 +20,7 @@ KAI field                                              Hourglass
 ``spec.minRuntime.preemptMinRuntime`` / ``reclaim...``  ``default_preempt_min_runtime_ms`` / ``reclaim``
 ``spec.args["max-consolidation-preemptees"]``          ``max_consolidation_preemptees``
 ``spec.args["default-staleness-grace-period"]``        ``stale_grace_ms``
+``spec.partitionLabelValue`` / ``partitionLabelKey``     ``node_pool`` / ``node_pool_label`` (the shard's pool)
 =====================================================  ==========================================
 
 Time-based fair share follows KAI's default when reading a shard: **off** unless ``usageDBConfig`` is set
@@ -28,8 +29,7 @@ shard, is on (kValue 1.0 over the exact event-log ledger, which every Hourglass 
 
 Fields with no Hourglass equivalent that do not change where pods go are collected in one warning
 (:attr:`ShardConfig.unsupported`): ``queueDepthPerAction`` (KAI caps the jobs tried per queue per action;
-Hourglass tries every job, so it may place more in one cycle, never differently), ``partitionLabelValue``
-(node pools are a separate feature), ``plugins`` / ``actions`` overrides, other ``args``, ``clientType`` and
+Hourglass tries every job, so it may place more in one cycle, never differently), ``plugins`` / ``actions`` overrides, other ``args``, ``clientType`` and
 the other usage-DB client fields. Fields whose silent loss would change decisions are refused
 (:class:`ShardError`): ``windowType: cron`` and a ``queue-label-key`` other than ``kai.scheduler/queue``.
 """
@@ -123,8 +123,16 @@ def read_shard(doc: dict[str, Any]) -> ShardConfig:
     fair: dict[str, Any] = {}
     prom: dict[str, Any] | None = None
     unsupported: list[str] = []
-    handled = {"kValue", "usageDBConfig", "placementStrategy", "minRuntime", "args"}
+    handled = {"kValue", "usageDBConfig", "placementStrategy", "minRuntime", "args", "partitionLabelValue"}
+    handled.add("partitionLabelKey")
     unsupported += [f"spec.{k}" for k in sorted(spec) if k not in handled]
+    # The shard's node pool (docs/deploy.md "Node pools and scheduling shards").
+    for key, name in (("partitionLabelValue", "node_pool"), ("partitionLabelKey", "node_pool_label")):
+        if key in spec:
+            value = spec[key]
+            if not isinstance(value, str):
+                raise ShardError(f"spec.{key}: must be a string, not {value!r}")
+            engine[name] = value
 
     usage = spec.get("usageDBConfig")
     if usage:

@@ -81,7 +81,7 @@ def test_each_shard_places_only_its_pool_on_its_pool(pool: str | None, expected:
 
 
 def test_another_pools_pod_on_this_pools_node_still_holds_its_gpus() -> None:
-    events = _cluster() + [ev.PodBound(at_ms=S, name="pb", namespace="ns", node="a1", gpu_devices=[0, 1])]
+    events = [*_cluster(), ev.PodBound(at_ms=S, name="pb", namespace="ns", node="a1", gpu_devices=[0, 1])]
     events += _pod("pa4", "a", 4, at=2 * S)
     b = StateBuilder()
     for e in events:

@@ -74,15 +74,16 @@ def test_engine_config_from_kais_advanced_shard_example(
     assert (cfg.gpu_placement, cfg.cpu_placement) == ("spread", "binpack")
     assert (cfg.default_preempt_min_runtime_ms, cfg.default_reclaim_min_runtime_ms) == (600_000, 300_000)
     assert cfg.k_value == 0.0  # no usageDBConfig: KAI has no usage history, time-based fair share is off
+    assert (cfg.node_pool, cfg.node_pool_label) == ("gpu-nodes", "kai.scheduler/node-pool")  # the shard's pool
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1  # every unsupported field in one warning
     for name in (
-        "spec.partitionLabelValue",
         "spec.queueDepthPerAction",
         "spec.args[leader-elect]",
         "spec.args[log-level]",
     ):
         assert name in warnings[0]
+    assert "partitionLabelValue" not in warnings[0]
 
 
 def test_time_based_fairshare_shard_for_both_services(tmp_path: Path) -> None:
