@@ -34,8 +34,18 @@ from typing import Any, Final
 import duckdb
 
 from analytics.audit.store import StoreError, open_readonly, resolve_store
+from scheduler.engine.record.inflight import DEFAULT_BIND_DEADLINE_MS
 
-__all__ = ["ExplainError", "Explanation", "add_arguments", "advice", "explain", "parse_time", "run_cli"]
+__all__ = [
+    "ExplainError",
+    "Explanation",
+    "add_arguments",
+    "advice",
+    "explain",
+    "never_fits",
+    "parse_time",
+    "run_cli",
+]
 
 RESOURCES: Final = ("gpu", "cpu", "memory")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -223,7 +233,8 @@ def _holders(s: _Store, events_offset: int, t_ms: int) -> list[dict[str, Any]]:
         binds AS (
           SELECT pod, arg_max(queue, logical_time_ms) AS queue, arg_max(job, logical_time_ms) AS job,
                  arg_max(len(gpu_devices) * CASE WHEN gpu_milli_per_device > 0 THEN gpu_milli_per_device
-                         ELSE 1000 END, logical_time_ms) AS gpu_milli
+                         ELSE 1000 END, logical_time_ms) AS gpu_milli,
+                 arg_max(node, logical_time_ms) AS node, max(logical_time_ms) AS decided_ms
           FROM decisions WHERE kind = 'Bind' AND logical_time_ms <= ? GROUP BY pod
         )
         SELECT * FROM (
@@ -239,6 +250,14 @@ def _holders(s: _Store, events_offset: int, t_ms: int) -> list[dict[str, Any]]:
         LEFT JOIN binds d ON d.pod = l.uid
         WHERE l.last_type IN ('PodBound', 'PodReleasing')
         UNION ALL
+        -- Binds in flight: decided (by this cycle or one within the bind deadline) but not yet back as a
+        -- PodBound event. The engine counts them on their node (scheduler/engine/record/inflight.py), so
+        -- the free GPUs shown here agree with the decision's "most free on a node".
+        SELECT l.uid AS pod, d.node AS node, false AS releasing, d.queue AS queue, d.job AS job,
+               d.gpu_milli AS gpu_milli
+        FROM life l JOIN binds d ON d.pod = l.uid
+        WHERE l.last_type = 'PodSubmitted' AND ? - d.decided_ms < ?
+        UNION ALL
         -- Pods of other schedulers hold GPUs too: they are in no queue.
         SELECT f.uid AS pod, f.raw->>'node' AS node, (f.raw->>'releasing') = 'true' AS releasing,
                '(other schedulers)' AS queue, NULL AS job,
@@ -252,7 +271,7 @@ def _holders(s: _Store, events_offset: int, t_ms: int) -> list[dict[str, Any]]:
         WHERE f.last_type = 'ForeignPodUpserted'
         ) ORDER BY node, pod
         """,
-        [events_offset, events_offset, events_offset, t_ms, events_offset],
+        [events_offset, events_offset, events_offset, t_ms, t_ms, DEFAULT_BIND_DEADLINE_MS, events_offset],
     )
 
 
@@ -344,7 +363,10 @@ def _pending(s: _Store, e: Explanation, d: dict[str, Any]) -> None:
     if requested:
         need = ", ".join(_amount(r, requested.get(r)) for r in RESOURCES if requested.get(r))
         e.lines.append(f"  How much is missing: the job's pending pods request {need or 'nothing'}")
-        if "largest_free_gpus_on_a_node" in details and requested.get("gpu"):
+        too_big = details.get("exceeds_every_node")
+        if isinstance(too_big, dict):
+            e.lines.append("    " + never_fits(too_big))
+        elif "largest_free_gpus_on_a_node" in details and requested.get("gpu"):
             largest = float(details["largest_free_gpus_on_a_node"])
             e.lines.append(
                 f"    the most free GPUs on any one node is {largest:g}; the job needs {requested['gpu'] / 1000:g}"
@@ -380,6 +402,16 @@ def _advice(s: _Store, d: dict[str, Any], details: dict[str, Any], free: int | N
         (int(q["gpu_allocated"]), int(q["gpu_fair_share"])) if q is not None else None,
         free,
         [(str(r["queue"]), int(r["excess"])) for r in over],
+    )
+
+
+def never_fits(too_big: dict[str, Any]) -> str:
+    """The sentence for a pod larger than every node (the ``exceeds_every_node`` detail of its decision)."""
+    res = str(too_big.get("resource"))
+    need, largest = int(too_big.get("requested") or 0), int(too_big.get("largest_node") or 0)
+    return (
+        f"no node can ever hold this pod: it requests {_amount(res, need)} and the largest node has"
+        f" {_amount(res, largest)} in all"
     )
 
 
@@ -421,6 +453,14 @@ def advice(
             " room: wait for pods in one domain to finish, ask for a wider level or a preferred placement"
             " instead of a required one, or make the gang smaller (reclaim and preempt do not free a domain"
             " for it yet)."
+        )
+    too_big = details.get("exceeds_every_node")
+    if isinstance(too_big, dict):
+        res, cap = str(too_big.get("resource")), int(too_big.get("largest_node") or 0)
+        return (
+            f"{never_fits(too_big)}, so it will never start as it is: waiting, reclaim or a larger quota cannot"
+            f" help. Ask for at most {_amount(res, cap)} per pod (split the work into more, smaller pods)"
+            f" or add a node with at least {_amount(res, int(too_big.get('requested') or 0))}."
         )
     filters = details.get("filters") or {}
     placement = [c for c in filters if not c.startswith("Insufficient") and c != "TooManyPods"]
@@ -519,7 +559,9 @@ def _landing(d: dict[str, Any]) -> list[str]:
         met = "met" if where.get("within_preferred") else "not met: its pods span several"
         wanted.append(f"prefers one {where['preferred_level']} ({met})")
     domain = where.get("domain") or "no common domain"
-    return [f"Topology {where.get('topology')}: the gang's placed pods are within {domain}; it {', '.join(wanted)}"]
+    return [
+        f"Topology {where.get('topology')}: the gang's placed pods are within {domain}; it {', '.join(wanted)}"
+    ]
 
 
 def _explain(s: _Store, pod_arg: str, at_ms: int | None) -> Explanation:

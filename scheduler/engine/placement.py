@@ -171,6 +171,26 @@ def max_node_resources_error(ssn: Session, task: TaskInfo) -> str | None:
     return None
 
 
+def exceeds_every_node(ssn: Session, task: TaskInfo) -> dict[str, int | str] | None:
+    """What makes `task` larger than every Ready node, or None: ``{"resource", "requested", "largest_node"}``
+    in engine units (milli-GPU, millicores, bytes).
+
+    The structured twin of :func:`max_node_resources_error`: such a pod never starts as it is, whatever
+    finishes or is reclaimed, and the record says so in the pending job's details so advice can too.
+    """
+    req = task.request
+    most, max_cpu, max_mem = _node_maxima(ssn)
+    if req.gpus or req.is_shared:
+        need = req.gpus or req.gpu_fraction_devices
+        if need > most:
+            return {"resource": "gpu", "requested": need * GPU_MILLI, "largest_node": most * GPU_MILLI}
+    if req.cpu > max_cpu:
+        return {"resource": "cpu", "requested": req.cpu, "largest_node": max_cpu}
+    if req.memory > max_mem:
+        return {"resource": "memory", "requested": req.memory, "largest_node": max_mem}
+    return None
+
+
 def ordered_fits(
     ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo], allow_idle: bool = True, best_only: bool = False
 ) -> tuple[list[Fit], Counter[str]]:

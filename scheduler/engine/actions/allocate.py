@@ -9,7 +9,7 @@ from scheduler.engine import topology
 from scheduler.engine.actions.common import candidate_jobs, over_capacity, should_pipeline_job
 from scheduler.engine.actions.subgroup_allocate import allocate_subgroups
 from scheduler.engine.ordering import JobsByQueue
-from scheduler.engine.placement import allocate_task
+from scheduler.engine.placement import allocate_task, exceeds_every_node
 from scheduler.engine.predicates import filter_counts
 from scheduler.engine.session import JobInfo, NodeInfo, Session, Statement, TaskInfo
 from scheduler.engine.state import PodStatus
@@ -111,9 +111,14 @@ def allocate_job(
         if err is not None:
             stmt.rollback(cp)
             filters = filter_counts(ssn.last_why) if ssn.last_why else {}
-            extra = {"filters": filters} if any(k not in _CAPACITY for k in filters) else {}
+            extra: dict[str, object] = (
+                {"filters": filters} if any(k not in _CAPACITY for k in filters) else {}
+            )
             ssn.last_why = Counter()
             if record_errors:
+                too_big = exceeds_every_node(ssn, task)
+                if too_big is not None:
+                    extra["exceeds_every_node"] = too_big
                 m = job.min_available
                 running = sum(1 for t in job.tasks if t.status in (PodStatus.RUNNING, PodStatus.ALLOCATED))
                 if m > 1 and running < m:
