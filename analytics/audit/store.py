@@ -40,7 +40,7 @@ import duckdb
 import polars as pl
 
 from analytics.audit.history import Intervals
-from analytics.audit.views import create_table_views, create_views, history_dir
+from analytics.audit.views import TABLE_VIEWS, create_table_views, create_views, history_dir
 from analytics.rundir import CYCLES_FILE, EVENTS_FILE, USAGE_FILE
 from fairshare.record import UsageRecordError, parse_usage_record
 from ingest.events import parse_event
@@ -55,7 +55,9 @@ __all__ = [
     "QueryLimits",
     "QueryResult",
     "StoreError",
+    "bind_history",
     "check_select",
+    "connect_readonly",
     "load_cycles",
     "load_events",
     "load_run_dir",
@@ -707,21 +709,57 @@ class QueryResult:
     truncated: bool
 
 
+def connect_readonly(path: Path | str) -> duckdb.DuckDBPyConnection:
+    """A plain read-only connection to the DuckDB file at *path*; StoreError naming it if it is not one."""
+    try:
+        return duckdb.connect(str(path), read_only=True)
+    except duckdb.Error as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise StoreError(f"{path}: not a DuckDB audit store ({first})") from None
+
+
+def bind_history(con: duckdb.DuckDBPyConnection, path: Path | str) -> None:
+    """Point *con*'s public tables at the Parquet history next to the store file where it is now.
+
+    The views stored in the file name the history where the store was last written; a store that was
+    moved or copied since, or is opened from another directory, must read the history beside it. Temporary
+    views of the same names shadow the stored ones (also inside the report's views) for this connection.
+    A store whose archived days are gone (the ``.duckdb`` file copied without its history folder) is
+    refused rather than read as if those days were empty.
+    """
+    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+    if not {"archived_span", *(t for _, t, _, _, _ in TABLE_VIEWS)} <= have:
+        return  # not an audit store (or an older one): nothing to rebind
+    history = history_dir(path)
+    archived = con.execute("SELECT count(*) FROM archived_span").fetchall()[0][0]
+    if archived and not history.is_dir():
+        raise StoreError(
+            f"{path}: its Parquet history {history.name}/ is missing (copy or move it together with the"
+            " .duckdb file)"
+        )
+    create_table_views(con, history, temporary=True)
+
+
 def open_readonly(
     path: Path | str, *, memory_limit: str = _SANDBOX_MEMORY, threads: int = _SANDBOX_THREADS
 ) -> duckdb.DuckDBPyConnection:
     """Open a store read-only, with file and network access from SQL disabled (but for reading its own
     Parquet history), DuckDB's memory and threads bounded, and the settings locked."""
-    con = duckdb.connect(str(path), read_only=True)
+    con = connect_readonly(path)
     try:
         con.execute("SET memory_limit = ?", [memory_limit])
         con.execute("SET threads = ?", [threads])
     except duckdb.Error as e:
         con.close()
         raise StoreError(f"bad memory limit {memory_limit!r} or threads {threads}: {e}") from None
+    try:
+        bind_history(con, path)
+    except StoreError:
+        con.close()
+        raise
     history = history_dir(path)
     if history.is_dir():
-        con.execute("SET allowed_directories = ?", [[str(history.resolve()) + "/"]])
+        con.execute("SET allowed_directories = ?", [[str(history) + "/"]])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
     return con

@@ -63,8 +63,9 @@ TABLE_VIEWS: Final[tuple[tuple[str, str, str, str | None, str | None], ...]] = (
 
 
 def history_dir(db_path: str | Path) -> Path:
-    """The Parquet history folder of the store at *db_path* (``audit.duckdb`` → ``audit.history``)."""
-    p = Path(db_path)
+    """The Parquet history folder of the store at *db_path* (``audit.duckdb`` → ``audit.history``), absolute:
+    a view names it whatever the working directory was when the store was written."""
+    p = Path(db_path).resolve()
     return p.with_name(p.stem + ".history")
 
 
@@ -83,8 +84,9 @@ def create_table_views(con: duckdb.DuckDBPyConnection, history: Path | None, *, 
         parts = [f"SELECT * FROM {table}"]
         glob = history_glob(history, folder) if history is not None else None
         if glob is not None:
+            quoted = glob.replace("'", "''")
             parts.append(
-                f"SELECT * EXCLUDE (day) FROM read_parquet('{glob}', hive_partitioning = true, union_by_name = true)"
+                f"SELECT * EXCLUDE (day) FROM read_parquet('{quoted}', hive_partitioning = true, union_by_name = true)"
             )
         if open_table is not None:
             parts.append(f"SELECT * EXCLUDE ({state_col}) FROM {open_table}")

@@ -33,8 +33,8 @@ from typing import IO, Any, Final
 
 import duckdb
 
-from analytics.audit.store import AuditStore, StoreError, resolve_store
-from analytics.audit.views import create_table_views, create_views, history_dir, views_current
+from analytics.audit.store import AuditStore, StoreError, bind_history, connect_readonly, resolve_store
+from analytics.audit.views import create_views, views_current
 
 __all__ = [
     "EVICTION_KINDS",
@@ -257,11 +257,12 @@ def connect(store: Path | str) -> tuple[duckdb.DuckDBPyConnection, Path]:
     except StoreError as e:
         raise ReportError(str(e)) from e
     try:
-        con = duckdb.connect(str(db), read_only=True)
-    except duckdb.Error as e:
-        raise ReportError(f"{db}: cannot open the audit store ({e})") from e
+        con = connect_readonly(db)
+    except StoreError as e:
+        raise ReportError(str(e)) from e
     temporary = False
     try:
+        bind_history(con, db)
         if not views_current(con):
             # An older store (or older views): rewrite them in the file so `hourglass sql` sees the same
             # definitions; if it cannot be written (another process holds the write lock, a read-only
@@ -271,15 +272,18 @@ def connect(store: Path | str) -> tuple[duckdb.DuckDBPyConnection, Path]:
                 AuditStore(db).close()
             except duckdb.Error:
                 temporary = True
-            con = duckdb.connect(str(db), read_only=True)
+            con = connect_readonly(db)
+            bind_history(con, db)
             if temporary:
-                create_table_views(con, history_dir(db), temporary=True)
                 create_views(con, temporary=True)
         if not temporary:
             # The report reads these views many times: compute them once. A temporary table shadows the
             # stored view of the same name, also inside the other views, for this connection only.
             for name in _MATERIALISED:
                 con.execute(f"CREATE TEMP TABLE {name} AS SELECT * FROM main.{name}")
+    except StoreError as e:
+        con.close()
+        raise ReportError(str(e)) from e
     except duckdb.Error as e:
         con.close()
         raise ReportError(f"{db}: not an audit store ({e})") from e

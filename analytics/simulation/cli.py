@@ -30,6 +30,17 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+
+def _positive_int(text: str) -> int:
+    """A count of at least 1 (argparse type): a negative or zero limit is a mistake, not "no tasks"."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass simulate`` options."""
     # The trace options default to None so that --config can tell whether they were given; run_cli fills
@@ -78,7 +89,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--limit-tasks",
-        type=int,
+        type=_positive_int,
         default=None,
         metavar="N",
         help="simulate only the first N tasks by creation time",

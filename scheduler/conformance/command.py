@@ -22,8 +22,13 @@ def run_cli(args: argparse.Namespace) -> int:
     if not root.exists():
         print(f"conformance: no such directory: {root}", file=sys.stderr)
         return 2
+    files = list(scenario_files(root))
+    if not files:
+        # 0 passed, 0 failed would read as success: nothing was checked.
+        print(f"conformance: no scenario files (*.json) under {root}", file=sys.stderr)
+        return 2
     passed = failed = soft = 0
-    for path in scenario_files(root):
+    for path in files:
         res = run_file(path)
         if res.passed:
             passed += 1
