@@ -174,7 +174,8 @@ def test_unbounded_search_when_nothing_is_cut() -> None:
 def test_configs_recorded_without_the_budget_keep_their_hash_and_replay_unbounded() -> None:
     cfg = SessionConfig()
     old = asdict(cfg)
-    del old["solver_job_budget"], old["solver_action_budget"], old["workload_types"]  # both newer fields
+    del old["solver_job_budget"], old["solver_action_budget"], old["workload_types"]  # newer fields
+    del old["node_pool"], old["node_pool_label"]
     old_hash = config_hash(cfg.unbudgeted())
     import hashlib
 
