@@ -10,13 +10,13 @@ from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY
 
 
 def positive_int(text: str) -> int:
-    """An argparse type: a whole number >= 1."""
+    """An argparse type: a whole number >= 1 (a count where 0 or less is a mistake, not "none")."""
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
     return value
 
 

@@ -25,21 +25,12 @@ from analytics.simulation.simulate import (
 from ingest import events as ev
 from ingest.tenants import TenantsConfig
 from ingest.trace import TraceTask
+from scheduler.command import positive_int
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 
-
-def _positive_int(text: str) -> int:
-    """A count of at least 1 (argparse type): a negative or zero limit is a mistake, not "no tasks"."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, not {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``hourglass simulate`` options."""
@@ -89,7 +80,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--limit-tasks",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="simulate only the first N tasks by creation time",

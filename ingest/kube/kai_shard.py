@@ -123,8 +123,8 @@ def read_shard(doc: dict[str, Any]) -> ShardConfig:
     fair: dict[str, Any] = {}
     prom: dict[str, Any] | None = None
     unsupported: list[str] = []
-    handled = {"kValue", "usageDBConfig", "placementStrategy", "minRuntime", "args", "partitionLabelValue"}
-    handled.add("partitionLabelKey")
+    handled = {"kValue", "usageDBConfig", "placementStrategy", "minRuntime", "args"}
+    handled |= {"partitionLabelValue", "partitionLabelKey"}  # the shard's node pool, below
     unsupported += [f"spec.{k}" for k in sorted(spec) if k not in handled]
     # The shard's node pool (docs/deploy.md "Node pools and scheduling shards").
     for key, name in (("partitionLabelValue", "node_pool"), ("partitionLabelKey", "node_pool_label")):

@@ -360,8 +360,8 @@ def workload_shape(pod: Pod) -> WorkloadShape | None:
         chosen = pod.node_selector.get(key)
         if chosen is not None:
             models.add(chosen)
-    for term in pod.affinity[:1] if len(pod.affinity) == 1 else ():  # OR-ed terms: no single allow-list
-        for expr in term:
+    if len(pod.affinity) == 1:  # OR-ed terms give no single allow-list
+        for expr in pod.affinity[0]:
             if expr.key in GPU_MODEL_LABELS and expr.operator == "In":
                 models.update(expr.values)
     return (r.cpu, per_gpu, gpus, tuple(sorted(models)) if gpus else ())

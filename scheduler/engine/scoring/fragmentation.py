@@ -30,7 +30,7 @@ import math
 import weakref
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -173,21 +173,27 @@ def typical_task_types(tasks: Iterable[TraceTask], threshold: float = POPULARITY
     count, most popular first (ties: larger shape first); the shortest prefix covering at least
     `threshold` of all tasks is kept and each kept type weighs ``count / (tasks in the prefix)``.
     """
-    counts: Counter[tuple[int, int, int, tuple[str, ...]]] = Counter()
+    counts: Counter[WorkloadShape] = Counter()
     for t in tasks:
         counts[(t.cpu_millicores, t.gpu_milli if t.num_gpu else 0, t.num_gpu, t.gpu_spec)] += 1
     total = sum(counts.values())
     if not total:
         return []
-    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0][:3], "|".join(kv[0][3])), reverse=True)
-    kept: list[tuple[tuple[int, int, int, tuple[str, ...]], int]] = []
-    covered = 0
-    for shape, n in ranked:
+    return _popular_prefix(counts, total, threshold)
+
+
+def _popular_prefix(mass: Mapping[WorkloadShape, float], total: float, threshold: float) -> list[TaskType]:
+    """Shapes by mass, most popular first (ties: larger shape first), the shortest prefix covering at least
+    `threshold` of `total`; each kept type weighs ``mass / (mass of the prefix)``."""
+    ranked = sorted(mass.items(), key=lambda kv: (kv[1], kv[0][:3], "|".join(kv[0][3])), reverse=True)
+    kept: list[tuple[WorkloadShape, float]] = []
+    covered: float = 0
+    for shape, m in ranked:
         if covered >= threshold * total:
             break
-        kept.append((shape, n))
-        covered += n
-    return [TaskType(c, u, d, spec, n / covered, n) for (c, u, d, spec), n in kept]
+        kept.append((shape, m))
+        covered += m
+    return [TaskType(c, u, d, spec, m / covered, round(m)) for (c, u, d, spec), m in kept]
 
 
 _DEFAULT_TYPES: list[TaskType] | None = None
@@ -250,16 +256,7 @@ def learnt_task_types(
         mass[key] = mass.get(key, 0.0) + prior_pods * t.weight
     for shape, n in workload:
         mass[shape] = mass.get(shape, 0.0) + n
-    total = math.fsum(mass.values())
-    ranked = sorted(mass.items(), key=lambda kv: (kv[1], kv[0][:3], "|".join(kv[0][3])), reverse=True)
-    kept: list[tuple[WorkloadShape, float]] = []
-    covered = 0.0
-    for shape, m in ranked:
-        if covered >= threshold * total:
-            break
-        kept.append((shape, m))
-        covered += m
-    return [TaskType(c, u, d, spec, m / covered, round(m)) for (c, u, d, spec), m in kept]
+    return _popular_prefix(mass, math.fsum(mass.values()), threshold)
 
 
 # --------------------------------------------------------------------------- scoring helpers
