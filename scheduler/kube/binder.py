@@ -1262,6 +1262,13 @@ def add_arguments(p: Any) -> None:
     p.add_argument(
         "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
     )
+    from ingest.kube.lease import add_leader_election_arguments
+
+    add_leader_election_arguments(p, LEASE_NAME)
+
+
+#: The binder's default Lease (``--leader-elect``); a node-pool shard's carries its pool.
+LEASE_NAME = "hourglass-binder"
 
 
 def run_cli(args: Any) -> int:
@@ -1275,7 +1282,14 @@ def run_cli(args: Any) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
+    from ingest.kube.lease import elect, signal_self
+
     try:
+        # A standby waits here, before opening the log: it binds nothing until it holds the Lease.
+        elector = elect("bind", args, LEASE_NAME)
+        if elector is not None and not elector.is_leader:
+            print("bind: stopped while standby", file=sys.stderr)
+            return 0
         api = api_client_for("bind", args.kubeconfig)
         log_ = open_log_for("bind", args.log, topics=topics.all(), role="binder")
     except StartupError as e:
@@ -1325,6 +1339,8 @@ def run_cli(args: Any) -> int:
             eviction_condition=not args.no_eviction_condition,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
+        if elector is not None:
+            elector.keep(on_lost=signal_self)
         try:
             st = binder.run(stop_when_idle=args.stop_when_idle)
         except KeyboardInterrupt:
@@ -1334,6 +1350,8 @@ def run_cli(args: Any) -> int:
             return 2
         finally:
             binder.close()
+            if elector is not None:
+                elector.release()  # after the last call: a successor never overlaps this one's binds
             if server is not None:
                 server.close()
         behind = binder.position < log_.end_offset(topics.decisions)
@@ -1343,4 +1361,7 @@ def run_cli(args: Any) -> int:
         f" pending conditions, {st.pending_events} pending events, {st.queue_statuses} queue statuses,"
         f" {st.dead_letters} dead letters, decisions position {binder.position}"
     )
+    if elector is not None and elector.lost:
+        print(f"bind: lost the lease {elector.path}; exiting so that a standby takes over", file=sys.stderr)
+        return 1
     return 1 if args.stop_when_idle and behind else 0
