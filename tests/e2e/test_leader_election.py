@@ -34,7 +34,7 @@ def _holder(api: Any, ns: str, name: str) -> str:
         lease = client.CoordinationV1Api(api).read_namespaced_lease(name, ns)
     except client.exceptions.ApiException:
         return ""
-    return str(lease.spec.holder_identity or "")
+    return str(lease.spec.holder_identity or "") if lease.spec is not None else ""
 
 
 def _wait(what: str, until: Any, timeout_s: float = 90.0) -> float:
