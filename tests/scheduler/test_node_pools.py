@@ -113,3 +113,36 @@ def test_two_shards_on_one_log_write_their_own_records_and_replay_exactly(tmp_pa
         assert bound == {mine}
         summary = replay(load_source(tmp_path, config=SessionConfig(node_pool=pool), topics=topics), verify=True)
         assert summary.cycles == len(records) > 0 and summary.mismatches == 0
+
+
+def _labelled_group(pod_group_pool: str | None, pod_pool: str | None) -> list[ev.EventBase]:
+    """Pod g-0 of PodGroup g: the PodGroup's and the pod's node-pool labels (None: no label)."""
+    group, pod = _pod("g", pod_pool, 1, at=2 * S)
+    assert isinstance(group, ev.PodGroupUpserted) and isinstance(pod, ev.PodSubmitted)
+    return [group.model_copy(update={"v": 2, "node_pool": pod_group_pool}), pod]
+
+
+@pytest.mark.parametrize(
+    ("group_pool", "pod_pool", "placed_by"),
+    [
+        ("b", None, "b"),  # KAI: the pod grouper copies the top owner's label to the PodGroup
+        ("b", "a", "b"),  # relabelling the PodGroup moves the job (KAI's docs/scheduling-shards)
+        (None, "a", "a"),  # a PodGroup without the label: the pod's own
+        (None, None, ""),
+    ],
+)
+def test_the_podgroups_node_pool_label_decides_the_shard(
+    group_pool: str | None, pod_pool: str | None, placed_by: str
+) -> None:
+    events = [*_cluster(), *_labelled_group(group_pool, pod_pool)]
+    b = StateBuilder()
+    for e in events:
+        b.apply(e)
+    where = {"a": {"a1", "a2"}, "b": {"b1"}, "": {"plain1"}}
+    for pool in ("a", "b", ""):
+        record, _ = run_cycle(b.snapshot(), SessionConfig(node_pool=pool), 3 * S)
+        binds = {d.pod: d.node for d in record.decisions if d.kind == "Bind"}
+        if pool == placed_by:
+            assert binds.get("ns/g") in where[pool]
+        else:
+            assert "ns/g" not in binds
