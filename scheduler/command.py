@@ -136,7 +136,7 @@ def run_cli(args: argparse.Namespace) -> int:
         if elector is not None and not elector.is_leader:
             print("run: stopped while standby", file=sys.stderr)
             return 0
-        log = open_log_for("run", args.log, topics=topics.all(), role="scheduler")
+        log = open_log_for("run", args.log, topics=topics.all(), role=Topics.pool_role("scheduler", args.node_pool))
     except StartupError as e:
         if elector is not None:
             elector.release()

@@ -1291,7 +1291,7 @@ def run_cli(args: Any) -> int:
             print("bind: stopped while standby", file=sys.stderr)
             return 0
         api = api_client_for("bind", args.kubeconfig)
-        log_ = open_log_for("bind", args.log, topics=topics.all(), role="binder")
+        log_ = open_log_for("bind", args.log, topics=topics.all(), role=Topics.pool_role("binder", args.node_pool))
     except StartupError as e:
         print(e, file=sys.stderr)
         return 2
