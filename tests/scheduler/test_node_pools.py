@@ -146,3 +146,29 @@ def test_the_podgroups_node_pool_label_decides_the_shard(
             assert binds.get("ns/g") in where[pool]
         else:
             assert "ns/g" not in binds
+
+
+def test_each_shard_sinks_into_a_store_of_its_own_for_sql(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from analytics.cli import main
+
+    log_dir = tmp_path / "log"
+    with FileLog(log_dir) as log:
+        append_events(log, _cluster())
+        for pool in ("a", "b"):
+            Service(log, Topics().for_pool(pool), SessionConfig(node_pool=pool)).run(stop_when_idle=True)
+    binds: dict[str, list[str]] = {}
+    for pool in ("a", "b"):
+        store = str(tmp_path / f"audit-{pool}.duckdb")
+        assert main(["sink", "--log", str(log_dir), "--store", store, "--node-pool", pool]) == 0
+        capsys.readouterr()
+        query = "SELECT pod FROM decisions WHERE kind = 'Bind' ORDER BY pod"
+        assert main(["sql", "--store", store, "--format", "json", query]) == 0
+        binds[pool] = [row["pod"] for row in json.loads(capsys.readouterr().out)]
+        # Both stores hold every event: the events topic is shared, each store keeps its own position.
+        assert main(["sql", "--store", store, "--format", "json", "SELECT count(*) AS n FROM events"]) == 0
+        assert json.loads(capsys.readouterr().out) == [{"n": len(_cluster())}]
+    assert binds == {"a": ["ns/pa"], "b": ["ns/pb"]}
