@@ -6,7 +6,9 @@ checked against the real CLI parser.
   topic; the metrics Services and ServiceMonitors still select every shard's pods, and the ServiceMonitor
   copies the shard label onto the series. Without ``shards`` the chart renders as before.
 * Leader election: ``--leader-elect`` with the chart's timing on scheduler and binder only, replicas above
-  1 accepted only with it, rolling updates, a token for the scheduler and a Role on Leases alone.
+  1 accepted only with it, rolling updates, a token for the scheduler and a Role on Leases alone; on the
+  real kube-apiserver the Deployments are accepted and SubjectAccessReviews show the Lease rights hold in
+  the release namespace only.
 """
 
 from __future__ import annotations
@@ -163,3 +165,50 @@ def test_bad_shard_and_election_values_fail_with_a_specific_message(
     out = helm_run(helm, "template", "hourglass", str(CHART), *values)
     assert out.returncode != 0
     assert message in out.stderr, out.stderr
+
+
+def _can(api: Any, user: str, verb: str, resource: str, group: str, ns: str) -> bool:
+    from kubernetes import client
+
+    review = client.V1SubjectAccessReview(
+        spec=client.V1SubjectAccessReviewSpec(
+            user=user,
+            groups=["system:serviceaccounts", "system:authenticated"],
+            resource_attributes=client.V1ResourceAttributes(
+                verb=verb, resource=resource, group=group, namespace=ns
+            ),
+        )
+    )
+    status = client.AuthorizationV1Api(api).create_subject_access_review(review).status
+    return status is not None and bool(status.allowed)
+
+
+def test_sharded_standby_deployments_are_accepted_and_lease_rbac_holds_on_a_real_apiserver(
+    helm: str, kube_api: Any, kube_namespace: str
+) -> None:
+    import time
+
+    from kubernetes.dynamic import DynamicClient
+
+    ns = kube_namespace
+    objs = render(helm, *SHARDS, *ELECT, "--set", "scheduler.replicas=2", namespace=ns)
+    namespaced = [o for o in objs if o["kind"] in ("Deployment", "ServiceAccount", "Role", "RoleBinding")]
+    assert len([o for o in namespaced if o["kind"] == "Deployment"]) == 6
+    with kube_api.api_client() as api:
+        dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
+        for obj in namespaced:
+            dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"]).create(body=obj, namespace=ns)
+        user = {c: f"system:serviceaccount:{ns}:hourglass-{c}" for c in ("scheduler", "binder", "fairshare")}
+        lease = "coordination.k8s.io"
+        deadline = time.monotonic() + 15  # the RBAC authorizer sees new bindings through an informer
+        while not all(
+            _can(api, user[c], v, "leases", lease, ns)
+            for c in ("scheduler", "binder")
+            for v in ("get", "create", "update")
+        ):
+            assert time.monotonic() < deadline, "the scheduler and binder cannot hold their Leases"
+            time.sleep(0.3)
+        assert not _can(api, user["scheduler"], "update", "leases", lease, "default")  # own namespace only
+        assert not _can(api, user["scheduler"], "delete", "leases", lease, ns)
+        assert not _can(api, user["scheduler"], "list", "pods", "", ns)
+        assert not _can(api, user["fairshare"], "get", "leases", lease, ns)
