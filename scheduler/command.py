@@ -127,21 +127,6 @@ def run_cli(args: argparse.Namespace) -> int:
     logging.getLogger("hourglass.run").info(
         "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
     )
-    from ingest.kube.lease import LeaseElector, elect, signal_self
-
-    elector: LeaseElector | None = None
-    try:
-        # A standby waits here, before opening the log: a FileLog admits one scheduler at a time.
-        elector = elect("run", args, LEASE_NAME)
-        if elector is not None and not elector.is_leader:
-            print("run: stopped while standby", file=sys.stderr)
-            return 0
-        log = open_log_for("run", args.log, topics=topics.all(), role=Topics.pool_role("scheduler", args.node_pool))
-    except StartupError as e:
-        if elector is not None:
-            elector.release()
-        print(e, file=sys.stderr)
-        return 2
     metrics = server = None
     if args.metrics_port is not None:
         from scheduler.metrics import SchedulerMetrics, serve
@@ -150,14 +135,31 @@ def run_cli(args: argparse.Namespace) -> int:
         try:
             server = serve(metrics, args.metrics_host, args.metrics_port)
         except OSError as e:
-            log.close()
-            if elector is not None:
-                elector.release()
             print(
                 f"run: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
             )
             return 2
         logging.getLogger("hourglass.run").info("metrics on %s", server.url)
+    from ingest.kube.lease import LeaseElector, elect
+
+    elector: LeaseElector | None = None
+    try:
+        # A standby waits here (serving /metrics, so its pod is ready), before opening the log: a FileLog
+        # admits one scheduler at a time.
+        elector = elect("run", args, LEASE_NAME)
+        if elector is not None and not elector.is_leader:
+            if server is not None:
+                server.close()
+            print("run: stopped while standby", file=sys.stderr)
+            return 0
+        log = open_log_for("run", args.log, topics=topics.all(), role=Topics.pool_role("scheduler", args.node_pool))
+    except StartupError as e:
+        if elector is not None:
+            elector.release()
+        if server is not None:
+            server.close()
+        print(e, file=sys.stderr)
+        return 2
     with log:
         service = Service(
             log,
@@ -171,8 +173,6 @@ def run_cli(args: argparse.Namespace) -> int:
         )
         # Prompt even in a long cycle: the cycle is abandoned (it has written nothing) and recovery redoes it.
         signal.signal(signal.SIGTERM, lambda *_: service.interrupt())
-        if elector is not None:
-            elector.keep(on_lost=signal_self)
         try:
             st = service.run(
                 max_steps=1 if args.once else None, stop_when_idle=args.stop_when_idle or args.once

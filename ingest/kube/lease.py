@@ -360,8 +360,10 @@ def lease_settings_from_args(args: argparse.Namespace, default_lease: str) -> Le
 def elect(command: str, args: argparse.Namespace, default_lease: str) -> LeaseElector | None:
     """For a command's start: None without ``--leader-elect``; otherwise block as a standby until this
     instance holds the Lease, and return its elector (``is_leader`` False when SIGTERM came first: the
-    command exits 0 without having worked). The caller then installs its own SIGTERM handler, calls
-    :meth:`LeaseElector.keep` with :func:`signal_self`, and :meth:`LeaseElector.release` when done.
+    command exits 0 without having worked). Renewal starts at once, before the command's own start-up
+    (which may outlast a lease duration); losing the Lease sends this process SIGTERM
+    (:func:`signal_self`), handled by whatever SIGTERM handler the command has installed by then. The
+    caller calls :meth:`LeaseElector.release` when done and exits non-zero when ``lost``.
 
     Bad timing, lease name or kubeconfig: :class:`~ingest.backends.StartupError` naming the command."""
     from ingest.backends import StartupError
@@ -381,6 +383,8 @@ def elect(command: str, args: argparse.Namespace, default_lease: str) -> LeaseEl
         elector.acquire(stop)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if elector.is_leader:
+        elector.keep(on_lost=signal_self)
     return elector
 
 

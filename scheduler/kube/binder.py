@@ -1282,21 +1282,42 @@ def run_cli(args: Any) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
-    from ingest.kube.lease import elect, signal_self
+    if args.workers < 1:
+        print(f"bind: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
+    metrics = None
+    server = None
+    if args.metrics_port is not None:
+        from scheduler.metrics import serve
 
+        metrics = BinderMetrics.create()
+        try:
+            server = serve(metrics, args.metrics_host, args.metrics_port)
+        except OSError as e:
+            print(
+                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
+            )
+            return 2
+    from ingest.kube.lease import LeaseElector, elect
+
+    elector: LeaseElector | None = None
     try:
-        # A standby waits here, before opening the log: it binds nothing until it holds the Lease.
+        # A standby waits here (serving /metrics, so its pod is ready), before opening the log: it binds
+        # nothing until it holds the Lease.
         elector = elect("bind", args, LEASE_NAME)
         if elector is not None and not elector.is_leader:
+            if server is not None:
+                server.close()
             print("bind: stopped while standby", file=sys.stderr)
             return 0
         api = api_client_for("bind", args.kubeconfig)
         log_ = open_log_for("bind", args.log, topics=topics.all(), role=Topics.pool_role("binder", args.node_pool))
     except StartupError as e:
+        if elector is not None:
+            elector.release()
+        if server is not None:
+            server.close()
         print(e, file=sys.stderr)
-        return 2
-    if args.workers < 1:
-        print(f"bind: --workers must be at least 1, not {args.workers}", file=sys.stderr)
         return 2
     BinderApi.size_pool(api, args.workers)
     sharing = None
@@ -1310,20 +1331,6 @@ def run_cli(args: Any) -> int:
             sync_interval_s=args.reservation_sync_interval,
         )
         sharing = GpuSharing(kube_api.core, kube_api.call, cfg)
-    metrics = None
-    server = None
-    if args.metrics_port is not None:
-        from scheduler.metrics import serve
-
-        metrics = BinderMetrics.create()
-        try:
-            server = serve(metrics, args.metrics_host, args.metrics_port)
-        except OSError as e:
-            print(
-                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
-            )
-            log_.close()
-            return 2
     with log_:
         binder = Binder(
             log_,
@@ -1339,8 +1346,6 @@ def run_cli(args: Any) -> int:
             eviction_condition=not args.no_eviction_condition,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
-        if elector is not None:
-            elector.keep(on_lost=signal_self)
         try:
             st = binder.run(stop_when_idle=args.stop_when_idle)
         except KeyboardInterrupt:
