@@ -100,6 +100,14 @@ class Topics:
         decisions = f"{self.decisions}.pool.{pool}" if pool else f"{self.decisions}.pool"
         return Topics(self.events, self.usage, decisions, self.deadletter)
 
+    @staticmethod
+    def pool_role(role: str, pool: str | None) -> str:
+        """The one-per-log role of a shard's process (``scheduler.pool.<pool>``): shards of one log run
+        side by side, two instances of one shard do not."""
+        if pool is None:
+            return role
+        return f"{role}.pool.{pool}" if pool else f"{role}.pool"
+
     @classmethod
     def from_prefix(cls, prefix: str | None) -> Topics:
         """The topics of a ``--topic-prefix`` option: :meth:`with_prefix`, or the defaults when unset."""

@@ -8,6 +8,9 @@ from pathlib import Path
 
 from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY
 
+#: The scheduler's default Lease (``--leader-elect``); a node-pool shard's carries its pool.
+LEASE_NAME = "hourglass-scheduler"
+
 
 def positive_int(text: str) -> int:
     """An argparse type: a whole number >= 1 (a count where 0 or less is a mistake, not "none")."""
@@ -64,8 +67,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
     )
     from fairshare.settings import add_settings_arguments
+    from ingest.kube.client import add_kubeconfig_argument
+    from ingest.kube.lease import add_leader_election_arguments
 
     add_settings_arguments(p)
+    add_leader_election_arguments(p, LEASE_NAME)
+    add_kubeconfig_argument(p)  # only the Lease is read or written through it
 
 
 def _engine_config_sets(path: str, name: str) -> bool:
@@ -120,11 +127,6 @@ def run_cli(args: argparse.Namespace) -> int:
     logging.getLogger("hourglass.run").info(
         "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
     )
-    try:
-        log = open_log_for("run", args.log, topics=topics.all(), role="scheduler")
-    except StartupError as e:
-        print(e, file=sys.stderr)
-        return 2
     metrics = server = None
     if args.metrics_port is not None:
         from scheduler.metrics import SchedulerMetrics, serve
@@ -133,12 +135,31 @@ def run_cli(args: argparse.Namespace) -> int:
         try:
             server = serve(metrics, args.metrics_host, args.metrics_port)
         except OSError as e:
-            log.close()
             print(
                 f"run: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
             )
             return 2
         logging.getLogger("hourglass.run").info("metrics on %s", server.url)
+    from ingest.kube.lease import LeaseElector, elect
+
+    elector: LeaseElector | None = None
+    try:
+        # A standby waits here (serving /metrics, so its pod is ready), before opening the log: a FileLog
+        # admits one scheduler at a time.
+        elector = elect("run", args, LEASE_NAME)
+        if elector is not None and not elector.is_leader:
+            if server is not None:
+                server.close()
+            print("run: stopped while standby", file=sys.stderr)
+            return 0
+        log = open_log_for("run", args.log, topics=topics.all(), role=Topics.pool_role("scheduler", args.node_pool))
+    except StartupError as e:
+        if elector is not None:
+            elector.release()
+        if server is not None:
+            server.close()
+        print(e, file=sys.stderr)
+        return 2
     with log:
         service = Service(
             log,
@@ -163,6 +184,9 @@ def run_cli(args: argparse.Namespace) -> int:
                 server.close()
             print(f"run: {e}", file=sys.stderr)
             return 2
+        finally:
+            if elector is not None:
+                elector.release()
     if server is not None:
         server.close()
     print(
@@ -170,4 +194,7 @@ def run_cli(args: argparse.Namespace) -> int:
         f" letters, {st.cycles_appended} cycles appended ({st.cycles_skipped} already recorded),"
         f" events position {service.position}"
     )
+    if elector is not None and elector.lost:
+        print(f"run: lost the lease {elector.path}; exiting so that a standby takes over", file=sys.stderr)
+        return 1
     return 0

@@ -87,6 +87,13 @@ def add_sink_arguments(p: argparse.ArgumentParser) -> None:
         "--store", required=True, help="the audit store file (created if missing), e.g. audit.duckdb"
     )
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
+    p.add_argument(
+        "--node-pool",
+        default=None,
+        metavar="POOL",
+        help='load the records of the shard of node pool POOL ("" = the default shard) into a store of its'
+        " own: its decisions topic, with its own consumer group (docs/deploy.md)",
+    )
     p.add_argument("--follow", action="store_true", help="keep loading new records every --interval seconds")
     p.add_argument("--interval", type=float, default=2.0, help="seconds between loads with --follow")
     p.add_argument(
@@ -104,11 +111,13 @@ def run_sink(args: argparse.Namespace) -> int:
     import time
 
     from analytics.audit.archive import archive, retain
-    from analytics.audit.store import AuditStore, StoreError, sink_from_log
+    from analytics.audit.store import DEFAULT_GROUP, AuditStore, StoreError, sink_from_log
     from ingest.backends import StartupError, open_log_for
     from ingest.log import LogError, Topics
 
-    topics = Topics.from_prefix(args.topic_prefix)
+    topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
+    # The events topic is shared by every shard: each shard's store keeps its own position on it.
+    group = Topics.pool_role(DEFAULT_GROUP, args.node_pool)
     try:
         log = open_log_for("sink", args.log, topics=topics.all(), readonly=True)
     except StartupError as e:
@@ -119,7 +128,7 @@ def run_sink(args: argparse.Namespace) -> int:
     try:
         with log, AuditStore(args.store) as store:
             while True:
-                st = sink_from_log(store, log, topics)
+                st = sink_from_log(store, log, topics, group)
                 if total is None:
                     total = st
                 else:

@@ -53,6 +53,7 @@ from ingest.kube.names import (
     ANNOTATION_TOPOLOGY,
     ANNOTATION_TOPOLOGY_PREFERRED,
     ANNOTATION_TOPOLOGY_REQUIRED,
+    LABEL_NODE_POOL,
     LABEL_PREEMPTIBILITY,
     LABEL_QUEUE,
 )
@@ -141,6 +142,8 @@ class PodGroupPlan:
     # joins (its kai.scheduler/subgroup-name label); empty / None = no subgroups.
     subgroups: tuple[dict[str, Any], ...] = ()
     pod_subgroup: str | None = None
+    # The kai.scheduler/node-pool label the PodGroup carries, which puts the job in that pool's shard.
+    node_pool: str | None = None
 
 
 _TOPOLOGY_ANNOTATIONS: Final = (
@@ -876,6 +879,8 @@ def _plan(
         else _topology_constraint(label_owner if label_owner is not None else g.pod),
         subgroups=g.subgroups,
         pod_subgroup=g.pod_subgroup,
+        # KAI copies the top owner's labels onto the PodGroup; the pod's own, as for the queue, when it has none.
+        node_pool=owner_labels.get(LABEL_NODE_POOL) or pod_labels.get(LABEL_NODE_POOL) or None,
     )
 
 
@@ -901,6 +906,8 @@ def podgroup_manifest(plan: PodGroupPlan) -> dict[str, Any]:
         "namespace": plan.namespace,
         "labels": {"app.kubernetes.io/managed-by": MANAGED_BY, LABEL_QUEUE: plan.queue},
     }
+    if plan.node_pool:
+        meta["labels"][LABEL_NODE_POOL] = plan.node_pool
     if plan.owner.get("uid"):
         meta["ownerReferences"] = [{**plan.owner, "blockOwnerDeletion": False, "controller": False}]
     return {"apiVersion": PODGROUP_API_VERSION, "kind": "PodGroup", "metadata": meta, "spec": _spec(plan)}

@@ -132,7 +132,7 @@ class Job(msgspec.Struct, frozen=True, gc=False):
     # subgroups, min_available is the tree's minimum (subgroups.minimum), not the PodGroup's minMember.
     subgroups: tuple[SubGroup, ...] = ()
     min_sub_group: int | None = None
-    # For KAI's metric labels only (no decision reads them): the PodGroup's metadata.uid and node pool.
+    # The PodGroup's metadata.uid (KAI's metric labels only) and node-pool label (also a shard's pods).
     k8s_uid: str | None = None
     node_pool: str | None = None
     # KAI's per-PodGroup preemptionDelay and stalenessGracePeriod (ms; None = the engine's default, a
@@ -414,8 +414,12 @@ NODE_POOL_LABEL: Final = "kai.scheduler/node-pool"
 
 def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> ClusterState:
     """What the shard scheduling node pool `pool` sees: the nodes whose `label` is `pool` and the pods
-    whose `label` is `pool` (``""``: the default shard, nodes and pods without the label), as KAI's
-    scheduling shards partition a cluster.
+    of that pool (``""``: the default shard, nodes and pods without the label), as KAI's scheduling shards
+    partition a cluster.
+
+    A pod's pool is its PodGroup's label, as KAI's shards select PodGroups by it (its pod grouper copies
+    the top owner's labels, and relabelling a PodGroup moves the job to another shard); a pod whose
+    PodGroup carries none (or when `label` is not the key ingest reads from PodGroups) goes by its own.
 
     Pods of other pools bound to this pool's nodes still hold capacity there: they become foreign pods.
     Pod groups without a pod in the pool are left out; queues stay (a queue without pods here asks for
@@ -425,8 +429,13 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
     names = {n.name for n in nodes}
     pods: list[Pod] = []
     foreign = list(state.foreign_pods)
+    group_pool = (
+        {j.uid: j.node_pool for j in state.jobs if j.node_pool is not None}
+        if label == NODE_POOL_LABEL
+        else {}
+    )
     for p in state.pods:
-        if p.labels.get(label, "") == pool:
+        if group_pool.get(p.job, p.labels.get(label, "")) == pool:
             pods.append(p)
         elif p.node in names and p.status in (PodStatus.RUNNING, PodStatus.ALLOCATED, PodStatus.RELEASING):
             foreign.append(

@@ -1262,6 +1262,13 @@ def add_arguments(p: Any) -> None:
     p.add_argument(
         "--metrics-host", default="127.0.0.1", help="address for --metrics-port (default 127.0.0.1)"
     )
+    from ingest.kube.lease import add_leader_election_arguments
+
+    add_leader_election_arguments(p, LEASE_NAME)
+
+
+#: The binder's default Lease (``--leader-elect``); a node-pool shard's carries its pool.
+LEASE_NAME = "hourglass-binder"
 
 
 def run_cli(args: Any) -> int:
@@ -1275,14 +1282,42 @@ def run_cli(args: Any) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     topics = Topics.from_prefix(args.topic_prefix).for_pool(args.node_pool)
-    try:
-        api = api_client_for("bind", args.kubeconfig)
-        log_ = open_log_for("bind", args.log, topics=topics.all(), role="binder")
-    except StartupError as e:
-        print(e, file=sys.stderr)
-        return 2
     if args.workers < 1:
         print(f"bind: --workers must be at least 1, not {args.workers}", file=sys.stderr)
+        return 2
+    metrics = None
+    server = None
+    if args.metrics_port is not None:
+        from scheduler.metrics import serve
+
+        metrics = BinderMetrics.create()
+        try:
+            server = serve(metrics, args.metrics_host, args.metrics_port)
+        except OSError as e:
+            print(
+                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
+            )
+            return 2
+    from ingest.kube.lease import LeaseElector, elect
+
+    elector: LeaseElector | None = None
+    try:
+        # A standby waits here (serving /metrics, so its pod is ready), before opening the log: it binds
+        # nothing until it holds the Lease.
+        elector = elect("bind", args, LEASE_NAME)
+        if elector is not None and not elector.is_leader:
+            if server is not None:
+                server.close()
+            print("bind: stopped while standby", file=sys.stderr)
+            return 0
+        api = api_client_for("bind", args.kubeconfig)
+        log_ = open_log_for("bind", args.log, topics=topics.all(), role=Topics.pool_role("binder", args.node_pool))
+    except StartupError as e:
+        if elector is not None:
+            elector.release()
+        if server is not None:
+            server.close()
+        print(e, file=sys.stderr)
         return 2
     BinderApi.size_pool(api, args.workers)
     sharing = None
@@ -1296,20 +1331,6 @@ def run_cli(args: Any) -> int:
             sync_interval_s=args.reservation_sync_interval,
         )
         sharing = GpuSharing(kube_api.core, kube_api.call, cfg)
-    metrics = None
-    server = None
-    if args.metrics_port is not None:
-        from scheduler.metrics import serve
-
-        metrics = BinderMetrics.create()
-        try:
-            server = serve(metrics, args.metrics_host, args.metrics_port)
-        except OSError as e:
-            print(
-                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
-            )
-            log_.close()
-            return 2
     with log_:
         binder = Binder(
             log_,
@@ -1334,6 +1355,8 @@ def run_cli(args: Any) -> int:
             return 2
         finally:
             binder.close()
+            if elector is not None:
+                elector.release()  # after the last call: a successor never overlaps this one's binds
             if server is not None:
                 server.close()
         behind = binder.position < log_.end_offset(topics.decisions)
@@ -1343,4 +1366,7 @@ def run_cli(args: Any) -> int:
         f" pending conditions, {st.pending_events} pending events, {st.queue_statuses} queue statuses,"
         f" {st.dead_letters} dead letters, decisions position {binder.position}"
     )
+    if elector is not None and elector.lost:
+        print(f"bind: lost the lease {elector.path}; exiting so that a standby takes over", file=sys.stderr)
+        return 1
     return 1 if args.stop_when_idle and behind else 0

@@ -113,3 +113,62 @@ def test_two_shards_on_one_log_write_their_own_records_and_replay_exactly(tmp_pa
         assert bound == {mine}
         summary = replay(load_source(tmp_path, config=SessionConfig(node_pool=pool), topics=topics), verify=True)
         assert summary.cycles == len(records) > 0 and summary.mismatches == 0
+
+
+def _labelled_group(pod_group_pool: str | None, pod_pool: str | None) -> list[ev.EventBase]:
+    """Pod g-0 of PodGroup g: the PodGroup's and the pod's node-pool labels (None: no label)."""
+    group, pod = _pod("g", pod_pool, 1, at=2 * S)
+    assert isinstance(group, ev.PodGroupUpserted) and isinstance(pod, ev.PodSubmitted)
+    return [group.model_copy(update={"v": 2, "node_pool": pod_group_pool}), pod]
+
+
+@pytest.mark.parametrize(
+    ("group_pool", "pod_pool", "placed_by"),
+    [
+        ("b", None, "b"),  # KAI: the pod grouper copies the top owner's label to the PodGroup
+        ("b", "a", "b"),  # relabelling the PodGroup moves the job (KAI's docs/scheduling-shards)
+        (None, "a", "a"),  # a PodGroup without the label: the pod's own
+        (None, None, ""),
+    ],
+)
+def test_the_podgroups_node_pool_label_decides_the_shard(
+    group_pool: str | None, pod_pool: str | None, placed_by: str
+) -> None:
+    events = [*_cluster(), *_labelled_group(group_pool, pod_pool)]
+    b = StateBuilder()
+    for e in events:
+        b.apply(e)
+    where = {"a": {"a1", "a2"}, "b": {"b1"}, "": {"plain1"}}
+    for pool in ("a", "b", ""):
+        record, _ = run_cycle(b.snapshot(), SessionConfig(node_pool=pool), 3 * S)
+        binds = {d.pod: d.node for d in record.decisions if d.kind == "Bind"}
+        if pool == placed_by:
+            assert binds.get("ns/g") in where[pool]
+        else:
+            assert "ns/g" not in binds
+
+
+def test_each_shard_sinks_into_a_store_of_its_own_for_sql(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from analytics.cli import main
+
+    log_dir = tmp_path / "log"
+    with FileLog(log_dir) as log:
+        append_events(log, _cluster())
+        for pool in ("a", "b"):
+            Service(log, Topics().for_pool(pool), SessionConfig(node_pool=pool)).run(stop_when_idle=True)
+    binds: dict[str, list[str]] = {}
+    for pool in ("a", "b"):
+        store = str(tmp_path / f"audit-{pool}.duckdb")
+        assert main(["sink", "--log", str(log_dir), "--store", store, "--node-pool", pool]) == 0
+        capsys.readouterr()
+        query = "SELECT pod FROM decisions WHERE kind = 'Bind' ORDER BY pod"
+        assert main(["sql", "--store", store, "--format", "json", query]) == 0
+        binds[pool] = [row["pod"] for row in json.loads(capsys.readouterr().out)]
+        # Both stores hold every event: the events topic is shared, each store keeps its own position.
+        assert main(["sql", "--store", store, "--format", "json", "SELECT count(*) AS n FROM events"]) == 0
+        assert json.loads(capsys.readouterr().out) == [{"n": len(_cluster())}]
+    assert binds == {"a": ["ns/pa"], "b": ["ns/pb"]}

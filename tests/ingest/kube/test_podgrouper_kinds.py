@@ -334,3 +334,25 @@ def test_resolve_owners_gives_cronjob_and_lws_chains_the_grouper_needs() -> None
     chain = resolve_owners(p, lambda av, kind, ns, name: objects.get((kind, name)))
     assert [o["kind"] for o in chain] == ["Job", "CronJob"]
     assert plan_pod_group(p, chain).name == "pg-nightly-1000-nightly-1000-uid"
+
+
+# --------------------------------------------------------------------------------- node pools
+
+
+@pytest.mark.parametrize(
+    ("job_labels", "pod_labels", "pool"),
+    [
+        ({"kai.scheduler/node-pool": "gpu-nodes"}, {}, "gpu-nodes"),  # KAI: the top owner's labels
+        ({"kai.scheduler/node-pool": "a"}, {"kai.scheduler/node-pool": "b"}, "a"),
+        ({}, {"kai.scheduler/node-pool": "b"}, "b"),  # KAI's docs/scheduling-shards: a labelled pod
+        ({}, {}, None),
+    ],
+)
+def test_the_podgroup_carries_the_node_pool_label_that_puts_it_in_a_shard(
+    job_labels: dict[str, str], pod_labels: dict[str, str], pool: str | None
+) -> None:
+    job = owner("Job", "batch/v1", "train", labels=job_labels)
+    plan = plan_pod_group(pod("train-0", labels=pod_labels), [job])
+    assert plan.node_pool == pool
+    labels = podgroup_manifest(plan)["metadata"]["labels"]
+    assert labels.get("kai.scheduler/node-pool") == pool
