@@ -69,8 +69,24 @@ class OpenPending:
     start_cycle: str
     start_ms: int
     start_seq: int
+    # The columns that do not change while the interval is open, rendered once: an interval cut at
+    # every midnight of a long clock jump yields one row per day from the same record.
+    _base: dict[str, Any] | None = None
 
     def row(self, end_ms: int, end_seq: int) -> dict[str, Any]:
+        if self._base is None:
+            self._base = self._render()
+        out = dict(self._base)
+        out.update(
+            start_cycle=self.start_cycle,
+            start_ms=self.start_ms,
+            start_seq=self.start_seq,
+            end_ms=end_ms,
+            end_seq=end_seq,
+        )
+        return out
+
+    def _render(self) -> dict[str, Any]:
         d = self.decision
         return {
             "job": d.job,
@@ -79,11 +95,11 @@ class OpenPending:
             "reason": d.reason,
             "message": d.message,
             "details": _canon(d.details) if d.details else None,
-            "start_cycle": self.start_cycle,
-            "start_ms": self.start_ms,
-            "start_seq": self.start_seq,
-            "end_ms": end_ms,
-            "end_seq": end_seq,
+            "start_cycle": None,
+            "start_ms": None,
+            "start_seq": None,
+            "end_ms": None,
+            "end_seq": None,
             "decision": self.key,
         }
 
@@ -97,9 +113,12 @@ class OpenQueue:
     start_cycle: str
     start_ms: int
     start_seq: int
+    _base: dict[str, Any] | None = None  # queue_columns(record), rendered once (as OpenPending's)
 
     def row(self, end_ms: int, end_seq: int) -> dict[str, Any]:
-        cols = queue_columns(self.record)
+        if self._base is None:
+            self._base = queue_columns(self.record)
+        cols = dict(self._base)
         cols.update(
             start_cycle=self.start_cycle,
             start_ms=self.start_ms,

@@ -385,7 +385,6 @@ PAST: list[bytes] = [
 STREAM = st.lists(st.one_of(_event().map(dump_event), st.sampled_from(PAST)), min_size=40, max_size=120)
 
 
-@pytest.mark.skip(reason="not yet seen to pass within CI time (docs/reliability.md, 'The fuzzer')")
 @settings(
     max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
