@@ -789,6 +789,12 @@ def resolve_store(path: Path | str) -> Path:
     p = Path(path)
     if p.is_dir():
         db = p / RUN_DIR_STORE
+        if not db.exists() and not (p / CYCLES_FILE).is_file():
+            # Refused before anything is written: an empty audit.duckdb here would pass for a store.
+            raise StoreError(
+                f"{p}: not a run directory (no {CYCLES_FILE} or {RUN_DIR_STORE}; pass the directory"
+                " `hourglass simulate --out` wrote, or a .duckdb file)"
+            )
         sources = [p / CYCLES_FILE, p / EVENTS_FILE, p / USAGE_FILE]
         newest = max((s.stat().st_mtime for s in sources if s.exists()), default=0.0)
         if db.exists() and db.stat().st_mtime >= newest and not _current(db):
