@@ -7,7 +7,7 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 * bare pod: ``pg-<pod>-<pod uid>``, 1, train. Deployment: one per pod, inference.
 * Job: one per pod (``pg-<pod>-<job uid>``), 1, train; with ``kai.scheduler/batch-min-member: N`` on the
   Job, one gang ``pg-<job>-<uid>`` of N. CronJob: one per run, the pod's Job, ``pg-<job>-<job uid>``.
-* JobSet: :func:`_jobset` (``batch-min-member`` on the JobSet overrides the size).
+* JobSet: one PodGroup with a parent subgroup per replicatedJob and a leaf per replica (:func:`_jobset`).
 * LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<i>`` of ``leaderWorkerTemplate.size``
   (:func:`_lws`), with KAI's subgroups ``leader`` (1) and ``workers`` (size - 1) (:func:`_lws_subgroups`;
   LWS ``subGroupPolicy`` segments are not built).
@@ -21,7 +21,7 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
   with ``launcherCreationPolicy: WaitForWorkersReady`` leaves the launcher out until it exists
   (:func:`_group_mpi`). PyTorchJob: ``minAvailable``, else ``elasticPolicy.minReplicas``, else the sum, with
   KAI's ``master`` / ``worker`` (/ ``worker-<i>`` segment) subgroups (:func:`_pytorch_subgroups`).
-  RayCluster (RayJob, RayService): head + workers. Anything else: ``pg-<owner>-<uid>``, 1, train.
+  RayCluster (RayJob, RayService): head + workers, a subgroup each (:func:`_ray`). Anything else: ``pg-<owner>-<uid>``, 1, train.
 
 ``kai.scheduler/skip-podgrouper: "true"`` on the pod or an owner: no PodGroup is made
 (:func:`skip_podgrouper`; the watcher then requires the pod's ``pod-group-name``).
@@ -31,8 +31,7 @@ top owner (the pod when it has none) become the PodGroup's ``spec.topologyConstr
 
 Subgroups: a plan's ``subgroups`` become ``spec.subGroups``; ``pod_subgroup`` is the subgroup the pod joins,
 which the watcher gives the pod as KAI's ``kai.scheduler/subgroup-name`` label in its ``PodSubmitted`` event
-(the Pod object itself is not patched). JobSet gets none: KAI's JobSet grouper makes one PodGroup per
-replicatedJob (InOrder) or one for all (AnyOrder), without subgroups.
+(the Pod object itself is not patched).
 
 Queue: label ``kai.scheduler/queue`` on the top owner, then on the pod, then label ``project``, then
 ``default-queue``. Priority class: label ``priorityClassName`` on the top owner or the pod, then
@@ -80,6 +79,10 @@ PODGROUP_API_VERSION: Final = "scheduling.run.ai/v2alpha2"
 LABEL_PROJECT: Final = "project"
 LABEL_PRIORITY_CLASS: Final = "priorityClassName"
 LABEL_JOBSET_REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+LABEL_JOBSET_JOB_INDEX: Final = "jobset.sigs.k8s.io/job-index"
+#: KubeRay's pod label naming the pod's group: ``headgroup`` or a worker group's name.
+LABEL_RAY_GROUP: Final = "ray.io/group"
+RAY_HEAD_GROUP: Final = "headgroup"
 #: On a Job or JobSet: the gang size (KAI's min-member override), an integer >= 1.
 ANNOTATION_MIN_MEMBER: Final = "kai.scheduler/batch-min-member"
 #: "true" on the pod or any owner: PodGroups are made elsewhere; the pod must name its own.
@@ -142,6 +145,8 @@ class PodGroupPlan:
     # joins (its kai.scheduler/subgroup-name label); empty / None = no subgroups.
     subgroups: tuple[dict[str, Any], ...] = ()
     pod_subgroup: str | None = None
+    # spec.minSubGroup: how many of the top-level subgroups must be satisfied (None: not set).
+    min_sub_group: int | None = None
     # The kai.scheduler/node-pool label the PodGroup carries, which puts the job in that pool's shard.
     node_pool: str | None = None
 
@@ -378,50 +383,166 @@ def _mpi_launcher_exists(job: dict[str, Any], pod: dict[str, Any], get: OwnerGet
     return launcher is not None and not _meta(launcher).get("deletionTimestamp")
 
 
-def _ray(cluster: dict[str, Any], pod_key: str) -> int:
-    """Head (1) plus, per non-suspended worker group, (minReplicas if > 0 else replicas) x numOfHosts."""
-    total = 1
+def _ray_constraint(
+    spec: dict[str, Any], cluster: dict[str, Any], where: str, pod_key: str
+) -> dict[str, str]:
+    constraint = _template_constraint(spec)
+    if constraint and "topology" not in constraint:
+        annotations = f"{where}.template.metadata.annotations[{ANNOTATION_TOPOLOGY}]"
+        raise _grouping_error(pod_key, annotations, None, "is required when a placement level is set")
+    return constraint
+
+
+def _ray(cluster: dict[str, Any], pod_key: str) -> tuple[int, tuple[dict[str, Any], ...]]:
+    """The gang and KAI's subgroups of a RayCluster: ``headgroup`` (1) and one per worker group that is not
+    suspended and wants pods, named by its ``groupName`` (else ``worker-group-<i>``), of (minReplicas if > 0
+    else replicas) x numOfHosts; each subgroup's topology constraint from its template's annotations."""
     spec = _sub(cluster, "spec")
+    key = object_key(cluster)
+    head: dict[str, Any] = {"name": RAY_HEAD_GROUP, "minMember": 1}
+    head_spec = _sub(spec, "headGroupSpec")
+    if constraint := _ray_constraint(head_spec, cluster, f"RayCluster {key} spec.headGroupSpec", pod_key):
+        head["topologyConstraint"] = constraint
+    subgroups = [head]
+    total = 1
     for i, group in enumerate(spec.get("workerGroupSpecs") or []):
         if not isinstance(group, dict) or group.get("suspended") is True:
             continue
+        where = f"RayCluster {key} spec.workerGroupSpecs[{i}]"
         wrapped = {"kind": cluster.get("kind"), "metadata": _meta(cluster), "g": group}
         replicas = _int_at(wrapped, ("g", "replicas"), pod_key, 0) or 0
         minimum = _int_at(wrapped, ("g", "minReplicas"), pod_key, 0) or 0
-        hosts = _int_at(wrapped, ("g", "numOfHosts"), pod_key, 1) or 1
+        hosts = _int_at(wrapped, ("g", "numOfHosts"), pod_key, 1)
+        hosts = 1 if hosts is None else hosts
         if minimum > replicas:
-            where = f"RayCluster {object_key(cluster)} spec.workerGroupSpecs[{i}].minReplicas"
-            raise _grouping_error(pod_key, where, minimum, f"exceeds replicas {replicas}")
-        total += (minimum if minimum > 0 else replicas) * hosts
-    return total
+            raise _grouping_error(pod_key, f"{where}.minReplicas", minimum, f"exceeds replicas {replicas}")
+        if minimum == 0 and replicas == 0:
+            continue
+        size = (minimum if minimum > 0 else replicas) * hosts
+        total += size
+        name = (
+            group.get("groupName")
+            if isinstance(group.get("groupName"), str) and group.get("groupName")
+            else None
+        )
+        entry: dict[str, Any] = {"name": name or f"worker-group-{i}", "minMember": size}
+        if constraint := _ray_constraint(group, cluster, where, pod_key):
+            entry["topologyConstraint"] = constraint
+        subgroups.append(entry)
+    return total, tuple(subgroups)
 
 
-def _jobset(owner: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, int]:
-    """JobSet: one group per replicatedJob when startupPolicy.startupPolicyOrder is InOrder, else one for all.
+def _ray_pod_subgroup(pod: dict[str, Any], subgroups: tuple[dict[str, Any], ...]) -> str | None:
+    """The subgroup of a Ray pod: its ``ray.io/group`` label when that names one (KAI leaves a pod whose
+    group is unknown out of every subgroup, and so does this)."""
+    group = _labels(pod).get(LABEL_RAY_GROUP)
+    return group if group is not None and any(sg["name"] == group for sg in subgroups) else None
 
-    minAvailable of a replicatedJob = replicas x min(parallelism, completions if set); parallelism
-    defaults to 1. A missing startupPolicy is JobSet's API default, AnyOrder.
+
+@dataclass(frozen=True, slots=True)
+class _JobSetGroups:
+    """A JobSet's one PodGroup: the root's ``minSubGroup``, its subgroups and the leaf the pod joins."""
+
+    name: str
+    min_sub_group: int
+    subgroups: tuple[dict[str, Any], ...]
+    pod_subgroup: str
+
+
+def _template_annotation(spec: dict[str, Any], key: str) -> str:
+    """An annotation of a replica spec's pod or Job template (``template.metadata.annotations[key]``)."""
+    value = _annotations(_sub(spec, "template")).get(key)
+    return value.strip() if value else ""
+
+
+def _template_constraint(spec: dict[str, Any]) -> dict[str, str]:
+    """A subgroup's topologyConstraint from its template's KAI topology annotations: empty without a
+    required or preferred level (a topology alone constrains nothing); a level without a topology is
+    returned as is, for the caller to refuse or drop as its kind's grouper does."""
+    constraint = {f: _template_annotation(spec, a) for f, a in _TOPOLOGY_ANNOTATIONS}
+    constraint = {k: v for k, v in constraint.items() if v}
+    if "requiredTopologyLevel" not in constraint and "preferredTopologyLevel" not in constraint:
+        return {}
+    return constraint
+
+
+def _jobset(owner: dict[str, Any], pod: dict[str, Any], pod_key: str) -> _JobSetGroups:
+    """JobSet: one PodGroup ``pg-<js>-<uid>`` with a two-level subgroup tree, as KAI's current grouper.
+
+    One parent subgroup per replicatedJob (``minSubGroup`` = its replicas, default 1) and one leaf per
+    replica, ``<rj>-replica-<i>``, of ``minMember`` = the Job template's parallelism (default 1), or its
+    template's ``kai.scheduler/batch-min-member`` (applied even above the parallelism), with the template's
+    topology annotations as the leaf's constraint. The root needs every replicatedJob (AnyOrder, JobSet's
+    default) or one (InOrder: the JobSet controller starts them one at a time); the JobSet's own
+    ``batch-min-member`` sets that count instead, clamped to the number of replicatedJobs. The pod joins
+    the leaf named by its ``replicatedjob-name`` and ``job-index`` labels.
     """
     spec = _sub(owner, "spec")
-    in_order = _sub(spec, "startupPolicy").get("startupPolicyOrder")
-    base = f"pg-{_meta(owner).get('name')}-{_meta(owner).get('uid')}"
-    sizes: dict[str, int] = {}
-    for i, rj in enumerate(spec.get("replicatedJobs") or []):
+    meta = _meta(owner)
+    key = object_key(owner)
+    if not meta.get("name") or not meta.get("uid"):
+        raise _grouping_error(pod_key, f"JobSet {key} metadata", None, "needs a name and a uid")
+    jobs = spec.get("replicatedJobs") or []
+    if not isinstance(jobs, list) or not jobs:
+        raise _grouping_error(pod_key, f"JobSet {key} spec.replicatedJobs", None, "has no replicatedJobs")
+    subgroups: list[dict[str, Any]] = []
+    for i, rj in enumerate(jobs):
+        where = f"JobSet {key} spec.replicatedJobs[{i}]"
         if not isinstance(rj, dict):
-            continue
-        wrapped = {"kind": "JobSet", "metadata": _meta(owner), "rj": rj}
-        replicas = _int_at(wrapped, ("rj", "replicas"), pod_key, 1) or 0
-        parallelism = _int_at(wrapped, ("rj", "template", "spec", "parallelism"), pod_key, 1) or 0
-        completions = _int_at(wrapped, ("rj", "template", "spec", "completions"), pod_key, None)
-        per_job = min(parallelism, completions) if completions is not None else parallelism
-        sizes[str(rj.get("name") or f"replicated-job-{i}")] = replicas * per_job
-    if in_order == "InOrder":
-        rj_name = _labels(pod).get(LABEL_JOBSET_REPLICATED_JOB)
-        if rj_name is None or rj_name not in sizes:
-            where = f"metadata.labels[{LABEL_JOBSET_REPLICATED_JOB}]"
-            raise _grouping_error(pod_key, where, rj_name, "does not name a replicatedJob of the JobSet")
-        return f"{base}-{rj_name}", max(sizes[rj_name], 1)
-    return base, max(sum(sizes.values()), 1)
+            raise _grouping_error(pod_key, where, rj, "is not an object")
+        rj_name = rj.get("name")
+        if not isinstance(rj_name, str) or not rj_name:
+            raise _grouping_error(pod_key, f"{where}.name", rj_name, "is required")
+        wrapped = {"kind": "JobSet", "metadata": meta, "rj": rj}
+        replicas = _int_at(wrapped, ("rj", "replicas"), pod_key, 1)
+        parallelism = _int_at(wrapped, ("rj", "template", "spec", "parallelism"), pod_key, 1)
+        leaf_min = parallelism if parallelism is not None else 1
+        raw = _template_annotation(rj, ANNOTATION_MIN_MEMBER)
+        if raw:
+            if not raw.isdigit() or int(raw) < 1:
+                where_ann = f"{where}.template.metadata.annotations[{ANNOTATION_MIN_MEMBER}]"
+                raise _grouping_error(pod_key, where_ann, raw, "must be an integer >= 1")
+            leaf_min = int(raw)
+        count = replicas if replicas is not None else 1
+        if count == 0:
+            continue  # no Job, no pods: a subgroup nothing can ever satisfy is left out
+        subgroups.append({"name": rj_name, "minSubGroup": count})
+        constraint = _template_constraint(rj)
+        if "topology" not in constraint:
+            constraint = {}  # KAI's JobSet grouper: levels without a topology are no constraint
+        for idx in range(count):
+            leaf: dict[str, Any] = {
+                "name": f"{rj_name}-replica-{idx}",
+                "parent": rj_name,
+                "minMember": leaf_min,
+            }
+            if constraint:
+                leaf["topologyConstraint"] = constraint
+            subgroups.append(leaf)
+    parents = sum(1 for sg in subgroups if "parent" not in sg)
+    override = _min_member_override(owner, pod_key)
+    if parents == 0:
+        raise _grouping_error(pod_key, f"JobSet {key} spec.replicatedJobs", None, "every one has 0 replicas")
+    if override is not None:
+        root = min(override, parents)
+    elif _sub(spec, "startupPolicy").get("startupPolicyOrder") == "InOrder":
+        root = 1
+    else:
+        root = parents
+    labels = _labels(pod)
+    rj_label, index = labels.get(LABEL_JOBSET_REPLICATED_JOB), labels.get(LABEL_JOBSET_JOB_INDEX)
+    if not rj_label:
+        raise _grouping_error(
+            pod_key, f"metadata.labels[{LABEL_JOBSET_REPLICATED_JOB}]", rj_label, "is required"
+        )
+    if not index:
+        raise _grouping_error(pod_key, f"metadata.labels[{LABEL_JOBSET_JOB_INDEX}]", index, "is required")
+    joins = f"{rj_label}-replica-{index}"
+    if not any(sg["name"] == joins for sg in subgroups):
+        raise _grouping_error(
+            pod_key, f"metadata.labels[{LABEL_JOBSET_JOB_INDEX}]", index, f"names no replica of {rj_label!r}"
+        )
+    return _JobSetGroups(f"pg-{meta.get('name')}-{meta.get('uid')}", root, tuple(subgroups), joins)
 
 
 def _annotations(obj: dict[str, Any] | None) -> dict[str, str]:
@@ -645,6 +766,7 @@ class _Grouping:
     subgroups: tuple[dict[str, Any], ...] = ()
     pod_subgroup: str | None = None
     constraint: dict[str, str] | None = None  # the workload's own (Grove); else from KAI's annotations
+    min_sub_group: int | None = None
 
     @property
     def pod_name(self) -> str:
@@ -678,8 +800,9 @@ def _group_cronjob(g: _Grouping) -> None:
 
 
 def _group_jobset(g: _Grouping) -> None:
-    g.name, g.min_member = _jobset(g.top, g.pod, g.pod_key)
-    g.min_member = _min_member_override(g.top, g.pod_key) or g.min_member
+    groups = _jobset(g.top, g.pod, g.pod_key)
+    g.name, g.subgroups, g.pod_subgroup = groups.name, groups.subgroups, groups.pod_subgroup
+    g.min_member, g.min_sub_group = 0, groups.min_sub_group  # KAI: the root gangs subgroups, not pods
 
 
 def _group_lws(g: _Grouping) -> None:
@@ -731,7 +854,8 @@ def _group_mpi(g: _Grouping) -> None:
 
 
 def _group_raycluster(g: _Grouping) -> None:
-    g.min_member = _ray(g.top, g.pod_key)
+    g.min_member, g.subgroups = _ray(g.top, g.pod_key)
+    g.pod_subgroup = _ray_pod_subgroup(g.pod, g.subgroups)
 
 
 def _group_ray_owner(g: _Grouping) -> None:
@@ -755,7 +879,8 @@ def _group_ray_owner(g: _Grouping) -> None:
             cluster_name,
             "no readable RayCluster yet",
         )
-    g.min_member = _ray({"kind": "RayCluster", **cluster}, g.pod_key)
+    g.min_member, g.subgroups = _ray({"kind": "RayCluster", **cluster}, g.pod_key)
+    g.pod_subgroup = _ray_pod_subgroup(g.pod, g.subgroups)
 
 
 Grouper = Callable[[_Grouping], None]
@@ -868,7 +993,8 @@ def _plan(
     return PodGroupPlan(
         name=g.name,
         namespace=namespace,
-        min_member=max(g.min_member, 1),
+        # 0 only beside minSubGroup, as KAI writes it; the engine reads minMember as at least 1.
+        min_member=g.min_member if g.min_sub_group is not None else max(g.min_member, 1),
         queue=queue,
         priority_class=priority,
         preemptibility=pre,
@@ -879,6 +1005,7 @@ def _plan(
         else _topology_constraint(label_owner if label_owner is not None else g.pod),
         subgroups=g.subgroups,
         pod_subgroup=g.pod_subgroup,
+        min_sub_group=g.min_sub_group,
         # KAI copies the top owner's labels onto the PodGroup; the pod's own, as for the queue, when it has none.
         node_pool=owner_labels.get(LABEL_NODE_POOL) or pod_labels.get(LABEL_NODE_POOL) or None,
     )
@@ -894,6 +1021,8 @@ def _spec(plan: PodGroupPlan) -> dict[str, Any]:
         spec["preemptibility"] = plan.preemptibility
     if plan.topology_constraint:
         spec["topologyConstraint"] = dict(plan.topology_constraint)
+    if plan.min_sub_group is not None:
+        spec["minSubGroup"] = plan.min_sub_group
     if plan.subgroups:
         spec["subGroups"] = [dict(sg) for sg in plan.subgroups]
     return spec

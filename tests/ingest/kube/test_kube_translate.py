@@ -379,23 +379,6 @@ def test_deployment_and_job_pods_get_a_group_each_with_kai_priorities() -> None:
     assert (plan.name, plan.min_member, plan.priority_class) == ("pg-p-j-uid", 1, "train")
 
 
-def test_jobset_in_order_groups_per_replicated_job() -> None:
-    spec = {
-        "startupPolicy": {"startupPolicyOrder": "InOrder"},
-        "replicatedJobs": [
-            {"name": "driver", "replicas": 1, "template": {"spec": {"parallelism": 1}}},
-            {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4, "completions": 3}}},
-        ],
-    }
-    js = owner("JobSet", "jobset.x-k8s.io/v1alpha2", "js", spec)
-    job = owner("Job", "batch/v1", "js-workers-0")
-    p = pod(labels={"jobset.sigs.k8s.io/replicatedjob-name": "workers"})
-    plan = plan_pod_group(p, [job, js])
-    assert (plan.name, plan.min_member) == ("pg-js-js-uid-workers", 6)
-    del spec["startupPolicy"]
-    assert (plan_pod_group(p, [job, js]).name, plan_pod_group(p, [job, js]).min_member) == ("pg-js-js-uid", 7)
-
-
 def test_labels_override_priority_and_preemptibility_and_bad_values_are_errors() -> None:
     sts = owner("StatefulSet", "apps/v1", "db", labels={"priorityClassName": "build", "project": "team-c"})
     plan = plan_pod_group(pod(labels={"kai.scheduler/preemptibility": "non-preemptible"}), [sts])

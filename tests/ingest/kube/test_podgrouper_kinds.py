@@ -139,12 +139,15 @@ def test_batch_min_member_on_a_job(annotations: dict[str, str], expect: Expect) 
     _check(pod(), [job], expect)
 
 
-def test_batch_min_member_on_a_jobset_overrides_the_computed_gang() -> None:
-    spec = {"replicatedJobs": [{"name": "w", "replicas": 2, "template": {"spec": {"parallelism": 4}}}]}
-    js = owner("JobSet", "jobset.x-k8s.io/v1alpha2", "js", spec)
-    _check(pod(), [owner("Job", "batch/v1", "js-w-0"), js], ("pg-js-js-uid", 8, "train"))
-    js["metadata"]["annotations"] = {"kai.scheduler/batch-min-member": "3"}
-    _check(pod(), [owner("Job", "batch/v1", "js-w-0"), js], ("pg-js-js-uid", 3, "train"))
+def test_batch_min_member_on_a_jobset_sets_how_many_replicated_jobs_the_gang_needs() -> None:
+    rjs = [{"name": n, "replicas": 2, "template": {"spec": {"parallelism": 4}}} for n in ("a", "b", "w")]
+    js = owner("JobSet", "jobset.x-k8s.io/v1alpha2", "js", {"replicatedJobs": rjs})
+    member = pod(labels={"jobset.sigs.k8s.io/replicatedjob-name": "w", "jobset.sigs.k8s.io/job-index": "0"})
+    plan = _check(member, [owner("Job", "batch/v1", "js-w-0"), js], ("pg-js-js-uid", 0, "train"))
+    assert plan.min_sub_group == 3
+    js["metadata"]["annotations"] = {"kai.scheduler/batch-min-member": "2"}
+    plan = _check(member, [owner("Job", "batch/v1", "js-w-0"), js], ("pg-js-js-uid", 0, "train"))
+    assert plan.min_sub_group == 2
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", ""])
@@ -233,9 +236,9 @@ SPARK = {"spark-app-name": "pi", "spark-app-selector": "spark-0123abcd"}
             ("pg-step-1-step-1-uid", 1, "train"),
             "Pod",
         ),
-        # Kubeflow TrainJob: skipped; grouped as the JobSet it created (a gang of 2 x 2).
+        # Kubeflow TrainJob: skipped; grouped as the JobSet it created (its replicatedJob's subgroups).
         (
-            pod(),
+            pod(labels={"jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "1"}),
             [
                 owner("Job", "batch/v1", "tj-node-0"),
                 owner(
@@ -250,7 +253,7 @@ SPARK = {"spark-app-name": "pi", "spark-app-selector": "spark-0123abcd"}
                 ),
                 owner("TrainJob", "trainer.kubeflow.org/v1alpha1", "tj"),
             ],
-            ("pg-tj-tj-uid", 4, "train"),
+            ("pg-tj-tj-uid", 0, "train"),
             "JobSet",
         ),
         # Spark (spark-submit): driver and executors share the app's selector label as the group, train.

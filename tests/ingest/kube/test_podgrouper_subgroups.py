@@ -2,8 +2,8 @@
 
 One table per kind: the pod and its owner chain -> the PodGroup's ``spec.subGroups`` and the subgroup the pod
 joins. LeaderWorkerSet: ``leader`` (1) + ``workers`` (size - 1). Grove: the PodGang's podgroups (one per
-PodClique), their parents (topologyConstraintGroupConfigs) and pack constraints. JobSet: none (KAI's JobSet
-grouper makes none). Bad PodGangs are grouping errors naming the field, never a crash.
+PodClique), their parents (topologyConstraintGroupConfigs) and pack constraints. JobSet and Ray: see
+test_podgrouper_jobset_ray.py. Bad PodGangs are grouping errors naming the field, never a crash.
 """
 
 from __future__ import annotations
@@ -73,22 +73,6 @@ def test_leaderworkerset_leader_and_workers(
     # The manifest is a PodGroup the contract accepts, with the gang rule over subgroups.
     ev = kube.podgroup_upserted({**manifest, "metadata": {**manifest["metadata"], "uid": "u"}}, 0)
     assert [s.name for s in ev.subgroups] == [s["name"] for s in subgroups]
-
-
-def test_jobset_gets_no_subgroups() -> None:
-    """KAI's JobSet grouper splits InOrder JobSets into PodGroups per replicatedJob and makes no subgroups."""
-    js = owner(
-        "JobSet",
-        "jobset.x-k8s.io/v1alpha2",
-        "js",
-        {
-            "startupPolicy": {"startupPolicyOrder": "AnyOrder"},
-            "replicatedJobs": [{"name": "a", "replicas": 2}],
-        },
-    )
-    plan = plan_pod_group(pod("js-a-0", {"jobset.sigs.k8s.io/replicatedjob-name": "a"}), [js])
-    assert (plan.subgroups, plan.pod_subgroup) == ((), None)
-    assert "subGroups" not in podgroup_manifest(plan)["spec"]
 
 
 # --------------------------------------------------------------------------------- Grove
