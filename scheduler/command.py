@@ -33,7 +33,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--stop-when-idle", action="store_true", help="exit when no new events are left")
     p.add_argument("--batch-size", type=int, default=1000, help="events read per step (default 1000)")
-    p.add_argument("--poll-interval", type=float, default=0.2, help="seconds between polls when idle")
+    p.add_argument(
+        "--poll-interval", type=float, default=0.05, help="seconds between polls when idle (default 0.05)"
+    )
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
     p.add_argument("--node-pool", default=None, metavar="POOL", help="the node pool this instance is the shard of (label kai.scheduler/node-pool; \"\" = the default shard, nodes without it): its own decisions topic; docs/deploy.md")
     p.add_argument(

@@ -206,7 +206,7 @@ class Service:
         *,
         group: str = DEFAULT_GROUP,
         batch_size: int = 1000,
-        poll_interval_s: float = 0.2,
+        poll_interval_s: float = 0.05,
         sleep: Callable[[float], None] = time.sleep,
         metrics: SchedulerMetrics | None = None,
         period_s: float | None = None,

@@ -95,6 +95,10 @@ DEFAULT_GROUP: Final = "hourglass-binder"
 DEFAULT_WORKERS: Final = (
     8  # ``hourglass bind``'s parallel calls: enough to hide the API round trip on a small server
 )
+#: Idle poll period: short, since a poll of an idle log costs next to nothing and a new decision waits for it.
+DEFAULT_POLL_INTERVAL_S: Final = 0.05
+#: The wait before applying again a record the API server refused through all of the calls' own retries.
+UNAVAILABLE_RETRY_S: Final = 1.0
 COMPONENT: Final = "hourglass-binder"
 QUEUE_GROUP: Final = "scheduling.run.ai"
 QUEUE_VERSION: Final = "v2"
@@ -651,7 +655,7 @@ class Binder:
         event_interval_s: float = 60.0,
         retry: RetryPolicy | None = None,
         batch_size: int = 100,
-        poll_interval_s: float = 0.5,
+        poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         sharing: GpuSharing | None = None,
@@ -1162,6 +1166,7 @@ class Binder:
             self.start()
         done = 0
         while not self._stop and (max_steps is None or done < max_steps):
+            unavailable = self.stats.unavailable
             if self.step():
                 done += 1
                 continue
@@ -1169,7 +1174,10 @@ class Binder:
                 # Caught up, or (one-shot use) the API server stayed unreachable: the caller sees
                 # ``stats.unavailable`` and the uncommitted record is applied by the next run.
                 break
-            self._sleep(self.poll_interval_s)
+            # Idle polls are short (a new record is bound at once); a record the API server refused even
+            # after the calls' own backoff waits longer, so an outage is not hammered.
+            down = self.stats.unavailable != unavailable
+            self._sleep(max(self.poll_interval_s, UNAVAILABLE_RETRY_S) if down else self.poll_interval_s)
         self._pool.drain()  # stopped: let started calls finish and commit what is whole
         self._settle()
         return self.stats
@@ -1210,7 +1218,12 @@ def add_arguments(p: Any) -> None:
         default=60.0,
         help="at most one Unschedulable Event per pod per this many seconds, unless the reason changes",
     )
-    p.add_argument("--poll-interval", type=float, default=0.5, help="seconds between polls when idle")
+    p.add_argument(
+        "--poll-interval",
+        type=float,
+        default=DEFAULT_POLL_INTERVAL_S,
+        help=f"seconds between polls when idle (default {DEFAULT_POLL_INTERVAL_S})",
+    )
     p.add_argument(
         "--no-eviction-condition",
         action="store_true",

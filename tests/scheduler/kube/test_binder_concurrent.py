@@ -13,7 +13,13 @@ from typing import Any
 from ingest.filelog import FileLog
 from ingest.kube.client import KubeError
 from ingest.log import DEFAULT_TOPICS
-from scheduler.kube.binder import DEFAULT_GROUP, Binder, EventSpec
+from scheduler.kube.binder import (
+    DEFAULT_GROUP,
+    DEFAULT_POLL_INTERVAL_S,
+    UNAVAILABLE_RETRY_S,
+    Binder,
+    EventSpec,
+)
 from scheduler.kube.workers import KeyedPool
 from tests.support.cycle_records import bind, evict, record
 from tests.support.kube_objects import FAST
@@ -170,3 +176,27 @@ def test_keyed_pool_runs_same_key_in_order_and_others_alongside() -> None:
     pool.close()
     for key in ("a", "b", "c"):
         assert [i for k, i in seen if k == key] == list(range(10))
+
+
+def test_idle_polls_are_short_and_an_unreachable_server_is_retried_slower(tmp_path: Path) -> None:
+    """A new decision waits at most one short idle poll; a record the server refused waits the longer retry."""
+    for down, expect, never in (
+        (False, DEFAULT_POLL_INTERVAL_S, UNAVAILABLE_RETRY_S),
+        (True, UNAVAILABLE_RETRY_S, DEFAULT_POLL_INTERVAL_S),
+    ):
+        log = _log(tmp_path / str(down), record([bind("ns/p", "n1")], t=1))
+        kube = _SlowKube()
+        kube.down = down
+        slept: list[float] = []
+        binders: list[Binder] = []
+
+        def nap(s: float, slept: list[float] = slept, binders: list[Binder] = binders) -> None:
+            slept.append(s)
+            if s in (DEFAULT_POLL_INTERVAL_S, UNAVAILABLE_RETRY_S) and len(slept) >= 3:
+                binders[0].stop()
+
+        binders.append(Binder(log, kube, retry=FAST, workers=2, sleep=nap))  # type: ignore[arg-type]
+        binders[0].run()
+        binders[0].close()
+        assert expect in slept and never not in slept, slept
+    assert DEFAULT_POLL_INTERVAL_S <= 0.05 < UNAVAILABLE_RETRY_S
