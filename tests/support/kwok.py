@@ -289,3 +289,38 @@ def pod_events(api: Any, ns: str, name: str) -> list[tuple[str, str]]:
     evs = client.CoreV1Api(api).list_namespaced_event(ns, field_selector=f"involvedObject.name={name}").items
     evs.sort(key=lambda e: e.last_timestamp or e.event_time or e.metadata.creation_timestamp)
     return [(e.reason, e.message) for e in evs]
+
+
+def queue_manifest(name: str, gpu_quota: int, parent: str | None = None) -> dict[str, Any]:
+    """A ``scheduling.run.ai/v2`` Queue with a GPU quota (unlimited CPU and memory, no GPU limit)."""
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    spec: dict[str, Any] = {
+        "resources": {
+            "cpu": unlimited,
+            "memory": unlimited,
+            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
+        }
+    }
+    if parent:
+        spec["parentQueue"] = parent
+    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
+
+
+def gpu_pod(name: str, queue: str, priority: str) -> dict[str, Any]:
+    """A 1-GPU pod in the shape of KAI's train-priority-pod.yaml: queue and priority class as labels."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"kai.scheduler/queue": queue, "priorityClassName": priority}},
+        "spec": {
+            "schedulerName": "hourglass",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "ubuntu",
+                    "args": ["sleep", "infinity"],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }

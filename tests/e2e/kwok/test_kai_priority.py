@@ -26,47 +26,15 @@ from tests.support.kwok import (
     HourglassStack,
     KwokCluster,
     create_objects,
+    gpu_pod,
     pod_events,
     pods,
+    queue_manifest,
     running,
     wait_until,
 )
 
 GPUS = NODES * GPUS_PER_NODE
-
-
-def _queue(name: str, gpu_quota: int, parent: str | None = None) -> dict[str, Any]:
-    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
-    spec: dict[str, Any] = {
-        "resources": {
-            "cpu": unlimited,
-            "memory": unlimited,
-            "gpu": {"quota": gpu_quota, "limit": -1, "overQuotaWeight": 1},
-        }
-    }
-    if parent:
-        spec["parentQueue"] = parent
-    return {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": {"name": name}, "spec": spec}
-
-
-def _gpu_pod(name: str, queue: str, priority: str) -> dict[str, Any]:
-    """A 1-GPU pod in the shape of KAI's train-priority-pod.yaml: queue and priority class as labels."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"kai.scheduler/queue": queue, "priorityClassName": priority}},
-        "spec": {
-            "schedulerName": "hourglass",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "ubuntu",
-                    "args": ["sleep", "infinity"],
-                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                }
-            ],
-        },
-    }
 
 
 def _evicted_by(api: Any, ns: str, names: list[str], action: str) -> list[str]:
@@ -99,16 +67,16 @@ def test_kai_priority_example_as_shipped_keeps_the_build_pod_in_quota(
         assert _evicted_by(api, ns, ["train-pod"], "preempt") == []
 
 
-def test_build_pod_preempts_one_train_pod_in_a_full_queue(
+def test_build_pod_preempts_one_train_pod_in_a_fullqueue_manifest(
     kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
 ) -> None:
     ns = kwok_namespace
     with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
-        apply_queue(api, _queue("kwok-preempt", GPUS))
+        apply_queue(api, queue_manifest("kwok-preempt", GPUS))
         train = [f"train-{i}" for i in range(GPUS)]
-        create_objects(api, [_gpu_pod(n, "kwok-preempt", "train") for n in train], ns)
+        create_objects(api, [gpu_pod(n, "kwok-preempt", "train") for n in train], ns)
         wait_until(lambda: running(api, ns, train) or not stack.alive(), 120, f"{GPUS} train pods Running")
-        create_objects(api, [_gpu_pod("build-pod", "kwok-preempt", "build")], ns)
+        create_objects(api, [gpu_pod("build-pod", "kwok-preempt", "build")], ns)
         wait_until(lambda: running(api, ns, ["build-pod"]) or not stack.alive(), 120, "build-pod Running")
         assert stack.alive(), stack.logs()
         left = [n for n in train if n in pods(api, ns)]
@@ -122,14 +90,14 @@ def test_reclaim_gives_a_queue_its_quota_back(
 ) -> None:
     ns = kwok_namespace
     with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
-        apply_queue(api, _queue("kwok-reclaim", 0))
-        apply_queue(api, _queue("kwok-ra", GPUS // 2, parent="kwok-reclaim"))
-        apply_queue(api, _queue("kwok-rb", GPUS // 2, parent="kwok-reclaim"))
+        apply_queue(api, queue_manifest("kwok-reclaim", 0))
+        apply_queue(api, queue_manifest("kwok-ra", GPUS // 2, parent="kwok-reclaim"))
+        apply_queue(api, queue_manifest("kwok-rb", GPUS // 2, parent="kwok-reclaim"))
         a = [f"a-{i}" for i in range(GPUS)]
-        create_objects(api, [_gpu_pod(n, "kwok-ra", "train") for n in a], ns)
+        create_objects(api, [gpu_pod(n, "kwok-ra", "train") for n in a], ns)
         wait_until(lambda: running(api, ns, a) or not stack.alive(), 120, f"queue ra's {GPUS} pods Running")
         b = [f"b-{i}" for i in range(8)]
-        create_objects(api, [_gpu_pod(n, "kwok-rb", "train") for n in b], ns)
+        create_objects(api, [gpu_pod(n, "kwok-rb", "train") for n in b], ns)
         wait_until(lambda: running(api, ns, b) or not stack.alive(), 120, "queue rb's 8 pods Running")
         assert stack.alive(), stack.logs()
         left = [n for n in a if n in pods(api, ns)]

@@ -1,0 +1,183 @@
+"""What a user reads on a live cluster after Hourglass acted, on the KWOK cluster through ``hourglass ingest``,
+``run`` and ``bind`` processes with their default flags.
+
+* ``kubectl describe pod`` lists the binder's Events: they carry the pod's uid in ``involvedObject``.
+* A Queue's status holds Kubernetes quantities (``nvidia.com/gpu``, ``cpu``, ``memory``), as KAI writes them.
+* An evicted pod gets the ``DisruptionTarget`` condition (reason ``PreemptionByScheduler``) before it goes,
+  so a Job's ``podFailurePolicy`` can ignore the eviction; each victim is evicted once (one ``Preempted``
+  Event, count 1), not again every cycle until its deletion is seen.
+* A gang that lost a member on a quiet cluster (nothing else arriving) is evicted once its staleness grace
+  period has passed.
+* A misspelt PodGroup field (KAI's docs' own ``subgroups`` for ``subGroups``) gets a Warning Event naming it.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.support.kai_workload import apply_queue
+from tests.support.kwok import (
+    GPUS_PER_NODE,
+    NODES,
+    HourglassStack,
+    KwokCluster,
+    create_objects,
+    gpu_pod,
+    pods,
+    queue_manifest,
+    running,
+    wait_until,
+)
+
+GPUS = NODES * GPUS_PER_NODE
+
+
+def _events(api: Any, ns: str, kind: str, name: str) -> list[Any]:
+    from kubernetes import client
+
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    return list(client.CoreV1Api(api).list_namespaced_event(ns, field_selector=selector).items)
+
+
+def test_events_name_the_pod_uid_and_queue_status_is_quantities(
+    kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    ns = kwok_namespace
+    with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
+        apply_queue(api, queue_manifest("kwok-status", GPUS))
+        names = ["s-0", "s-1", "s-2"]
+        create_objects(api, [gpu_pod(n, "kwok-status", "train") for n in names], ns)
+        wait_until(lambda: running(api, ns, names) or not stack.alive(), 90, "three pods Running")
+        assert stack.alive(), stack.logs()
+        for n in names:
+            uid = pods(api, ns)[n].metadata.uid
+            scheduled = [e for e in _events(api, ns, "Pod", n) if e.reason == "Scheduled"]
+            assert scheduled, f"no Scheduled Event for {n}"
+            # kubectl describe selects Events by involvedObject.uid as well as name.
+            assert all(e.involved_object.uid == uid for e in scheduled), [
+                e.involved_object for e in scheduled
+            ]
+
+        def allocated() -> dict[str, str]:
+            q = client.CustomObjectsApi(api).get_cluster_custom_object(
+                "scheduling.run.ai", "v2", "queues", "kwok-status"
+            )
+            return dict((q.get("status") or {}).get("allocated") or {})
+
+        wait_until(lambda: allocated().get("nvidia.com/gpu") == "3", 60, "Queue status.allocated 3 GPUs")
+        status = allocated()
+        # Quantities, as KAI's queue controller reads them: whole GPUs, CPU and memory as quantity strings.
+        assert set(status) == {"nvidia.com/gpu", "cpu", "memory"}, status
+        assert all(isinstance(v, str) for v in status.values()), status
+
+
+def test_victims_get_disruption_target_and_are_evicted_once(
+    kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client, watch
+
+    ns = kwok_namespace
+    conditions: dict[str, set[tuple[str, str, str]]] = {}
+    stop = threading.Event()
+
+    def record_conditions() -> None:
+        with kwok_cluster.api_client() as wapi:
+            w = watch.Watch()
+            for ev in w.stream(client.CoreV1Api(wapi).list_namespaced_pod, ns, timeout_seconds=240):
+                p = ev["object"]
+                for c in p.status.conditions or []:
+                    conditions.setdefault(p.metadata.name, set()).add((c.type, c.status, c.reason or ""))
+                if stop.is_set():
+                    w.stop()
+
+    watcher = threading.Thread(target=record_conditions, daemon=True)
+    watcher.start()
+    with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
+        apply_queue(api, queue_manifest("kwok-evict", 0))
+        apply_queue(api, queue_manifest("kwok-ea", GPUS // 2, parent="kwok-evict"))
+        apply_queue(api, queue_manifest("kwok-eb", GPUS // 2, parent="kwok-evict"))
+        a = [f"a-{i}" for i in range(GPUS)]
+        create_objects(api, [gpu_pod(n, "kwok-ea", "train") for n in a], ns)
+        wait_until(lambda: running(api, ns, a) or not stack.alive(), 120, f"queue ea's {GPUS} pods Running")
+        b = [f"b-{i}" for i in range(4)]
+        create_objects(api, [gpu_pod(n, "kwok-eb", "train") for n in b], ns)
+        wait_until(lambda: running(api, ns, b) or not stack.alive(), 120, "queue eb's 4 pods Running")
+        assert stack.alive(), stack.logs()
+        gone = sorted(set(a) - set(pods(api, ns)))
+        assert len(gone) == 4, gone
+        stop.set()
+        for victim in gone:
+            preempted = [e for e in _events(api, ns, "Pod", victim) if e.reason == "Preempted"]
+            assert len(preempted) == 1 and (preempted[0].count or 1) == 1, [
+                (e.reason, e.count, e.message) for e in preempted
+            ]
+            assert ("DisruptionTarget", "True", "PreemptionByScheduler") in conditions.get(victim, set()), (
+                victim,
+                conditions.get(victim),
+            )
+        # Nobody else was disrupted.
+        assert not any(
+            ("DisruptionTarget", "True", "PreemptionByScheduler") in conditions.get(n, set())
+            for n in set(a) - set(gone)
+        )
+    watcher.join(timeout=5)
+
+
+def test_a_gang_that_lost_a_member_is_evicted_on_a_quiet_cluster(
+    kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    ns = kwok_namespace
+    group = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "pair", "annotations": {"kai.scheduler/staleness-grace-period": "2s"}},
+        "spec": {"minMember": 2, "queue": "kwok-stale"},
+    }
+    members = []
+    for n in ("m-0", "m-1"):
+        p = gpu_pod(n, "kwok-stale", "train")
+        p["metadata"]["annotations"] = {"pod-group-name": "pair"}
+        members.append(p)
+    with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
+        apply_queue(api, queue_manifest("kwok-stale", GPUS))
+        create_objects(api, [group, *members], ns)
+        wait_until(lambda: running(api, ns, ["m-0", "m-1"]) or not stack.alive(), 90, "the gang Running")
+        client.CoreV1Api(api).delete_namespaced_pod("m-1", ns, grace_period_seconds=0)
+        # Nothing else happens on the cluster: the survivor must still go once the grace period is over.
+        wait_until(
+            lambda: "m-0" not in pods(api, ns) or not stack.alive(), 60, "the stale gang's survivor evicted"
+        )
+        assert stack.alive(), stack.logs()
+        reasons = [e.reason for e in _events(api, ns, "Pod", "m-0")]
+        assert "Evicted" in reasons or "Preempted" in reasons, reasons
+
+
+def test_a_misspelt_podgroup_field_gets_a_warning_event(
+    kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
+) -> None:
+    ns = kwok_namespace
+    group = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "typo"},
+        # KAI's docs spell it this way once; the CRD field is subGroups.
+        "spec": {"minMember": 1, "queue": "kwok-typo", "subgroups": [{"name": "a", "minMember": 1}]},
+    }
+    with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
+        apply_queue(api, queue_manifest("kwok-typo", GPUS))
+        create_objects(api, [group], ns)
+
+        def warnings() -> list[str]:
+            return [
+                e.message for e in _events(api, ns, "PodGroup", "typo") if e.reason == "HourglassUnknownField"
+            ]
+
+        wait_until(lambda: bool(warnings()) or not stack.alive(), 60, "HourglassUnknownField Event")
+        assert stack.alive(), stack.logs()
+        assert any("subgroups" in m for m in warnings()), warnings()
