@@ -9,6 +9,7 @@
 * A gang that lost a member on a quiet cluster (nothing else arriving) is evicted once its staleness grace
   period has passed.
 * A misspelt PodGroup field (KAI's docs' own ``subgroups`` for ``subGroups``) gets a Warning Event naming it.
+* An elastic PyTorchJob starts with ``elasticPolicy.minReplicas`` pods when not all of its replicas fit.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from tests.support.kai_workload import apply_queue
+from tests.support.kai_workload import PYTORCHJOB_CRD, apply_queue, ensure_crd, operator_pods
 from tests.support.kwok import (
     GPUS_PER_NODE,
     NODES,
@@ -181,3 +182,45 @@ def test_a_misspelt_podgroup_field_gets_a_warning_event(
         wait_until(lambda: bool(warnings()) or not stack.alive(), 60, "HourglassUnknownField Event")
         assert stack.alive(), stack.logs()
         assert any("subgroups" in m for m in warnings()), warnings()
+
+
+def test_an_elastic_pytorchjob_starts_with_its_minimum(
+    kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
+) -> None:
+    """KAI's PyTorch grouper: an elastic job's gang is ``elasticPolicy.minReplicas``, not every replica. Here
+    the master and five 8-GPU workers need 48 GPUs of the cluster's 32; with a gang of 2 the job starts."""
+    from kubernetes import client
+
+    ns = kwok_namespace
+
+    def replica(n: int) -> dict[str, Any]:
+        container = {"name": "pytorch", "image": "pytorch", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+        return {
+            "replicas": n,
+            "template": {"spec": {"schedulerName": "hourglass", "containers": [container]}},
+        }
+
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "elastic", "namespace": ns, "labels": {"kai.scheduler/queue": "kwok-elastic"}},
+        "spec": {
+            "elasticPolicy": {"minReplicas": 2, "maxReplicas": 6},
+            "pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(5)},
+        },
+    }
+    with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
+        ensure_crd(api, PYTORCHJOB_CRD)
+        apply_queue(api, queue_manifest("kwok-elastic", GPUS))
+        created = client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "kubeflow.org", "v1", ns, "pytorchjobs", job
+        )
+        create_objects(api, operator_pods(created), ns)
+        started = lambda: sum(1 for p in pods(api, ns).values() if p.status.phase == "Running")  # noqa: E731
+        wait_until(lambda: started() >= 2 or not stack.alive(), 90, "the elastic job's first pods Running")
+        assert stack.alive(), stack.logs()
+        assert started() == NODES  # as many 8-GPU pods as there are nodes, the rest wait
+        group = client.CustomObjectsApi(api).list_namespaced_custom_object(
+            "scheduling.run.ai", "v2alpha2", ns, "podgroups"
+        )["items"]
+        assert [g["spec"]["minMember"] for g in group] == [2]
