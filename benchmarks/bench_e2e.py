@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         "--poll-interval",
         type=float,
         default=None,
-        help="pass --poll-interval to `hourglass run` and `bind` (default: theirs, 0.2 s and 0.5 s)",
+        help="pass --poll-interval to `hourglass run` and `bind` (default: theirs, 0.05 s each)",
     )
     args = p.parse_args(argv)
     wanted = args.workloads.split(",")
