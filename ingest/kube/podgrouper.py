@@ -1012,11 +1012,10 @@ def _plan(
 
 
 def _spec(plan: PodGroupPlan) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "minMember": plan.min_member,
-        "queue": plan.queue,
-        "priorityClassName": plan.priority_class,
-    }
+    spec: dict[str, Any] = {"queue": plan.queue, "priorityClassName": plan.priority_class}
+    if plan.min_sub_group is None:
+        # KAI's CRD holds minMember and minSubGroup mutually exclusive: a root gang of subgroups has none.
+        spec = {"minMember": plan.min_member, **spec}
     if plan.preemptibility:
         spec["preemptibility"] = plan.preemptibility
     if plan.topology_constraint:
@@ -1046,5 +1045,8 @@ def podgroup_patch(existing: dict[str, Any], plan: PodGroupPlan) -> dict[str, An
     """A merge patch bringing an existing PodGroup's managed fields to ``plan``, or None if they match."""
     current = _sub(existing, "spec")
     wanted = _spec(plan)
-    diff = {k: v for k, v in wanted.items() if current.get(k) != v}
+    diff: dict[str, Any] = {k: v for k, v in wanted.items() if current.get(k) != v}
+    for gone in ("minMember", "minSubGroup"):
+        if gone in current and gone not in wanted:
+            diff[gone] = None  # a merge patch's null removes it (the two may not be set together)
     return {"spec": diff} if diff else None

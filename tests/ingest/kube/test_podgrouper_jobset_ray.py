@@ -90,7 +90,8 @@ def test_jobset_root_needs_its_replicated_jobs(
     # KAI sets the root's minSubGroup, not its minMember (TestRootMinSubGroupNotMinAvailable).
     assert (plan.min_sub_group, plan.min_member) == (root, 0)
     spec = podgroup_manifest(plan)["spec"]
-    assert (spec["minSubGroup"], spec["minMember"]) == (root, 0)
+    # KAI's CRD holds minMember and minSubGroup mutually exclusive: the root has minSubGroup only.
+    assert spec["minSubGroup"] == root and "minMember" not in spec
     ev = _accepted(plan)
     assert ev.min_sub_group == root and ev.min_member == 1  # the engine reads minMember as at least 1
 
@@ -261,3 +262,14 @@ def test_ray_placement_level_without_topology_is_an_error_naming_it() -> None:
     with pytest.raises(InvalidObject) as e:
         plan_pod_group(pod("h", {"ray.io/group": "headgroup"}), [cluster])
     assert "workerGroupSpecs[0]" in e.value.message and TOPOLOGY in e.value.message
+
+
+def test_a_podgroup_made_before_subgroups_is_patched_to_the_subgroup_form() -> None:
+    """An existing JobSet PodGroup with minMember (the flat form) loses it when minSubGroup is set."""
+    from ingest.kube.podgrouper import podgroup_patch
+
+    plan = plan_pod_group(_member("worker", "0"), [_jobset(_rj("worker", 2, 2))])
+    old = {"spec": {"minMember": 4, "queue": plan.queue, "priorityClassName": plan.priority_class}}
+    patch = podgroup_patch(old, plan)
+    assert patch is not None
+    assert patch["spec"]["minMember"] is None and patch["spec"]["minSubGroup"] == 1
