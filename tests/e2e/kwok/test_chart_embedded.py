@@ -60,7 +60,8 @@ def _token_kubeconfig(cluster: KwokCluster, api: Any, ns: str, account: str, pat
         "kind": "TokenRequest",
         "spec": {"audiences": [], "expirationSeconds": 3600},
     }
-    token = client.CoreV1Api(api).create_namespaced_service_account_token(account, ns, req).status.token
+    core: Any = client.CoreV1Api(api)  # typed stubs want model objects; the API takes the dict as well
+    token = core.create_namespaced_service_account_token(account, ns, req).status.token
     cfg = yaml.safe_load(cluster.kubeconfig.read_text())
     for user in cfg["users"]:
         user["user"] = {"token": token}
@@ -137,19 +138,20 @@ def test_embedded_chart_installs_and_its_containers_schedule_a_gpu_pod(
     volumes = {v["name"]: v for v in pod_spec["volumes"]}
 
     with kwok_cluster.api_client() as api:
+        # Typed stubs mark every field optional; the API server filled them.
+        core: Any = client.CoreV1Api(api)
+        apps: Any = client.AppsV1Api(api)
         # What the API server stored: one single-replica Deployment, the claim its log lives on, one
         # ServiceAccount bound to the ingest and binder roles, the chart's queues.
-        stored = client.AppsV1Api(api).read_namespaced_deployment(f"{release}-hourglass", ns)
+        stored = apps.read_namespaced_deployment(f"{release}-hourglass", ns)
         assert stored.spec.replicas == 1 and stored.spec.strategy.type == "Recreate"
         assert [c.name for c in stored.spec.template.spec.containers] == [
             "ingest", "scheduler", "binder", "fairshare",
         ]  # fmt: skip
         claim = volumes["log"]["persistentVolumeClaim"]["claimName"]
-        assert (
-            client.CoreV1Api(api).read_namespaced_persistent_volume_claim(claim, ns).spec.resources.requests
-        )
+        assert core.read_namespaced_persistent_volume_claim(claim, ns).spec.resources.requests
         account = pod_spec["serviceAccountName"]
-        client.CoreV1Api(api).read_namespaced_service_account(account, ns)
+        core.read_namespaced_service_account(account, ns)
         bound = {
             b.role_ref.name
             for b in client.RbacAuthorizationV1Api(api).list_cluster_role_binding().items
@@ -165,7 +167,7 @@ def test_embedded_chart_installs_and_its_containers_schedule_a_gpu_pod(
         config_dir = tmp_path / "config-volume"
         config_dir.mkdir()
         cm_name = volumes["config"]["configMap"]["name"]
-        for key, text in client.CoreV1Api(api).read_namespaced_config_map(cm_name, ns).data.items():
+        for key, text in core.read_namespaced_config_map(cm_name, ns).data.items():
             (config_dir / key).write_text(text)
         token_config = _token_kubeconfig(kwok_cluster, api, ns, account, tmp_path / "token.kubeconfig")
         local = {"log": log_dir, "config": config_dir}
@@ -213,7 +215,7 @@ def test_embedded_chart_installs_and_its_containers_schedule_a_gpu_pod(
                     ],
                 },
             }
-            client.CoreV1Api(api).create_namespaced_pod(ns, gpu_pod)
+            core.create_namespaced_pod(ns, gpu_pod)
             wait_until(lambda: running(api, ns, ["gpu-pod"]) or not alive(), 120, "the GPU pod Running")
             assert alive(), logs()
             node = pods(api, ns)["gpu-pod"].spec.node_name
