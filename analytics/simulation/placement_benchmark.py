@@ -1,6 +1,6 @@
 """Placement benchmark on the Alibaba GPU trace, following the FGD paper's protocol (Weng et al., ATC '23).
 
-Protocol (``shared/research/fgd-protocol.md`` §4): for each seed, ``random.Random(seed)`` shuffles the
+Protocol (``docs/fgd-protocol.md`` §4): for each seed, ``random.Random(seed)`` shuffles the
 name-sorted tasks, then appends tasks drawn uniformly with replacement from the name-sorted list while the
 total GPU request stays within 130 % of the cluster's GPUs, then draws a random priority order of the nodes
 (ties between equal node scores go to the earlier node). Tasks are placed one at a time, never leave, and a

@@ -1,6 +1,6 @@
 """Run KAI conformance *fair-share* scenarios (``run.mode == "fair_share"``) against :mod:`proportion`.
 
-File format: /work/shared/conformance/kai/SCHEMA.md, "Fair-share scenarios". Files give GPUs as (possibly
+File format: scheduler/conformance/scenarios/kai/SCHEMA.md, "Fair-share scenarios". Files give GPUs as (possibly
 fractional) devices, CPU in millicores and memory in bytes, under the keys ``gpu``, ``cpu_millicores`` and
 ``memory_bytes``; the engine works in milli-GPU / millicores / bytes under ``gpu``, ``cpu``, ``memory``.
 """

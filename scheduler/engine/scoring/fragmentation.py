@@ -11,7 +11,7 @@ fragmentation is ``F_n = sum_m p_m * F_n(m)`` with, for free CPU ``C``, per-GPU 
 * otherwise (lacks GPU, CPU or both): ``G``.
 
 This follows the simulator that produced the paper's figures (``pkg/utils/frag.go``); memory is not part
-of the measure. See ``shared/research/fgd-protocol.md`` §1.5–§1.6.
+of the measure. See ``docs/fgd-protocol.md`` §1.5–§1.6.
 
 Scoring rules listed in :mod:`scheduler.engine.scoring` under these names:
 

@@ -388,14 +388,10 @@ def test_the_examples_in_docs_are_what_the_commands_print(
     rc, out, _ = _eta(capsys, "team/train-5", "--log", str(run))
     assert rc == 0
     assert out == shown("$ hourglass eta team/train-5 --log run/")
-    probe = tmp_path / "probe.yaml"
-    probe.write_text(
-        "kind: Pod\nmetadata: {name: probe, namespace: team, labels: {kai.scheduler/queue: team}}\n"
-        "spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: 2}}}]}\n"
-    )
     capsys.readouterr()
-    assert main(["check", "-f", str(probe), "--log", str(run)]) == 1
-    assert capsys.readouterr().out == shown("$ hourglass check -f probe.yaml --log run/")
+    # The pod file the docs name is the one shipped in examples/.
+    assert main(["check", "-f", str(root / "examples" / "probe.yaml"), "--log", str(run)]) == 1
+    assert capsys.readouterr().out == shown("$ hourglass check -f examples/probe.yaml --log run/")
 
 
 def test_time_based_fair_share_evolves_in_the_forward_runs(

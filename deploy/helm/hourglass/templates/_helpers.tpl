@@ -37,13 +37,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The log arguments every service takes: --log kafka://BOOTSTRAP [--topic-prefix P]. */}}
+{{/* The log arguments every service takes: --log kafka://BOOTSTRAP [--topic-prefix P], or in embedded mode
+--log <the log volume's mount path>. */}}
 {{- define "hourglass.logArgs" -}}
+{{- if eq .Values.log.mode "embedded" -}}
+- --log
+- {{ .Values.log.path | quote }}
+{{- else -}}
 - --log
 - {{ printf "kafka://%s" (required "kafka.bootstrap is required (HOST:PORT of the Kafka brokers)" .Values.kafka.bootstrap) | quote }}
 {{- with .Values.kafka.topicPrefix }}
 - --topic-prefix
 - {{ . | quote }}
+{{- end }}
 {{- end }}
 {{- end -}}
 
