@@ -1,12 +1,21 @@
-"""Volumes (kube-scheduler's VolumeBinding / VolumeZone, for claims ingest resolved).
+"""Volumes: kube-scheduler's VolumeBinding and VolumeZone filters, for the claims ingest resolved.
 
-A bound PersistentVolume with required node affinity (a zonal disk, a local volume) pins the pod to the
-nodes it selects. Hourglass does not provision volumes: an unbound claim is never bound silently; the pod
-stays pending with a reason naming the claim (``WaitForFirstConsumer``) or the unbound immediate claim.
+VolumeBinding: a bound PersistentVolume with required node affinity (a zonal disk, a local volume) pins
+the pod to the nodes it selects; an unbound ``Immediate`` claim keeps the pod pending until the volume
+controller binds it; an unbound ``WaitForFirstConsumer`` claim admits a node where one of its candidate
+volumes (available, of its class, large enough, right modes: ingest checked those) has node affinity the
+node satisfies, or else where its StorageClass can provision a volume (a provisioner other than
+``kubernetes.io/no-provisioner``, ``allowedTopologies`` matching the node). Several such claims of one pod
+take distinct volumes, smallest claim first, as ``findMatchingVolumes`` does.
+
+VolumeZone: a bound volume's zone / region labels (``topology.kubernetes.io/*`` and the legacy
+``failure-domain.beta.kubernetes.io/*``; several zones joined by ``__``) must name the node's value — unless
+the node has none of these labels at all (a single-zone cluster).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from scheduler.engine.predicates.labels import node_terms_match
@@ -17,19 +26,72 @@ if TYPE_CHECKING:
 
 NODE_AFFINITY = "node(s) had volume node affinity conflict"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
+BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
+ZONE_CONFLICT = "node(s) had no available volume zone"
+
+BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
+BETA_REGION = "failure-domain.beta.kubernetes.io/region"
+ZONE = "topology.kubernetes.io/zone"
+REGION = "topology.kubernetes.io/region"
+ZONE_KEYS = (BETA_ZONE, BETA_REGION, ZONE, REGION)  # VolumeZone's topologyLabels, in its order
+_GA = {BETA_ZONE: ZONE, BETA_REGION: REGION}
+ZONE_SEPARATOR = "__"  # cloud-provider's LabelMultiZoneDelimiter
+
+
+def zone_set(value: str) -> frozenset[str] | None:
+    """The zones a volume label names (``a__b``), spaces trimmed; None when one is empty: VolumeZone
+    ignores such a label (``LabelZonesToSet`` fails)."""
+    zones = [z.strip() for z in value.split(ZONE_SEPARATOR)]
+    if any(not z for z in zones):
+        return None
+    return frozenset(zones)
 
 
 def reason(volumes: tuple[Volume, ...], node: NodeInfo) -> str | None:
     """Why the pod's volumes keep it off `node`, or None."""
+    if any(not v.bound and v.binding_mode != "WaitForFirstConsumer" for v in volumes):
+        return UNBOUND_IMMEDIATE
+    labels = node.spec.labels
     for v in volumes:
-        if not v.bound:
-            if v.binding_mode == "WaitForFirstConsumer":
-                return (
-                    f"pod has unbound PersistentVolumeClaim {v.claim} (WaitForFirstConsumer): Hourglass does "
-                    "not provision volumes; bind it first or use Immediate binding"
-                )
-            return UNBOUND_IMMEDIATE
-    for v in volumes:
-        if v.node_affinity and not node_terms_match(node.spec.labels, v.node_affinity, node.name):
+        if v.bound and v.node_affinity and not node_terms_match(labels, v.node_affinity, node.name):
             return NODE_AFFINITY
+    waiting = [v for v in volumes if not v.bound]
+    if waiting and not _can_bind(waiting, labels, node.name):
+        return BIND_CONFLICT
+    if not _zones_match(volumes, labels):
+        return ZONE_CONFLICT
     return None
+
+
+def _can_bind(claims: list[Volume], labels: Mapping[str, str], name: str) -> bool:
+    """Each WaitForFirstConsumer claim finds a distinct candidate volume on this node, or can be
+    provisioned here."""
+    chosen: set[str] = set()
+    for v in sorted(claims, key=lambda c: c.request_bytes):  # stable: equal requests keep pod order
+        pick = next(
+            (n for n, terms in v.candidates if n not in chosen and node_terms_match(labels, terms, name)),
+            None,
+        )
+        if pick is not None:
+            chosen.add(pick)
+        elif not (v.provision and node_terms_match(labels, v.allowed_topologies, name)):
+            return False
+    return True
+
+
+def _zones_match(volumes: tuple[Volume, ...], labels: Mapping[str, str]) -> bool:
+    if not any(k in labels for k in ZONE_KEYS):
+        return True  # a node with no zone labels: a single-zone cluster
+    for v in volumes:
+        for key, value in v.zone_labels:
+            if key not in ZONE_KEYS:
+                continue  # the volume's other labels
+            zones = zone_set(value)
+            if zones is None:
+                continue
+            got = labels.get(key)
+            if got is None:
+                got = labels.get(_GA.get(key, key))
+            if got is None or got not in zones:
+                return False
+    return True
