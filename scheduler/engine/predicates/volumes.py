@@ -64,9 +64,14 @@ def reason(volumes: tuple[Volume, ...], node: NodeInfo) -> str | None:
 
 
 def _can_bind(claims: list[Volume], labels: Mapping[str, str], name: str) -> bool:
-    """Each WaitForFirstConsumer claim finds a distinct candidate volume on this node, or can be
-    provisioned here."""
+    return _assign(claims, labels, name) is not None
+
+
+def _assign(claims: list[Volume], labels: Mapping[str, str], name: str) -> list[tuple[str, str]] | None:
+    """(claim, volume) for each WaitForFirstConsumer claim on this node — a distinct candidate volume, or
+    "" where its class provisions one here — or None when one of them cannot bind here."""
     chosen: set[str] = set()
+    out = []
     for v in sorted(claims, key=lambda c: c.request_bytes):  # stable: equal requests keep pod order
         pick = next(
             (n for n, terms in v.candidates if n not in chosen and node_terms_match(labels, terms, name)),
@@ -74,9 +79,22 @@ def _can_bind(claims: list[Volume], labels: Mapping[str, str], name: str) -> boo
         )
         if pick is not None:
             chosen.add(pick)
-        elif not (v.provision and node_terms_match(labels, v.allowed_topologies, name)):
-            return False
-    return True
+            out.append((v.claim, pick))
+        elif v.provision and node_terms_match(labels, v.allowed_topologies, name):
+            out.append((v.claim, ""))
+        else:
+            return None
+    return out
+
+
+def bindings(volumes: tuple[Volume, ...], node: NodeInfo) -> dict[str, str]:
+    """What the binder does before binding the pod to `node` (kube-scheduler's VolumeBinding PreBind):
+    each unbound WaitForFirstConsumer claim's chosen volume, or "" to have its class provision one there.
+    Empty when the pod has no such claim."""
+    waiting = [v for v in volumes if not v.bound and v.binding_mode == "WaitForFirstConsumer"]
+    if not waiting:
+        return {}
+    return dict(_assign(waiting, node.spec.labels, node.name) or ())
 
 
 def _zones_match(volumes: tuple[Volume, ...], labels: Mapping[str, str]) -> bool:
