@@ -18,6 +18,7 @@ from ingest.kube.units import parse_quantity
 
 ANNOTATION_SELECTED_NODE: Final = "volume.kubernetes.io/selected-node"
 ANNOTATION_BOUND_BY_CONTROLLER: Final = "pv.kubernetes.io/bound-by-controller"
+ANNOTATION_BIND_COMPLETED: Final = "pv.kubernetes.io/bind-completed"
 ANNOTATION_BETA_STORAGE_CLASS: Final = "volume.beta.kubernetes.io/storage-class"
 NO_PROVISIONER: Final = "kubernetes.io/no-provisioner"
 ZONE_KEYS: Final = (
@@ -202,7 +203,9 @@ def claim(
     a volume that is missing, counts as an unbound Immediate one: the pod waits for it, as in
     kube-scheduler."""
     if pvc is not None and _spec(pvc).get("volumeName"):
-        if pv is None:
+        if pv is None or ANNOTATION_BIND_COMPLETED not in _dict(_meta(pvc).get("annotations")):
+            # Bound to a missing volume, or pre-bound and not yet bound by the volume controller:
+            # kube-scheduler refuses the pod until the binding completes.
             return {"claim": name, "bound": False}
         return {
             "claim": name,
