@@ -29,7 +29,11 @@ def _pod(ns: str, name: str, queue: str, claim: str) -> dict[str, Any]:
             "schedulerName": "hourglass",
             "nodeSelector": {"hourglass-volumes": ns},
             "containers": [
-                {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                }
             ],
             "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
         },
