@@ -831,6 +831,23 @@ scenario(
     ],
     {"tasks": {"j-0": on("n1")}},
 )
+HOST_N1 = [{"match_expressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]
+HOST_N2 = [{"match_expressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]
+LOCAL_PVS = [{"name": "pv-n1", "node_affinity": HOST_N1}, {"name": "pv-n2", "node_affinity": HOST_N2}]
+scenario(
+    "volumes-08-two-claims-one-local-volume-each",
+    "volumes",
+    "Two pods of one cycle (a StatefulSet's replicas), each with a WaitForFirstConsumer claim that could "
+    "bind to either local volume (one on n1, one on n2): they take one volume each, so one pod goes to n2 "
+    "although bin-packing prefers n1 for both.",
+    ZONES,
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n1")]),
+        job("db-0", [task("db-0-0", volumes=[WFFC | {"claim": "data-0", "candidates": LOCAL_PVS}])]),
+        job("db-1", [task("db-1-0", volumes=[WFFC | {"claim": "data-1", "candidates": LOCAL_PVS}])]),
+    ],
+    {"task_sets": [{"tasks": ["db-0-0", "db-1-0"], "status_counts": {"allocated": 2}, "node_counts": {"n1": 1, "n2": 1}}]},
+)
 scenario(
     "volumes-07-volume-zone-label",
     "volumes",

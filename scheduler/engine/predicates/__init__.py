@@ -48,7 +48,7 @@ def pod_reason(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[str | None
     pod = task.pod
     idle = True
     if pod.volumes:
-        r = volumes.reason(pod.volumes, node)
+        r = volumes.reason(pod.volumes, node, volumes.taken(ssn, task) if volumes.waits(pod.volumes) else ())
         if r is not None:
             return r, False
     if pod.request.extended:

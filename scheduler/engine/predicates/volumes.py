@@ -15,13 +15,14 @@ the node has none of these labels at all (a single-zone cluster).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from scheduler.engine.predicates.labels import node_terms_match
+from scheduler.engine.state import PodStatus
 
 if TYPE_CHECKING:
-    from scheduler.engine.session import NodeInfo
+    from scheduler.engine.session import NodeInfo, Session, TaskInfo
     from scheduler.engine.state import Volume
 
 NODE_AFFINITY = "node(s) had volume node affinity conflict"
@@ -47,30 +48,33 @@ def zone_set(value: str) -> frozenset[str] | None:
     return frozenset(zones)
 
 
-def reason(volumes: tuple[Volume, ...], node: NodeInfo) -> str | None:
-    """Why the pod's volumes keep it off `node`, or None."""
+def reason(volumes: tuple[Volume, ...], node: NodeInfo, taken: Collection[str] = ()) -> str | None:
+    """Why the pod's volumes keep it off `node`, or None; ``taken``: volumes other pods' claims took."""
     if any(not v.bound and v.binding_mode != "WaitForFirstConsumer" for v in volumes):
         return UNBOUND_IMMEDIATE
     labels = node.spec.labels
     for v in volumes:
         if v.bound and v.node_affinity and not node_terms_match(labels, v.node_affinity, node.name):
             return NODE_AFFINITY
-    waiting = [v for v in volumes if not v.bound]
-    if waiting and not _can_bind(waiting, labels, node.name):
+    waiting = waits(volumes)
+    if waiting and _assign(waiting, labels, node.name, taken) is None:
         return BIND_CONFLICT
     if not _zones_match(volumes, labels):
         return ZONE_CONFLICT
     return None
 
 
-def _can_bind(claims: list[Volume], labels: Mapping[str, str], name: str) -> bool:
-    return _assign(claims, labels, name) is not None
+def waits(volumes: tuple[Volume, ...]) -> list[Volume]:
+    """The pod's unbound WaitForFirstConsumer claims."""
+    return [v for v in volumes if not v.bound and v.binding_mode == "WaitForFirstConsumer"]
 
 
-def _assign(claims: list[Volume], labels: Mapping[str, str], name: str) -> list[tuple[str, str]] | None:
-    """(claim, volume) for each WaitForFirstConsumer claim on this node — a distinct candidate volume, or
-    "" where its class provisions one here — or None when one of them cannot bind here."""
-    chosen: set[str] = set()
+def _assign(
+    claims: list[Volume], labels: Mapping[str, str], name: str, taken: Collection[str] = ()
+) -> list[tuple[str, str]] | None:
+    """(claim, volume) for each WaitForFirstConsumer claim on this node — a distinct candidate volume no
+    other pod took, or "" where its class provisions one here — or None when one of them cannot bind."""
+    chosen: set[str] = set(taken)
     out = []
     for v in sorted(claims, key=lambda c: c.request_bytes):  # stable: equal requests keep pod order
         pick = next(
@@ -87,14 +91,57 @@ def _assign(claims: list[Volume], labels: Mapping[str, str], name: str) -> list[
     return out
 
 
-def bindings(volumes: tuple[Volume, ...], node: NodeInfo) -> dict[str, str]:
+def bindings(volumes: tuple[Volume, ...], node: NodeInfo, taken: Collection[str] = ()) -> dict[str, str]:
     """What the binder does before binding the pod to `node` (kube-scheduler's VolumeBinding PreBind):
     each unbound WaitForFirstConsumer claim's chosen volume, or "" to have its class provision one there.
-    Empty when the pod has no such claim."""
-    waiting = [v for v in volumes if not v.bound and v.binding_mode == "WaitForFirstConsumer"]
+    Empty when the pod has no such claim (or they cannot bind there)."""
+    waiting = waits(volumes)
     if not waiting:
         return {}
-    return dict(_assign(waiting, node.spec.labels, node.name) or ())
+    return dict(_assign(waiting, node.spec.labels, node.name, taken) or ())
+
+
+# -- volumes taken by the session's placed pods ---------------------------------------------------------
+
+_PLACED = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING, PodStatus.RELEASING})
+
+
+def picks(ssn: Session) -> dict[str, dict[str, str]]:
+    """Each placed task's claim -> volume, built on first use in task order (pods placed in earlier
+    cycles), then kept current by ``Session._set`` (:func:`moved`): a task takes its volumes when placed,
+    excluding every volume taken before, and gives them back when it leaves its node or is rolled back."""
+    if ssn.vol_picks is None:
+        ssn.vol_picks = {}
+        for t in ssn.tasks:
+            if t.pod.volumes:
+                moved(ssn, t)
+    return ssn.vol_picks
+
+
+def moved(ssn: Session, t: TaskInfo) -> None:
+    """Task `t` changed status or node: its volumes follow."""
+    held = ssn.vol_picks
+    if held is None:
+        return
+    held.pop(t.uid, None)
+    if t.node is None or t.status not in _PLACED or not waits(t.pod.volumes):
+        return
+    held[t.uid] = bindings(t.pod.volumes, t.node, taken_by_others(held, t.uid))
+
+
+def taken_by_others(held: Mapping[str, Mapping[str, str]], uid: str) -> set[str]:
+    """The volumes placed tasks other than `uid` took."""
+    return {v for other, m in held.items() if other != uid for v in m.values() if v}
+
+
+def taken(ssn: Session, t: TaskInfo) -> set[str]:
+    """The volumes the session's other placed pods took: no longer candidates for `t`."""
+    return taken_by_others(picks(ssn), t.uid)
+
+
+def chosen(ssn: Session, t: TaskInfo) -> dict[str, str]:
+    """The volumes placed task `t` takes (its Bind decision's ``details.volumes``)."""
+    return dict(picks(ssn).get(t.uid, {}))
 
 
 def _zones_match(volumes: tuple[Volume, ...], labels: Mapping[str, str]) -> bool:

@@ -25,7 +25,7 @@ from typing import Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from scheduler.engine import topology
-from scheduler.engine.predicates.volumes import bindings as volume_bindings
+from scheduler.engine.predicates.volumes import chosen as chosen_volumes
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -334,7 +334,7 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
                     landed[job.uid] = {"topology": where} if where is not None else {}
                 details = landed[job.uid]
             if t.pod.volumes:
-                claims = volume_bindings(t.pod.volumes, t.node)
+                claims = chosen_volumes(ssn, t)
                 if claims:
                     details = {**details, "volumes": claims}
             out.append(
