@@ -107,14 +107,14 @@ _PLACED = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING
 
 
 def picks(ssn: Session) -> dict[str, dict[str, str]]:
-    """Each placed task's claim -> volume, built on first use in task order (pods placed in earlier
-    cycles), then kept current by ``Session._set`` (:func:`moved`): a task takes its volumes when placed,
-    excluding every volume taken before, and gives them back when it leaves its node or is rolled back."""
+    """Each placed task's claim -> volume, built on first use in pod-uid order (pods placed before the
+    session opened: the same whichever way the session was built), then kept current by ``Session._set``
+    (:func:`moved`): a task takes its volumes when placed, excluding every volume taken before, and gives
+    them back when it leaves its node or is rolled back."""
     if ssn.vol_picks is None:
         ssn.vol_picks = {}
-        for t in ssn.tasks:
-            if t.pod.volumes:
-                moved(ssn, t)
+        for t in sorted((t for t in ssn.tasks if t.pod.volumes), key=lambda t: t.uid):
+            moved(ssn, t)
     return ssn.vol_picks
 
 
