@@ -52,6 +52,7 @@ __all__ = [
     "FAST_PATH",
     "LIMITS",
     "SUPPORTED_VERSIONS",
+    "CandidateVolume",
     "ClockTick",
     "Event",
     "EventBase",
@@ -715,17 +716,46 @@ class PreferredSchedulingTerm(_Record):
     match_expressions: list[NodeSelectorRequirement] = Field(min_length=1)
 
 
+class CandidateVolume(_Record):
+    """An available PersistentVolume an unbound ``WaitForFirstConsumer`` claim could bind to: ingest has
+    checked its class, phase, capacity, volume mode, access modes and the claim's selector; what is left
+    depends on the node (its required ``node_affinity``, empty = any node)."""
+
+    name: Annotated[Text, Field(min_length=1)]
+    node_affinity: list[NodeSelectorTerm] = Field(default_factory=list)
+
+
 class VolumeClaim(_Record):
     """A PersistentVolumeClaim the pod mounts, resolved by ingest.
 
-    Bound: ``node_affinity`` is the PersistentVolume's required node affinity (empty = any node).
-    Unbound: ``binding_mode`` is its StorageClass's volumeBindingMode.
+    Bound: ``node_affinity`` is the PersistentVolume's required node affinity (empty = any node) and
+    ``zone_labels`` its zone / region labels (kube-scheduler's VolumeZone keys, values as written on the
+    volume: several zones joined by ``__``).
+    Unbound: ``binding_mode`` is its StorageClass's volumeBindingMode. A ``WaitForFirstConsumer`` claim
+    also carries what kube-scheduler's VolumeBinding filter weighs per node: the ``candidates`` it could
+    bind to (smallest first), whether its class can ``provision`` a volume, the class's
+    ``allowed_topologies`` (ORed terms, empty = anywhere) and the claim's ``request_bytes`` (claims are
+    matched smallest first).
     """
 
     claim: Name
     bound: bool = True
     node_affinity: list[NodeSelectorTerm] = Field(default_factory=list)
     binding_mode: Literal["Immediate", "WaitForFirstConsumer"] = "Immediate"
+    zone_labels: Labels = Field(default_factory=dict)
+    candidates: list[CandidateVolume] = Field(default_factory=list)
+    provision: bool = False
+    allowed_topologies: list[NodeSelectorTerm] = Field(default_factory=list)
+    request_bytes: Annotated[int, Field(ge=0)] = 0
+
+    # Written only when set, so a claim that uses none of them serialises as before they existed.
+    OPTIONAL: ClassVar[tuple[str, ...]] = (
+        "zone_labels",
+        "candidates",
+        "provision",
+        "allowed_topologies",
+        "request_bytes",
+    )
 
 
 class PodSubmitted(EventBase):
@@ -1035,6 +1065,10 @@ def dump_event(event: EventBase) -> bytes:
     for k in event.V2_FIELDS:
         if not _v2_present(payload.get(k)):
             payload.pop(k, None)
+    for vol in payload.get("volumes") or ():
+        for k in VolumeClaim.OPTIONAL:
+            if not vol.get(k):
+                vol.pop(k, None)
     req = payload.get("requests")
     if isinstance(req, dict) and not req.get("extended"):
         req.pop("extended", None)

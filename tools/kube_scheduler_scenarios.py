@@ -205,8 +205,9 @@ def _slug(text: str) -> str:
 def write() -> int:
     """Write every case (one file each, numbered per plugin); returns how many."""
     if OUT.exists():
+        ours = {p for p, _ in CASES}  # the volume plugins' folders are tools/kube_scheduler_volume_scenarios.py's
         for d in OUT.iterdir():
-            if d.is_dir():
+            if d.is_dir() and d.name in ours:
                 shutil.rmtree(d)
     counts: dict[str, int] = {}
     for plugin, doc in CASES:

@@ -781,8 +781,8 @@ scenario(
 scenario(
     "volumes-03-wait-for-first-consumer",
     "volumes",
-    "An unbound WaitForFirstConsumer claim is not provisioned by Hourglass: pending, and the message names "
-    "the claim.",
+    "An unbound WaitForFirstConsumer claim with no available volume and a class that cannot provision: "
+    "pending, VolumeBindConflict (kube-scheduler's VolumeBinding filter).",
     ZONES,
     [
         job(
@@ -795,11 +795,7 @@ scenario(
             ],
         )
     ],
-    {
-        "tasks": {"j-0": PENDING},
-        "filter_reasons": {"j": ["VolumeWaitForFirstConsumer"]},
-        "message_contains": {"j": "PersistentVolumeClaim scratch"},
-    },
+    {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["VolumeBindConflict"]}},
 )
 scenario(
     "volumes-04-unbound-immediate",
@@ -808,6 +804,64 @@ scenario(
     ZONES,
     [job("j", [task("j-0", volumes=[{"claim": "data", "bound": False}])])],
     {"tasks": {"j-0": PENDING}, "filter_reasons": {"j": ["VolumeUnboundImmediate"]}},
+)
+
+WFFC = {"claim": "scratch", "bound": False, "binding_mode": "WaitForFirstConsumer"}
+scenario(
+    "volumes-05-wait-for-first-consumer-local-volume",
+    "volumes",
+    "An unbound WaitForFirstConsumer claim whose only available volume lives in zone a: the pod goes to "
+    "n1, where the claim can bind, although bin-packing prefers n2.",
+    ZONES,
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n2")]),
+        job("j", [task("j-0", volumes=[WFFC | {"candidates": [{"name": "pv-a", "node_affinity": ZONE_A}]}])]),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+scenario(
+    "volumes-06-wait-for-first-consumer-allowed-topologies",
+    "volumes",
+    "An unbound WaitForFirstConsumer claim with no volume: its class provisions only in zone a "
+    "(allowedTopologies), so the pod goes to n1.",
+    ZONES,
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n2")]),
+        job("j", [task("j-0", volumes=[WFFC | {"provision": True, "allowed_topologies": ZONE_A}])]),
+    ],
+    {"tasks": {"j-0": on("n1")}},
+)
+HOST_N1 = [{"match_expressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]
+HOST_N2 = [{"match_expressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n2"]}]}]
+LOCAL_PVS = [{"name": "pv-n1", "node_affinity": HOST_N1}, {"name": "pv-n2", "node_affinity": HOST_N2}]
+scenario(
+    "volumes-08-two-claims-one-local-volume-each",
+    "volumes",
+    "Two pods of one cycle (a StatefulSet's replicas), each with a WaitForFirstConsumer claim that could "
+    "bind to either local volume (one on n1, one on n2): they take one volume each, so one pod goes to n2 "
+    "although bin-packing prefers n1 for both.",
+    ZONES,
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="n1")]),
+        job("db-0", [task("db-0-0", volumes=[WFFC | {"claim": "data-0", "candidates": LOCAL_PVS}])]),
+        job("db-1", [task("db-1-0", volumes=[WFFC | {"claim": "data-1", "candidates": LOCAL_PVS}])]),
+    ],
+    {"task_sets": [{"tasks": ["db-0-0", "db-1-0"], "status_counts": {"allocated": 2}, "node_counts": {"n1": 1, "n2": 1}}]},
+)
+scenario(
+    "volumes-07-volume-zone-label",
+    "volumes",
+    "The bound volume carries topology.kubernetes.io/zone=b__c (VolumeZone): the pod goes to z2, whose "
+    "zone is one of them, although bin-packing prefers z1.",
+    [
+        node("z1", gpus=0, labels={"topology.kubernetes.io/zone": "a"}),
+        node("z2", gpus=0, labels={"topology.kubernetes.io/zone": "b"}),
+    ],
+    [
+        job("busy", [task("busy-0", cpu=8000, status="running", node="z1")]),
+        job("j", [task("j-0", volumes=[{"claim": "data", "zone_labels": {"topology.kubernetes.io/zone": "b__c"}}])]),
+    ],
+    {"tasks": {"j-0": on("z2")}},
 )
 
 # ---------------------------------------------------------------- scheduling gates

@@ -50,6 +50,7 @@ from ingest.events import (
     VolumeClaim,
     validation_message,
 )
+from ingest.kube import volumes as kube_volumes
 from ingest.kube.names import (
     ANNOTATION_CYCLE,
     ANNOTATION_GPU_CONFIGMAP,
@@ -1207,31 +1208,17 @@ def claim_names(obj: dict[str, Any]) -> list[str]:
 
 
 def volume_claim(
-    claim: str, pvc: dict[str, Any] | None, pv: dict[str, Any] | None, storage_class: dict[str, Any] | None
+    claim: str,
+    pvc: dict[str, Any] | None,
+    pv: dict[str, Any] | None,
+    storage_class: dict[str, Any] | None,
+    volumes: list[dict[str, Any]] | None = None,
 ) -> VolumeClaim:
-    """A claim as the engine needs it: bound to a volume with this node affinity, or unbound with this
-    binding mode (a missing claim counts as unbound Immediate: kube-scheduler waits for it too)."""
-    if pvc is not None and _dict(pvc.get("spec")).get("volumeName") and pv is not None:
-        required = _dict(_dict(_dict(pv.get("spec")).get("nodeAffinity")).get("required"))
-        terms = []
-        for t in required.get("nodeSelectorTerms") or []:
-            exprs = [
-                {
-                    "key": str(_dict(e).get("key", "")),
-                    "operator": _dict(e).get("operator"),
-                    "values": [str(v) for v in _dict(e).get("values") or []],
-                }
-                for e in _dict(t).get("matchExpressions") or []
-            ]
-            if exprs:
-                terms.append({"match_expressions": exprs})
-        return VolumeClaim.model_validate({"claim": claim, "bound": True, "node_affinity": terms})
-    mode = (storage_class or {}).get("volumeBindingMode") or "Immediate"
-    return VolumeClaim(
-        claim=claim,
-        bound=False,
-        binding_mode="WaitForFirstConsumer" if mode == "WaitForFirstConsumer" else "Immediate",
-    )
+    """A claim as the engine needs it (:func:`ingest.kube.volumes.claim`): bound to a volume with this node
+    affinity and these zone labels, or unbound with this binding mode; an unbound ``WaitForFirstConsumer``
+    claim also lists the ``volumes`` (every PersistentVolume) it could bind to and where its class
+    provisions. A missing claim counts as unbound Immediate: kube-scheduler waits for it too."""
+    return VolumeClaim.model_validate(kube_volumes.claim(claim, pvc, pv, storage_class, volumes))
 
 
 def dra_not_supported(key: str, claims: object) -> InvalidObject:

@@ -160,3 +160,9 @@ def decimal_text(value: int, scale: int) -> str:
         return str(whole)
     digits = len(str(scale)) - 1
     return f"{whole}.{frac:0{digits}d}".rstrip("0")
+
+
+def parse_quantity(value: Quantity, kind: str = "storage") -> Fraction:
+    """Any quantity (``"10Gi"``, ``"500M"``) as an exact rational, for comparisons such as a volume's
+    capacity against a claim's request."""
+    return _parse_quantity(value, kind)

@@ -78,6 +78,7 @@ from ingest.events import (
     parse_event,
 )
 from ingest.kube import translate as kube
+from ingest.kube import volumes as kube_volumes
 from ingest.kube.client import KubeApi, KubeError, add_kubeconfig_argument
 from ingest.kube.podgrouper import (
     ANNOTATION_SKIP_PODGROUPER,
@@ -818,9 +819,12 @@ class KubeIngest:
             self._emit(batch, PodFinished(name=name, namespace=ns, phase=phase, at_ms=self._at()))
 
     def _volumes(self, obj: dict[str, Any], claims: list[str]) -> list[VolumeClaim]:
-        """Resolve a pod's claims: bound volume's node affinity, or the StorageClass binding mode."""
+        """Resolve a pod's claims: a bound volume's node affinity and zone labels, or the StorageClass's
+        binding mode; for a WaitForFirstConsumer claim, the volumes it could bind to and where its class
+        provisions (:mod:`ingest.kube.volumes`)."""
         ns = str((obj.get("metadata") or {}).get("namespace") or "")
         out = []
+        pvs: list[dict[str, Any]] | None = None
         for claim in claims:
             pvc = self.api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
             spec = (pvc or {}).get("spec") or {}
@@ -829,13 +833,11 @@ class KubeIngest:
                 if spec.get("volumeName")
                 else None
             )
-            sc_name = spec.get("storageClassName")
-            sc = (
-                self.api.get(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
-                if sc_name and pv is None
-                else None
-            )
-            out.append(kube.volume_claim(claim, pvc, pv, sc))
+            sc_name = kube_volumes.claim_class(pvc) if pvc is not None and not spec.get("volumeName") else ""
+            sc = self.api.get(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}") if sc_name else None
+            if sc is not None and sc.get("volumeBindingMode") == "WaitForFirstConsumer" and pvs is None:
+                pvs = list((self.api.get("/api/v1/persistentvolumes") or {}).get("items") or [])
+            out.append(kube.volume_claim(claim, pvc, pv, sc, pvs))
         return out
 
     def _retry_later(self, item: _Changed, exc: BaseException) -> None:

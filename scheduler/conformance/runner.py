@@ -469,12 +469,32 @@ def compare_filter(doc: dict[str, Any], got: dict[str, str | None]) -> list[str]
     return diffs
 
 
+def compare_volumes(doc: dict[str, Any]) -> list[str]:
+    """Differences between ``expect.volumes`` ({node: {claim: volume, "" = provisioned}}) and the volume
+    each WaitForFirstConsumer claim of ``run.task`` would bind to on that node."""
+    want = doc.get("expect", {}).get("volumes")
+    if not want:
+        return []
+    from scheduler.engine.predicates.volumes import bindings
+
+    state, config = load_state(doc)
+    ssn = open_session(state, config, NOW_MS)
+    task = next(t for t in ssn.tasks if t.pod.name == doc["run"]["task"])
+    nodes = {n.name: n for n in ssn.nodes}
+    diffs = []
+    for name, claims in want.items():
+        got = bindings(task.pod.volumes, nodes[name]) if name in nodes else None
+        if got != claims:
+            diffs.append(f"node {name}: volumes {got}, expected {claims}")
+    return diffs
+
+
 def run_doc(doc: dict[str, Any]) -> tuple[list[str], ClusterState]:
     """Run one cluster scenario; returns (differences, final state)."""
     run = doc["run"]
     state, config = load_state(doc)
     if run["mode"] == "filter":
-        return compare_filter(doc, filter_verdicts(doc)), state
+        return compare_filter(doc, filter_verdicts(doc)) + compare_volumes(doc), state
     if run["mode"] == "single_pass":
         ssn = run_actions(open_session(state, config, NOW_MS), (PHASES[run["phase"]],))
         out = result_state(ssn)

@@ -74,6 +74,7 @@ _KNOWN: Final = frozenset(
         "commits",
         "action_cache",
         "pred_cache",
+        "vol_picks",
         "static_cache",
         "_pod_index",
         "anti_present",
@@ -549,6 +550,7 @@ def reopen(
     ssn.commits = 0
     ssn.action_cache = {}
     ssn.pred_cache = {}
+    ssn.vol_picks = None
     ssn.static_cache = {}
     ssn._pod_index = None
     ssn.anti_present = bool(index.anti)

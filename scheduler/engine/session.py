@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.engine import subgroups
 from scheduler.engine.predicates import hostports as host_ports
+from scheduler.engine.predicates import volumes as volume_picks
 from scheduler.engine.predicates.extended import gpu_equivalent_milli
 from scheduler.engine.predicates.podindex import Entry, PodIndex
 from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
@@ -736,6 +737,9 @@ class Session:
         self.commits = 0  # committed statements: structures built from committed state are checked against it
         self.action_cache: dict[str, object] = {}  # per-action structures kept current by their owners
         self.pred_cache: dict[str, tuple[int, object]] = {}
+        # The volume each placed task's WaitForFirstConsumer claims take (predicates/volumes.py), built on
+        # first use and kept current by _set, so two pods of one cycle never take the same volume.
+        self.vol_picks: dict[str, dict[str, str]] | None = None
         self.static_cache: dict[tuple[object, ...], object] = {}  # facts about nodes only (fixed per session)
         self._pod_index: PodIndex | None = None
         # Some pod on a node has required anti-affinity: every placement checks it (symmetry).
@@ -949,6 +953,8 @@ class Session:
             if node is not None and node is not old_node:
                 claimed += _claimed(node)
             self._claimed = claimed
+        if self.vol_picks is not None and t.pod.volumes:
+            volume_picks.moved(self, t)
 
     def statement(self) -> Statement:
         return Statement(self)

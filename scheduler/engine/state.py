@@ -239,6 +239,13 @@ class Volume:
     bound: bool = True
     node_affinity: tuple[tuple[MatchExpression, ...], ...] = ()
     binding_mode: str = "Immediate"  # Immediate | WaitForFirstConsumer
+    zone_labels: tuple[tuple[str, str], ...] = ()  # the bound volume's zone / region labels, sorted
+    # An unbound WaitForFirstConsumer claim: (volume name, its node affinity) it could bind to, smallest
+    # first; whether its class provisions, where (ORed terms, empty = anywhere); its storage request.
+    candidates: tuple[tuple[str, tuple[tuple[MatchExpression, ...], ...]], ...] = ()
+    provision: bool = False
+    allowed_topologies: tuple[tuple[MatchExpression, ...], ...] = ()
+    request_bytes: int = 0
 
 
 _NO_MAP: Mapping[str, str] = MappingProxyType({})  # the one empty read-only map pods share
@@ -557,6 +564,20 @@ def _exprs(terms: Iterable[ev_mod.NodeSelectorTerm]) -> tuple[tuple[MatchExpress
     )
 
 
+def _volume(v: ev_mod.VolumeClaim) -> Volume:
+    return Volume(
+        v.claim,
+        v.bound,
+        _exprs(v.node_affinity),
+        v.binding_mode,
+        tuple(sorted(v.zone_labels.items())),
+        tuple((c.name, _exprs(c.node_affinity)) for c in v.candidates),
+        v.provision,
+        _exprs(v.allowed_topologies),
+        v.request_bytes,
+    )
+
+
 def _selector(s: ev_mod.LabelSelector | None) -> LabelSelector:
     if s is None:
         return LabelSelector(nothing=True)
@@ -626,9 +647,7 @@ def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
         (t.weight, tuple(MatchExpression(m.key, m.operator, tuple(m.values)) for m in t.match_expressions))
         for t in e.preferred_node_affinity
     )
-    out["volumes"] = tuple(
-        Volume(v.claim, v.bound, _exprs(v.node_affinity), v.binding_mode) for v in e.volumes
-    )
+    out["volumes"] = tuple(_volume(v) for v in e.volumes)
     out["gated"] = bool(e.scheduling_gates)
     return out
 

@@ -45,6 +45,7 @@ from typing import Any, Final, Protocol
 
 from ingest.kube.client import KubeError, KubeUnavailable, add_kubeconfig_argument, call
 from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, GPU_RESOURCE
+from ingest.kube.volumes import ANNOTATION_SELECTED_NODE, bound_to, prebind_volume
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
@@ -120,6 +121,9 @@ class BindPod:
     node: str
     annotations: tuple[tuple[str, str], ...]
     action: str | None
+    # (claim, volume) for each WaitForFirstConsumer claim, done before the pod is bound: bind the volume to
+    # the claim, or (volume "") have the claim's class provision one on `node`.
+    volumes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +277,24 @@ def _bind_annotations(d: Decision, cycle_id: str) -> tuple[tuple[str, str], ...]
     return tuple(sorted(ann))
 
 
+def _bind_volumes(d: Decision) -> tuple[tuple[str, str], ...]:
+    got = d.details.get("volumes") if d.details else None
+    if not isinstance(got, dict):
+        return ()
+    return tuple(sorted((str(c), str(v)) for c, v in got.items()))
+
+
+class VolumeBindError(Exception):
+    """A WaitForFirstConsumer claim cannot be bound as the cycle chose (its volume was taken meanwhile):
+    the pod is not bound; dead-letter code ``volume_bind_conflict``."""
+
+    reason_code = "volume_bind_conflict"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 def plan(
     record: CycleRecord,
     memory: Memory,
@@ -327,7 +349,16 @@ def plan(
                     Invalid(d.pod or d.job, "bad_decision", "Bind decision without a node", _raw(d))
                 )
             elif ref is not None and d.node is not None:
-                binds.append(BindPod(ref[0], ref[1], d.node, _bind_annotations(d, record.cycle_id), d.action))
+                binds.append(
+                    BindPod(
+                        ref[0],
+                        ref[1],
+                        d.node,
+                        _bind_annotations(d, record.cycle_id),
+                        d.action,
+                        _bind_volumes(d),
+                    )
+                )
         elif d.kind == "Unschedulable":
             reason = d.reason or "Unschedulable"
             message = d.message or reason
@@ -446,6 +477,10 @@ class Kube(Protocol):
     def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
         """Set or clear a PodGroup's ``status.schedulingConditions``; False when it already said so."""
 
+    def bind_volumes(self, namespace: str, pod: str, node: str, volumes: tuple[tuple[str, str], ...]) -> None:
+        """Before binding the pod: bind each WaitForFirstConsumer claim to its chosen volume, or annotate
+        it with the node for its provisioner; :class:`VolumeBindError` when a volume was taken."""
+
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -488,6 +523,33 @@ class BinderApi:
             target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         self.call(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    def bind_volumes(self, namespace: str, pod: str, node: str, volumes: tuple[tuple[str, str], ...]) -> None:
+        """kube-scheduler's VolumeBinding PreBind for the volumes the cycle chose: a static volume gets a
+        ``claimRef`` to the claim (an update at the volume's resourceVersion, so a concurrent binding
+        conflicts instead of being overwritten) and the PersistentVolume controller completes the binding;
+        a claim to provision gets ``volume.kubernetes.io/selected-node``. A claim bound meanwhile is left
+        alone. Unlike kube-scheduler, the pod is bound without waiting for the volume: the kubelet waits for
+        it before starting the pod."""
+        for claim, volume in volumes:
+            r = self.call(self.core.read_namespaced_persistent_volume_claim, claim, namespace)
+            pvc = json.loads(r.data)
+            if (pvc.get("spec") or {}).get("volumeName"):
+                continue
+            if not volume:
+                body = {"metadata": {"annotations": {ANNOTATION_SELECTED_NODE: node}}}
+                self.call(self.core.patch_namespaced_persistent_volume_claim, claim, namespace, body)
+                continue
+            pv = json.loads(self.call(self.core.read_persistent_volume, volume).data)
+            if bound_to(pv, pvc):
+                continue
+            ref = (pv.get("spec") or {}).get("claimRef")
+            if ref:
+                raise VolumeBindError(
+                    f"volume {volume} chosen for claim {namespace}/{claim} of pod {namespace}/{pod} is bound to"
+                    f" {ref.get('namespace')}/{ref.get('name')} meanwhile; the pod is not bound"
+                )
+            self.call(self.core.replace_persistent_volume, volume, prebind_volume(pv, pvc))
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The pod's uid, None when it is gone (its Event is then written without one)."""
@@ -810,11 +872,15 @@ class Binder:
         raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
         annotations = dict(a.annotations)
         try:
+            if a.volumes:
+                self._with_retry(
+                    f"volumes of {uid}", lambda: k.bind_volumes(a.namespace, a.name, a.node, a.volumes)
+                )
             shared = self._prepare_sharing(a)
             if shared is not None:
                 annotations.update(shared)
             self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
-        except SharingError as e:
+        except (SharingError, VolumeBindError) as e:
             self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
             return
         except KubeError as e:

@@ -308,6 +308,8 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     assert _allows(binder, "create", "events") and _allows(binder, "patch", "events")
     assert _allows(binder, "update", "queues/status", GROUP)
     assert _allows(binder, "patch", "podgroups/status", GROUP)
+    # WaitForFirstConsumer claims: bind the chosen volume, or name the node for the provisioner.
+    assert _allows(binder, "update", "persistentvolumes") and _allows(binder, "patch", "persistentvolumeclaims")
     for verb, res, grp in (
         ("list", "pods", ""),
         ("update", "pods", ""),
@@ -330,6 +332,7 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     assert not _allows(ingest, "create", "topologies", "kai.scheduler")  # read only: KAI's admins write them
     assert _allows(ingest, "create", "podgroups", GROUP) and _allows(ingest, "update", "podgroups", GROUP)
     assert _allows(ingest, "create", "events")
+    assert _allows(ingest, "list", "persistentvolumes")  # the volumes a WaitForFirstConsumer claim could take
     assert _allows(ingest, "get", "priorityclasses", "scheduling.k8s.io")  # PodGroup priority values
     assert not _allows(ingest, "list", "priorityclasses", "scheduling.k8s.io")
     assert _allows(ingest, "get", "jobs", "batch") and not _allows(ingest, "list", "jobs", "batch")

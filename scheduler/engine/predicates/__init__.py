@@ -48,7 +48,7 @@ def pod_reason(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[str | None
     pod = task.pod
     idle = True
     if pod.volumes:
-        r = volumes.reason(pod.volumes, node)
+        r = volumes.reason(pod.volumes, node, volumes.taken(ssn, task) if volumes.waits(pod.volumes) else ())
         if r is not None:
             return r, False
     if pod.request.extended:
@@ -125,6 +125,8 @@ REASON_CODES: dict[str, str] = {
     spread.MISSING_LABEL: "PodTopologySpreadMissingLabel",
     volumes.NODE_AFFINITY: "VolumeNodeAffinity",
     volumes.UNBOUND_IMMEDIATE: "VolumeUnboundImmediate",
+    volumes.BIND_CONFLICT: "VolumeBindConflict",
+    volumes.ZONE_CONFLICT: "VolumeZoneConflict",
     "node(s) were not ready": "NodeNotReady",
     "node(s) were unschedulable": "NodeUnschedulable",
     "node(s) didn't match Pod's node affinity/selector": "NodeAffinity",
@@ -139,7 +141,7 @@ def reason_code(message: str) -> str:
         return code
     if message.startswith("node(s) had untolerated taint"):
         return "TaintToleration"
-    if message.startswith("pod has unbound PersistentVolumeClaim"):
+    if message.startswith("pod has unbound PersistentVolumeClaim"):  # records written before binding
         return "VolumeWaitForFirstConsumer"
     if message.startswith("node(s) didn't have resource "):
         return "ExtendedResourceMissing"

@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from scheduler.engine import topology
+from scheduler.engine.predicates.volumes import chosen as chosen_volumes
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -332,6 +333,10 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
                     where = topology.landing(ssn, job)
                     landed[job.uid] = {"topology": where} if where is not None else {}
                 details = landed[job.uid]
+            if t.pod.volumes:
+                claims = chosen_volumes(ssn, t)
+                if claims:
+                    details = {**details, "volumes": claims}
             out.append(
                 Decision(
                     kind="Bind" if t.status is PodStatus.ALLOCATED else "Pipeline",

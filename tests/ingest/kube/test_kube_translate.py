@@ -526,7 +526,10 @@ def test_pod_constraints_translate_to_contract_fields() -> None:
 
 
 def test_volume_claim_resolution() -> None:
-    pvc = {"spec": {"volumeName": "pv-1", "storageClassName": "zonal"}}
+    pvc = {
+        "metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"volumeName": "pv-1", "storageClassName": "zonal"},
+    }
     pv = {
         "spec": {
             "nodeAffinity": {

@@ -1,0 +1,250 @@
+"""PersistentVolumeClaims as kube-scheduler's volume plugins read them (VolumeBinding, VolumeZone).
+
+Ingest resolves a pod's claims once, when it submits the pod: a bound claim gives its volume's node
+affinity and zone / region labels; an unbound ``WaitForFirstConsumer`` claim gives the available volumes
+it could bind to — every check of ``FindMatchingVolume`` (component-helpers ``pv_helpers.go``) that does
+not depend on the node: class, pre-binding, capacity, volume mode, deletion, phase, the claim's selector,
+volume attributes class and access modes — and whether its StorageClass can provision one, and where. The
+engine then weighs, per node, only what depends on the node. The binder repeats the choice against the
+API objects before binding (``choose``), as kube-scheduler's PreBind does.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Final
+
+from ingest.kube.units import parse_quantity
+
+ANNOTATION_SELECTED_NODE: Final = "volume.kubernetes.io/selected-node"
+ANNOTATION_BOUND_BY_CONTROLLER: Final = "pv.kubernetes.io/bound-by-controller"
+ANNOTATION_BIND_COMPLETED: Final = "pv.kubernetes.io/bind-completed"
+ANNOTATION_BETA_STORAGE_CLASS: Final = "volume.beta.kubernetes.io/storage-class"
+NO_PROVISIONER: Final = "kubernetes.io/no-provisioner"
+ZONE_KEYS: Final = (
+    "failure-domain.beta.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _spec(obj: dict[str, Any] | None) -> dict[str, Any]:
+    return _dict((obj or {}).get("spec"))
+
+
+def _meta(obj: dict[str, Any] | None) -> dict[str, Any]:
+    return _dict((obj or {}).get("metadata"))
+
+
+def claim_class(pvc: dict[str, Any]) -> str:
+    """The claim's StorageClass name: the beta annotation wins, as ``GetPersistentVolumeClaimClass``."""
+    ann = _dict(_meta(pvc).get("annotations"))
+    if ANNOTATION_BETA_STORAGE_CLASS in ann:
+        return str(ann[ANNOTATION_BETA_STORAGE_CLASS])
+    return str(_spec(pvc).get("storageClassName") or "")
+
+
+def volume_class(pv: dict[str, Any]) -> str:
+    """The volume's StorageClass name (``GetPersistentVolumeClass``)."""
+    ann = _dict(_meta(pv).get("annotations"))
+    if ANNOTATION_BETA_STORAGE_CLASS in ann:
+        return str(ann[ANNOTATION_BETA_STORAGE_CLASS])
+    return str(_spec(pv).get("storageClassName") or "")
+
+
+def node_affinity(pv: dict[str, Any]) -> list[dict[str, Any]]:
+    """The volume's required node affinity as contract terms (empty = any node)."""
+    required = _dict(_dict(_spec(pv).get("nodeAffinity")).get("required"))
+    terms = []
+    for t in required.get("nodeSelectorTerms") or []:
+        exprs = [
+            {
+                "key": str(_dict(e).get("key", "")),
+                "operator": _dict(e).get("operator"),
+                "values": [str(v) for v in _dict(e).get("values") or []],
+            }
+            for e in _dict(t).get("matchExpressions") or []
+        ]
+        if exprs:
+            terms.append({"match_expressions": exprs})
+    return terms
+
+
+def zone_labels(pv: dict[str, Any]) -> dict[str, str]:
+    """The volume's zone / region labels, the keys VolumeZone reads."""
+    labels = _dict(_meta(pv).get("labels"))
+    return {k: str(labels[k]) for k in ZONE_KEYS if k in labels}
+
+
+def _quantity(value: Any) -> Fraction | None:
+    try:
+        return parse_quantity(value)
+    except (ValueError, TypeError):
+        return None
+
+
+def request(pvc: dict[str, Any]) -> Fraction:
+    """The claim's storage request (0 when it states none or an unreadable one)."""
+    got = _quantity(_dict(_dict(_spec(pvc).get("resources")).get("requests")).get("storage", 0))
+    return got if got is not None and got > 0 else Fraction(0)
+
+
+def _capacity(pv: dict[str, Any]) -> Fraction | None:
+    return _quantity(_dict(_spec(pv).get("capacity")).get("storage", 0))
+
+
+def bound_to(pv: dict[str, Any], pvc: dict[str, Any]) -> bool:
+    """The volume is (pre-)bound to this claim (``IsVolumeBoundToClaim``)."""
+    ref = _dict(_spec(pv).get("claimRef"))
+    meta = _meta(pvc)
+    if not ref or ref.get("name") != meta.get("name") or ref.get("namespace") != meta.get("namespace"):
+        return False
+    return not ref.get("uid") or ref.get("uid") == meta.get("uid")
+
+
+def _selector_matches(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
+    for k, v in _dict(selector.get("matchLabels")).items():
+        if labels.get(k) != v:
+            return False
+    for raw in selector.get("matchExpressions") or []:
+        e = _dict(raw)
+        key, op, values = str(e.get("key") or ""), e.get("operator"), list(e.get("values") or [])
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return False
+    return True
+
+
+def candidates(pvc: dict[str, Any], pvs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The volumes the unbound claim could bind to on some node, smallest first (then by name): every
+    check of ``FindMatchingVolume`` but node affinity. A volume pre-bound to the claim is its only
+    candidate: kube-scheduler takes it or, on a node it does not fit, no static volume at all."""
+    spec = _spec(pvc)
+    want = request(pvc)
+    cls = claim_class(pvc)
+    mode = spec.get("volumeMode") or "Filesystem"
+    vac = spec.get("volumeAttributesClassName") or ""
+    selector = spec.get("selector")
+    modes = set(spec.get("accessModes") or [])
+    found: list[tuple[Fraction, str, dict[str, Any]]] = []
+    for pv in pvs:
+        pspec = _spec(pv)
+        name = str(_meta(pv).get("name") or "")
+        size = _capacity(pv)
+        if not name or size is None or size < want:
+            continue
+        if _dict(pspec.get("claimRef")) and not bound_to(pv, pvc):
+            continue
+        if (pspec.get("volumeMode") or "Filesystem") != mode or _meta(pv).get("deletionTimestamp"):
+            continue
+        if bound_to(pv, pvc):
+            return [{"name": name, "node_affinity": node_affinity(pv)}]
+        if _dict(pv.get("status")).get("phase") != "Available":
+            continue
+        if isinstance(selector, dict) and not _selector_matches(selector, _dict(_meta(pv).get("labels"))):
+            continue
+        if volume_class(pv) != cls or (pspec.get("volumeAttributesClassName") or "") != vac:
+            continue
+        if not modes <= set(pspec.get("accessModes") or []):
+            continue
+        found.append((size, name, pv))
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [{"name": n, "node_affinity": node_affinity(pv)} for _, n, pv in found]
+
+
+def allowed_topologies(sc: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The class's ``allowedTopologies`` as contract terms (empty = anywhere); None when it lists only
+    empty terms, which match no node."""
+    raw = sc.get("allowedTopologies") or []
+    terms = []
+    for t in raw:
+        exprs = [
+            {
+                "key": str(_dict(e).get("key", "")),
+                "operator": "In",
+                "values": [str(v) for v in _dict(e).get("values") or []],
+            }
+            for e in _dict(t).get("matchLabelExpressions") or []
+        ]
+        if exprs:
+            terms.append({"match_expressions": exprs})
+    if raw and not terms:
+        return None
+    return terms
+
+
+def provisions(sc: dict[str, Any] | None) -> bool:
+    """The class names a provisioner that creates volumes (not ``kubernetes.io/no-provisioner``)."""
+    return (
+        bool(sc) and bool((sc or {}).get("provisioner")) and (sc or {}).get("provisioner") != NO_PROVISIONER
+    )
+
+
+def claim(
+    name: str,
+    pvc: dict[str, Any] | None,
+    pv: dict[str, Any] | None,
+    sc: dict[str, Any] | None,
+    pvs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """The contract's ``VolumeClaim`` fields for one claim of a pod. A claim that is missing, or bound to
+    a volume that is missing, counts as an unbound Immediate one: the pod waits for it, as in
+    kube-scheduler."""
+    if pvc is not None and _spec(pvc).get("volumeName"):
+        if pv is None or ANNOTATION_BIND_COMPLETED not in _dict(_meta(pvc).get("annotations")):
+            # Bound to a missing volume, or pre-bound and not yet bound by the volume controller:
+            # kube-scheduler refuses the pod until the binding completes.
+            return {"claim": name, "bound": False}
+        return {
+            "claim": name,
+            "bound": True,
+            "node_affinity": node_affinity(pv),
+            "zone_labels": zone_labels(pv),
+        }
+    if pvc is None or sc is None or sc.get("volumeBindingMode") != "WaitForFirstConsumer":
+        return {"claim": name, "bound": False}
+    out: dict[str, Any] = {
+        "claim": name,
+        "bound": False,
+        "binding_mode": "WaitForFirstConsumer",
+        "candidates": candidates(pvc, pvs or []),
+        "request_bytes": int(-(-request(pvc) // 1)),
+    }
+    where = allowed_topologies(sc)
+    if provisions(sc) and where is not None:
+        out["provision"] = True
+        out["allowed_topologies"] = where
+    return out
+
+
+def prebind_volume(pv: dict[str, Any], pvc: dict[str, Any]) -> dict[str, Any]:
+    """The volume as kube-scheduler writes it to bind it to the claim (``GetBindVolumeToClaim``): a
+    ``claimRef`` to the claim and the bound-by-controller annotation. The PersistentVolume controller then
+    completes the binding."""
+    meta = _meta(pvc)
+    out = {**pv, "metadata": dict(_meta(pv)), "spec": dict(_spec(pv))}
+    out["spec"]["claimRef"] = {
+        "kind": "PersistentVolumeClaim",
+        "apiVersion": "v1",
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    out["metadata"]["annotations"] = {
+        **_dict(_meta(pv).get("annotations")),
+        ANNOTATION_BOUND_BY_CONTROLLER: "yes",
+    }
+    return out
