@@ -1,7 +1,7 @@
 """A damaged scheduler log stops every component with one clear error, or each recovers the same true tail.
 
 The log is a real one (`hourglass run` over a synthetic workload). Its events or decisions file is
-truncated, flipped or given an inflated length at its head, middle and tail; then the scheduler
+truncated, flipped, zeroed, cut by a few bytes or given an inflated length at its head, middle and tail; then the scheduler
 (`run`), the audit sink (`sink`) and `replay` open it. Either all three refuse with a one-line
 error, or the damage was a torn tail that all three read past consistently — never a partial history
 read as a whole one.
@@ -64,6 +64,10 @@ def _damage(path: Path, kind: str, where: str) -> int:
         data[end - 5] ^= 0x20
     elif kind == "inflate":
         struct.pack_into(">I", data, start, end - start + 4096)
+    elif kind == "zero":  # the whole record, header included, as a lost write leaves it
+        data[start:end] = bytes(end - start)
+    elif kind == "delete":  # three bytes out of the record's payload
+        del data[(start + end) // 2 : (start + end) // 2 + 3]
     path.write_bytes(bytes(data))
     return min(start, len(data))
 
@@ -108,8 +112,15 @@ def _replay(d: Path) -> Outcome:
 CASES: dict[tuple[str, str, str], Outcome] = {
     **{
         (TOPICS.events, kind, where): "error"
-        for kind in ("truncate", "flip", "inflate")
+        for kind in ("truncate", "flip", "inflate", "zero", "delete")
         for where in ("head", "middle", "tail")
+    },
+    # Zeros to the end of the file are a power loss, and a last payload short of its length a torn write.
+    **{(TOPICS.decisions, kind, "tail"): "ok" for kind in ("zero", "delete")},
+    **{
+        (TOPICS.decisions, kind, where): "error"
+        for kind in ("zero", "delete")
+        for where in ("head", "middle")
     },
     **{(TOPICS.decisions, "truncate", where): "ok" for where in ("head", "middle", "tail")},
     (TOPICS.decisions, "flip", "head"): "error",
