@@ -14,7 +14,10 @@ is the sink's state machine: it reads records in log order (v1 full records, v2 
 
 Intervals are cut at UTC midnight (logical time), closed at ``D 00:00`` and reopened with the same content,
 so each day's rows stand alone: a day's Parquet partition answers "what held during day D" by itself, and
-daily aggregates need no other day. ``start_cycle`` stays the cycle that made the decision.
+daily aggregates need no other day. ``start_cycle`` stays the cycle that made the decision. Whole days
+without any cycle record (the scheduler was down, or the clock jumped) are the exception: they are one row
+from the first such midnight to the last, archived with its last day, so the work per record is
+bounded whatever the jump (:meth:`Intervals._cut_at_midnights`).
 
 Records as written keep the cluster's largest free GPUs once (``largest_free_gpu_milli``,
 :mod:`scheduler.engine.record.delta`), not in each pending decision. The store keeps decisions in their full
@@ -69,8 +72,8 @@ class OpenPending:
     start_cycle: str
     start_ms: int
     start_seq: int
-    # The columns that do not change while the interval is open, rendered once: an interval cut at
-    # every midnight of a long clock jump yields one row per day from the same record.
+    # The columns that do not change while the interval is open, rendered once: cutting at midnights
+    # yields several rows from the same record.
     _base: dict[str, Any] | None = None
 
     def row(self, end_ms: int, end_seq: int) -> dict[str, Any]:
@@ -268,9 +271,18 @@ class Intervals:
         return out
 
     def _cut_at_midnights(self, t: int, seq: int) -> None:
+        """Close and reopen every open interval at the midnights between the last record and *t*.
+
+        At most two cuts per record: the first midnight after the last record (its day stands alone) and
+        the last one before *t* (so does *t*'s). The whole days in between saw no cycle at all, and are
+        one row from the first midnight to the last: a clock jump of years (the contract allows up to
+        2100) costs two rows per open interval, not one per day. Readers that take a day's share of an
+        interval by overlap (``queue_days``) count those days exactly.
+        """
         if self.last_ms is None or t // DAY_MS <= self.last_ms // DAY_MS:
             return
-        for day in range(self.last_ms // DAY_MS + 1, t // DAY_MS + 1):
+        first, last = self.last_ms // DAY_MS + 1, t // DAY_MS
+        for day in sorted({first, last}):
             midnight = day * DAY_MS
             for o in self.pending.values():
                 self.closed_pending.append(o.row(midnight, seq))

@@ -752,6 +752,8 @@ class KubeIngest:
             ns, _, name = key.partition("/")
             self._emit(batch, kube.pod_deleted(ns, name, self._at()))
             st = None
+        # Known pending before this update: a bind seen now was made while we watched (see _gpu_devices).
+        known_pending = st is not None and not st.get("node")
         if st is None:
             group = kube.pod_group_annotation(obj)
             # Validate the pod before creating anything for it: an invalid pod gets no PodGroup.
@@ -804,8 +806,11 @@ class KubeIngest:
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         if st.get("gated") and not (obj.get("spec") or {}).get("schedulingGates"):
             self._emit(batch, PodUngated(name=name, namespace=ns, at_ms=self._at()))
+        annotations = meta.get("annotations") or {}
+        if not view.node and kube.ANNOTATION_GPU_DEVICES in annotations:
+            st["devices_while_pending"] = True  # not the binder's: it writes them only with the bind
         if view.node and not st.get("node"):
-            devices = _devices((meta.get("annotations") or {}).get(kube.ANNOTATION_GPU_DEVICES))
+            devices = self._gpu_devices(batch, obj, st, known_pending)
             self._emit(
                 batch,
                 PodBound(name=name, namespace=ns, node=view.node, gpu_devices=devices, at_ms=self._at()),
@@ -817,6 +822,42 @@ class KubeIngest:
         if view.finished and not st.get("finished"):
             phase: Literal["Succeeded", "Failed"] = "Succeeded" if view.finished == "Succeeded" else "Failed"
             self._emit(batch, PodFinished(name=name, namespace=ns, phase=phase, at_ms=self._at()))
+
+    def _gpu_devices(
+        self, batch: _Batch, obj: dict[str, Any], st: dict[str, Any], known_pending: bool
+    ) -> list[int]:
+        """The device indices of a pod seen bound now: its ``hourglass.io/gpu-devices`` annotation when the
+        binder wrote it, else [] (with a Warning Event when a value was there but not trusted).
+
+        Only the binder is trusted. It writes the annotation in the ``pods/binding`` call that sets
+        ``spec.nodeName``, together with ``hourglass.io/cycle-id``. So the value is taken only when this
+        ingest saw the pod pending without it, and the update that shows the pod bound carries both. A pod
+        created already bound, a value set while the pod was pending, or one without the cycle id is
+        ignored: the pod still holds its GPUs, as devices the session chooses (``unknown devices``, see
+        docs/reliability.md), so ignoring a value never over-commits a node.
+        """
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        raw = annotations.get(kube.ANNOTATION_GPU_DEVICES)
+        if raw is None:
+            return []
+        why = (
+            "the pod was bound before Hourglass saw it pending"
+            if not known_pending
+            else "it was set while the pod was pending"
+            if st.get("devices_while_pending")
+            else f"the bind carries no {kube.ANNOTATION_CYCLE}"
+            if not annotations.get(kube.ANNOTATION_CYCLE)
+            else None
+        )
+        if why is None:
+            return _devices(raw)
+        message = (
+            f"annotation {kube.ANNOTATION_GPU_DEVICES}={str(raw)[:64]!r} ignored: only the Hourglass binder sets"
+            f" it, and {why}; the pod's GPUs are held on devices the scheduler chooses"
+        )
+        log.warning("pod %s: %s", kube.object_key(obj), message)
+        self._warn(batch, "Pod", obj, "HourglassUntrustedGpuDevices", [message])
+        return []
 
     def _volumes(self, obj: dict[str, Any], claims: list[str]) -> list[VolumeClaim]:
         """Resolve a pod's claims: a bound volume's node affinity and zone labels, or the StorageClass's

@@ -226,19 +226,24 @@ class NodeInfo:
             return self.dev_alloc[d] + self.dev_rel[d] + self.dev_pipe[d]
 
         chosen = list(known)
+        taken = set(known)
         if task.shared:
             portion = task.portion or req.gpu_fraction_milli or GPU_MILLI
-            while len(chosen) < req.gpu_fraction_devices and len(chosen) < self.gpus:
-                room = [
-                    d
-                    for d in range(self.gpus)
-                    if d not in chosen and self.dev_shared[d] and self.dev_future(d) >= portion
-                ]
-                free = [d for d in range(self.gpus - 1, -1, -1) if d not in chosen and load(d) == 0]
-                rest = [d for d in range(self.gpus - 1, -1, -1) if d not in chosen]
-                chosen.append(room[0] if room else free[0] if free else rest[0])
+            # Nothing is charged until the end, so each pick is the first device not yet chosen of: the
+            # shared devices with room (lowest index first), then the free ones, then any (highest first).
+            # Built once: picking one at a time by rescanning every device was cubic in the device count.
+            down = range(self.gpus - 1, -1, -1)
+            room = [d for d in range(self.gpus) if self.dev_shared[d] and self.dev_future(d) >= portion]
+            free = [d for d in down if load(d) == 0]
+            want = min(req.gpu_fraction_devices, self.gpus)
+            for d in (*room, *free, *down):
+                if len(chosen) >= want:
+                    break
+                if d not in taken:
+                    taken.add(d)
+                    chosen.append(d)
         else:
-            order = sorted((d for d in range(self.gpus) if d not in chosen), key=lambda d: (load(d), -d))
+            order = sorted((d for d in range(self.gpus) if d not in taken), key=lambda d: (load(d), -d))
             chosen += order[: max(req.gpus - len(chosen), 0)]
         task.devices = task.orig_devices = tuple(sorted(chosen))
         self.add(task, task.status, +1)

@@ -1,7 +1,7 @@
 """A damaged scheduler log stops every component with one clear error, or each recovers the same true tail.
 
 The log is a real one (`hourglass run` over a synthetic workload). Its events or decisions file is
-truncated, flipped or given an inflated length at its head, middle and tail; then the scheduler
+truncated, flipped, zeroed, cut by a few bytes or given an inflated length at its head, middle and tail; then the scheduler
 (`run`), the audit sink (`sink`) and `replay` open it. Either all three refuse with a one-line
 error, or the damage was a torn tail that all three read past consistently — never a partial history
 read as a whole one.
@@ -64,6 +64,10 @@ def _damage(path: Path, kind: str, where: str) -> int:
         data[end - 5] ^= 0x20
     elif kind == "inflate":
         struct.pack_into(">I", data, start, end - start + 4096)
+    elif kind == "zero":  # the whole record, header included, as a lost write leaves it
+        data[start:end] = bytes(end - start)
+    elif kind == "delete":  # three bytes out of the record's payload
+        del data[(start + end) // 2 : (start + end) // 2 + 3]
     path.write_bytes(bytes(data))
     return min(start, len(data))
 
@@ -108,8 +112,15 @@ def _replay(d: Path) -> Outcome:
 CASES: dict[tuple[str, str, str], Outcome] = {
     **{
         (TOPICS.events, kind, where): "error"
-        for kind in ("truncate", "flip", "inflate")
+        for kind in ("truncate", "flip", "inflate", "zero", "delete")
         for where in ("head", "middle", "tail")
+    },
+    # Zeros to the end of the file are a power loss, and a last payload short of its length a torn write.
+    **{(TOPICS.decisions, kind, "tail"): "ok" for kind in ("zero", "delete")},
+    **{
+        (TOPICS.decisions, kind, where): "error"
+        for kind in ("zero", "delete")
+        for where in ("head", "middle")
     },
     **{(TOPICS.decisions, "truncate", where): "ok" for where in ("head", "middle", "tail")},
     (TOPICS.decisions, "flip", "head"): "error",
@@ -176,3 +187,57 @@ def test_commands_stop_with_one_line(
         err = capsys.readouterr().err
         assert rc == 2, (args, err)
         assert len(err.splitlines()) == 1 and "CRC mismatch" in err, (args, err)
+
+
+def _damage_commit(data: bytes, kind: str) -> bytes:
+    """The middle byte of a commit file ("<offset> <crc>\\n") truncated, flipped, zeroed, deleted or
+    inflated (a digit inserted)."""
+    at, b = len(data) // 2, bytearray(data)
+    if kind == "truncate":
+        return bytes(b[:at])
+    if kind == "flip":
+        b[at] ^= 0x01
+    elif kind == "zero":
+        b[at] = 0
+    elif kind == "delete":
+        del b[at]
+    elif kind == "inflate":
+        b.insert(at, ord("9"))
+    return bytes(b)
+
+
+def _store_counts(path: Path) -> tuple[int, ...]:
+    with AuditStore(path) as st:
+        return tuple(st.count(t) for t in ("events", "cycles", "decisions"))
+
+
+@pytest.mark.parametrize("kind", ["truncate", "flip", "zero", "delete", "inflate", "remove"])
+def test_damaged_commit_files(base_log: Path, tmp_path: Path, kind: str) -> None:
+    """The sink's commit files (events, decisions) damaged between two loads: the sink stops with one line,
+    or (a removed file: nothing committed) reloads to the same store, with no duplicate. The scheduler's
+    own commit file is written, never read (it recovers from its records): damage to it changes nothing."""
+    d = tmp_path / "log"
+    shutil.copytree(base_log, d)
+    store = tmp_path / "s.duckdb"
+    assert _sink(d, store) == "ok"
+    want = _store_counts(store)
+    commits = sorted((d / "_commits").glob("*/*"))
+    sink_files = [p for p in commits if p.parent.name == "hourglass-audit"]
+    own = [p for p in commits if p not in sink_files]
+    assert {p.name for p in sink_files} >= {TOPICS.events, TOPICS.decisions} and own
+    for path in sink_files:
+        saved = path.read_bytes()
+        if kind == "remove":
+            path.unlink()
+        else:
+            path.write_bytes(_damage_commit(saved, kind))
+        assert _sink(d, store) == ("ok" if kind == "remove" else "error"), path
+        assert _store_counts(store) == want  # nothing loaded twice, nothing lost
+        path.write_bytes(saved)
+    for path in own:
+        if kind == "remove":
+            path.unlink()
+        else:
+            path.write_bytes(_damage_commit(path.read_bytes(), kind))
+    assert _run(d) == "ok"
+    assert _cycle_ids(d) == _cycle_ids(base_log)

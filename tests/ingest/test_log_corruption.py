@@ -240,3 +240,45 @@ def test_commit_file_deleted_or_a_directory(tmp_path: Path) -> None:
         _commit_path(tmp_path).mkdir()
         with pytest.raises(LogError, match="cannot read the commit file"):
             lg.committed("g", "t")
+
+
+def _damage_commit(data: bytes, kind: str, where: str) -> bytes:
+    """One byte of a commit file truncated, flipped, zeroed, deleted or inflated (a digit inserted)."""
+    at = {"head": 0, "middle": len(data) // 2, "tail": len(data) - 1}[where]
+    b = bytearray(data)
+    if kind == "truncate":
+        return bytes(b[1:] if where == "head" else b[:at])
+    if kind == "flip":
+        b[at] ^= 0x01
+    elif kind == "zero":
+        b[at] = 0
+    elif kind == "delete":
+        del b[at]
+    elif kind == "inflate":
+        b.insert(at, ord("9"))
+    return bytes(b)
+
+
+# Only the trailing newline can go without changing what the file says; every other damage is an error.
+COMMIT_TABLE: dict[tuple[str, str], int | str] = {
+    (kind, where): 1234 if (kind, where) in {("truncate", "tail"), ("delete", "tail")} else "error"
+    for kind in ("truncate", "flip", "zero", "delete", "inflate")
+    for where in ("head", "middle", "tail")
+}
+
+
+@pytest.mark.parametrize(("kind", "where"), sorted(COMMIT_TABLE))
+def test_commit_file_damage_table(tmp_path: Path, kind: str, where: str) -> None:
+    """Each damage at the head, middle or tail of a commit file reads back the exact offset or is one
+    clear error: never another offset."""
+    with FileLog(tmp_path) as lg:
+        lg.commit("g", "t", 1234)
+    path = _commit_path(tmp_path)
+    path.write_bytes(_damage_commit(path.read_bytes(), kind, where))
+    with FileLog(tmp_path, readonly=True) as lg:
+        if COMMIT_TABLE[(kind, where)] == "error":
+            with pytest.raises(LogError, match="corrupt commit file") as info:
+                lg.committed("g", "t")
+            assert "\n" not in str(info.value)
+        else:
+            assert lg.committed("g", "t") == 1234

@@ -748,3 +748,61 @@ def test_a_dra_pod_gets_the_refusal_event(kapi: KubeApi, kube_namespace: str, tm
         dead = [d for d in dead_letters(log) if f"{ns}/dra" in d["message"]]
         assert [d["reason_code"] for d in dead] == ["dra_not_supported"]
         assert ("PodSubmitted", "dra") not in counts(mine(events_of(log), ns))
+
+
+def _gpu_pod(node: str | None, annotations: dict[str, str]) -> dict[str, Any]:
+    """A pod asking for 2 GPUs that names its PodGroup, as the API server would send it."""
+    spec: dict[str, Any] = {
+        "schedulerName": "hourglass",
+        "containers": [{"name": "c", "resources": {"limits": {GPU: "2"}, "requests": {GPU: "2"}}}],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": "p",
+            "namespace": "ns",
+            "uid": "u1",
+            "annotations": {"pod-group-name": "g", **annotations},
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+BINDER = {"hourglass.io/cycle-id": "c-7", "hourglass.io/gpu-devices": "0,1"}
+
+
+@pytest.mark.parametrize(
+    ("updates", "devices", "why"),
+    [
+        # The binder's bind: seen pending without the annotation, then bound with it and the cycle id.
+        ([(None, {}), ("n1", BINDER)], [0, 1], None),
+        # Created already bound, with a hand-written value: not the binder's.
+        ([("n1", BINDER)], [], "bound before Hourglass saw it pending"),
+        # Set by the user while pending, then bound by the binder without devices (a CPU decision).
+        ([(None, {"hourglass.io/gpu-devices": "0,1"}), ("n1", BINDER)], [], "set while the pod was pending"),
+        # Bound by someone else (no cycle id) with the annotation.
+        ([(None, {}), ("n1", {"hourglass.io/gpu-devices": "0,1"})], [], "carries no hourglass.io/cycle-id"),
+        # No annotation at all: nothing to warn about.
+        ([("n1", {})], [], None),
+    ],
+)
+def test_gpu_devices_annotation_is_trusted_only_from_the_binders_bind(
+    tmp_path: Path, updates: list[tuple[str | None, dict[str, str]]], devices: list[int], why: str | None
+) -> None:
+    from ingest.events import PodBound
+    from ingest.kube.watcher import _Batch, _Changed
+
+    with FileLog(tmp_path / "log") as log:
+        ingest = KubeIngest(KubeApi(None), log, group_pods=False, clock=lambda: 1)
+        batch = _Batch()
+        for node, annotations in updates:
+            ingest._changed(_Changed("Pod", "MODIFIED", _gpu_pod(node, annotations), ""), batch)
+    binds = [e for e in batch.events if isinstance(e, PodBound)]
+    assert [(b.node, b.gpu_devices) for b in binds] == [("n1", devices)]
+    warnings = [m for _, _, reason, m in batch.notices if reason == "HourglassUntrustedGpuDevices"]
+    if why is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and why in warnings[0] and "'0,1' ignored" in warnings[0]
