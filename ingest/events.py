@@ -746,7 +746,7 @@ class VolumeClaim(_Record):
     candidates: list[CandidateVolume] = Field(default_factory=list)
     provision: bool = False
     allowed_topologies: list[NodeSelectorTerm] = Field(default_factory=list)
-    request_bytes: Annotated[int, Field(ge=0)] = 0
+    request_bytes: Annotated[int, Field(ge=0, le=LIMITS.STORAGE_BYTES)] = 0
 
     # Written only when set, so a claim that uses none of them serialises as before they existed.
     OPTIONAL: ClassVar[tuple[str, ...]] = (

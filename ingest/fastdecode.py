@@ -74,6 +74,7 @@ class _Limits:
     TIME_MS: Final = 4_102_444_800_000  # 2100-01-01T00:00:00Z: at_ms, created_at_ms, durations
     CPU_MILLI: Final = 2**40  # ~1.1e9 cores on one node or pod
     MEMORY_BYTES: Final = 2**50  # 1 PiB
+    STORAGE_BYTES: Final = 2**60  # 1 EiB: a volume claim's requested storage
     GPUS: Final = 256  # devices on a node or asked by a pod (a node has 8-16 today)
     GPU_MEMORY_MIB: Final = 2**20  # 1 TiB per device
     MAX_PODS: Final = 2**20
