@@ -7,6 +7,10 @@ Two kinds, both transient (gone when the work ends) and both drawn by ``rich``:
 * :func:`count_bar` — items done of a total learnt on the way (``replaying ━━━━ 12/40 cycles 0:00:01``):
   ``hourglass replay`` (cycles), ``hourglass eta --backtest`` (pods), a ``whatif`` sweep (variants).
 
+and one for work with no count to show, :func:`status` — a spinner, what is being done, the elapsed time
+(``⠋ building the audit store run/audit.duckdb: loading the run's files 0:00:04``): the first use of a run
+directory as a store, ``hourglass report --html``.
+
 Nothing here reads the clock the work runs on: the bars only show what the caller reports.
 """
 
@@ -20,7 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress, ProgressColumn, TaskID
 
-__all__ = ["MS_PER_DAY", "CountBar", "count_bar", "day_bar"]
+__all__ = ["MS_PER_DAY", "CountBar", "count_bar", "day_bar", "status"]
 
 MS_PER_DAY = 86_400_000
 
@@ -79,6 +83,14 @@ class CountBar:
         """The number of items in all (until then the bar pulses)."""
         self._bar.update(self._job, total=total)
 
+    def print(self, text: str, out: Console) -> None:
+        """One line of results for ``out`` (stdout): above the bar when both share the terminal, else on
+        ``out`` itself, so piped output gets every line and never a piece of the bar."""
+        if out.is_terminal and not self._bar.disable:
+            self._bar.console.print(text, highlight=False, soft_wrap=True)
+        else:
+            out.print(text, highlight=False, soft_wrap=True)
+
 
 @contextlib.contextmanager
 def count_bar(
@@ -94,3 +106,29 @@ def count_bar(
     console = err if err is not None else Console(stderr=True)
     with _progress(console, MofNCompleteColumn(), TextColumn("{task.fields[unit]}")) as bar:
         yield CountBar(bar, bar.add_task(unit, total=total, title=title, unit=unit))
+
+
+@contextlib.contextmanager
+def status(title: str, *, err: Console | None = None) -> Iterator[Callable[[str], None]]:
+    """A spinner with ``title`` and the elapsed time; yields ``step(text)`` to say what is being done now.
+
+    Transient and drawn only when ``err`` (default: a new console on stderr) is a terminal, like the bars.
+    """
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = err if err is not None else Console(stderr=True)
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.fields[title]}{task.fields[step]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not console.is_terminal,
+    ) as bar:
+        job = bar.add_task(title, total=None, title=title, step="")
+
+        def step(text: str) -> None:
+            bar.update(job, step=f": {text}")
+
+        yield step

@@ -20,13 +20,17 @@
 * ``commit`` / ``committed`` store positions as consumer-group offsets (the classic group
   protocol: kafka-python does not speak KIP-848) through one non-subscribing consumer per group, so
   any Kafka tool (``kafka-consumer-groups.sh``) shows them.
+* Opening fails fast: each client gives up bootstrapping after ``connect_timeout_s`` (default 5 s, where
+  kafka-python waits 30 s per client), and kafka-python's own retry warnings are kept quiet meanwhile, so
+  an unreachable broker is one :class:`~ingest.log.LogError` naming the address, not a minute of warnings.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import confluent_kafka as ck
@@ -37,6 +41,20 @@ from kafka.structs import OffsetAndMetadata
 from ingest.log import Log, LogError, Record, check_commit_offset, check_name, check_read_args
 
 __all__ = ["KafkaLog"]
+
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+
+
+@contextlib.contextmanager
+def _quiet_kafka_logs() -> Iterator[None]:
+    """kafka-python logs each failed connection attempt; while opening, the one LogError says it all."""
+    logger = logging.getLogger("kafka")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 class KafkaLog(Log):
@@ -52,6 +70,7 @@ class KafkaLog(Log):
         retention_ms: int = -1,
         client_id: str = "hourglass",
         timeout_s: float = 30.0,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         producer_config: dict[str, Any] | None = None,
     ) -> None:
         if partitions < 1 or not 0 <= partition < partitions:
@@ -70,9 +89,31 @@ class KafkaLog(Log):
         self._closed = False
         servers = bootstrap_servers.split(",")
         timeout_ms = int(timeout_s * 1000)
+        bootstrap_ms = int(connect_timeout_s * 1000)
+        try:
+            with _quiet_kafka_logs():
+                self._open_clients(servers, client_id, timeout_ms, bootstrap_ms, producer_config)
+        except KafkaError as exc:
+            raise LogError(
+                f"cannot connect to Kafka at {bootstrap_servers} (gave up after {connect_timeout_s:g} s): {exc}"
+            ) from exc
+        self._fast_readers: dict[str, tuple[ck.Consumer, list[int]]] = {}  # topic -> (consumer, [next offset])
+
+    def _open_clients(
+        self,
+        servers: list[str],
+        client_id: str,
+        timeout_ms: int,
+        bootstrap_ms: int,
+        producer_config: dict[str, Any] | None,
+    ) -> None:
+        """The admin client, the producer and the reader, each bootstrapped within ``bootstrap_ms``."""
         try:
             self._admin = KafkaAdminClient(
-                bootstrap_servers=servers, client_id=f"{client_id}-admin", request_timeout_ms=timeout_ms
+                bootstrap_servers=servers,
+                client_id=f"{client_id}-admin",
+                request_timeout_ms=timeout_ms,
+                bootstrap_timeout_ms=bootstrap_ms,
             )
             self._producer = KafkaProducer(
                 bootstrap_servers=servers,
@@ -82,6 +123,7 @@ class KafkaLog(Log):
                 linger_ms=2,
                 max_block_ms=timeout_ms,
                 request_timeout_ms=timeout_ms,
+                bootstrap_timeout_ms=bootstrap_ms,
                 **(producer_config or {}),
             )
             self._reader = KafkaConsumer(
@@ -90,10 +132,19 @@ class KafkaLog(Log):
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
+                bootstrap_timeout_ms=bootstrap_ms,
             )
-        except KafkaError as exc:
-            raise LogError(f"cannot connect to Kafka at {bootstrap_servers}: {exc}") from exc
-        self._fast_readers: dict[str, tuple[ck.Consumer, list[int]]] = {}  # topic -> (consumer, [next offset])
+        except KafkaError:
+            self._close_opened()
+            raise
+
+    def _close_opened(self) -> None:
+        """Close the clients opened before one failed, so no background thread keeps retrying."""
+        for name in ("_reader", "_producer", "_admin"):
+            client = getattr(self, name, None)
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
 
     # -- topics ------------------------------------------------------------------------------
 

@@ -802,9 +802,13 @@ def resolve_store(path: Path | str) -> Path:
             shutil.rmtree(history_dir(db), ignore_errors=True)
         if not db.exists() or db.stat().st_mtime < newest:
             from analytics.audit.archive import archive
+            from analytics.progress import status
 
-            with AuditStore(db) as store:
+            # Seconds on a long run: the user sees what is being built rather than a silent pause.
+            with status(f"building the audit store {db}") as step, AuditStore(db) as store:
+                step("loading the run's files")
                 load_run_dir(store, p)
+                step("archiving the history")
                 archive(store)  # a run of days is kept as a months-long store would be
             db.touch()
         return db

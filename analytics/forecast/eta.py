@@ -827,6 +827,17 @@ class Backtest:
         return xs[mid] if len(xs) % 2 else (xs[mid - 1] + xs[mid]) / 2
 
     @property
+    def nothing_scored(self) -> str:
+        """Why no pod was scored (a coverage of 0 pods would read as a 0 % score), for the one error line."""
+        if not self.candidates:
+            return "nothing to score: no cycle left a pod pending in this log"
+        return (
+            f"nothing to score: {self.candidates} pods were left pending by a cycle, but"
+            f" {self.never_started} never started before the end of the log and {self.no_history} became"
+            " pending before any run had finished"
+        )
+
+    @property
     def line(self) -> str:
         """The closing line other tools parse."""
         return (
@@ -1038,6 +1049,8 @@ def run_cli(args: argparse.Namespace) -> int:
             if args.sample < 0:
                 raise EtaError(f"--sample must be >= 0, got {args.sample}")
             bt = _backtest_with_progress(args)
+            if not bt.pods:
+                raise EtaError(f"--backtest {args.backtest}: {bt.nothing_scored}")
             if args.json:
                 body = {
                     "pods": bt.pods,

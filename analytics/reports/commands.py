@@ -40,7 +40,10 @@ def run_cli(args: argparse.Namespace) -> int:
             report = report_from(con, str(db), args.from_, args.to, args.queue)
             render(report, args.format)
             if args.html:
-                write_html(report, Path(args.html), con)
+                from analytics.progress import status
+
+                with status(f"writing {args.html}"):
+                    write_html(report, Path(args.html), con)
                 print(f"report: wrote {args.html}", file=sys.stderr)
         finally:
             con.close()

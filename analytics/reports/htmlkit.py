@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import html
 import io
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 CSS: Final = """
@@ -23,15 +24,18 @@ svg { max-width: 100%; height: auto; }
 """The pages' style sheet."""
 
 
-def svg(fig: Figure, left_chars: int = 0) -> str:
-    """The figure as an inline <svg>; fixed margins (room for *left_chars* of y tick labels).
+def svg(fig: Figure, left_chars: int = 0, legend_rows: int = 0) -> str:
+    """The figure as an inline <svg>; fixed margins (room for *left_chars* of y tick labels, and for
+    *legend_rows* rows of a legend above the plot area: see :func:`legend_above`).
 
     Margins are set, not measured: ``bbox_inches="tight"`` and ``tight_layout`` each cost another
     rendering pass with text measuring, which dominated the page's time on big stores.
     """
     w, h = fig.get_size_inches()
     left = (0.75 + 0.065 * left_chars) / w
-    fig.subplots_adjust(left=left, right=1 - 0.2 / w, top=1 - 0.3 / h, bottom=0.55 / h)
+    fig.subplots_adjust(
+        left=left, right=1 - 0.2 / w, top=1 - (0.3 + LEGEND_ROW_IN * legend_rows) / h, bottom=0.55 / h
+    )
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})  # no date: the same store gives the same page
     import matplotlib.pyplot as plt
@@ -39,6 +43,30 @@ def svg(fig: Figure, left_chars: int = 0) -> str:
     plt.close(fig)
     text = buf.getvalue()
     return text[text.index("<svg") :]  # drop the XML prolog and DOCTYPE: the SVG sits inside HTML
+
+
+LEGEND_ROW_IN: Final = 0.24
+"""Height of one legend row above a plot, in inches (small font)."""
+
+
+def legend_above(ax: Axes, ncol: int, **kwargs: Any) -> int:
+    """Put *ax*'s legend above its plot area, in *ncol* columns, where it cannot cover data; returns the
+    number of legend rows, for :func:`svg`'s ``legend_rows``. Nothing to label: no legend, 0 rows."""
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return 0
+    ax.legend(
+        handles,
+        labels,
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.01),
+        ncol=ncol,
+        fontsize="small",
+        frameon=False,
+        borderaxespad=0.0,
+        **kwargs,
+    )
+    return -(-len(handles) // ncol)
 
 
 def table(head: list[str], rows: list[list[str]]) -> str:

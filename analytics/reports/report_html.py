@@ -10,6 +10,7 @@ cycles the store holds.
 from __future__ import annotations
 
 import html
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = ["PLOTS", "POINTS", "series", "write_html"]
 
 POINTS: Final = 300
+_LEGEND_COLUMNS: Final = 4  # entries per legend row above a plot (queue names are up to ~25 characters)
 # The id of each plot's <figure> element, in page order (the browser test counts them).
 PLOTS: Final = ("allocation", "fair-share", "usage", "waits", "evictions", "fairness")
 _KIND_STYLE: Final = {
@@ -48,7 +50,8 @@ _KIND_STYLE: Final = {
 
 
 def _bucketed(con: duckdb.DuckDBPyConnection, lo: int, hi: int, width: int) -> list[tuple[Any, ...]]:
-    """Per queue per bucket: time-weighted mean allocated, fair share (capped, classic capped), usage."""
+    """Per queue per bucket: time-weighted sums of allocated, fair share (capped, classic capped) and usage,
+    and the time the queue's intervals cover in the bucket (all in milli-GPU·ms / ms)."""
     # Each interval is spread over the buckets it touches (computed, not a range join: 1 M intervals stay
     # ~1 M rows), then clipped to each bucket.
     return con.execute(
@@ -60,13 +63,12 @@ def _bucketed(con: duckdb.DuckDBPyConnection, lo: int, hi: int, width: int) -> l
           FROM queue_intervals WHERE start_ms < $hi AND end_ms > $lo AND end_ms > start_ms
         )
         SELECT b, queue,
-               sum(gpu_allocated * ov) / bl, sum(gpu_fair_share_capped * ov) / bl,
-               sum(gpu_fair_share_classic_capped * ov) / bl, sum(gpu_usage * ov) / bl
+               sum(gpu_allocated * ov), sum(gpu_fair_share_capped * ov),
+               sum(gpu_fair_share_classic_capped * ov), sum(gpu_usage * ov), sum(ov)
         FROM (
-          SELECT *, greatest(0, least(end_ms, $lo + (b + 1) * $w, $hi) - greatest(start_ms, $lo + b * $w)) AS ov,
-                 least($lo + (b + 1) * $w, $hi) - ($lo + b * $w) AS bl
+          SELECT *, greatest(0, least(end_ms, $lo + (b + 1) * $w, $hi) - greatest(start_ms, $lo + b * $w)) AS ov
           FROM i)
-        GROUP BY b, queue, bl ORDER BY b
+        GROUP BY b, queue ORDER BY b
         """,
         {"lo": lo, "hi": hi, "w": width},
     ).fetchall()
@@ -81,13 +83,25 @@ def series(con: duckdb.DuckDBPyConnection, report: Report) -> dict[str, Any]:
     per: dict[str, dict[str, list[float]]] = {
         q: {k: [0.0] * n for k in ("allocated", "fair", "fair_classic", "usage")} for q in names
     }
-    for b, q, alloc, fair, classic, usage in _bucketed(con, lo, hi, width):
-        if q in per and 0 <= b < n:
+    rows = [r for r in _bucketed(con, lo, hi, width) if r[1] in per and 0 <= r[0] < n]
+    # A bucket's means are over the time the store has intervals for (the longest any queue covers): a
+    # bucket past the last cycle (the window ends one past the store's last time) has none, and is a gap
+    # in the plots, not a drop of every queue to 0.
+    covered = [0.0] * n
+    for b, _, _, _, _, _, ms in rows:
+        covered[b] = max(covered[b], float(ms or 0))
+    for b, q, alloc, fair, classic, usage, _ in rows:
+        if covered[b] > 0:
             p = per[q]
-            p["allocated"][b] = float(alloc or 0) / GPU_MILLI
-            p["fair"][b] = float(fair or 0) / GPU_MILLI
-            p["fair_classic"][b] = float(classic or 0) / GPU_MILLI
-            p["usage"][b] = float(usage or 0)
+            p["allocated"][b] = float(alloc or 0) / covered[b] / GPU_MILLI
+            p["fair"][b] = float(fair or 0) / covered[b] / GPU_MILLI
+            p["fair_classic"][b] = float(classic or 0) / covered[b] / GPU_MILLI
+            p["usage"][b] = float(usage or 0) / covered[b]
+    for b in range(n):
+        if covered[b] == 0:
+            for p in per.values():
+                for k in p:
+                    p[k][b] = math.nan
     cap = [0.0] * n
     for b, v in con.execute(
         """
@@ -186,13 +200,8 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
     # 1. allocation stacked by leaf queue, against capacity
     fig, ax = plt.subplots(figsize=(10, 4))
     if leaves:
-        ax.stackplot(
-            t,
-            [per[q]["allocated"] + per[q]["allocated"][-1:] for q in leaves],
-            labels=leaves,
-            step="post",
-            alpha=0.85,
-        )
+        stacked = [_post_steps(t, per[q]["allocated"]) for q in leaves]
+        ax.stackplot(stacked[0][0], [ys for _, ys in stacked], labels=leaves, alpha=0.85)
     ax.step(
         t,
         data["capacity"] + data["capacity"][-1:],
@@ -213,10 +222,10 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
     )
     ax.set_xlabel(unit)
     ax.set_ylabel("GPUs (mean per bucket)")
-    ax.legend(loc="upper left", fontsize="small", ncol=3)
+    rows = htmlkit.legend_above(ax, _LEGEND_COLUMNS)
     out["allocation"] = (
         "GPUs allocated per leaf queue, stacked, against the capacity; idle GPUs that are fragmented",
-        htmlkit.svg(fig),
+        htmlkit.svg(fig, legend_rows=rows),
     )
 
     # 2. fair share vs allocated, one panel per queue
@@ -247,12 +256,19 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
         a.set_ylabel("GPUs")
     for k in range(len(names), rows_n * cols):
         axes[k // cols][k % cols].set_visible(False)
-    axes[0][0].legend(fontsize="small")
     for a in axes[-1]:
         a.set_xlabel(unit)
     height = 2.2 * rows_n + 0.4
     fig.subplots_adjust(hspace=0.45 / height * 4, wspace=0.18)
-    out["fair-share"] = ("Fair share (capped at capacity) vs allocated, per queue", htmlkit.svg(fig))
+    # One legend for every panel, above the first one's title: inside a panel it hid that queue's lines.
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    axes[0][0].legend(
+        handles, labels, loc="lower left", bbox_to_anchor=(0.0, 1.12), ncol=3, fontsize="small", frameon=False
+    )
+    out["fair-share"] = (
+        "Fair share (capped at capacity) vs allocated, per queue",
+        htmlkit.svg(fig, legend_rows=1),
+    )
 
     # 3. decayed usage
     fig, ax = plt.subplots(figsize=(10, 3.2))
@@ -268,8 +284,11 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
             transform=ax.transAxes,
             ha="center",
         )
-    ax.legend(loc="upper left", fontsize="small", ncol=3)
-    out["usage"] = ("Decayed historical usage per queue (what the time-based fair share sees)", htmlkit.svg(fig))
+    rows = htmlkit.legend_above(ax, _LEGEND_COLUMNS)
+    out["usage"] = (
+        "Decayed historical usage per queue (what the time-based fair share sees)",
+        htmlkit.svg(fig, legend_rows=rows),
+    )
 
     # 4. wait-time distributions (leaf queues: every job belongs to one)
     fig, ax = plt.subplots(figsize=(10, 3.2))
@@ -281,26 +300,30 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
         ax.set_yticks(range(1, len(leaves) + 1), leaves)
         ax.set_xscale("log")
     ax.set_xlabel("hours from submission to first bind (log; whiskers p1-p99)")
-    out["waits"] = ("Wait-time distribution per leaf queue", htmlkit.svg(fig, max(map(len, leaves), default=0)))
+    out["waits"] = (
+        "Wait-time distribution per leaf queue",
+        htmlkit.svg(fig, max(map(len, leaves), default=0)),
+    )
 
     # 5. eviction timeline
-    fig, ax = plt.subplots(figsize=(10, 2.8))
-    ys = {q: i for i, q in enumerate(names)}
+    fig, ax = plt.subplots(figsize=(10, max(1.6, 0.9 + 0.32 * len(leaves))))
+    # Rows for leaf queues only: pods run in leaves, so a parent queue's row could only ever be empty.
+    ys = {q: i for i, q in enumerate(leaves)}
     for kind in EVICTION_KINDS:
         pts = [(e[0] / div, ys.get(e[1], -1)) for e in data["evictions"] if e[2] == kind]
         if pts:
             marker, color = _KIND_STYLE[kind]
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=kind, s=18)
-    ax.set_yticks(range(len(names)), names)
+    ax.set_yticks(range(len(leaves)), leaves)
+    ax.set_ylim(-0.6, len(leaves) - 0.4)
     ax.set_xlim(t[0], t[-1])
     ax.set_xlabel(unit)
-    if data["evictions"]:
-        ax.legend(fontsize="small")
-    else:
+    rows = htmlkit.legend_above(ax, len(EVICTION_KINDS))
+    if not data["evictions"]:
         ax.text(0.5, 0.5, "no evictions in the window", transform=ax.transAxes, ha="center")
     out["evictions"] = (
         "Evictions over time, by the queue that suffered them and the evicting action",
-        htmlkit.svg(fig, max(map(len, names), default=0)),
+        htmlkit.svg(fig, max(map(len, leaves), default=0), legend_rows=rows),
     )
 
     # 6. Jain's index and allocation ratio per bucket
@@ -308,18 +331,57 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
     tr = report.jain_trend
     if tr:
         xs = [*(b["from_ms"] / div for b in tr), tr[-1]["to_ms"] / div]
-        jain = [b["jain_index"] or 0.0 for b in tr]
-        ratio = [b["allocation_ratio"] for b in tr]
-        ax.step(xs, [*jain, jain[-1]], where="post", label="Jain's index")
-        ax.step(xs, [*ratio, ratio[-1]], where="post", label="allocation ratio")
+        jain, ratio = _fairness_steps(tr)
+        # The ratio is a pale area with a thin edge and the index a thick dark line drawn over it: the two
+        # often coincide near 1, where a second line of the same weight hid the first.
+        ax.fill_between(
+            *_post_steps(xs, ratio), color="#9ecae1", alpha=0.6, linewidth=0, zorder=1,
+            label="allocation ratio", gid="allocation-ratio-area",
+        )  # fmt: skip
+        ax.step(
+            xs, [*ratio, ratio[-1]], where="post", color="#3182bd", linewidth=0.9, zorder=2,
+            gid="allocation-ratio",
+        )  # fmt: skip
+        ax.step(
+            xs, [*jain, jain[-1]], where="post", color="#111111", linewidth=2.2, zorder=3,
+            label="Jain's index", gid="jain-index",
+        )  # fmt: skip
     ax.set_ylim(0, 1.05)
     ax.set_xlabel(unit)
-    ax.legend(fontsize="small")
-    out["fairness"] = (f"Jain's fairness index and allocation ratio per {report.bucket}", htmlkit.svg(fig))
+    rows = htmlkit.legend_above(ax, 2)
+    out["fairness"] = (
+        f"Jain's fairness index and allocation ratio per {report.bucket}",
+        htmlkit.svg(fig, legend_rows=rows),
+    )
     return out
 
 
+def _post_steps(xs: list[float], values: list[float]) -> tuple[list[float], list[float]]:
+    """Bucket values as explicit steps: (x0, v0), (x1, v0), (x1, v1), (x2, v1), ... for ``len(values) + 1``
+    bucket edges *xs*. matplotlib's ``step="post"`` areas drop the whole bucket before a NaN (a bucket with no
+    data); explicit steps leave only the empty bucket itself out."""
+    out_x: list[float] = []
+    out_y: list[float] = []
+    for k, v in enumerate(values):
+        out_x += [xs[k], xs[k + 1]]
+        out_y += [v, v]
+    return out_x, out_y
+
+
+def _fairness_steps(trend: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """Jain's index and the allocation ratio per bucket; NaN (a gap) where the bucket has no index: a bucket
+    with no fair share anywhere, such as the window's last, one past the store's end, holds no data, and
+    drawing it as 0 made every line drop at the end."""
+    jain = [math.nan if b["jain_index"] is None else float(b["jain_index"]) for b in trend]
+    ratio = [
+        math.nan if b["jain_index"] is None and not b["allocation_ratio"] else float(b["allocation_ratio"])
+        for b in trend
+    ]
+    return jain, ratio
+
+
 # --------------------------------------------------------------------------- the page
+
 
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"

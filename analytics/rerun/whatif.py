@@ -574,10 +574,11 @@ def rerun(
 # --------------------------------------------------------------------------- measuring a run
 
 
-def _pct(values: list[int], q: float) -> float:
-    """Nearest-rank percentile of waits in ms, as seconds (0.0 for none)."""
+def _pct(values: list[int], q: float) -> float | None:
+    """Nearest-rank percentile of waits in ms, as seconds; None when nothing started (no wait to rank, and
+    0 s would read as "started at once")."""
     if not values:
-        return 0.0
+        return None
     return values[max(math.ceil(q * len(values)) - 1, 0)] / 1000
 
 

@@ -92,6 +92,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="write events.jsonl, cycles.jsonl, manifest.json here",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="with --out: write into a directory that is not empty (replacing its run files)",
+    )
     p.add_argument("--json", action="store_true", help="print the summary as JSON (nothing else on stdout)")
     p.add_argument(
         "--plot",
@@ -341,6 +346,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
     from analytics.progress import day_bar
     from analytics.rundir import DirLog
+    from analytics.simulation.outputs import OutputError, check_out_dir, check_plot_path
     from analytics.simulation.scenario import ScenarioError
     from ingest.tenants import TenantsError
     from ingest.trace import TraceError
@@ -362,9 +368,21 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         err.print(f"simulate: --checkpoint-every must be >= 1, got {args.checkpoint_every}")
         return 2
+    try:
+        if args.out is not None:
+            check_out_dir(args.out, force=args.force)
+        if args.plot is not None:
+            check_plot_path(args.plot)
+    except OutputError as exc:
+        err.print(f"simulate: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
     log = None
     if args.out is not None:
-        log = DirLog(args.out) if args.checkpoint_every is None else DirLog(args.out, args.checkpoint_every)
+        try:
+            log = DirLog(args.out) if args.checkpoint_every is None else DirLog(args.out, args.checkpoint_every)
+        except OSError as exc:
+            err.print(f"simulate: --out {args.out}: {exc.strerror or exc}", markup=False, highlight=False)
+            return 2
     with day_bar("simulating", horizon_ms, err=err) as progress:
         try:
             result = simulate(

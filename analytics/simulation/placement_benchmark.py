@@ -399,7 +399,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_cli(args: argparse.Namespace) -> int:
     """``hourglass placement-benchmark``: per-seed results, then the median over seeds."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from analytics.progress import count_bar
 
     if args.seeds < 1:
         print("placement-benchmark: --seeds must be at least 1", file=sys.stderr)
@@ -408,28 +409,22 @@ def run_cli(args: argparse.Namespace) -> int:
         if not Path(path).is_file():
             print(f"placement-benchmark: no such file: {path}", file=sys.stderr)
             return 2
-    console = Console(highlight=False)
+    # Bound to the real stdout now: while the bar is drawn, rich swaps sys.stdout for its own proxy.
+    console = Console(file=sys.stdout, highlight=False)
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
     values: list[float] = []
-    with Progress(
-        TextColumn(f"{args.policy}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("seeds"),
-        TimeElapsedColumn(),
-        console=console,
-    ) as bar:
-        job = bar.add_task("seeds", total=len(seeds))
+    # The bar goes to stderr and only to a terminal: stdout carries the results alone.
+    with count_bar(args.policy, "seeds", total=len(seeds)) as bar:
 
         def report(r: SeedResult) -> None:
             u100 = r.unallocated(100)
             values.append(u100)
-            bar.console.print(
+            bar.print(
                 f"seed {r.seed}: unallocated@100% {u100:.2f}  @130% {r.unallocated(130):.2f}  "
                 f"tasks {r.tasks}  placed {r.placed}  failed {r.failed}  ({r.seconds:.1f} s)",
-                soft_wrap=True,
+                console,
             )
-            bar.advance(job)
+            bar.advance()
 
         try:
             run_benchmark(args.policy, seeds, args.pods, args.nodes, jobs=args.jobs, on_result=report)
