@@ -1253,11 +1253,17 @@ def dra_not_supported(key: str, claims: object) -> InvalidObject:
 
 
 def pod_submitted(
-    obj: dict[str, Any], pod_group: str, at_ms: int, volumes: list[VolumeClaim] | None = None
+    obj: dict[str, Any],
+    pod_group: str,
+    at_ms: int,
+    volumes: list[VolumeClaim] | None = None,
+    dra: dict[str, int] | None = None,
 ) -> PodSubmitted:
     """Translate a pod that asks for placement; ``pod_group`` comes from the annotation or the pod grouper.
 
-    ``volumes`` are its claims as ingest resolved them (:func:`volume_claim`)."""
+    ``volumes`` are its claims as ingest resolved them (:func:`volume_claim`); ``dra`` the extended
+    resources its ResourceClaims translate to (:mod:`ingest.kube.dra`); a pod with ``spec.resourceClaims``
+    and no ``dra`` is refused."""
     meta = _meta(obj)
     key = object_key(obj)
     labels = _str_map(meta.get("labels"))
@@ -1274,8 +1280,14 @@ def pod_submitted(
             )
         task_priority = int(raw)
     claims = spec.get("resourceClaims")
-    if claims:
+    if claims and dra is None:
         raise dra_not_supported(key, claims)
+    requests = pod_requests(obj)
+    if dra:
+        extended = dict(requests.extended)
+        for res, n in sorted(dra.items()):
+            extended[res] = extended.get(res, 0) + n
+        requests = requests.model_copy(update={"extended": dict(sorted(extended.items()))})
     terms, allowed = _affinity(key, spec)
     try:
         return PodSubmitted(
@@ -1284,7 +1296,7 @@ def pod_submitted(
             at_ms=at_ms,
             pod_group=pod_group,
             queue=queue,
-            requests=pod_requests(obj),
+            requests=requests,
             node_selector=_str_map(spec.get("nodeSelector")),
             allowed_nodes=allowed,
             node_affinity=terms,

@@ -48,6 +48,7 @@ from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATI
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
+from scheduler.kube.claims import ClaimAllocator, ClaimError
 from scheduler.kube.podgroup_status import (
     ClearConditions,
     ConditionMemory,
@@ -116,6 +117,7 @@ class BindPod:
     node: str
     annotations: tuple[tuple[str, str], ...]
     action: str | None
+    dra: bool = False  # the pod claims DRA GPUs: allocate its ResourceClaims before binding it
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +325,16 @@ def plan(
                     Invalid(d.pod or d.job, "bad_decision", "Bind decision without a node", _raw(d))
                 )
             elif ref is not None and d.node is not None:
-                binds.append(BindPod(ref[0], ref[1], d.node, _bind_annotations(d, record.cycle_id), d.action))
+                binds.append(
+                    BindPod(
+                        ref[0],
+                        ref[1],
+                        d.node,
+                        _bind_annotations(d, record.cycle_id),
+                        d.action,
+                        dra=bool(d.details.get("dra")),
+                    )
+                )
         elif d.kind == "Unschedulable":
             reason = d.reason or "Unschedulable"
             message = d.message or reason
@@ -442,6 +453,13 @@ class Kube(Protocol):
     def write_podgroup_condition(self, action: SetCondition | ClearConditions) -> bool:
         """Set or clear a PodGroup's ``status.schedulingConditions``; False when it already said so."""
 
+    def allocate_claims(self, namespace: str, name: str, node: str) -> list[str]:
+        """Allocate the pod's DRA ResourceClaims on ``node`` (:mod:`scheduler.kube.claims`); the claims
+        written. Raises :class:`~scheduler.kube.claims.ClaimError` when the node cannot hold them."""
+
+    def undo_claims(self, namespace: str, name: str, claims: list[str]) -> None:
+        """Undo :meth:`allocate_claims` after the binding failed."""
+
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -462,6 +480,7 @@ class BinderApi:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.timeout = timeout_s
+        self.claims = ClaimAllocator(self.call, self.core, self.custom)
 
     @staticmethod
     def size_pool(api_client: Any, workers: int) -> None:
@@ -484,6 +503,12 @@ class BinderApi:
             target=c.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         self.call(self.core.create_namespaced_pod_binding, name, namespace, body)
+
+    def allocate_claims(self, namespace: str, name: str, node: str) -> list[str]:
+        return self.claims.allocate(namespace, name, node)
+
+    def undo_claims(self, namespace: str, name: str, claims: list[str]) -> None:
+        self.claims.undo(namespace, name, claims)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The pod's uid, None when it is gone (its Event is then written without one)."""
@@ -805,15 +830,22 @@ class Binder:
         uid = f"{a.namespace}/{a.name}"
         raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
         annotations = dict(a.annotations)
+        claims: list[str] = []
         try:
             shared = self._prepare_sharing(a)
             if shared is not None:
                 annotations.update(shared)
+            if a.dra:
+                claims = self._with_retry(
+                    f"allocate claims of {uid}", lambda: k.allocate_claims(a.namespace, a.name, a.node)
+                )
             self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
-        except SharingError as e:
+        except (SharingError, ClaimError) as e:
             self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
             return
         except KubeError as e:
+            if claims and e.status != 409:
+                self._undo_claims(a, claims)
             if e.status == 404:
                 self._count("already_gone")
                 return
@@ -973,6 +1005,12 @@ class Binder:
             )
             return
         self._count("queue_statuses")
+
+    def _undo_claims(self, a: BindPod, claims: list[str]) -> None:
+        try:
+            self.kube.undo_claims(a.namespace, a.name, claims)
+        except KubeError as e:  # the resourceclaim controller deallocates it once the pod is gone
+            log.warning("could not undo the claim allocation of %s/%s: %s", a.namespace, a.name, e)
 
     def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
         """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""
