@@ -709,7 +709,9 @@ class KubeIngest:
             for d in devices:
                 res = dra.dra_resource(d.driver)
                 extended[res] = extended.get(res, 0) + 1
-            ev = ev.model_copy(update={"extended": dict(sorted(extended.items()))})
+            # Validated again, not copied: the contract version follows from the fields (extended is v2).
+            fields = {**ev.model_dump(exclude={"v"}), "extended": dict(sorted(extended.items()))}
+            ev = NodeUpserted.model_validate(fields)
         self._upsert(batch, ev, f"Node/{name}")
 
     def _slice(self, batch: _Batch, key: str, obj: dict[str, Any] | None) -> None:
@@ -809,7 +811,9 @@ class KubeIngest:
             self._reject(batch, kind, obj, err)
         except Exception as exc:  # a shape nobody anticipated: report it, never stop the flow
             log.exception("cannot translate %s %s", kind, key)
-            odd = kube.InvalidObject(kind, key, "", None, f"cannot be translated: {type(exc).__name__}: {exc}")
+            odd = kube.InvalidObject(
+                kind, key, "", None, f"cannot be translated: {type(exc).__name__}: {exc}"
+            )
             odd.reason_code = "untranslatable"
             self._reject(batch, kind, obj, odd)
 
