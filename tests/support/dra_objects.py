@@ -40,8 +40,9 @@ def resource_slice(
     }
 
 
-def gpu_claim(name: str, count: int = 1, cls: str = DRIVER, **exactly: Any) -> dict[str, Any]:
-    """A ResourceClaim for ``count`` devices of class ``cls`` (``exactly`` adds or overrides fields)."""
+def gpu_claim(name: str, count: int | None = 1, cls: str = DRIVER, **exactly: Any) -> dict[str, Any]:
+    """A ResourceClaim for ``count`` devices of class ``cls`` (``exactly`` adds or overrides fields; count
+    None leaves it out, as ``allocationMode: All`` requires)."""
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -54,7 +55,7 @@ def gpu_claim(name: str, count: int = 1, cls: str = DRIVER, **exactly: Any) -> d
                         "exactly": {
                             "deviceClassName": cls,
                             "allocationMode": "ExactCount",
-                            "count": count,
+                            **({"count": count} if count is not None else {}),
                             **exactly,
                         },
                     }
