@@ -1235,17 +1235,18 @@ def volume_claim(
 
 
 def dra_not_supported(key: str, claims: object) -> InvalidObject:
-    """The refusal of a pod that claims devices through DRA (``spec.resourceClaims``): Hourglass does not
-    allocate ResourceClaims yet, and reading the pod without them would bind it as a CPU-only pod on a
-    node that may have no such device. Event reason ``DRANotSupported``, dead-letter code
-    ``dra_not_supported``."""
+    """The refusal of a pod that claims devices through DRA (``spec.resourceClaims``) whose claims were not
+    resolved: reading the pod without them would bind it as a CPU-only pod on a node that may have no such
+    device. Ingest resolves whole-GPU claims against the cluster (:mod:`ingest.kube.dra`) and refuses the
+    other shapes itself; an offline translation (``hourglass check``) has no cluster to resolve them in.
+    Event reason ``DRANotSupported``, dead-letter code ``dra_not_supported``."""
     err = InvalidObject(
         "Pod",
         key,
         "spec.resourceClaims",
         claims,
-        "claims devices through Dynamic Resource Allocation, which Hourglass does not schedule yet; the pod "
-        "stays pending (use a device-plugin resource such as nvidia.com/gpu, or another scheduler)",
+        "claims devices through Dynamic Resource Allocation, and its ResourceClaims were not resolved against"
+        " the cluster here; the pod stays pending",
     )
     err.reason = "DRANotSupported"
     err.reason_code = "dra_not_supported"

@@ -723,6 +723,28 @@ class KubeIngest:
         for node in sorted({s[0] for s in (old, new) if s is not None}):
             self._node(batch, node)
 
+    def _foreign(self, obj: dict[str, Any]) -> ForeignPodUpserted:
+        """A pod of another scheduler; the DRA GPUs its allocated claims hold on its node count as its
+        request, so the engine does not offer them to our pods."""
+        ev = kube.foreign_pod(obj, self._at())
+        refs = dra.pod_claim_refs(obj)
+        if not refs:
+            return ev
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        devices = set(dra.node_devices(s for s in self._slices.values() if s[0] == ev.node))
+        claims = [
+            self.api.get(f"{dra.API}/namespaces/{ns}/resourceclaims/{claim}") for _, claim, _ in refs if claim
+        ]
+        held = dra.allocated_devices(c for c in claims if c is not None) & devices
+        if not held:
+            return ev
+        extended = dict(ev.requests.extended)
+        for d in sorted(held):
+            extended[dra.dra_resource(d.driver)] = extended.get(dra.dra_resource(d.driver), 0) + 1
+        fields = ev.model_dump(exclude={"v"})
+        fields["requests"]["extended"] = dict(sorted(extended.items()))
+        return ForeignPodUpserted.model_validate(fields)
+
     def _dra(self, obj: dict[str, Any]) -> dict[str, int] | None:
         """The extended resources a pod's ResourceClaims translate to ({} without claims), or None when a
         template's claim is not generated yet (the caller retries). Raises InvalidObject for a refused shape."""
@@ -805,7 +827,7 @@ class KubeIngest:
                 labels = (obj.get("metadata") or {}).get("labels") or {}
                 if kube.LABEL_GPU_RESERVATION in labels:
                     return  # a GPU reservation pod: its device is held for our sharers, already counted
-                self._upsert(batch, kube.foreign_pod(obj, self._at()), f"ForeignPod/{key}")
+                self._upsert(batch, self._foreign(obj), f"ForeignPod/{key}")
             self.rejected.pop(f"{kind}/{key}", None)
         except kube.InvalidObject as err:
             self._reject(batch, kind, obj, err)

@@ -1,7 +1,7 @@
 """DRA GPU claims on a real kube-apiserver (``resource.k8s.io/v1`` is served by default since Kubernetes 1.34).
 
 A pod whose ResourceClaim asks for one GPU of the example driver's class binds only to a node whose
-ResourceSlice has a free device, and the binder writes the claim's allocation (device, pool, node selector)
+ResourceSlice has a free device (one held by another scheduler's pod's claim is not free), and the binder writes the claim's allocation (device, pool, node selector)
 and reservation as kube-scheduler's dynamicresources plugin does; a node with device-plugin GPUs only does
 not take it. A claim generated from a template (named in ``status.resourceClaimStatuses``, as the
 resourceclaim controller does; no controller-manager runs here, so the test plays it) works the same.
@@ -46,11 +46,25 @@ def test_a_gpu_claim_binds_only_where_a_device_is_free_and_shows_its_allocation(
         ensure(kapi, f"{API}/deviceclasses", device_class())
         make_node(api, dra_node, gpus=0, labels=sel)
         make_node(api, plugin_node, gpus=8, labels=sel)  # device-plugin GPUs: no DRA device
-        create(kapi, f"{API}/resourceslices", resource_slice(dra_node, ["gpu-0"]))
+        create(kapi, f"{API}/resourceslices", resource_slice(dra_node, ["gpu-0", "gpu-1"]))
         make_queue(api, queue, gpu_quota=8)
-        for c in ("first", "second"):
+        for c in ("held", "first", "second"):
             create(kapi, f"{API}/namespaces/{ns}/resourceclaims", gpu_claim(c))
         pods = f"/api/v1/namespaces/{ns}/pods"
+        # A pod of another scheduler holds gpu-0 of the DRA node (as kube-scheduler would have allocated it).
+        foreign = dra_pod("foreign", queue, claim="held")
+        foreign["spec"].update(schedulerName="default-scheduler", nodeName=dra_node)
+        uid = create(kapi, pods, foreign)["metadata"]["uid"]
+        held = _claim(kapi, ns, "held")
+        held["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": dra_node, "device": "gpu-0"}]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "foreign", "uid": uid}],
+        }
+        kapi.request("PUT", f"{API}/namespaces/{ns}/resourceclaims/held/status", body=held)
         create(kapi, pods, dra_pod("first", queue, claim="first", node_selector=sel))
         log = FileLog(tmp_path / "log")
         p = Pipeline(api, ns, log)
@@ -62,7 +76,7 @@ def test_a_gpu_claim_binds_only_where_a_device_is_free_and_shows_its_allocation(
             claim = _claim(kapi, ns, "first")
             assert claim["status"]["allocation"] == {
                 "devices": {
-                    "results": [{"request": "gpu", "driver": DRIVER, "pool": dra_node, "device": "gpu-0"}]
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": dra_node, "device": "gpu-1"}]
                 },
                 "nodeSelector": {
                     "nodeSelectorTerms": [
@@ -79,7 +93,8 @@ def test_a_gpu_claim_binds_only_where_a_device_is_free_and_shows_its_allocation(
             }
 
             # The second claim comes from a template: the resourceclaim controller would create it and name it
-            # in the pod's status. The only DRA device is taken, and the plugin node's GPUs are no DRA devices.
+            # in the pod's status. Both DRA devices are taken (one by the other scheduler's pod), and the plugin
+            # node's GPUs are no DRA devices.
             create(kapi, pods, dra_pod("second", queue, template="one-gpu", node_selector=sel))
             kapi.request(
                 "PATCH",
@@ -94,6 +109,7 @@ def test_a_gpu_claim_binds_only_where_a_device_is_free_and_shows_its_allocation(
 
             p.settle(told)
             assert "nodeName" not in read_pod(api, ns, "second")["spec"]
+            assert f"{ns}/second" not in last_decisions(log, "Bind")  # not even tried on the DRA node
             assert "allocation" not in (_claim(kapi, ns, "second").get("status") or {})
 
             # A device appears on the plugin node (its driver publishes a slice): the pod binds there.
