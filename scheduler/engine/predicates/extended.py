@@ -16,7 +16,8 @@ from collections.abc import Iterable
 
 GPU_MILLI = 1000
 AMD_GPU = "amd.com/gpu"
-DRA_GPU_PREFIX = "dra.hourglass.dev/"  # ingest.kube.dra.DRA_RESOURCE_PREFIX (the engine imports no ingest.kube)
+# ingest.kube.dra.DRA_RESOURCE_PREFIX, repeated: the engine imports nothing of ingest.kube.
+DRA_GPU_PREFIX = "dra.hourglass.dev/"
 _MIG = re.compile(r"nvidia\.com/mig-(\d+)g\.(\d+)gb")
 
 
