@@ -1222,17 +1222,18 @@ def volume_claim(
 
 
 def dra_not_supported(key: str, claims: object) -> InvalidObject:
-    """The refusal of a pod that claims devices through DRA (``spec.resourceClaims``): Hourglass does not
-    allocate ResourceClaims yet, and reading the pod without them would bind it as a CPU-only pod on a
-    node that may have no such device. Event reason ``DRANotSupported``, dead-letter code
-    ``dra_not_supported``."""
+    """The refusal of a pod that claims devices through DRA (``spec.resourceClaims``) whose claims were not
+    resolved: reading the pod without them would bind it as a CPU-only pod on a node that may have no such
+    device. Ingest resolves whole-GPU claims against the cluster (:mod:`ingest.kube.dra`) and refuses the
+    other shapes itself; an offline translation (``hourglass check``) has no cluster to resolve them in.
+    Event reason ``DRANotSupported``, dead-letter code ``dra_not_supported``."""
     err = InvalidObject(
         "Pod",
         key,
         "spec.resourceClaims",
         claims,
-        "claims devices through Dynamic Resource Allocation, which Hourglass does not schedule yet; the pod "
-        "stays pending (use a device-plugin resource such as nvidia.com/gpu, or another scheduler)",
+        "claims devices through Dynamic Resource Allocation, and its ResourceClaims were not resolved against"
+        " the cluster here; the pod stays pending",
     )
     err.reason = "DRANotSupported"
     err.reason_code = "dra_not_supported"
@@ -1240,11 +1241,17 @@ def dra_not_supported(key: str, claims: object) -> InvalidObject:
 
 
 def pod_submitted(
-    obj: dict[str, Any], pod_group: str, at_ms: int, volumes: list[VolumeClaim] | None = None
+    obj: dict[str, Any],
+    pod_group: str,
+    at_ms: int,
+    volumes: list[VolumeClaim] | None = None,
+    dra: dict[str, int] | None = None,
 ) -> PodSubmitted:
     """Translate a pod that asks for placement; ``pod_group`` comes from the annotation or the pod grouper.
 
-    ``volumes`` are its claims as ingest resolved them (:func:`volume_claim`)."""
+    ``volumes`` are its claims as ingest resolved them (:func:`volume_claim`); ``dra`` the extended
+    resources its ResourceClaims translate to (:mod:`ingest.kube.dra`); a pod with ``spec.resourceClaims``
+    and no ``dra`` is refused."""
     meta = _meta(obj)
     key = object_key(obj)
     labels = _str_map(meta.get("labels"))
@@ -1261,8 +1268,14 @@ def pod_submitted(
             )
         task_priority = int(raw)
     claims = spec.get("resourceClaims")
-    if claims:
+    if claims and dra is None:
         raise dra_not_supported(key, claims)
+    requests = pod_requests(obj)
+    if dra:
+        extended = dict(requests.extended)
+        for res, n in sorted(dra.items()):
+            extended[res] = extended.get(res, 0) + n
+        requests = requests.model_copy(update={"extended": dict(sorted(extended.items()))})
     terms, allowed = _affinity(key, spec)
     try:
         return PodSubmitted(
@@ -1271,7 +1284,7 @@ def pod_submitted(
             at_ms=at_ms,
             pod_group=pod_group,
             queue=queue,
-            requests=pod_requests(obj),
+            requests=requests,
             node_selector=_str_map(spec.get("nodeSelector")),
             allowed_nodes=allowed,
             node_affinity=terms,

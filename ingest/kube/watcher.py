@@ -77,6 +77,7 @@ from ingest.events import (
     event_key,
     parse_event,
 )
+from ingest.kube import dra
 from ingest.kube import translate as kube
 from ingest.kube import volumes as kube_volumes
 from ingest.kube.client import KubeApi, KubeError, add_kubeconfig_argument
@@ -152,7 +153,11 @@ PODGROUPS = Resource(
 PODS = Resource("Pod", "/api/v1/pods", "/api/v1/namespaces/{ns}/pods")
 # Pods of other schedulers, cluster-wide whatever --namespace says: they share the nodes.
 FOREIGN_PODS = Resource("ForeignPod", "/api/v1/pods")
-RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, PODGROUPS, PODS, FOREIGN_PODS)
+# DRA drivers publish a node's devices in ResourceSlices: optional, a cluster may not serve resource.k8s.io/v1.
+RESOURCE_SLICES = Resource(
+    "ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices", crd="resourceslices.resource.k8s.io"
+)
+RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, RESOURCE_SLICES, PODGROUPS, PODS, FOREIGN_PODS)
 """In initial-sync order: queues before pods, so a pod's queue is known when the pod is checked."""
 ABSENT_RETRY_S: Final = 30.0
 """How often an optional resource that is not served (or not readable) is listed again."""
@@ -164,6 +169,9 @@ def absent_message(res: Resource, status: int, retry_s: float) -> str:
     what = (
         f"the API server does not serve {group}/{version} {plural}: is the CRD {res.crd} installed? (it is in"
         " deploy/crds and in the Helm chart)"
+        if status == 404 and group != "resource.k8s.io"
+        else f"the API server does not serve {group}/{version} {plural} (Dynamic Resource Allocation, GA in"
+        " Kubernetes 1.34)"
         if status == 404
         else f"ingest may not list {plural} of API group {group} (403 Forbidden): grant it get, list and watch"
         " on them, as the Helm chart's ingest ClusterRole does"
@@ -321,6 +329,8 @@ class KubeIngest:
         self._failed = False  # an append failed: keep the write-ahead state file as it is
         self._owner_get = api.owner_getter()
         self._absent: dict[str, int] = {}  # optional kind -> the status its last list answered (404 / 403)
+        self._nodes: dict[str, dict[str, Any]] = {}  # Node name -> its last object (DRA devices join it)
+        self._slices: dict[str, tuple[str, str, str, int, list[dra.SliceDevice]]] = {}  # GPU ResourceSlices
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -634,6 +644,10 @@ class KubeIngest:
                     self._emit(batch, kube.pod_deleted(ns, name, self._at()))
                     self._retry.pop(key, None)
             return
+        if item.kind == "ResourceSlice":
+            for key in sorted(set(self._slices) - seen):
+                self._slice(batch, key, None)
+            return
         prefix = f"{item.kind}/"
         for okey in sorted(k for k in self.objects if k.startswith(prefix)):
             key = okey[len(prefix) :]
@@ -665,12 +679,16 @@ class KubeIngest:
                 ns, _, name = key.partition("/")
                 self._emit(batch, kube.pod_deleted(ns, name, self._at()))
             return
+        if kind == "ResourceSlice":
+            self._slice(batch, key, None)
+            return
         if f"{kind}/{key}" not in self.objects:
             return
         if kind == "ForeignPod":
             ns, _, name = key.partition("/")
             self._emit(batch, kube.pod_deleted(ns, name, self._at()))
         elif kind == "Node":
+            self._nodes.pop(key, None)
             self._emit(batch, kube.node_removed(obj, self._at()))
         elif kind == "Queue":
             self._emit(batch, kube.queue_deleted(obj, self._at()))
@@ -678,6 +696,82 @@ class KubeIngest:
             self._emit(batch, kube.podgroup_deleted(obj, self._at()))
         elif kind == "Topology":
             self._emit(batch, kube.topology_deleted(obj, self._at()))
+
+    def _node(self, batch: _Batch, name: str) -> None:
+        """Upsert a node; its DRA GPUs (from its ResourceSlices) join its allocatable as the extended
+        resource ``dra.hourglass.dev/<driver>`` (:mod:`ingest.kube.dra`). A node without any is as before."""
+        obj = self._nodes.get(name)
+        if obj is None:
+            return
+        ev = kube.node_upserted(obj, self._at())
+        devices = dra.node_devices(s for s in self._slices.values() if s[0] == name)
+        if devices:
+            extended = dict(ev.extended)
+            for d in devices:
+                res = dra.dra_resource(d.driver)
+                extended[res] = extended.get(res, 0) + 1
+            # Validated again, not copied: the contract version follows from the fields (extended is v2).
+            fields = {**ev.model_dump(exclude={"v"}), "extended": dict(sorted(extended.items()))}
+            ev = NodeUpserted.model_validate(fields)
+        self._upsert(batch, ev, f"Node/{name}")
+
+    def _slice(self, batch: _Batch, key: str, obj: dict[str, Any] | None) -> None:
+        """A ResourceSlice changed (None: deleted): re-upsert its node when its GPUs changed."""
+        old = self._slices.pop(key, None)
+        new = dra.slice_devices(obj) if obj is not None else None
+        if new is not None:
+            self._slices[key] = new
+        for node in sorted({s[0] for s in (old, new) if s is not None}):
+            self._node(batch, node)
+
+    def _foreign(self, obj: dict[str, Any]) -> ForeignPodUpserted:
+        """A pod of another scheduler; the DRA GPUs its allocated claims hold on its node count as its
+        request, so the engine does not offer them to our pods."""
+        ev = kube.foreign_pod(obj, self._at())
+        refs = dra.pod_claim_refs(obj)
+        if not refs:
+            return ev
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        devices = set(dra.node_devices(s for s in self._slices.values() if s[0] == ev.node))
+        claims = [
+            self.api.get(f"{dra.API}/namespaces/{ns}/resourceclaims/{claim}") for _, claim, _ in refs if claim
+        ]
+        held = dra.allocated_devices(c for c in claims if c is not None) & devices
+        if not held:
+            return ev
+        extended = dict(ev.requests.extended)
+        for d in sorted(held):
+            extended[dra.dra_resource(d.driver)] = extended.get(dra.dra_resource(d.driver), 0) + 1
+        fields = ev.model_dump(exclude={"v"})
+        fields["requests"]["extended"] = dict(sorted(extended.items()))
+        return ForeignPodUpserted.model_validate(fields)
+
+    def _dra(self, obj: dict[str, Any]) -> dict[str, int] | None:
+        """The extended resources a pod's ResourceClaims translate to ({} without claims), or None when a
+        template's claim is not generated yet (the caller retries). Raises InvalidObject for a refused shape."""
+        refs = dra.pod_claim_refs(obj)
+        if not refs:
+            return {}
+        key = kube.object_key(obj)
+        ns = str((obj.get("metadata") or {}).get("namespace") or "")
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        out: dict[str, int] = {}
+        classes: dict[str, dict[str, Any]] = {}
+        for _, claim_name, where in refs:
+            if claim_name is None:
+                return None
+            claim = self.api.get(f"{dra.API}/namespaces/{ns}/resourceclaims/{claim_name}")
+            if claim is None:
+                return None  # named but not created yet (or by the resourceclaim controller): look again
+            for req in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+                cls = str(((req or {}).get("exactly") or {}).get("deviceClassName") or "")
+                if cls and cls not in classes:
+                    got = self.api.get(f"{dra.API}/deviceclasses/{cls}")
+                    if got is not None:
+                        classes[cls] = got
+            for res, n in dra.claim_request(key, where, claim, classes, uid).items():
+                out[res] = out.get(res, 0) + n
+        return out
 
     def _podgroup_event(self, obj: dict[str, Any]) -> PodGroupUpserted:
         """PodGroupUpserted with the priority value of its PriorityClass, read from the cluster."""
@@ -714,7 +808,10 @@ class KubeIngest:
             self.seen_rvs[f"{kind}/{key}"] = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         try:
             if kind == "Node":
-                self._upsert(batch, kube.node_upserted(obj, self._at()), f"Node/{key}")
+                self._nodes[key] = obj
+                self._node(batch, key)
+            elif kind == "ResourceSlice":
+                self._slice(batch, key, obj)
             elif kind == "Queue":
                 ev, warnings = kube.queue_upserted(obj, self._at())
                 self._upsert(batch, ev, f"Queue/{key}")
@@ -731,13 +828,15 @@ class KubeIngest:
                 labels = (obj.get("metadata") or {}).get("labels") or {}
                 if kube.LABEL_GPU_RESERVATION in labels:
                     return  # a GPU reservation pod: its device is held for our sharers, already counted
-                self._upsert(batch, kube.foreign_pod(obj, self._at()), f"ForeignPod/{key}")
+                self._upsert(batch, self._foreign(obj), f"ForeignPod/{key}")
             self.rejected.pop(f"{kind}/{key}", None)
         except kube.InvalidObject as err:
             self._reject(batch, kind, obj, err)
         except Exception as exc:  # a shape nobody anticipated: report it, never stop the flow
             log.exception("cannot translate %s %s", kind, key)
-            odd = kube.InvalidObject(kind, key, "", None, f"cannot be translated: {type(exc).__name__}: {exc}")
+            odd = kube.InvalidObject(
+                kind, key, "", None, f"cannot be translated: {type(exc).__name__}: {exc}"
+            )
             odd.reason_code = "untranslatable"
             self._reject(batch, kind, obj, odd)
 
@@ -756,8 +855,12 @@ class KubeIngest:
         known_pending = st is not None and not st.get("node")
         if st is None:
             group = kube.pod_group_annotation(obj)
+            claimed = self._dra(obj)
+            if claimed is None:
+                self._retry_later(item, RuntimeError("its ResourceClaim is not created yet"))
+                return
             # Validate the pod before creating anything for it: an invalid pod gets no PodGroup.
-            kube.pod_submitted(obj, group or "unassigned", 0)
+            kube.pod_submitted(obj, group or "unassigned", 0, dra=claimed)
             if group is None:
                 if not self.group_pods:
                     raise kube.InvalidObject(
@@ -787,7 +890,7 @@ class KubeIngest:
                 # Its claim is about to be bound by the volume controller: look again shortly.
                 self._retry_later(item, RuntimeError("an Immediate PersistentVolumeClaim is not bound yet"))
                 return
-            ev = kube.pod_submitted(obj, group, self._at(), volumes)
+            ev = kube.pod_submitted(obj, group, self._at(), volumes, dra=claimed)
             self._emit(batch, ev)
             st = self.pods[key]
             if ev.queue is not None and f"Queue/{ev.queue}" not in self.objects:

@@ -49,6 +49,7 @@ from ingest.kube.volumes import ANNOTATION_SELECTED_NODE, bound_to, prebind_volu
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
+from scheduler.kube.claims import ClaimAllocator, ClaimError
 from scheduler.kube.podgroup_status import (
     ClearConditions,
     ConditionMemory,
@@ -124,6 +125,7 @@ class BindPod:
     # (claim, volume) for each WaitForFirstConsumer claim, done before the pod is bound: bind the volume to
     # the claim, or (volume "") have the claim's class provision one on `node`.
     volumes: tuple[tuple[str, str], ...] = ()
+    dra: bool = False  # the pod claims DRA GPUs: allocate its ResourceClaims before binding it
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +359,7 @@ def plan(
                         _bind_annotations(d, record.cycle_id),
                         d.action,
                         _bind_volumes(d),
+                        dra=bool(d.details.get("dra")),
                     )
                 )
         elif d.kind == "Unschedulable":
@@ -481,6 +484,13 @@ class Kube(Protocol):
         """Before binding the pod: bind each WaitForFirstConsumer claim to its chosen volume, or annotate
         it with the node for its provisioner; :class:`VolumeBindError` when a volume was taken."""
 
+    def allocate_claims(self, namespace: str, name: str, node: str) -> list[str]:
+        """Allocate the pod's DRA ResourceClaims on ``node`` (:mod:`scheduler.kube.claims`); the claims
+        written. Raises :class:`~scheduler.kube.claims.ClaimError` when the node cannot hold them."""
+
+    def undo_claims(self, namespace: str, name: str, claims: list[str]) -> None:
+        """Undo :meth:`allocate_claims` after the binding failed."""
+
 
 def _now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -501,6 +511,7 @@ class BinderApi:
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self.timeout = timeout_s
+        self.claims = ClaimAllocator(self.call, self.core, self.custom)
 
     @staticmethod
     def size_pool(api_client: Any, workers: int) -> None:
@@ -550,6 +561,12 @@ class BinderApi:
                     f" {ref.get('namespace')}/{ref.get('name')} meanwhile; the pod is not bound"
                 )
             self.call(self.core.replace_persistent_volume, volume, prebind_volume(pv, pvc))
+
+    def allocate_claims(self, namespace: str, name: str, node: str) -> list[str]:
+        return self.claims.allocate(namespace, name, node)
+
+    def undo_claims(self, namespace: str, name: str, claims: list[str]) -> None:
+        self.claims.undo(namespace, name, claims)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
         """The pod's uid, None when it is gone (its Event is then written without one)."""
@@ -871,6 +888,7 @@ class Binder:
         uid = f"{a.namespace}/{a.name}"
         raw = json.dumps({"cycle_id": cycle_id, "kind": "Bind", "pod": uid, "node": a.node})
         annotations = dict(a.annotations)
+        claims: list[str] = []
         try:
             if a.volumes:
                 self._with_retry(
@@ -879,11 +897,17 @@ class Binder:
             shared = self._prepare_sharing(a)
             if shared is not None:
                 annotations.update(shared)
+            if a.dra:
+                claims = self._with_retry(
+                    f"allocate claims of {uid}", lambda: k.allocate_claims(a.namespace, a.name, a.node)
+                )
             self._with_retry(f"bind {uid}", lambda: k.bind(a.namespace, a.name, a.node, annotations))
-        except (SharingError, VolumeBindError) as e:
+        except (SharingError, VolumeBindError, ClaimError) as e:
             self._fail(offset, uid, e.reason_code, e.message, raw, (a.namespace, a.name), "FailedBinding")
             return
         except KubeError as e:
+            if claims and e.status != 409:
+                self._undo_claims(a, claims)
             if e.status == 404:
                 self._count("already_gone")
                 return
@@ -1043,6 +1067,12 @@ class Binder:
             )
             return
         self._count("queue_statuses")
+
+    def _undo_claims(self, a: BindPod, claims: list[str]) -> None:
+        try:
+            self.kube.undo_claims(a.namespace, a.name, claims)
+        except KubeError as e:  # the resourceclaim controller deallocates it once the pod is gone
+            log.warning("could not undo the claim allocation of %s/%s: %s", a.namespace, a.name, e)
 
     def _prepare_sharing(self, a: BindPod) -> dict[str, str] | None:
         """For a pod sharing GPUs: reservation pods and its visibility ConfigMap, before the bind."""

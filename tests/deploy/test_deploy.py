@@ -330,6 +330,16 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
     ):
         assert _allows(ingest, "list", res, grp) and _allows(ingest, "watch", res, grp)
     assert not _allows(ingest, "create", "topologies", "kai.scheduler")  # read only: KAI's admins write them
+    # DRA: ingest reads slices, claims and classes; the binder allocates claims (docs/dra.md).
+    dra = "resource.k8s.io"
+    assert _allows(ingest, "watch", "resourceslices", dra) and _allows(ingest, "get", "resourceclaims", dra)
+    assert not _allows(ingest, "update", "resourceclaims", dra)
+    assert _allows(binder, "update", "resourceclaims/status", dra) and _allows(
+        binder, "list", "resourceclaims", dra
+    )
+    assert not _allows(binder, "delete", "resourceclaims", dra) and not _allows(
+        binder, "update", "resourceslices", dra
+    )
     assert _allows(ingest, "create", "podgroups", GROUP) and _allows(ingest, "update", "podgroups", GROUP)
     assert _allows(ingest, "create", "events")
     assert _allows(ingest, "list", "persistentvolumes")  # the volumes a WaitForFirstConsumer claim could take

@@ -4,6 +4,8 @@ Each is a dimension checked against the node's allocatable, in integers (hugepag
 count as GPUs for queue quota and fair share, the way KAI charges them
 (``pkg/scheduler/api/resource_info/resource_info.go`` ``GetSumGPUs``): a MIG instance
 ``nvidia.com/mig-<N>g.<M>gb`` counts as N GPUs (its compute slices), and ``amd.com/gpu`` is one whole GPU.
+So is a GPU a DRA ResourceClaim asks for, which ingest spells ``dra.hourglass.dev/<driver>`` (on the pod and on
+the node whose ResourceSlices publish it), so that a DRA GPU is charged to its queue as ``nvidia.com/gpu``.
 A MIG profile is placed as a device of that profile: the node must advertise enough of exactly it.
 """
 
@@ -14,6 +16,8 @@ from collections.abc import Iterable
 
 GPU_MILLI = 1000
 AMD_GPU = "amd.com/gpu"
+# ingest.kube.dra.DRA_RESOURCE_PREFIX, repeated: the engine imports nothing of ingest.kube.
+DRA_GPU_PREFIX = "dra.hourglass.dev/"
 _MIG = re.compile(r"nvidia\.com/mig-(\d+)g\.(\d+)gb")
 
 
@@ -24,10 +28,10 @@ def mig_slices(name: str) -> int | None:
 
 
 def gpu_equivalent_milli(extended: Iterable[tuple[str, int]]) -> int:
-    """Milli-GPU the extended resources count for in quota and fair share (MIG slices, AMD GPUs)."""
+    """Milli-GPU the extended resources count for in quota and fair share (MIG slices, AMD and DRA GPUs)."""
     total = 0
     for name, amount in extended:
-        if name == AMD_GPU:
+        if name == AMD_GPU or name.startswith(DRA_GPU_PREFIX):
             total += amount * GPU_MILLI
         else:
             slices = mig_slices(name)

@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, Self
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from scheduler.engine import topology
+from scheduler.engine.predicates.extended import DRA_GPU_PREFIX
 from scheduler.engine.predicates.volumes import chosen as chosen_volumes
 from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.session import (
@@ -337,6 +338,10 @@ def decisions_of(ssn: Session, version: int = RECORD_VERSION) -> list[Decision]:
                 claims = chosen_volumes(ssn, t)
                 if claims:
                     details = {**details, "volumes": claims}
+            claimed = {k: v for k, v in t.pod.request.extended if k.startswith(DRA_GPU_PREFIX)}
+            if claimed:
+                # The binder allocates the pod's ResourceClaims before binding it; the record says so.
+                details = {**details, "dra": dict(sorted(claimed.items()))}
             out.append(
                 Decision(
                     kind="Bind" if t.status is PodStatus.ALLOCATED else "Pipeline",

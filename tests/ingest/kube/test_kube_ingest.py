@@ -27,6 +27,8 @@ from ingest.filelog import FileLog
 from ingest.kube.client import KubeApi, KubeError
 from ingest.kube.watcher import KubeIngest
 from ingest.log import DEFAULT_TOPICS
+from tests.support.dra_objects import API as DRA_API
+from tests.support.dra_objects import create, device_class, dra_pod, ensure, gpu_claim
 from tests.support.kubeapi import APISERVER_SH, KubeAPI, _read_env
 from tests.support.paths import REPO_ROOT
 
@@ -717,25 +719,19 @@ def test_dedupe_state_is_rebuilt_from_the_log_without_a_state_file(tmp_path: Pat
     assert ingest.last_at_ms == 5
 
 
-def test_a_dra_pod_gets_the_refusal_event(kapi: KubeApi, kube_namespace: str, tmp_path: Path) -> None:
+def test_a_dra_pod_beyond_whole_gpus_gets_the_refusal_event(
+    kapi: KubeApi, kube_namespace: str, tmp_path: Path
+) -> None:
+    # Whole GPUs of a GPU DeviceClass are scheduled (tests/e2e/test_kube_dra.py); a claim for every device
+    # of the class (allocationMode All) is not, and the refusal names the field.
     ns = kube_namespace
-    body: dict[str, Any] = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "dra"},
-        "spec": {
-            "schedulerName": "hourglass",
-            "containers": [
-                {
-                    "name": "main",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"requests": {"cpu": "100m"}, "claims": [{"name": "gpu"}]},
-                }
-            ],
-            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
-        },
-    }
-    kapi.request("POST", f"/api/v1/namespaces/{ns}/pods", body=body)
+    ensure(kapi, f"{DRA_API}/deviceclasses", device_class())
+    create(
+        kapi,
+        f"{DRA_API}/namespaces/{ns}/resourceclaims",
+        gpu_claim("all-gpus", count=None, allocationMode="All"),
+    )
+    kapi.request("POST", f"/api/v1/namespaces/{ns}/pods", body=dra_pod("dra", "team-a", claim="all-gpus"))
     make_pod(kapi, ns, "plain")
     with FileLog(tmp_path / "log") as log:
         ingest = new_ingest(kapi, log, ns, tmp_path / "state.json")
@@ -747,6 +743,7 @@ def test_a_dra_pod_gets_the_refusal_event(kapi: KubeApi, kube_namespace: str, tm
             ingest.stop()
         dead = [d for d in dead_letters(log) if f"{ns}/dra" in d["message"]]
         assert [d["reason_code"] for d in dead] == ["dra_not_supported"]
+        assert "exactly.allocationMode" in dead[0]["message"] and "'All'" in dead[0]["message"]
         assert ("PodSubmitted", "dra") not in counts(mine(events_of(log), ns))
 
 

@@ -111,8 +111,9 @@ def test_anti_affinity_without_a_selector_repels_no_pod() -> None:
 
 
 def test_a_dra_pod_is_refused_not_placed_as_cpu_only() -> None:
-    # spec.resourceClaims: Hourglass does not allocate devices through DRA, so the pod is refused with a
-    # reason of its own (dead letter + Warning Event), never submitted as a CPU-only pod.
+    # spec.resourceClaims that ingest did not translate (ingest/kube/dra.py resolves the whole-GPU ones and
+    # passes them as ``dra``): the pod is refused with a reason of its own (dead letter + Warning Event),
+    # never submitted as a CPU-only pod.
     obj = _pod(
         [_c("main", cpu="1")], resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
     )
