@@ -328,6 +328,30 @@ def report_from(
         raise ReportError(f"{db}: query failed: {e}") from e
 
 
+def _clip_to_store(lo: int, hi: int, first: int, last: int) -> tuple[int, int, list[str]]:
+    """The window ``[lo, hi)`` within the store's span ``[first, last]``, and a note when it was clipped.
+
+    Outside the span the store knows nothing (no capacity, no cycles, no pods), and the views would hold the
+    last state on forever: a window that misses the span entirely is refused, one that reaches past it is cut
+    to it, with a note saying so.
+    """
+    end = last + 1  # the window's end is exclusive: the last event belongs to it
+    span = f"{fmt_time(first)} → {fmt_time(last)}"
+    if hi <= first or lo >= end:
+        raise ReportError(
+            f"the window {fmt_time(lo)} → {fmt_time(hi)} is outside the store's data, which spans {span};"
+            " give --from / --to within it"
+        )
+    if first <= lo and hi <= end:
+        return lo, hi, []
+    clipped_lo, clipped_hi = max(lo, first), min(hi, end)
+    note = (
+        f"The window {fmt_time(lo)} → {fmt_time(hi)} reaches outside the store's data ({span}): it was clipped"
+        f" to {fmt_time(clipped_lo)} → {fmt_time(clipped_hi)}, and every figure is over that part only."
+    )
+    return clipped_lo, clipped_hi, [note]
+
+
 def _build(
     con: duckdb.DuckDBPyConnection, db: str, from_: str | None, to: str | None, focus: str | None
 ) -> Report:
@@ -341,12 +365,17 @@ def _build(
     first, last = int(span[0]), int(span[1])
     lo = parse_time(from_, first) if from_ is not None else first
     hi = parse_time(to, first) if to is not None else last + 1  # the end is exclusive: include the last event
+    if to is None and lo > last:
+        raise ReportError(
+            f"the window from {fmt_time(lo)} is outside the store's data, which spans {fmt_time(first)} →"
+            f" {fmt_time(last)}; give --from / --to within it"
+        )
     if hi <= lo:
         raise ReportError(f"empty window: --to ({fmt_time(hi)}) must be after --from ({fmt_time(lo)})")
+    lo, hi, notes = _clip_to_store(lo, hi, first, last)
     win = Window(lo, hi, first, last)
     w = [lo, hi]
     length = hi - lo
-    notes: list[str] = []
     if length < 60_000:
         # Hours-based figures round to zero over a window this short; say so instead of showing bare zeros.
         notes.append(
@@ -380,9 +409,10 @@ def _build(
         ]
     parent_of: dict[str, str | None] = {r[0]: r[1] for r in div}
     # -- received, from the event log ------------------------------------------------------------------------
-    # A run still open at the end of the store holds until the window's end, or without --to until the end
-    # of the store (not last + 1, the default window's exclusive end): the rule of analytics.audit.gpuhours.
-    open_end = max(last, hi) if to is not None else last
+    # A run still open at the end of the store holds until the end of the store (not last + 1, the default
+    # window's exclusive end): the rule of analytics.audit.gpuhours. The window never reaches past the
+    # store's data (it is clipped to it), so this is also "until the window's end".
+    open_end = last
     received = {
         r[0]: (float(r[1] or 0), float(r[2] or 0))
         for r in _rows(
