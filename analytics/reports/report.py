@@ -35,6 +35,7 @@ import duckdb
 
 from analytics.audit.store import AuditStore, StoreError, bind_history, connect_readonly, resolve_store
 from analytics.audit.views import create_views, views_current
+from analytics.fairness import received_over_fair_share
 
 __all__ = [
     "EVICTION_KINDS",
@@ -573,7 +574,7 @@ def _build(
                 usage_end=float(d[10] or 0) if d else 0.0,
                 usage_mean=float(d[9] or 0) / length if d else 0.0,
                 cluster_share=gpu_ms / cap_ms if cap_ms else 0.0,
-                received_over_fair_share=gpu_ms / fair_gpu_ms if fair_gpu_ms > 0 else None,
+                received_over_fair_share=received_over_fair_share(gpu_ms, fair_gpu_ms),
                 jobs_started=len(waits),
                 jobs_waiting_at_end=len(waiting),
                 longest_waiting_s=max(waiting) if waiting else None,

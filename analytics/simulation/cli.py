@@ -131,7 +131,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     for q in summary["queues"]:
         depth[q["name"]] = 0 if q["parent"] is None else depth.get(q["parent"], 0) + 1
         fair = q["fair_share_gpu_hours"]
-        ratio = f"{q['gpu_hours'] / fair:.0%}" if fair > 0 else "-"
+        ratio = "-" if q["received_over_fair_share"] is None else f"{q['received_over_fair_share']:.0%}"
         style = None if q["leaf"] else "bold"
         qt.add_row(
             "  " * depth[q["name"]] + q["name"],
