@@ -480,7 +480,7 @@ def test_queue_focus_speaks_plainly(
 ) -> None:
     run, _ = default
     assert main(["report", "--store", str(run), "--queue", "research-nlp"]) == 0
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # the story wraps at the output's width
     gpu = raw_default.gpu_hours()["research-nlp"]
     assert f"You received {gpu:,.0f} GPU-hours" in out
     assert "Sibling research-vision" in out and "Parent research" in out
