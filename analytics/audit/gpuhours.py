@@ -6,8 +6,9 @@ until its ``PodFinished``. It holds, the whole run, the milli-GPU it was bound w
 devices of its fraction (1000 for whole GPUs), or without devices ``gpu_fraction_milli`` x
 ``gpu_fraction_devices`` (else ``gpus`` x 1000), as its latest ``PodSubmitted`` before the bind asked. Its
 queue is that ``PodSubmitted``'s ``queue``, else the latest ``PodGroupUpserted`` queue of its pod group. A
-run with no end yet holds until the window's end, or without one until the end of the log: the latest
-event or cycle time (``run_span.last_ms``), which for a simulation is the end of the run.
+run with no end yet holds until the end of the log: the latest event or cycle time (``run_span.last_ms``),
+which for a simulation is the end of the run. Never past it, also in a window that reaches further: what
+happened after the log ends is not known (``hourglass report`` clips such a window to the log).
 
 This is the rule of the ``pod_runs`` view (:mod:`analytics.audit.views`), which ``hourglass report`` and
 ``hourglass sql`` read, and of the simulator's summary (:mod:`analytics.simulation.simulate`); here it is computed in
@@ -107,7 +108,7 @@ def held_gpu_ms_of(
 
     lo = -math.inf if t1 is None else t1
     hi = math.inf if t2 is None else t2
-    open_end = log_end if t2 is None else max(log_end, t2)
+    open_end = log_end
     held: dict[str, int] = dict.fromkeys(sorted(leaves - parents), 0)
     for job, queue, milli, start, end in runs:
         q = queue if queue is not None or job is None else group_queue.get(job)

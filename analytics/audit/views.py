@@ -34,6 +34,8 @@ from typing import Final
 
 import duckdb
 
+from analytics.fairness import capacity_scale_sql
+
 __all__ = [
     "LIVE_SOURCES",
     "TABLE_VIEWS",
@@ -151,19 +153,15 @@ FROM c ASOF LEFT JOIN capacity_changes k ON k."offset" < c.events_offset
 """,
     ),
     (
-        # fair_share_scale: the engine's fair share of a queue is bounded by its deserved quota and its
-        # request, not by the cluster; when the top queues' fair shares add up to more than the capacity
-        # (quotas written for a bigger cluster), every queue's share is scaled down by the same factor so
-        # that "received / fair share" is measured against something the cluster could have given. A store
-        # without node events (capacity unknown) is left as recorded. The scale is per cycle; runs of
+        # fair_share_scale: analytics.fairness.capacity_scale, the one definition of the fair share capped
+        # at the cluster (simulate and whatif apply the same function). The scale is per cycle; runs of
         # cycles with the same scale are merged (scale_segments), and each queue span is cut where the
         # scale changes, so rows grow with changes of the division, not with cycles.
         "scale_segments",
-        """
+        f"""
 WITH c AS (
   SELECT seq, start_ms, end_ms,
-         CASE WHEN capacity_gpu_milli > 0 AND coalesce(top_gpu_fair_share, 0) > capacity_gpu_milli
-              THEN capacity_gpu_milli / top_gpu_fair_share ELSE 1.0 END AS scale
+         {capacity_scale_sql("top_gpu_fair_share", "capacity_gpu_milli")} AS scale
   FROM cycle_spans
 ), marked AS (
   SELECT *, CASE WHEN scale IS DISTINCT FROM lag(scale) OVER (ORDER BY seq) THEN 1 ELSE 0 END AS new_run FROM c

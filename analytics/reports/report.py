@@ -35,6 +35,7 @@ import duckdb
 
 from analytics.audit.store import AuditStore, StoreError, bind_history, connect_readonly, resolve_store
 from analytics.audit.views import create_views, views_current
+from analytics.fairness import received_over_fair_share
 
 __all__ = [
     "EVICTION_KINDS",
@@ -328,6 +329,30 @@ def report_from(
         raise ReportError(f"{db}: query failed: {e}") from e
 
 
+def _clip_to_store(lo: int, hi: int, first: int, last: int) -> tuple[int, int, list[str]]:
+    """The window ``[lo, hi)`` within the store's span ``[first, last]``, and a note when it was clipped.
+
+    Outside the span the store knows nothing (no capacity, no cycles, no pods), and the views would hold the
+    last state on forever: a window that misses the span entirely is refused, one that reaches past it is cut
+    to it, with a note saying so.
+    """
+    end = last + 1  # the window's end is exclusive: the last event belongs to it
+    span = f"{fmt_time(first)} → {fmt_time(last)}"
+    if hi <= first or lo >= end:
+        raise ReportError(
+            f"the window {fmt_time(lo)} → {fmt_time(hi)} is outside the store's data, which spans {span};"
+            " give --from / --to within it"
+        )
+    if first <= lo and hi <= end:
+        return lo, hi, []
+    clipped_lo, clipped_hi = max(lo, first), min(hi, end)
+    note = (
+        f"The window {fmt_time(lo)} → {fmt_time(hi)} reaches outside the store's data ({span}): it was clipped"
+        f" to {fmt_time(clipped_lo)} → {fmt_time(clipped_hi)}, and every figure is over that part only."
+    )
+    return clipped_lo, clipped_hi, [note]
+
+
 def _build(
     con: duckdb.DuckDBPyConnection, db: str, from_: str | None, to: str | None, focus: str | None
 ) -> Report:
@@ -341,12 +366,17 @@ def _build(
     first, last = int(span[0]), int(span[1])
     lo = parse_time(from_, first) if from_ is not None else first
     hi = parse_time(to, first) if to is not None else last + 1  # the end is exclusive: include the last event
+    if to is None and lo > last:
+        raise ReportError(
+            f"the window from {fmt_time(lo)} is outside the store's data, which spans {fmt_time(first)} →"
+            f" {fmt_time(last)}; give --from / --to within it"
+        )
     if hi <= lo:
         raise ReportError(f"empty window: --to ({fmt_time(hi)}) must be after --from ({fmt_time(lo)})")
+    lo, hi, notes = _clip_to_store(lo, hi, first, last)
     win = Window(lo, hi, first, last)
     w = [lo, hi]
     length = hi - lo
-    notes: list[str] = []
     if length < 60_000:
         # Hours-based figures round to zero over a window this short; say so instead of showing bare zeros.
         notes.append(
@@ -380,9 +410,10 @@ def _build(
         ]
     parent_of: dict[str, str | None] = {r[0]: r[1] for r in div}
     # -- received, from the event log ------------------------------------------------------------------------
-    # A run still open at the end of the store holds until the window's end, or without --to until the end
-    # of the store (not last + 1, the default window's exclusive end): the rule of analytics.audit.gpuhours.
-    open_end = max(last, hi) if to is not None else last
+    # A run still open at the end of the store holds until the end of the store (not last + 1, the default
+    # window's exclusive end): the rule of analytics.audit.gpuhours. The window never reaches past the
+    # store's data (it is clipped to it), so this is also "until the window's end".
+    open_end = last
     received = {
         r[0]: (float(r[1] or 0), float(r[2] or 0))
         for r in _rows(
@@ -543,7 +574,7 @@ def _build(
                 usage_end=float(d[10] or 0) if d else 0.0,
                 usage_mean=float(d[9] or 0) / length if d else 0.0,
                 cluster_share=gpu_ms / cap_ms if cap_ms else 0.0,
-                received_over_fair_share=gpu_ms / fair_gpu_ms if fair_gpu_ms > 0 else None,
+                received_over_fair_share=received_over_fair_share(gpu_ms, fair_gpu_ms),
                 jobs_started=len(waits),
                 jobs_waiting_at_end=len(waiting),
                 longest_waiting_s=max(waiting) if waiting else None,
@@ -839,139 +870,155 @@ def _render_table(report: Report, out: IO[str]) -> None:
     """The terminal tables of a report. Long on purpose: one block per table, in print order; each block only
     formats columns the report already holds.
     """
-    from rich.console import Console
-    from rich.table import Table
+    from analytics.terminal import Col, console, dropped_note, fitted_table
 
-    console = Console(file=out, width=max(Console(file=out).width, 170))
+    con = console(out)
+    width = con.width
+    where = "--format csv or json has every figure"
+
+    def show(cols: Sequence[Col], rows: Sequence[Sequence[str]], title: str, header: bool = True) -> None:
+        table, dropped = fitted_table(cols, rows, width, title=title, show_header=header)
+        con.print(table)
+        note = dropped_note(dropped, width, where)
+        if note is not None:
+            con.print(note, style="dim", highlight=False)
+
     win = report.window
-    console.print(
+    con.print(
         f"[bold]Fairness report[/bold]  store {report.store}\n"
         f"window {fmt_time(win.from_ms)} → {fmt_time(win.to_ms)} ({fmt_duration(win.length_ms / 1000)});"
         f" the store spans {fmt_time(win.store_first_ms)} → {fmt_time(win.store_last_ms)}"
     )
-    t1 = Table(title="What each queue was entitled to (mean GPUs over the window)", title_justify="left")
-    for col in (
-        "queue",
-        "deserved",
-        "fair share",
-        "fair (no kValue)",
-        "allocated",
-        "requested",
-        "decayed usage",
-    ):
-        t1.add_column(col, justify="left" if col == "queue" else "right", no_wrap=col == "queue")
-    for r in report.queues:
-        t1.add_row(
-            "  " * r.depth + r.name,
-            _num(r.deserved_gpus),
-            _num(r.fair_share_gpus),
-            _num(r.fair_share_classic_gpus),
-            _num(r.allocated_gpus),
-            _num(r.requested_gpus),
-            f"{r.usage_end:.3f}",
-        )
-    console.print(t1)
-    t2 = Table(title="What each queue received", title_justify="left")
-    for col in (
-        "queue",
-        "GPU-h",
-        "CPU core-h",
-        "fair-share GPU-h",
-        "received ÷ fair",
-        "of cluster",
-        "wait p50",
-        "p90",
-        "p99",
-        "waiting at end",
-        "evicted r/p/c",
-        "caused r/p/c",
-        "typical pending reason",
-    ):
-        t2.add_column(
-            col,
-            justify="left" if col in ("queue", "typical pending reason") else "right",
-            no_wrap=col == "queue",
-        )
-    for r in report.queues:
-        t2.add_row(
-            "  " * r.depth + r.name,
-            _num(r.gpu_hours),
-            _num(r.cpu_hours),
-            _num(r.fair_share_gpu_hours),
-            _pct(r.received_over_fair_share),
-            _pct(r.cluster_share),
-            fmt_duration(r.wait_p50_s),
-            fmt_duration(r.wait_p90_s),
-            fmt_duration(r.wait_p99_s),
-            str(r.jobs_waiting_at_end),
-            _ev(r.evictions_suffered),
-            _ev(r.evictions_caused),
-            _top_reason(r),
-        )
-    console.print(t2)
+    show(
+        (
+            Col("queue", "left"),
+            Col("deserved"),
+            Col("fair share"),
+            Col("fair (no kValue)", drop=3),
+            Col("allocated"),
+            Col("requested", drop=2),
+            Col("decayed usage", drop=1),
+        ),
+        [
+            [
+                "  " * r.depth + r.name,
+                _num(r.deserved_gpus),
+                _num(r.fair_share_gpus),
+                _num(r.fair_share_classic_gpus),
+                _num(r.allocated_gpus),
+                _num(r.requested_gpus),
+                f"{r.usage_end:.3f}",
+            ]
+            for r in report.queues
+        ],
+        "What each queue was entitled to (mean GPUs over the window)",
+    )
+    show(
+        (
+            Col("queue", "left"),
+            Col("GPU-h"),
+            Col("CPU core-h", drop=6),
+            Col("fair-share GPU-h"),
+            Col("received ÷ fair"),
+            Col("of cluster", drop=5),
+            Col("wait p50", drop=2),
+            Col("p90", drop=4),
+            Col("p99", drop=7),
+            Col("waiting at end", drop=1),
+            Col("evicted r/p/c", drop=3),
+            Col("caused r/p/c", drop=3),
+            Col("typical pending reason", "left", whole=False, drop=2),
+        ),
+        [
+            [
+                "  " * r.depth + r.name,
+                _num(r.gpu_hours),
+                _num(r.cpu_hours),
+                _num(r.fair_share_gpu_hours),
+                _pct(r.received_over_fair_share),
+                _pct(r.cluster_share),
+                fmt_duration(r.wait_p50_s),
+                fmt_duration(r.wait_p90_s),
+                fmt_duration(r.wait_p99_s),
+                str(r.jobs_waiting_at_end),
+                _ev(r.evictions_suffered),
+                _ev(r.evictions_caused),
+                _top_reason(r),
+            ]
+            for r in report.queues
+        ],
+        "What each queue received",
+    )
     c = report.cluster
-    t3 = Table(title="Cluster", title_justify="left", show_header=False)
-    t3.add_column("figure")
-    t3.add_column("value", justify="right")
     probe = c.fragmentation_probe
     probe_s = (
         f" (probe: {probe['num_gpu']} × {probe['gpu_milli'] / GPU_MILLI:g} GPU)"
         if probe is not None
         else " (no GPU pods)"
     )
-    for k, v in (
-        ("capacity (mean GPUs)", _num(c.capacity_gpus)),
-        ("GPU-hours allocated / capacity", f"{c.gpu_hours_allocated:,.1f} / {c.capacity_gpu_hours:,.1f}"),
-        ("allocation ratio", _pct(c.allocation_ratio)),
-        ("idle GPUs (mean)", _num(c.idle_gpus, 2)),
-        (
-            "fragmented GPUs (mean / at end)" + probe_s,
-            f"{c.fragmented_gpus:,.2f} / {c.fragmented_gpus_at_end:,.2f}",
-        ),
-        ("evictions reclaim / preempt / consolidation", _ev(c.evictions)),
-        (
-            f"Jain's index ({c.jain_queues} leaf queues)",
-            "-" if c.jain_index is None else f"{c.jain_index:.3f}",
-        ),
-    ):
-        t3.add_row(k, v)
-    console.print(t3)
+    show(
+        (Col("figure", "left", whole=False), Col("value")),
+        [
+            ("capacity (mean GPUs)", _num(c.capacity_gpus)),
+            ("GPU-hours allocated / capacity", f"{c.gpu_hours_allocated:,.1f} / {c.capacity_gpu_hours:,.1f}"),
+            ("allocation ratio", _pct(c.allocation_ratio)),
+            ("idle GPUs (mean)", _num(c.idle_gpus, 2)),
+            (
+                "fragmented GPUs (mean / at end)" + probe_s,
+                f"{c.fragmented_gpus:,.2f} / {c.fragmented_gpus_at_end:,.2f}",
+            ),
+            ("evictions reclaim / preempt / consolidation", _ev(c.evictions)),
+            (
+                f"Jain's index ({c.jain_queues} leaf queues)",
+                "-" if c.jain_index is None else f"{c.jain_index:.3f}",
+            ),
+        ],
+        "Cluster",
+        header=False,
+    )
     if report.jain_trend:
-        t4 = Table(title=f"How it moved (per {report.bucket})", title_justify="left")
-        for col in ("from", "to", "Jain's index", "queues", "allocation ratio"):
-            t4.add_column(col, justify="right")
-        for b in report.jain_trend:
-            j = b["jain_index"]
-            t4.add_row(
-                fmt_time(b["from_ms"]),
-                fmt_time(b["to_ms"]),
-                "-" if j is None else f"{j:.3f}",
-                str(b["queues"]),
-                _pct(b["allocation_ratio"]),
-            )
-        console.print(t4)
-    if report.placements:
-        t5 = Table(
-            title="Topology: gangs with a constraint, first placed in the window", title_justify="left"
+        show(
+            (Col("from"), Col("to"), Col("Jain's index"), Col("queues"), Col("allocation ratio")),
+            [
+                [
+                    fmt_time(b["from_ms"]),
+                    fmt_time(b["to_ms"]),
+                    "-" if b["jain_index"] is None else f"{b['jain_index']:.3f}",
+                    str(b["queues"]),
+                    _pct(b["allocation_ratio"]),
+                ]
+                for b in report.jain_trend
+            ],
+            f"How it moved (per {report.bucket})",
         )
-        for col in ("queue", "gangs", "required level", "preferred level", "got preferred level"):
-            t5.add_column(col, justify="left" if col == "queue" else "right", no_wrap=col == "queue")
-        for p in report.placements:
-            t5.add_row(
-                p["queue"],
-                str(p["gangs"]),
-                str(p["with_required_level"]),
-                str(p["with_preferred_level"]),
-                "-"
-                if p["preferred_hit_rate"] is None
-                else f"{p['got_preferred_level']} ({_pct(p['preferred_hit_rate'])})",
-            )
-        console.print(t5)
+    if report.placements:
+        show(
+            (
+                Col("queue", "left"),
+                Col("gangs"),
+                Col("required level"),
+                Col("preferred level"),
+                Col("got preferred level"),
+            ),
+            [
+                [
+                    p["queue"],
+                    str(p["gangs"]),
+                    str(p["with_required_level"]),
+                    str(p["with_preferred_level"]),
+                    "-"
+                    if p["preferred_hit_rate"] is None
+                    else f"{p['got_preferred_level']} ({_pct(p['preferred_hit_rate'])})",
+                ]
+                for p in report.placements
+            ],
+            "Topology: gangs with a constraint, first placed in the window",
+        )
     for n in report.notes:
-        console.print(f"[dim]note:[/dim] {n}")
+        con.print(f"[dim]note:[/dim] {n}", highlight=False)
     if report.focus is not None:
-        console.print()
-        console.print(queue_story(report, report.focus))
+        con.print()
+        con.print(queue_story(report, report.focus), highlight=False)
 
 
 def queue_story(report: Report, name: str) -> str:

@@ -38,6 +38,7 @@ what-if's own (its ``--out DIR``, else kept in memory by :class:`_CaptureLog`). 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import copy
 import itertools
@@ -46,7 +47,7 @@ import math
 import multiprocessing
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ from typing import Any, Final
 import yaml
 
 from analytics.audit.gpuhours import MILLI_GPU_MS_PER_GPU_HOUR, held_gpu_ms_of
+from analytics.fairness import capped_fair_shares, received_over_fair_share
 from analytics.gctune import gc_tuned
 from analytics.progress import count_bar, day_bar
 from analytics.rerun.replay import add_log_argument
@@ -499,8 +501,12 @@ class _CaptureLog:
         return [json.loads(line) for line in self.lines]
 
     def append_event(self, offset: int, event: ev.EventBase) -> None:
-        """Keep the event's line."""
+        """Keep the event's line (and tell the tally of node changes)."""
         self.lines.append(dump_event(event))
+        if isinstance(event, ev.NodeUpserted):
+            self.tally.node(event.at_ms, event.name, event.gpus)
+        elif isinstance(event, ev.NodeRemoved):
+            self.tally.node(event.at_ms, event.name, None)
 
     def append_cycle(self, record: CycleRecord) -> None:
         """Count the record."""
@@ -609,14 +615,18 @@ def _probe(shapes: Counter[tuple[int, int]]) -> tuple[int, int] | None:
 
 class _CycleTally:
     """The cycle records' part of the figures, fed one full record at a time (none is kept): the GPU fair
-    share integral (each record's value held until the next record) and the evictions each queue caused."""
+    share integral (each record's value, capped at the cluster by :func:`analytics.fairness.capped_fair_shares`,
+    held until the next record) and the evictions each queue caused. The node events come first
+    (:meth:`node`): the cap needs the cluster's GPUs at each record's time."""
 
     def __init__(self, window: tuple[int, int] | None) -> None:
         self.t1 = window[0] if window is not None else 0
         self.t2 = window[1] if window is not None else None
         self.last_ms = 0
-        self.prev: tuple[int, dict[str, int]] | None = None
-        self.fair_ms: Counter[str] = Counter()
+        self.prev: tuple[int, dict[str, float]] | None = None
+        self.fair_ms: defaultdict[str, float] = defaultdict(float)
+        self.node_gpus: dict[str, int] = {}
+        self.capacity: list[tuple[int, int]] = []  # (at_ms, milli-GPU of all nodes from then on)
         self.caused: Counter[str] = Counter()
         self.evicted: set[str | None] = set()  # pods the previous record evicted
 
@@ -630,11 +640,32 @@ class _CycleTally:
             for name, v in fair.items():
                 self.fair_ms[name] += v * (b - a)
 
+    def node(self, at_ms: int, name: str, gpus: int | None) -> None:
+        """A node event: *name* now has *gpus* GPUs (None: removed). In log order, before the records."""
+        total = (self.capacity[-1][1] if self.capacity else 0) - self.node_gpus.pop(name, 0) * GPU_MILLI
+        if gpus is not None:
+            self.node_gpus[name] = gpus
+            total += gpus * GPU_MILLI
+        self.capacity.append((at_ms, total))
+
+    def node_event(self, e: dict[str, Any]) -> None:
+        """:meth:`node` of an event dict, if it is a node event."""
+        if e["type"] == "NodeUpserted":
+            self.node(int(e["at_ms"]), e["name"], int(e["gpus"]))
+        elif e["type"] == "NodeRemoved":
+            self.node(int(e["at_ms"]), e["name"], None)
+
+    def _capacity_at(self, t_ms: int) -> int:
+        i = bisect.bisect_right(self.capacity, (t_ms, math.inf))
+        return self.capacity[i - 1][1] if i else 0
+
     def feed(self, rec: CycleRecord) -> None:
         """Count one full record (records come in cycle order)."""
         now = rec.logical_time_ms
         self._hold(now)
-        self.prev = (now, {q.name: int(q.fair_share["gpu"]) for q in rec.queues})
+        fair = {q.name: int(q.fair_share["gpu"]) for q in rec.queues}
+        top = [q.name for q in rec.queues if q.parent is None]
+        self.prev = (now, capped_fair_shares(fair, top, self._capacity_at(now)))
         self.last_ms = max(self.last_ms, now)
         if now < self.t1 or (self.t2 is not None and now >= self.t2):
             return
@@ -660,10 +691,19 @@ def outcomes(run_dir: Path | str, window: tuple[int, int] | None = None) -> Outc
     run = Path(run_dir)
     with (run / EVENTS_FILE).open("rb") as fh:
         events = [json.loads(line) for line in fh]
+    return measure(events, _tally(events, read_cycles(run), window), window)
+
+
+def _tally(
+    events: Sequence[dict[str, Any]], records: Iterable[CycleRecord], window: tuple[int, int] | None
+) -> _CycleTally:
+    """A :class:`_CycleTally` fed the node events of *events*, then *records*."""
     tally = _CycleTally(window)
-    for rec in read_cycles(run):
-        tally.feed(rec)
-    return measure(events, tally, window)
+    for e in events:
+        tally.node_event(e)
+    for r in records:
+        tally.feed(r)
+    return tally
 
 
 def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[int, int] | None) -> Outcomes:
@@ -820,7 +860,7 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
             "leaf": leaves == [name],
             "gpu_hours": got / MILLI_GPU_MS_PER_GPU_HOUR,
             "fair_share_gpu_hours": fair / MILLI_GPU_MS_PER_GPU_HOUR,
-            "received_over_fair": (got / fair) if fair > 0 else None,
+            "received_over_fair": received_over_fair_share(got, fair),
             "wait_p50_s": _pct(w, 0.50),
             "wait_p90_s": _pct(w, 0.90),
             "wait_p99_s": _pct(w, 0.99),
@@ -859,10 +899,7 @@ def measure(events: Sequence[dict[str, Any]], tally: _CycleTally, window: tuple[
 def service_outcomes(rec: ServiceRecording, window: tuple[int, int] | None = None) -> Outcomes:
     """The figures of a service log as recorded (:func:`measure` on its events and cycle records), over
     the logical-time *window* ``(FROM, TO)`` if given (:func:`analytics.rerun.whatif_service.log_window`)."""
-    tally = _CycleTally(window)
-    for r in rec.records:
-        tally.feed(r)
-    return measure(rec.events, tally, window)
+    return measure(rec.events, _tally(rec.events, rec.records, window), window)
 
 
 def rerun_service(
@@ -895,10 +932,7 @@ def rerun_service(
         events, records = rerun_service_log(rec, config, progress, window, fair, out, inputs)
     except OSError as exc:
         raise WhatIfError(f"cannot write the what-if's run directory {out}: {exc}") from None
-    tally = _CycleTally(window)
-    for r in records:
-        tally.feed(r)
-    return measure(events, tally, window)
+    return measure(events, _tally(events, records, window), window)
 
 
 def usage_text(rec: ServiceRecording, changes: Sequence[Change], usage: str = "auto") -> str:

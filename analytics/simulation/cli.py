@@ -115,46 +115,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def render_summary(summary: dict[str, Any], console: Console) -> None:
-    """The summary as two rich tables: per queue, then the cluster."""
-    from rich.table import Table
+    """The summary as rich tables fitted to the console's width (:mod:`analytics.terminal`): per queue, then
+    the cluster; numbers are never cut, less important columns are left out with a note when too narrow."""
+    from analytics.terminal import Col, dropped_note, fitted_table
 
     depth: dict[str, int] = {}
-    qt = Table(title="Queues", title_justify="left")
     cols = (
-        "queue",
-        "tasks",
-        "GPU-h",
-        "fair GPU-h",
-        "recv/fair",
-        "wait mean",
-        "wait p95",
-        "pending",
-        "evicted",
+        Col("queue", "left"),
+        Col("tasks", drop=4),
+        Col("GPU-h"),
+        Col("fair GPU-h"),
+        Col("recv/fair"),
+        Col("wait mean", drop=3),
+        Col("wait p95", drop=2),
+        Col("pending", drop=1),
+        Col("evicted", drop=1),
     )
-    for col in cols:
-        qt.add_column(col, justify="left" if col == "queue" else "right")
+    rows: list[list[str]] = []
+    styles: list[str | None] = []
     for q in summary["queues"]:
         depth[q["name"]] = 0 if q["parent"] is None else depth.get(q["parent"], 0) + 1
-        fair = q["fair_share_gpu_hours"]
-        ratio = f"{q['gpu_hours'] / fair:.0%}" if fair > 0 else "-"
-        style = None if q["leaf"] else "bold"
-        qt.add_row(
-            "  " * depth[q["name"]] + q["name"],
-            f"{q['tasks']:,}",
-            f"{q['gpu_hours']:,.1f}",
-            f"{fair:,.1f}",
-            ratio,
-            duration(q["mean_wait_s"]),
-            duration(q["p95_wait_s"]),
-            f"{q['pending_at_end']:,}",
-            f"{q['evictions']:,}",
-            style=style,
+        ratio = "-" if q["received_over_fair_share"] is None else f"{q['received_over_fair_share']:.0%}"
+        styles.append(None if q["leaf"] else "bold")
+        rows.append(
+            [
+                "  " * depth[q["name"]] + q["name"],
+                f"{q['tasks']:,}",
+                f"{q['gpu_hours']:,.1f}",
+                f"{q['fair_share_gpu_hours']:,.1f}",
+                ratio,
+                duration(q["mean_wait_s"]),
+                duration(q["p95_wait_s"]),
+                f"{q['pending_at_end']:,}",
+                f"{q['evictions']:,}",
+            ]
         )
+    qt, dropped = fitted_table(cols, rows, console.width, row_styles=styles, title="Queues")
     console.print(qt)
+    note = dropped_note(dropped, console.width, "--json has every figure")
+    if note is not None:
+        console.print(note, style="dim", highlight=False)
     c = summary["cluster"]
-    ct = Table(title="Cluster", title_justify="left", show_header=False)
-    ct.add_column("figure")
-    ct.add_column("value", justify="right")
     sp = summary["speed"]
     probe = c["fragmentation_probe"]
     probe_text = (
@@ -166,7 +167,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
             else f"{probe['gpu_milli'] / 1000:g} GPU"
         )
     )
-    rows = [
+    cluster_rows = [
         ("nodes / GPUs", f"{c['nodes']:,} / {c['gpus']:,}"),
         ("simulated time", duration(summary["simulated_seconds"])),
         (
@@ -195,24 +196,40 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         ),
         ("simulated events / s", f"{summary['speed']['events_per_second']:,.0f}"),
     ]
-    for k, v in rows:
-        ct.add_row(k, v)
+    ct, _ = fitted_table(
+        (Col("figure", "left", whole=False), Col("value")),
+        cluster_rows,
+        console.width,
+        show_header=False,
+        title="Cluster",
+    )
     console.print(ct)
     for topo in summary.get("topology", []):
-        tt = Table(title=f"Gang placement, topology {topo['name']}", title_justify="left")
-        for col in ("level", "queue", "gangs", "domains: mean", "max", "within one"):
-            tt.add_column(col, justify="left" if col in ("level", "queue") else "right")
-        for lv in topo["levels"]:
-            for q in lv["queues"]:
-                share = q["within_one"] / q["gangs"]
-                tt.add_row(
-                    lv["level"],
-                    q["queue"],
-                    f"{q['gangs']:,}",
-                    f"{q['mean_domains']:.2f}",
-                    f"{q['max_domains']:,}",
-                    f"{q['within_one']:,} ({share:.0%})",
-                )
+        topo_rows = [
+            [
+                lv["level"],
+                q["queue"],
+                f"{q['gangs']:,}",
+                f"{q['mean_domains']:.2f}",
+                f"{q['max_domains']:,}",
+                f"{q['within_one']:,} ({q['within_one'] / q['gangs']:.0%})",
+            ]
+            for lv in topo["levels"]
+            for q in lv["queues"]
+        ]
+        tt, _ = fitted_table(
+            (
+                Col("level", "left", whole=False),
+                Col("queue", "left"),
+                Col("gangs"),
+                Col("domains: mean"),
+                Col("max"),
+                Col("within one"),
+            ),
+            topo_rows,
+            console.width,
+            title=f"Gang placement, topology {topo['name']}",
+        )
         console.print(tt)
 
 
@@ -410,9 +427,9 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.summary, indent=2))
     else:
-        out = Console()
-        if not out.is_terminal:
-            out = Console(width=110)  # piped: rich would assume 80 columns and truncate the numbers
+        from analytics.terminal import console
+
+        out = console()
         render_summary(result.summary, out)
         if args.out is not None:
             out.print(f"event log and cycle records: {args.out}", highlight=False)

@@ -35,7 +35,8 @@ Accounting. A pod *holds* the GPUs it was bound with from its ``PodBound`` until
 (evicted pods hold them through the grace period), one still running until the end of the run: the rule
 of :mod:`analytics.audit.gpuhours` and the ``pod_runs`` view, applied to the same events. GPU-hours received are
 the integral of held GPUs, in exact milli-GPU x ms (hours only in the summary); fair-share GPU-hours are the
-integral of the fair share each cycle record states (held until the next recorded cycle). Fragmented GPUs:
+integral of the fair share each cycle record states, capped at the cluster (:mod:`analytics.fairness`, the
+definition ``report`` and ``whatif`` use), held until the next recorded cycle. Fragmented GPUs:
 idle GPU capacity on nodes where the workload's most common GPU request (by task count; one whole GPU on
 the default trace) does not fit on the free devices (a whole-GPU request needs that many fully idle
 devices, a fractional one a device with that much free).
@@ -53,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from analytics.fairness import capped_fair_shares, received_over_fair_share
 from analytics.gctune import gc_tuned
 from analytics.rundir import NullLog, SimLog, usage_record
 from ingest import events as ev
@@ -418,8 +420,9 @@ class Simulator:
         self.held_ms = 0
         self.fragmented_ms = 0
         self.peak_held = 0
-        self.fair_now: dict[str, int] = {}
-        self.fair_ms: dict[str, int] = {q.name: 0 for q in self.queue_specs}
+        # The GPU fair share capped at the cluster (analytics.fairness), so a float: milli-GPU and milli-GPU x ms.
+        self.fair_now: dict[str, float] = {}
+        self.fair_ms: dict[str, float] = {q.name: 0.0 for q in self.queue_specs}
         for acct in self.node_acct:  # an idle node too small for the probe is fragmented from the start
             acct.fragmented = self._node_fragmented(acct)
             self.fragmented += acct.fragmented
@@ -745,7 +748,11 @@ class Simulator:
         self.cycles += 1
         if self.cycles > MAX_CYCLES:
             raise RuntimeError(f"simulation did not settle after {MAX_CYCLES} cycles")
-        self.fair_now = {q.name: q.fair_share["gpu"] for q in record.queues}
+        self.fair_now = capped_fair_shares(
+            {q.name: q.fair_share["gpu"] for q in record.queues},
+            [q.name for q in record.queues if q.parent is None],
+            self.capacity_gpu_milli,
+        )
         return self._apply(record, now_ms)
 
     def _apply(self, record: CycleRecord, now_ms: int) -> bool:
@@ -914,6 +921,9 @@ class Simulator:
                     # Not rounded: the exact integral, so it matches analytics.audit.gpuhours to the GPU-ms.
                     "gpu_hours": sum(self.leaf_held_ms[li] for li in leaf_ids) / hours,
                     "fair_share_gpu_hours": round(self.fair_ms[q.name] / hours, 3),
+                    "received_over_fair_share": received_over_fair_share(
+                        sum(self.leaf_held_ms[li] for li in leaf_ids), self.fair_ms[q.name]
+                    ),
                     "mean_wait_s": round(sum(waits) / len(waits), 3) if waits else 0.0,
                     "p95_wait_s": round(_p95(waits), 3),
                     "pending_at_end": sum(reasons.values()),

@@ -101,13 +101,9 @@ def _from_report(run: Run, t1: int | None, t2: int | None) -> dict[str, float]:
 
 
 def _from_sql(run: Run, t1: int | None, t2: int | None) -> dict[str, float]:
-    # docs/report.md's queries: a still-running pod holds to the store's end, or to the window's end.
+    # docs/report.md's queries: a still-running pod holds to the store's end, never past it.
     last = "(SELECT last_ms FROM run_span)"
-    end = (
-        f"coalesce(end_ms, {last})"
-        if t2 is None
-        else f"least(coalesce(end_ms, greatest({last}, {t2})), {t2})"
-    )
+    end = f"coalesce(end_ms, {last})" if t2 is None else f"least(coalesce(end_ms, {last}), {t2})"
     start = "start_ms" if t1 is None else f"greatest(start_ms, {t1})"
     rows = _sql(
         run.dir,

@@ -248,8 +248,8 @@ JSON_KEYS = {
     "cluster", "speed",
 }  # fmt: skip
 QUEUE_KEYS = {
-    "name", "parent", "leaf", "tasks", "started", "gpu_hours", "fair_share_gpu_hours", "mean_wait_s",
-    "p95_wait_s", "pending_at_end", "pending_reasons", "evictions",
+    "name", "parent", "leaf", "tasks", "started", "gpu_hours", "fair_share_gpu_hours",
+    "received_over_fair_share", "mean_wait_s", "p95_wait_s", "pending_at_end", "pending_reasons", "evictions",
 }  # fmt: skip
 CLUSTER_KEYS = {
     "nodes", "gpus", "gpu_hours_allocated", "gpu_hours_capacity", "mean_allocation_ratio",

@@ -1,0 +1,116 @@
+"""Tables that fit the terminal: how wide the output is, and rich tables laid out to that width with every
+number whole.
+
+Width: a terminal's own width; when the output is not a terminal (a pipe, a file), ``COLUMNS`` if it is set,
+else :data:`DEFAULT_WIDTH` (rich alone would assume 80 and cut numbers). A table wider than that first folds
+its text cells (reasons, labels); numbers and queue names are never broken (such a column is at least as
+wide as its widest cell); if those alone do not fit, the least important columns are left out and the caller
+prints a note naming them (:func:`dropped_note`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+__all__ = ["DEFAULT_WIDTH", "Col", "console", "dropped_note", "fitted_table"]
+
+#: Columns assumed when the output is not a terminal and ``COLUMNS`` is not set.
+DEFAULT_WIDTH = 100
+#: A text column is folded down to no fewer than this many characters before columns are left out.
+_TEXT_MIN = 10
+
+
+def console(file: IO[str] | None = None) -> Console:
+    """A rich console as wide as the output (module doc): the terminal, else ``COLUMNS``, else 100."""
+    from rich.console import Console
+
+    con = Console(file=file)
+    if not con.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
+        con = Console(file=file, width=DEFAULT_WIDTH)
+    return con
+
+
+@dataclass(frozen=True)
+class Col:
+    """One column of a :func:`fitted_table`.
+
+    ``whole``: never broken (no wrapping, at least as wide as its widest cell): numbers, and names a reader
+    looks up; else text, folded when the table is too wide. ``drop``: 0 = always shown; otherwise columns are left out highest ``drop`` first
+    (the last column first among equals) until the rest fits.
+    """
+
+    header: str
+    justify: Literal["left", "right", "center"] = "right"
+    whole: bool = True
+    drop: int = 0
+
+
+def _min_width(col: Col, cells: Sequence[str], show_header: bool, stacked: bool = False) -> int:
+    """The narrowest the column can be; *stacked*: its header one word a line (see :func:`fitted_table`)."""
+    from rich.cells import cell_len
+
+    if col.whole:  # its header does not wrap either (a no_wrap column), unless stacked by hand
+        head = max(cell_len(w) for w in col.header.split()) if stacked else cell_len(col.header)
+        return max([cell_len(c) for c in cells] + [head if show_header else 0, 1])
+    words = [cell_len(w) for w in col.header.split()] if show_header else []
+    widest = max([cell_len(c) for c in cells] + words + [1])
+    return min(widest, max([_TEXT_MIN, *words]))
+
+
+def fitted_table(
+    cols: Sequence[Col],
+    rows: Sequence[Sequence[str]],
+    width: int,
+    *,
+    row_styles: Sequence[str | None] | None = None,
+    show_header: bool = True,
+    title: str | None = None,
+) -> tuple[Table, list[str]]:
+    """A rich table of *rows* (cells already formatted) no wider than *width*, and the headers of the
+    columns left out to get there (module doc). With rich's default box each column takes its width plus
+    three (padding and a rule), and the table one more."""
+    from rich.table import Table
+
+    keep = list(range(len(cols)))
+
+    def need() -> int:
+        return 1 + sum(mins[i] + 3 for i in keep)
+
+    # Headers of whole columns on one line if the table fits so, else one word a line (a column's
+    # no_wrap keeps rich from wrapping its header), before any column is left out.
+    stacked = False
+    mins = [_min_width(c, [r[i] for r in rows], show_header) for i, c in enumerate(cols)]
+    if need() > width:
+        stacked = True
+        mins = [_min_width(c, [r[i] for r in rows], show_header, True) for i, c in enumerate(cols)]
+
+    while need() > width and any(cols[i].drop for i in keep):
+        keep.remove(max((i for i in keep if cols[i].drop), key=lambda i: (cols[i].drop, i)))
+    table = Table(title=title, title_justify="left", show_header=show_header)
+    for i in keep:
+        c = cols[i]
+        table.add_column(
+            "\n".join(c.header.split()) if stacked and c.whole else c.header,
+            justify=c.justify,
+            no_wrap=c.whole,
+            overflow="fold",
+            min_width=mins[i] if c.whole else None,
+        )
+    for n, r in enumerate(rows):
+        table.add_row(*(r[i] for i in keep), style=row_styles[n] if row_styles is not None else None)
+    return table, [cols[i].header for i in range(len(cols)) if i not in keep]
+
+
+def dropped_note(dropped: Sequence[str], width: int, where: str) -> str | None:
+    """The note printed under a table that left columns out, or None if it left none out."""
+    if not dropped:
+        return None
+    names = ", ".join(f'"{d}"' for d in dropped)
+    return f"note: left out to fit {width} columns: {names} ({where}, or a wider terminal / COLUMNS)"
