@@ -204,10 +204,10 @@ def _slug(text: str) -> str:
 
 def write() -> int:
     """Write every case (one file each, numbered per plugin); returns how many."""
-    if OUT.exists():
-        for d in OUT.iterdir():
-            if d.is_dir():
-                shutil.rmtree(d)
+    # Only the plugin folders written here: other writers (kube_scheduler_scenarios_selectors.py) own theirs.
+    for d in sorted({plugin for plugin, _ in CASES}):
+        if (OUT / d).is_dir():
+            shutil.rmtree(OUT / d)
     counts: dict[str, int] = {}
     for plugin, doc in CASES:
         if doc["name"].endswith(("invalid affinity label syntax", "invalid antiaffinity label syntax")):
