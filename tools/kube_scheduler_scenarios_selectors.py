@@ -186,7 +186,11 @@ def _interpod_label_keys() -> None:
             t,
             f"anti affinity: {word} is merged into LabelSelector with {op} operator (feature flag: enabled)",
             nodes,
-            pod(namespace="ns1", labels=labels, pod_anti_affinity=[ns_term(foo, "zone", None, **{key: ["bar"]})]),
+            pod(
+                namespace="ns1",
+                labels=labels,
+                pod_anti_affinity=[ns_term(foo, "zone", None, **{key: ["bar"]})],
+            ),
             {"testnode-0": None, "anothernode-0": None},
             [on("testnode-0", "pod1", bars[0]), on("testnode-0", "pod2", bars[1])],
             _INTEGRATION_NAMESPACES,
