@@ -7,7 +7,7 @@ The scenarios run in the ``filter`` mode (scheduler/conformance/scenarios/kube-s
 filter on every node, as the reason code of docs/filters.md. A plugin's unit test runs that plugin alone;
 where a node the plugin admits is refused by another default filter (the Go test says "in real case ..."),
 the expected verdict is the whole chain's and ``note`` says so. Cases Hourglass cannot express (alpha
-feature gates, scheduler configuration arguments, namespaceSelector) are left out and listed in SCHEMA.md.
+feature gates, scheduler configuration arguments) are left out and listed in SCHEMA.md.
 
 The files are data, checked in; re-run ``PYTHONPATH=. python3 tools/kube_scheduler_scenarios.py`` after editing a
 table (the sidecar cases read their requests through ingest).
