@@ -245,3 +245,83 @@ def test_an_empty_namespace_selector_with_no_match_selects_nothing_but_the_first
         _doc({"namespace": "a1", "labels": {"service": "scan"}, "pod_affinity": [term]}, [])
     )
     assert got == {"n1": None, "n2": None}
+
+
+# --- the ScheduleAnyway score (podtopologyspread/scoring_test.go TestPodTopologySpreadScore) --------------
+
+
+def _spread_preference(
+    incoming: dict[str, Any], existing: list[tuple[str, dict[str, str]]]
+) -> dict[str, float]:
+    """Hourglass's raw ScheduleAnyway preference per node on scoring_test.go's four nodes."""
+    from scheduler.conformance.runner import NOW_MS, load_state
+    from scheduler.engine.cycle import open_session
+    from scheduler.engine.predicates import spread
+
+    host = "kubernetes.io/hostname"
+    nodes = [
+        {"name": f"node-{x}", "labels": {"zone": z, host: f"node-{x}"}}
+        for x, z in (("a", "zone1"), ("b", "zone1"), ("c", "zone2"), ("d", "zone2"))
+    ]
+    jobs = [
+        {"name": f"e{i}", "queue": "q", "tasks": [{"status": "running", "node": n, "labels": labels}]}
+        for i, (n, labels) in enumerate(existing)
+    ]
+    doc = {
+        "cluster": {"nodes": nodes},
+        "run": {"mode": "filter", "task": "p"},
+        "queues": [{"name": "q"}],
+        "jobs": [*jobs, {"name": "p", "queue": "q", "tasks": [{"name": "p"} | incoming]}],
+    }
+    state, config = load_state(doc)
+    ssn = open_session(state, config, NOW_MS)
+    task = next(t for t in ssn.tasks if t.pod.name == "p")
+    raw = spread.preference(spread.resolve(ssn, task, "ScheduleAnyway"), ssn.nodes)
+    return {n.name: v for n, v in zip(ssn.nodes, raw, strict=True)}
+
+
+def _anyway(key: str, selector: dict[str, Any], *keys: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"max_skew": 1, "topology_key": key, "when_unsatisfiable": "ScheduleAnyway"}
+    return out | {"label_selector": selector, "match_label_keys": list(keys)}
+
+
+def test_spread_score_merges_match_label_keys_into_a_non_empty_selector() -> None:
+    """ "matchLabelKeys ANDed with LabelSelector when LabelSelector isn't empty": kube scores node-d 100,
+    node-a and node-c 60, node-b 20; Hourglass ranks them the same."""
+    exists = {"match_expressions": [{"key": "foo", "operator": "Exists"}]}
+    bar = {"match_expressions": [{"key": "bar", "operator": "Exists"}]}
+    got = _spread_preference(
+        {
+            "labels": {"foo": "", "bar": "", "baz": ""},
+            "topology_spread": [
+                _anyway("zone", exists),
+                _anyway("kubernetes.io/hostname", bar, "baz"),
+            ],
+        },
+        [
+            ("node-a", {"foo": ""}),
+            ("node-b", {"foo": "", "bar": "", "baz": ""}),
+            ("node-c", {"foo": ""}),
+            ("node-c", {"bar": ""}),
+            ("node-c", {"bar": "", "baz": ""}),
+        ],
+    )
+    assert got["node-d"] > got["node-a"] == got["node-c"] > got["node-b"], got
+
+
+def test_spread_score_merges_match_label_keys_into_an_empty_selector() -> None:
+    """ "matchLabelKeys ANDed with LabelSelector when LabelSelector is empty" (an empty selector alone counts
+    no pod): the same ranking, node-d 100, node-a and node-c 60, node-b 20."""
+    got = _spread_preference(
+        {
+            "labels": {"foo": "", "bar": ""},
+            "topology_spread": [_anyway("zone", {}, "foo"), _anyway("kubernetes.io/hostname", {}, "bar")],
+        },
+        [
+            ("node-a", {"foo": ""}),
+            ("node-b", {"foo": "", "bar": ""}),
+            ("node-c", {"foo": ""}),
+            ("node-c", {"bar": ""}),
+        ],
+    )
+    assert got["node-d"] > got["node-a"] == got["node-c"] > got["node-b"], got
