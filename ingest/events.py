@@ -681,6 +681,22 @@ class PodAffinityTerm(_Record):
     topology_key: LabelKey
     namespaces: list[Namespace] = Field(default_factory=list)
     weight: Annotated[int, Field(ge=0, le=100)] = 0
+    # None: not set (with no ``namespaces`` too, the pod's own namespace); {} selects every namespace; else
+    # the namespaces (NamespaceUpserted) whose labels it matches, added to ``namespaces``.
+    namespace_selector: LabelSelector | None = None
+    # The pod's values of these label keys are ANDed into the selector as ``key In (value)`` /
+    # ``key NotIn (value)`` (kube-apiserver's merge at pod creation); a key the pod lacks adds nothing.
+    match_label_keys: list[LabelKey] = Field(default_factory=list, max_length=LIMITS.LIST)
+    mismatch_label_keys: list[LabelKey] = Field(default_factory=list, max_length=LIMITS.LIST)
+
+    @model_validator(mode="after")
+    def _label_keys(self) -> Self:
+        """kube-apiserver's checks of ``matchLabelKeys`` / ``mismatchLabelKeys`` on an affinity term."""
+        # (With no label_selector the keys add nothing, as kube-apiserver's merge skips such a term.)
+        both = sorted(set(self.match_label_keys) & set(self.mismatch_label_keys))
+        if both:
+            raise ValueError(f"label key(s) {both} are in both match_label_keys and mismatch_label_keys")
+        return self
 
 
 class TopologySpreadConstraint(_Record):
@@ -693,6 +709,9 @@ class TopologySpreadConstraint(_Record):
     min_domains: Count | None = None
     node_affinity_policy: Literal["Honor", "Ignore"] = "Honor"
     node_taints_policy: Literal["Honor", "Ignore"] = "Ignore"
+    # The pod's values of these label keys are ANDed into the selector (kube-scheduler's merge); a key the
+    # pod lacks adds nothing, and so do all of them when there is no label_selector (it selects nothing).
+    match_label_keys: list[LabelKey] = Field(default_factory=list, max_length=LIMITS.LIST)
 
     @model_validator(mode="after")
     def _min_domains_needs_do_not_schedule(self) -> Self:
@@ -878,6 +897,28 @@ class PodDeleted(EventBase):
     namespace: Namespace
 
 
+# --------------------------------------------------------------------------- namespaces
+
+
+class NamespaceUpserted(EventBase):
+    """(v2) A namespace appeared or its labels changed: what affinity terms' ``namespace_selector`` match."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["NamespaceUpserted"] = "NamespaceUpserted"
+    name: Namespace
+    labels: Labels = Field(default_factory=dict)
+
+
+class NamespaceDeleted(EventBase):
+    """(v2) A namespace is gone."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["NamespaceDeleted"] = "NamespaceDeleted"
+    name: Namespace
+
+
 # --------------------------------------------------------------------------- time
 
 
@@ -912,7 +953,9 @@ Event = Annotated[
     | PodUngated
     | ForeignPodUpserted
     | TopologyUpserted
-    | TopologyDeleted,
+    | TopologyDeleted
+    | NamespaceUpserted
+    | NamespaceDeleted,
     Field(discriminator="type"),
 ]
 """Any event; pydantic picks the model from the ``type`` field."""
@@ -936,6 +979,8 @@ EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
         ForeignPodUpserted,
         TopologyUpserted,
         TopologyDeleted,
+        NamespaceUpserted,
+        NamespaceDeleted,
     )
 }
 """Event model by ``type`` name."""
@@ -1072,6 +1117,12 @@ def dump_event(event: EventBase) -> bytes:
     req = payload.get("requests")
     if isinstance(req, dict) and not req.get("extended"):
         req.pop("extended", None)
+    # Terms' and constraints' optional fields left unset are not written either (same bytes as before).
+    for k in ("pod_affinity", "pod_anti_affinity", "topology_spread"):
+        for item in payload.get(k) or ():
+            for opt in ("match_label_keys", "mismatch_label_keys", "namespace_selector"):
+                if opt in item and item[opt] in (None, []):
+                    item.pop(opt)
     text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return text.encode("utf-8")
 

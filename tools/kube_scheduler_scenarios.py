@@ -7,7 +7,7 @@ The scenarios run in the ``filter`` mode (scheduler/conformance/scenarios/kube-s
 filter on every node, as the reason code of docs/filters.md. A plugin's unit test runs that plugin alone;
 where a node the plugin admits is refused by another default filter (the Go test says "in real case ..."),
 the expected verdict is the whole chain's and ``note`` says so. Cases Hourglass cannot express (alpha
-feature gates, scheduler configuration arguments, namespaceSelector) are left out and listed in SCHEMA.md.
+feature gates, scheduler configuration arguments) are left out and listed in SCHEMA.md.
 
 The files are data, checked in; re-run ``PYTHONPATH=. python3 tools/kube_scheduler_scenarios.py`` after editing a
 table (the sidecar cases read their requests through ingest).
@@ -204,11 +204,10 @@ def _slug(text: str) -> str:
 
 def write() -> int:
     """Write every case (one file each, numbered per plugin); returns how many."""
-    if OUT.exists():
-        ours = {p for p, _ in CASES}  # the volume plugins' folders are tools/kube_scheduler_volume_scenarios.py's
-        for d in OUT.iterdir():
-            if d.is_dir() and d.name in ours:
-                shutil.rmtree(d)
+    # Only the plugin folders written here: other writers (kube_scheduler_scenarios_selectors.py) own theirs.
+    for d in sorted({plugin for plugin, _ in CASES}):
+        if (OUT / d).is_dir():
+            shutil.rmtree(OUT / d)
     counts: dict[str, int] = {}
     for plugin, doc in CASES:
         if doc["name"].endswith(("invalid affinity label syntax", "invalid antiaffinity label syntax")):

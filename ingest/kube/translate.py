@@ -26,6 +26,8 @@ from ingest.events import (
     FIELD_NODE_NAME,
     ForeignPodUpserted,
     HostPort,
+    NamespaceDeleted,
+    NamespaceUpserted,
     NodeRemoved,
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -761,6 +763,21 @@ def topology_upserted(obj: dict[str, Any], at_ms: int) -> TopologyUpserted:
         raise _fail_model("Topology", name, exc) from None
 
 
+def namespace_upserted(obj: dict[str, Any], at_ms: int) -> NamespaceUpserted:
+    """A Namespace: its name and labels (what affinity terms' namespaceSelector match)."""
+    meta = _meta(obj)
+    name = str(meta.get("name") or "")
+    try:
+        return NamespaceUpserted(name=name, labels=_str_map(meta.get("labels")), at_ms=at_ms)
+    except ValidationError as exc:
+        raise _fail_model("Namespace", name, exc) from None
+
+
+def namespace_deleted(obj: dict[str, Any], at_ms: int) -> NamespaceDeleted:
+    """A deleted Namespace."""
+    return NamespaceDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
+
+
 def topology_deleted(obj: dict[str, Any], at_ms: int) -> TopologyDeleted:
     """A deleted Topology."""
     return TopologyDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
@@ -1135,6 +1152,13 @@ def _pod_terms(key: str, spec: dict[str, Any], kind: str) -> list[PodAffinityTer
                         "topology_key": str(t.get("topologyKey") or ""),
                         "namespaces": [str(n) for n in t.get("namespaces") or []],
                         "weight": weight,
+                        # A null namespaceSelector differs from {} (every namespace): keep None as None.
+                        "namespace_selector": None
+                        if t.get("namespaceSelector") is None
+                        else _selector(t.get("namespaceSelector")),
+                        # matchLabelKeys / mismatchLabelKeys are not carried: kube-apiserver already merged
+                        # them into labelSelector when the pod was created (merging again with labels
+                        # changed since would differ from kube-scheduler, which reads the stored selector).
                     }
                 )
             )
@@ -1186,6 +1210,7 @@ def _spread(key: str, spec: dict[str, Any]) -> list[TopologySpreadConstraint]:
                         "min_domains": c.get("minDomains"),
                         "node_affinity_policy": c.get("nodeAffinityPolicy") or "Honor",
                         "node_taints_policy": c.get("nodeTaintsPolicy") or "Ignore",
+                        "match_label_keys": [str(k) for k in c.get("matchLabelKeys") or []],
                     }
                 )
             )

@@ -58,6 +58,8 @@ from ingest.events import (
     EventBase,
     EventError,
     ForeignPodUpserted,
+    NamespaceDeleted,
+    NamespaceUpserted,
     NodeRemoved,
     NodeUpserted,
     PodBound,
@@ -96,6 +98,7 @@ from ingest.log import DEFAULT_TOPICS, Log, Topics
 __all__ = [
     "ABSENT_RETRY_S",
     "COMPONENT",
+    "NAMESPACES",
     "RESOURCES",
     "TOPOLOGIES",
     "IngestStats",
@@ -118,6 +121,7 @@ _API_VERSIONS: Final = {
     "Queue": "scheduling.run.ai/v2",
     "PodGroup": "scheduling.run.ai/v2alpha2",
     "Topology": "kai.scheduler/v1alpha1",
+    "Namespace": "v1",
 }
 _EVENT_MESSAGE_MAX = 1024
 
@@ -127,13 +131,20 @@ class Resource:
     """One watched resource: its kind and collection path (``{ns}`` filled when namespaced).
 
     ``crd`` names the CustomResourceDefinition of an optional resource: one the cluster may not serve (its
-    CRD is not installed) or ingest may not read, without which every other kind still flows.
+    CRD is not installed) or ingest may not read, without which every other kind still flows. ``optional``
+    marks a built-in resource ingest may not be allowed to read (Namespaces, for a namespace-scoped role).
     """
 
     kind: str
     cluster_path: str
     namespaced_path: str | None = None
     crd: str | None = None
+    optional: bool = False
+
+    @property
+    def may_be_absent(self) -> bool:
+        """Whether a 403 / 404 on its list leaves it out (logged, listed again) instead of failing."""
+        return self.crd is not None or self.optional
 
     def path(self, namespace: str | None) -> str:
         if namespace and self.namespaced_path:
@@ -145,6 +156,9 @@ QUEUES = Resource("Queue", "/apis/scheduling.run.ai/v2/queues")
 # KAI's Topology CRD is optional: a cluster without topology-aware scheduling need not install it.
 TOPOLOGIES = Resource("Topology", "/apis/kai.scheduler/v1alpha1/topologies", crd="topologies.kai.scheduler")
 NODES = Resource("Node", "/api/v1/nodes")
+# Namespaces' labels are what affinity terms' namespaceSelector match; without them (no permission) such a
+# selector matches no namespace (an empty selector still matches every one).
+NAMESPACES = Resource("Namespace", "/api/v1/namespaces", optional=True)
 PODGROUPS = Resource(
     "PodGroup",
     "/apis/scheduling.run.ai/v2alpha2/podgroups",
@@ -157,7 +171,7 @@ FOREIGN_PODS = Resource("ForeignPod", "/api/v1/pods")
 RESOURCE_SLICES = Resource(
     "ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices", crd="resourceslices.resource.k8s.io"
 )
-RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, RESOURCE_SLICES, PODGROUPS, PODS, FOREIGN_PODS)
+RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, NAMESPACES, RESOURCE_SLICES, PODGROUPS, PODS, FOREIGN_PODS)
 """In initial-sync order: queues before pods, so a pod's queue is known when the pod is checked."""
 ABSENT_RETRY_S: Final = 30.0
 """How often an optional resource that is not served (or not readable) is listed again."""
@@ -165,6 +179,14 @@ ABSENT_RETRY_S: Final = 30.0
 
 def absent_message(res: Resource, status: int, retry_s: float) -> str:
     """The log line for optional resource ``res`` whose list answered ``status`` (404 or 403)."""
+    if res.crd is None:  # a built-in resource: only a missing permission keeps it out
+        plural = res.cluster_path.rsplit("/", 1)[1]
+        return (
+            f"{res.kind}: ingest may not list {plural} ({status}): grant it get, list and watch on them, as the"
+            f" Helm chart's ingest ClusterRole does. Until then an affinity term's namespaceSelector matches"
+            f" no namespace but its own list (an empty selector: every namespace); every other kind keeps"
+            f" flowing. Listing again every {retry_s:g}s"
+        )
     _, _, group, version, plural = res.cluster_path.split("/")
     what = (
         f"the API server does not serve {group}/{version} {plural}: is the CRD {res.crd} installed? (it is in"
@@ -412,7 +434,7 @@ class KubeIngest:
         try:
             items, rv = self.api.list_all(res, self._ns(res), self._selector(res))
         except KubeError as exc:
-            if res.crd is None or exc.status not in (403, 404):
+            if not res.may_be_absent or exc.status not in (403, 404):
                 raise
             self.stats.absent_lists += 1
             if self._absent.get(res.kind) != exc.status:
@@ -421,7 +443,9 @@ class KubeIngest:
             return _Listed(res.kind, [], "", absent=exc.status)
         self.stats.lists += 1
         if self._absent.pop(res.kind, None) is not None:
-            log.info("%s: %s is served and readable now: watching %ss", res.kind, res.crd, res.kind)
+            log.info(
+                "%s: %s is served and readable now: watching them", res.kind, res.crd or res.cluster_path
+            )
         return _Listed(res.kind, items, rv)
 
     def _watch_loop(self, res: Resource) -> None:
@@ -470,7 +494,7 @@ class KubeIngest:
                     self.stats.relists_410 += 1
                     rv = None
                     continue
-                if res.crd is not None and exc.status in (403, 404):
+                if res.may_be_absent and exc.status in (403, 404):
                     rv = None  # the CRD went away (or the permission): the list says so and waits
                     continue
                 self._watch_failed(res, exc, backoff)
@@ -561,6 +585,10 @@ class KubeIngest:
             self.objects[f"Topology/{ev.name}"] = _event_digest(ev)
         elif isinstance(ev, TopologyDeleted):
             self.objects.pop(f"Topology/{ev.name}", None)
+        elif isinstance(ev, NamespaceUpserted):
+            self.objects[f"Namespace/{ev.name}"] = _event_digest(ev)
+        elif isinstance(ev, NamespaceDeleted):
+            self.objects.pop(f"Namespace/{ev.name}", None)
         elif isinstance(ev, NodeRemoved):
             self.objects.pop(f"Node/{ev.name}", None)
         elif isinstance(ev, QueueDeleted):
@@ -696,6 +724,8 @@ class KubeIngest:
             self._emit(batch, kube.podgroup_deleted(obj, self._at()))
         elif kind == "Topology":
             self._emit(batch, kube.topology_deleted(obj, self._at()))
+        elif kind == "Namespace":
+            self._emit(batch, kube.namespace_deleted(obj, self._at()))
 
     def _node(self, batch: _Batch, name: str) -> None:
         """Upsert a node; its DRA GPUs (from its ResourceSlices) join its allocatable as the extended
@@ -822,6 +852,8 @@ class KubeIngest:
                 self._warn(batch, kind, obj, "HourglassUnknownField", kube.unknown_fields(kind, obj))
             elif kind == "Topology":
                 self._upsert(batch, kube.topology_upserted(obj, self._at()), f"Topology/{key}")
+            elif kind == "Namespace":
+                self._upsert(batch, kube.namespace_upserted(obj, self._at()), f"Namespace/{key}")
             elif kind == "Pod":
                 self._pod(item, batch)
             elif kind == "ForeignPod":

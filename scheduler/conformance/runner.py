@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from scheduler.engine.cycle import open_session, result_state, run_actions, settle
@@ -229,6 +230,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
         pods=tuple(pods),
         foreign_pods=foreign,
         topologies=topologies,
+        namespaces=_namespaces(doc.get("cluster", {}).get("namespaces", [])),
     )
     return state, config
 
@@ -271,6 +273,19 @@ def _with_subgroup_label(t: dict[str, Any]) -> dict[str, Any]:
     if "subgroup" not in t:
         return t
     return {**t, "labels": {**t.get("labels", {}), SUBGROUP_LABEL: t["subgroup"]}}
+
+
+def _namespaces(items: list[dict[str, Any]]) -> tuple[tuple[str, Mapping[str, str]], ...]:
+    """Namespaces and their labels (each validated as a NamespaceUpserted event), sorted by name."""
+    from ingest.events import NamespaceUpserted
+
+    out: dict[str, Mapping[str, str]] = {}
+    for n in items:
+        ev = NamespaceUpserted.model_validate(
+            {"at_ms": 0, "name": n.get("name"), "labels": n.get("labels", {})}
+        )
+        out[ev.name] = MappingProxyType(dict(sorted(ev.labels.items())))
+    return tuple(sorted(out.items()))
 
 
 def _name(t: Topology) -> str:

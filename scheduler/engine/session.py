@@ -823,7 +823,7 @@ class Session:
     def pod_index(self) -> PodIndex:
         """Every pod on a node (ours and foreign) by labels, built on first use and kept current."""
         if self._pod_index is None:
-            idx = PodIndex()
+            idx = PodIndex(dict(self.state.namespaces))
             for t in self.tasks:
                 if t.node is not None and t.status in ACTIVE_USED:
                     idx.add(t.uid, self._entry(t, t.node, t.status))

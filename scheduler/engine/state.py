@@ -196,13 +196,17 @@ class LabelSelector:
 class PodAffinityTerm:
     """A required (weight 0) or preferred (weight 1..100) inter-pod (anti-)affinity term.
 
-    ``namespaces`` empty means the pod's own namespace (Kubernetes' default).
+    ``namespaces`` empty and no ``namespace_selector`` means the pod's own namespace (Kubernetes' default);
+    else the term looks at ``namespaces`` and the namespaces whose labels ``namespace_selector`` matches
+    (the empty selector: every namespace). ``selector`` already holds the ``matchLabelKeys`` /
+    ``mismatchLabelKeys`` requirements.
     """
 
     selector: LabelSelector
     topology_key: str
     namespaces: tuple[str, ...] = ()
     weight: int = 0
+    namespace_selector: LabelSelector | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,6 +343,8 @@ class ClusterState:
     events_offset: int = -1  # last event folded into this snapshot
     foreign_pods: tuple[ForeignPod, ...] = ()
     topologies: tuple[Topology, ...] = ()  # sorted by name
+    # Namespaces' labels, sorted by name: what affinity terms' namespace selectors match.
+    namespaces: tuple[tuple[str, Mapping[str, str]], ...] = ()
     # The recent workload's pod shapes and how many of each (:class:`WorkloadWindow`), sorted by shape:
     # what fragmentation-aware scoring learns the cluster's task-type distribution from.
     workload: tuple[tuple[WorkloadShape, int], ...] = ()
@@ -589,8 +595,26 @@ def _selector(s: ev_mod.LabelSelector | None) -> LabelSelector:
     )
 
 
-def _term(t: ev_mod.PodAffinityTerm) -> PodAffinityTerm:
-    return PodAffinityTerm(_selector(t.label_selector), t.topology_key, tuple(t.namespaces), t.weight)
+def _with_label_keys(
+    sel: LabelSelector, labels: Mapping[str, str], match: Iterable[str], mismatch: Iterable[str] = ()
+) -> LabelSelector:
+    """``sel`` ANDed with ``key In (value)`` for each `match` key and ``key NotIn (value)`` for each
+    `mismatch` key the pod's `labels` hold (kube-apiserver's ``applyMatchLabelKeysAndMismatchLabelKeys``,
+    kube-scheduler's spread merge). A missing selector stays one that selects nothing."""
+    extra = tuple(MatchExpression(k, "In", (labels[k],)) for k in match if k in labels) + tuple(
+        MatchExpression(k, "NotIn", (labels[k],)) for k in mismatch if k in labels
+    )
+    if not extra or sel.nothing:
+        return sel
+    return LabelSelector(sel.match_labels, sel.match_expressions + extra)
+
+
+def _term(t: ev_mod.PodAffinityTerm, labels: Mapping[str, str]) -> PodAffinityTerm:
+    sel = _selector(t.label_selector)
+    if t.match_label_keys or t.mismatch_label_keys:
+        sel = _with_label_keys(sel, labels, t.match_label_keys, t.mismatch_label_keys)
+    ns_sel = _selector(t.namespace_selector) if t.namespace_selector is not None else None
+    return PodAffinityTerm(sel, t.topology_key, tuple(t.namespaces), t.weight, ns_sel)
 
 
 def request_from_event(r: ev_mod.PodRequests) -> PodRequest:
@@ -627,16 +651,16 @@ def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
     }
     if e.v == 1:  # no contract-v2 field can be set: the rest keep their defaults (the fold's hot path)
         return out
-    out["labels"] = _labels(e.labels)
+    out["labels"] = labels = _labels(e.labels)
     out["host_ports"] = ports_from_event(e.host_ports)
-    out["pod_affinity"] = tuple(_term(t) for t in e.pod_affinity)
-    out["pod_anti_affinity"] = tuple(_term(t) for t in e.pod_anti_affinity)
+    out["pod_affinity"] = tuple(_term(t, labels) for t in e.pod_affinity)
+    out["pod_anti_affinity"] = tuple(_term(t, labels) for t in e.pod_anti_affinity)
     out["topology_spread"] = tuple(
         SpreadConstraint(
             c.max_skew,
             c.topology_key,
             c.when_unsatisfiable,
-            _selector(c.label_selector),
+            _with_label_keys(_selector(c.label_selector), labels, c.match_label_keys),
             c.min_domains,
             c.node_affinity_policy,
             c.node_taints_policy,
@@ -695,6 +719,7 @@ class StateBuilder:
         self.pods: dict[str, Pod] = {}
         self.foreign: dict[str, ForeignPod] = {}  # pods of other schedulers bound to nodes
         self.topologies: dict[str, Topology] = {}
+        self.namespaces: dict[str, Mapping[str, str]] = {}
         self.offset = -1
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
@@ -925,6 +950,12 @@ class StateBuilder:
     def _on_topology_deleted(self, e: Any) -> None:
         self.topologies.pop(e.name, None)
 
+    def _on_namespace_upserted(self, e: Any) -> None:
+        self.namespaces[e.name] = _labels(e.labels)
+
+    def _on_namespace_deleted(self, e: Any) -> None:
+        self.namespaces.pop(e.name, None)
+
     def _on_clock_tick(self, e: Any) -> None:
         """Only time moves (the offset in :meth:`apply`, and the folder's logical time)."""
 
@@ -1096,6 +1127,7 @@ class StateBuilder:
         other.nodes, other.queues = dict(self.nodes), dict(self.queues)
         other.jobs, other.pods, other.foreign = dict(self.jobs), dict(self.pods), dict(self.foreign)
         other.topologies = dict(self.topologies)
+        other.namespaces = dict(self.namespaces)
         other.offset = self.offset
         other._queue_seq = self._queue_seq
         other._pod_seq = dict(self._pod_seq)
@@ -1117,6 +1149,7 @@ class StateBuilder:
             events_offset=self.offset,
             foreign_pods=tuple(self.foreign.values()),
             topologies=tuple(self.topologies[k] for k in sorted(self.topologies)),
+            namespaces=tuple((k, self.namespaces[k]) for k in sorted(self.namespaces)),
             workload=self.workload.frozen,
         )
 
@@ -1137,6 +1170,8 @@ _FOLD: Final[dict[str, Callable[[StateBuilder, Any], None]]] = {
     "PodDeleted": StateBuilder._on_pod_deleted,
     "TopologyUpserted": StateBuilder._on_topology_upserted,
     "TopologyDeleted": StateBuilder._on_topology_deleted,
+    "NamespaceUpserted": StateBuilder._on_namespace_upserted,
+    "NamespaceDeleted": StateBuilder._on_namespace_deleted,
     "ClockTick": StateBuilder._on_clock_tick,
 }
 """Each event type's fold, by its ``type`` (the hot types first: dict order is the documentation's)."""

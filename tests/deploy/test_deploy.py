@@ -327,6 +327,7 @@ def test_rbac_is_least_privilege_in_the_rendered_chart(helm: str) -> None:
         ("queues", GROUP),
         ("podgroups", GROUP),
         ("topologies", "kai.scheduler"),
+        ("namespaces", ""),  # their labels: affinity terms' namespaceSelector
     ):
         assert _allows(ingest, "list", res, grp) and _allows(ingest, "watch", res, grp)
     assert not _allows(ingest, "create", "topologies", "kai.scheduler")  # read only: KAI's admins write them

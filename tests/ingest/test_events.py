@@ -17,6 +17,8 @@ from ingest.events import (
     HostPort,
     LabelSelector,
     LabelSelectorRequirement,
+    NamespaceDeleted,
+    NamespaceUpserted,
     NodeRemoved,
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -196,6 +198,8 @@ EXAMPLES: list[EventBase] = [
         required_topology_level="block",
         preferred_topology_level="rack",
     ),
+    NamespaceUpserted(at_ms=0, name="team-a", labels={"team": "a"}),
+    NamespaceDeleted(at_ms=0, name="team-a"),
 ]
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.engine.predicates.labels import selector_matches, term_covers, term_namespaces
+from scheduler.engine.predicates.labels import selector_matches, term_namespaces
 from scheduler.engine.state import PodAffinityTerm
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def view(ssn: Session, task: TaskInfo) -> InterPodView:
     # (podMatchesAllAffinityTerms): two terms are not satisfied by two different pods.
     if len(required) == 1:
         t = required[0]
-        matching = idx.counts(t.selector, term_namespaces(t, pod.namespace))
+        matching = idx.counts(t.selector, term_namespaces(t, pod.namespace, idx.namespaces))
     else:
         matching = _matching_all(ssn, required, pod.namespace)
     aff = [(t.topology_key, domain_counts(ssn, matching, t.topology_key)) for t in required]
@@ -71,12 +71,14 @@ def view(ssn: Session, task: TaskInfo) -> InterPodView:
     self_ok = (
         bool(required)
         and not any_match
-        and all(_selects_self(t, pod.namespace, pod.labels) for t in required)
+        and all(_selects_self(t, pod.namespace, pod.labels, idx.namespaces) for t in required)
     )
     anti = [
         (
             t.topology_key,
-            domain_counts(ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace)), t.topology_key),
+            domain_counts(
+                ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace, idx.namespaces)), t.topology_key
+            ),
         )
         for t in pod.pod_anti_affinity
         if not t.weight
@@ -90,15 +92,21 @@ def _matching_all(ssn: Session, terms: list[PodAffinityTerm], namespace: str) ->
     if not terms:
         return out
     idx = ssn.pod_index()
+    scopes = [term_namespaces(t, namespace, idx.namespaces) for t in terms]
     for e in idx.entries.values():
-        if all(term_covers(t, namespace, e.namespace, e.labels) for t in terms):
+        if all(
+            e.namespace in scope and selector_matches(t.selector, e.labels)
+            for t, scope in zip(terms, scopes, strict=True)
+        ):
             c = out.setdefault(e.node, [0, 0])
             c[1 if e.releasing else 0] += 1
     return out
 
 
-def _selects_self(t: PodAffinityTerm, namespace: str, labels: Mapping[str, str]) -> bool:
-    return namespace in term_namespaces(t, namespace) and selector_matches(t.selector, labels)
+def _selects_self(
+    t: PodAffinityTerm, namespace: str, labels: Mapping[str, str], namespaces: Mapping[str, Mapping[str, str]]
+) -> bool:
+    return namespace in term_namespaces(t, namespace, namespaces) and selector_matches(t.selector, labels)
 
 
 def reason(ssn: Session, v: InterPodView, node: NodeInfo) -> tuple[str | None, bool]:
@@ -144,7 +152,9 @@ def preference(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[floa
     ]
     out = [0.0] * len(nodes)
     for t, sign in terms:
-        dc = domain_counts(ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace)), t.topology_key)
+        dc = domain_counts(
+            ssn, idx.counts(t.selector, term_namespaces(t, pod.namespace, idx.namespaces)), t.topology_key
+        )
         for i, n in enumerate(nodes):
             val = n.spec.labels.get(t.topology_key)
             c = dc.get(val) if val is not None else None

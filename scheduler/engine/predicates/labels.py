@@ -123,15 +123,60 @@ def selector_matches(sel: LabelSelector, labels: Mapping[str, str]) -> bool:
     return all(match_expression(labels, e) for e in sel.match_expressions)
 
 
-def term_namespaces(term: PodAffinityTerm, own_namespace: str) -> tuple[str, ...]:
-    """The namespaces a term looks at: its own list, or the namespace of the pod that states it."""
-    return term.namespaces or (own_namespace,)
+class AllNamespaces:
+    """Every namespace, known or not (an empty ``namespaceSelector``, kube's ``labels.Everything()``)."""
+
+    __slots__ = ()
+
+    def __contains__(self, namespace: object) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "EVERY_NAMESPACE"
 
 
-def term_covers(term: PodAffinityTerm, own_namespace: str, namespace: str, labels: Mapping[str, str]) -> bool:
+EVERY_NAMESPACE = AllNamespaces()
+NamespaceSet = tuple[str, ...] | AllNamespaces
+NO_NAMESPACES: Mapping[str, Mapping[str, str]] = {}
+
+
+def _is_everything(sel: LabelSelector) -> bool:
+    return not sel.nothing and not sel.match_labels and not sel.match_expressions
+
+
+def term_namespaces(
+    term: PodAffinityTerm, own_namespace: str, namespaces: Mapping[str, Mapping[str, str]] = NO_NAMESPACES
+) -> NamespaceSet:
+    """The namespaces a term of the pod placed now looks at (kube-scheduler's ``AffinityTerm`` after
+    ``mergeAffinityTermNamespacesIfNotEmpty``): no list and no namespace selector, the pod's own namespace;
+    else its list plus the known `namespaces` (name -> labels) the selector matches; an empty selector
+    every namespace, known or not."""
+    sel = term.namespace_selector
+    if sel is None:
+        return term.namespaces or (own_namespace,)
+    if _is_everything(sel):
+        return EVERY_NAMESPACE
+    picked = set(term.namespaces)
+    picked.update(n for n, labels in namespaces.items() if selector_matches(sel, labels))
+    return tuple(sorted(picked))
+
+
+def term_covers(
+    term: PodAffinityTerm,
+    own_namespace: str,
+    namespace: str,
+    labels: Mapping[str, str],
+    namespace_labels: Mapping[str, str] | None = None,
+) -> bool:
     """True when a pod (namespace, labels) is one of those `term` (stated by a pod in `own_namespace`)
-    selects."""
-    return namespace in term_namespaces(term, own_namespace) and selector_matches(term.selector, labels)
+    selects (``AffinityTerm.Matches``): its namespace is listed, or the term's namespace selector matches
+    that namespace's labels (`namespace_labels`; an unknown namespace has none)."""
+    sel = term.namespace_selector
+    if sel is None:
+        in_scope = namespace in (term.namespaces or (own_namespace,))
+    else:
+        in_scope = namespace in term.namespaces or selector_matches(sel, namespace_labels or {})
+    return in_scope and selector_matches(term.selector, labels)
 
 
 def tolerates(tol: Toleration, taint: Taint) -> bool:

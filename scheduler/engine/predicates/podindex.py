@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from scheduler.engine.predicates.labels import selector_matches, term_covers
+from scheduler.engine.predicates.labels import NO_NAMESPACES, NamespaceSet, selector_matches, term_covers
 from scheduler.engine.state import LabelSelector, PodAffinityTerm
 
-SelectorKey = tuple[LabelSelector, tuple[str, ...]]
+SelectorKey = tuple[LabelSelector, NamespaceSet]
 
 
 @dataclass(slots=True)
@@ -29,7 +29,8 @@ class Entry:
 class PodIndex:
     """Pods on nodes, with per-selector counts by node: ``[active, releasing]``."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespaces: Mapping[str, Mapping[str, str]] = NO_NAMESPACES) -> None:
+        self.namespaces = namespaces  # namespace -> its labels (what namespace selectors match)
         self.entries: dict[str, Entry] = {}
         self._counts: dict[SelectorKey, dict[str, list[int]]] = {}
         self.holders: dict[str, Entry] = {}  # pods with required anti-affinity terms
@@ -80,7 +81,7 @@ class PodIndex:
                 bucket.pop(uid, None)
         self._touch(e, -1)
 
-    def counts(self, sel: LabelSelector, namespaces: tuple[str, ...]) -> dict[str, list[int]]:
+    def counts(self, sel: LabelSelector, namespaces: NamespaceSet) -> dict[str, list[int]]:
         """Matching pods per node name, ``[active, releasing]``."""
         if sel.nothing:
             return {}
@@ -113,6 +114,6 @@ class PodIndex:
         for uid, i in refs:
             e = self.holders[uid]
             t = e.anti[i]
-            if term_covers(t, e.namespace, namespace, labels):
+            if term_covers(t, e.namespace, namespace, labels, self.namespaces.get(namespace)):
                 out.append((e.node, e.releasing, t.topology_key))
         return out
