@@ -8,10 +8,10 @@
    time, store bytes per simulated day.
 3. ``pending``: ``benchmarks/history-churn.yaml`` (160 GPUs, 8 queues keeping 10, 125 or 1,250 jobs
    pending each: 80 / 1,000 / 10,000 pending, short runs, 1 s period) for ``--pending-duration``: bytes per
-   recorded cycle as written and as the writer before (which restated every pending decision whenever
-   the cluster's largest free GPUs moved) would have written the same cycles, and bytes per day at a 1 s
-   cadence (every cycle recorded: the deltas' mean, an empty delta for each skipped cycle, a checkpoint
-   every 3,600 records).
+   recorded cycle as written (v3) and as the v2 writer wrote the same cycles (every field and message
+   written out), bytes per day at a 1 s cadence (every cycle recorded: the deltas' mean, an empty delta
+   for each skipped cycle, a checkpoint every 3,600 records), and what a delta's bytes are made of in
+   both formats (``delta_parts``: per decision kind, queue changes, templates, the rest).
 4. ``queries``: a store holding ``--days`` days of synthetic input records at one record every 10 s (20
    queues, ~2,000 pending jobs, a few binds and finishes, new / cleared pending jobs and changed queues per
    record, with the matching pod events), every whole day moved to Parquet; then "why was pod X pending at
@@ -39,7 +39,7 @@ from analytics.audit.store import AuditStore, load_cycles, load_events, load_run
 from analytics.audit.views import history_dir
 from analytics.rundir import CYCLES_FILE, read_cycles, read_records
 from scheduler.engine.record.decisions import CycleRecord
-from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, delta_of, render
+from scheduler.engine.record.delta import DEFAULT_CHECKPOINT_EVERY, delta_of
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "production-cadence.yaml"
@@ -69,7 +69,7 @@ def _empty_delta_bytes(last: CycleRecord) -> int:
     entries (the simulator skips such cycles; a service ticking every period writes them)."""
     t = last.logical_time_ms + 1000
     same = last.model_copy(update={"cycle_id": "0" * len(last.cycle_id), "logical_time_ms": t})
-    return len(delta_of(last, same).dumps()) + 1
+    return len(delta_of(last, same).model_copy(update={"v": 3}).dumps()) + 1
 
 
 def bench_records(tmp: Path, duration: str) -> Path:
@@ -116,18 +116,26 @@ def bench_sink(run: Path, duration_ms: int) -> None:
     )
 
 
-def previous_format(fulls: list[CycleRecord], every: int = DEFAULT_CHECKPOINT_EVERY) -> list[CycleRecord]:
-    """The records the writer before ``largest_free_gpu_milli`` made of these full records: rendered
-    checkpoints, and deltas restating every pending decision that differs in any field."""
-    out = []
-    for i, full in enumerate(fulls):
-        if i % every == 0:
-            out.append(full)
-            continue
-        before = {d.job: d for d in fulls[i - 1].decisions if d.kind == "Unschedulable"}
-        changed = [d for d in full.decisions if d.kind != "Unschedulable" or before.get(d.job) != d]
-        out.append(render(delta_of(fulls[i - 1], full)).model_copy(update={"decisions": changed}))
-    return out
+def previous_format(written: list[CycleRecord]) -> list[CycleRecord]:
+    """The records the v2 writer made of the same cycles: the same content, every field and message written
+    out (``scheduler/engine/record/written.py``)."""
+    return [r.model_copy(update={"v": 2}) if r.v == 3 else r for r in written]
+
+
+def delta_parts(recs: list[CycleRecord]) -> dict[str, int]:
+    """Mean bytes per delta by part: each kind of decision, ``queue_changes``, ``message_templates`` and the
+    rest (ids, offsets, ``cleared``, …), measured on the record's own JSON."""
+    deltas = [json.loads(r.dumps()) for r in recs if not r.is_full]
+    parts: dict[str, int] = {}
+    for data in deltas:
+        for d in data.pop("decisions", []):
+            key = f"{d['kind']}"
+            parts[key] = parts.get(key, 0) + len(json.dumps(d, separators=(",", ":"))) + 1
+        for k in ("queue_changes", "message_templates"):
+            if k in data:
+                parts[k] = parts.get(k, 0) + len(json.dumps({k: data.pop(k)}, separators=(",", ":")))
+        parts["envelope"] = parts.get("envelope", 0) + len(json.dumps(data, separators=(",", ":"))) + 1
+    return {k: round(v / max(1, len(deltas))) for k, v in sorted(parts.items())}
 
 
 def _per_day(recs: list[CycleRecord], skipped: int) -> tuple[int, int, int]:
@@ -156,7 +164,7 @@ def bench_pending(tmp: Path, duration: str, pending: list[int]) -> None:
         sets = [f"workloads.{i}.jobs={per_queue}" for i in range(0, 16, 2)]  # the keep_pending workloads
         wall, skipped = _simulate(out, "1s", duration, CHURN, tuple(x for s in sets for x in ("--set", s)))
         written = list(read_records(out))
-        old = previous_format(list(read_cycles(out)))
+        old = previous_format(written)
         size = (out / CYCLES_FILE).stat().st_size
         old_size = sum(len(r.dumps()) + 1 for r in old)
         mean, full, day = _per_day(written, skipped)
@@ -169,6 +177,9 @@ def bench_pending(tmp: Path, duration: str, pending: list[int]) -> None:
             f" bytes_per_day_1s={day} previous_bytes_per_day_1s={old_day} simulate_seconds={wall:.1f}"
             f" seconds={wall:.1f}"
         )
+        for name, recs in (("v2", old), ("v3", written)):
+            parts = " ".join(f"{k}={v}" for k, v in delta_parts(recs).items())
+            print(f"bench: history delta_parts pending={per_queue * 8} format={name} {parts} seconds=0")
 
 
 # --------------------------------------------------------------------------- 30 days of synthetic input

@@ -11,7 +11,10 @@ exact bytes when re-serialised. ``v: 2`` records say which ``kind`` they are: a 
 checkpoint) holds every queue and every pending job; a ``delta`` record holds what changed since the record
 named by ``base`` (:mod:`scheduler.engine.record.delta`). :func:`make_record` makes full v2 records in canonical
 order (other decisions as the session committed them, then ``Unschedulable`` sorted by job; queues sorted
-by name), which is what lets a delta chain be expanded back to the identical full record.
+by name), which is what lets a delta chain be expanded back to the identical full record. ``v: 3`` is how
+a log holds v2 content (:mod:`scheduler.engine.record.written`: no field at its default, a message shared
+by several decisions written once): a v3 record reads back as the same model with ``v == 3``, and
+:func:`scheduler.engine.record.delta.render` gives the v2 record it stands for.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from scheduler.engine import topology
 from scheduler.engine.predicates.extended import DRA_GPU_PREFIX
 from scheduler.engine.predicates.volumes import chosen as chosen_volumes
 from scheduler.engine.proportion import RESOURCES
+from scheduler.engine.record import written
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     GPU_MILLI,
@@ -40,6 +44,8 @@ from scheduler.engine.session import (
 from scheduler.engine.state import NODE_POOL_LABEL, PodStatus
 
 RECORD_VERSION: Literal[2] = 2
+# What a log holds (scheduler/engine/record/written.py): v2 content in fewer bytes.
+WRITTEN_VERSION: Literal[3] = 3
 _V2_FIELDS = frozenset(
     {"kind", "base", "cleared", "queues_removed", "queue_changes", "largest_free_gpu_milli"}
 )
@@ -89,6 +95,14 @@ class Decision(_Model):
     details: dict[str, Any] = {}
 
 
+# A decision's fields at their default, as JSON values (what a v3 record leaves out); ``queue`` has no
+# default in the model (every decision names it) but is None for a job whose queue does not exist.
+_DECISION_DEFAULTS: Final[dict[str, Any]] = {
+    "queue": None,
+    **{name: f.default for name, f in Decision.model_fields.items() if not f.is_required()},
+}
+
+
 class InFlightBind(_Model):
     """A Bind of an earlier cycle whose pod the fold still shows pending (KAI: a pod with an unfailed
     BindRequest, status Binding). The cycle opens with the pod allocated where the Bind put it."""
@@ -112,7 +126,7 @@ class InFlightEvict(_Model):
 class CycleRecord(_Model):
     """Everything one cycle saw and decided (full), or what changed since the record ``base`` (delta)."""
 
-    v: Literal[1, 2] = RECORD_VERSION
+    v: Literal[1, 2, 3] = RECORD_VERSION
     kind: Literal["full", "delta"] = "full"
     base: str | None = None  # delta: the cycle_id of the record this one builds on
     cycle_id: str
@@ -134,6 +148,13 @@ class CycleRecord(_Model):
     # A record as written (scheduler/engine/record/delta.py): the most free GPUs on any node (milli-GPU) for the
     # cycle's PodSchedulingErrors decisions, which are then written without it; written only when set.
     largest_free_gpu_milli: int | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _decode_written(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("v") == WRITTEN_VERSION:
+            return written.decode(data, _DECISION_DEFAULTS)
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -159,7 +180,8 @@ class CycleRecord(_Model):
         """Canonical JSON bytes (a v1 record: exactly the bytes v1 wrote).
 
         ``queue_changes``, ``in_flight`` and ``largest_free_gpu_milli`` appear only when they have entries,
-        so full records and the deltas written before they existed keep their bytes.
+        so full records and the deltas written before they existed keep their bytes. A v3 record: the
+        bytes :func:`scheduler.engine.record.written.encode` makes of the same content.
         """
         exclude = set(_V2_FIELDS) if self.v == 1 else set() if self.queue_changes else {"queue_changes"}
         if not self.in_flight:
@@ -169,6 +191,8 @@ class CycleRecord(_Model):
         if self.largest_free_gpu_milli is None:
             exclude.add("largest_free_gpu_milli")
         data = self.model_dump(mode="json", exclude=exclude)
+        if self.v == WRITTEN_VERSION:
+            data = written.encode(data, _DECISION_DEFAULTS)
         return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
 
     @classmethod

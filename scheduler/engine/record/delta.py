@@ -41,6 +41,8 @@ from typing import Any, Final
 
 from scheduler.engine.record.decisions import (
     LARGEST_FREE,
+    RECORD_VERSION,
+    WRITTEN_VERSION,
     CycleRecord,
     Decision,
     QueueRecord,
@@ -140,12 +142,14 @@ def compact(full: CycleRecord) -> CycleRecord:
 
 
 def render(record: CycleRecord) -> CycleRecord:
-    """*record*'s decisions in their full form (the inverse of :func:`compact`; deltas too)."""
+    """*record*'s decisions in their full form (the inverse of :func:`compact`; deltas too), as a v2 record
+    when it was read as v3 (the bytes a log holds, :mod:`scheduler.engine.record.written`)."""
     free = record.largest_free_gpu_milli
-    if free is None:
-        return record
-    decisions = [render_pending(d, free) for d in record.decisions]
-    return record.model_copy(update={"decisions": decisions, "largest_free_gpu_milli": None})
+    update: dict[str, Any] = {"v": RECORD_VERSION} if record.v == WRITTEN_VERSION else {}
+    if free is not None:
+        update["decisions"] = [render_pending(d, free) for d in record.decisions]
+        update["largest_free_gpu_milli"] = None
+    return record.model_copy(update=update) if update else record
 
 
 def _base_for(base: CycleRecord, delta: CycleRecord) -> CycleRecord:
@@ -272,16 +276,20 @@ class DeltaEncoder:
         self._since = 0
 
     def encode(self, full: CycleRecord) -> CycleRecord:
-        """The record to write for *full*, which the caller then writes (and no other record between)."""
+        """The record to write for *full*, which the caller then writes (and no other record between): v3
+        (its ``dumps`` are the bytes a log holds), or v1 for a v1 record."""
         if not full.is_full:
             raise ValueError("encode takes the full record of a cycle")
         written = compact(full)
-        if full.v == 1 or self._base is None or self._since + 1 >= self.checkpoint_every:
+        if full.v == 1:
+            self._base, self._since = written, 0
+            return written
+        if self._base is None or self._since + 1 >= self.checkpoint_every:
             out, self._since = written, 0
         else:
             out, self._since = delta_of(self._base, written), self._since + 1
         self._base = written
-        return out
+        return out.model_copy(update={"v": WRITTEN_VERSION})
 
 
 @dataclass(slots=True)
