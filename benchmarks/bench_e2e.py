@@ -45,6 +45,7 @@ from typing import Any
 
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
+from scheduler.engine.record.decisions import CycleRecord
 from tests.support.kai_workload import apply_queue
 from tests.support.kube_objects import apply_crds
 from tests.support.kwok import (
@@ -157,9 +158,9 @@ class Observer:
                 recs = log.read(DEFAULT_TOPICS.decisions, dec_off, 100_000)
                 now = time.time()
                 for r in recs:
-                    for d in json.loads(r.value)["decisions"]:
-                        if d["kind"] == "Bind" and d["pod"] and d["pod"].startswith(f"{NS}/"):
-                            self.decided.setdefault(d["pod"].split("/", 1)[1], now)
+                    for d in CycleRecord.loads(r.value).decisions:  # a log holds records as v3
+                        if d.kind == "Bind" and d.pod and d.pod.startswith(f"{NS}/"):
+                            self.decided.setdefault(d.pod.split("/", 1)[1], now)
                 dec_off += len(recs)
                 time.sleep(0.02)
 

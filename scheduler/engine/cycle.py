@@ -112,7 +112,7 @@ def run_cycle(
     usage: Mapping[str, Mapping[str, float]] | None = None,
     usage_snapshot_id: str | None = None,
     actions: tuple[str, ...] = DEFAULT_ORDER,
-    record_version: Literal[1, 2] = RECORD_VERSION,
+    record_version: Literal[1, 2, 3] = RECORD_VERSION,
     in_flight: tuple[InFlightBind, ...] | list[InFlightBind] = (),
     on_step: StepHook | None = None,
     evicting: tuple[InFlightEvict, ...] | list[InFlightEvict] = (),
@@ -120,7 +120,8 @@ def run_cycle(
     """One full cycle: a pure function of (snapshot, usage, config, logical time, binds in flight) -> record.
 
     `usage` None means no usage snapshot is available: the division falls back to classic fair share and
-    the record says so. ``record_version`` 1 makes the record a v1 writer made (replaying old logs).
+    the record says so. ``record_version`` 1 makes the record a v1 writer made (replaying old logs); 3
+    the compact form a log holds (:mod:`scheduler.engine.record.written`).
     ``in_flight`` are the binds of earlier cycles still waiting for their ``PodBound``
     (:mod:`scheduler.engine.record.inflight`): the session opens with those pods allocated on their node and the
     record carries the set. ``on_step`` observes the steps (:data:`StepHook`).

@@ -18,9 +18,13 @@ from scheduler.kube.binder import (
 from scheduler.service import Service
 
 
-def decision_records(log: Log) -> list[dict[str, Any]]:
-    """Every cycle record on the decisions topic, as dicts."""
-    return [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+def decision_records(log: Log, topic: str = DEFAULT_TOPICS.decisions) -> list[dict[str, Any]]:
+    """Every cycle record on a decisions topic, as the v2 dicts they stand for (a log holds them as v3,
+    which leaves out fields at their default: :mod:`scheduler.engine.record.written`)."""
+    from scheduler.engine.record.decisions import CycleRecord
+    from scheduler.engine.record.delta import render
+
+    return [json.loads(render(CycleRecord.loads(r.value)).dumps()) for r in log.read(topic, 0, 100_000)]
 
 
 def last_decisions(log: Log, kind: str) -> dict[str, dict[str, Any]]:

@@ -399,7 +399,7 @@ def make_record(
     events_offset: int,
     usage_snapshot_id: str | None = None,
     usage_available: bool = True,
-    version: Literal[1, 2] = RECORD_VERSION,
+    version: Literal[1, 2, 3] = RECORD_VERSION,
     in_flight: list[InFlightBind] | tuple[InFlightBind, ...] = (),
     evicting: list[InFlightEvict] | tuple[InFlightEvict, ...] = (),
 ) -> CycleRecord:

@@ -21,7 +21,6 @@ published usage on the same log.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -38,6 +37,7 @@ import yaml
 from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from tests.support.helm_chart import CHART, by_kind, helm_run, require_helm
+from tests.support.kube_pipeline import decision_records
 from tests.support.kwok import KwokCluster, pod_events, pods, running, wait_until
 from tests.support.paths import REPO_ROOT
 
@@ -221,7 +221,7 @@ def test_embedded_chart_installs_and_its_containers_schedule_a_gpu_pod(
             node = pods(api, ns)["gpu-pod"].spec.node_name
             assert node.startswith("kwok-node-"), node
             with FileLog(log_dir, readonly=True) as log:
-                recs = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+                recs = decision_records(log)
                 binds = {d["pod"]: d["node"] for r in recs for d in r["decisions"] if d["kind"] == "Bind"}
                 assert binds == {f"{ns}/gpu-pod": node}
                 wait_until(

@@ -11,7 +11,6 @@ and ``bind`` processes, only ``schedulerName`` changed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from tests.support.kai_docs import kai_example
 from tests.support.kai_workload import PYTORCHJOB_CRD, apply_queue, ensure_crd, operator_pods
+from tests.support.kube_pipeline import decision_records
 from tests.support.kwok import (
     HourglassStack,
     KwokCluster,
@@ -33,7 +33,7 @@ from tests.support.kwok import (
 def _bind_cycles(log_dir: Path) -> dict[str, tuple[str, str]]:
     """pod -> (node, cycle id) of its Bind decision."""
     with FileLog(log_dir, readonly=True) as log:
-        recs = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+        recs = decision_records(log)
     return {d["pod"]: (d["node"], r["cycle_id"]) for r in recs for d in r["decisions"] if d["kind"] == "Bind"}
 
 

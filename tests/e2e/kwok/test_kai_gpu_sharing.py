@@ -13,7 +13,6 @@ as KAI's docs apply them.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from ingest.kube.names import ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION
 from ingest.log import DEFAULT_TOPICS
 from tests.support.kai_docs import kai_example
 from tests.support.kai_workload import apply_queue
+from tests.support.kube_pipeline import decision_records
 from tests.support.kwok import HourglassStack, KwokCluster, create_objects, pods, running, wait_until
 
 FRACTION_EXAMPLES = {
@@ -69,7 +69,7 @@ def test_kai_gpu_sharing_examples_run_on_shared_devices(
         ann = pods(api, ns)["gpu-sharing"].metadata.annotations
         assert ann["gpu-memory"] == "2000" and ann[ANNOTATION_GPU_DEVICES], ann
         with FileLog(log_dir, readonly=True) as log:
-            recs = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+            recs = decision_records(log)
             dead = log.read(DEFAULT_TOPICS.deadletter, 0, 100)
         binds = [
             d for r in recs for d in r["decisions"] if d["kind"] == "Bind" and d["pod"] == f"{ns}/gpu-sharing"

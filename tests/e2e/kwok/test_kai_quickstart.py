@@ -7,7 +7,6 @@ must run. Here they must also run where the scheduler decided, with the binder's
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from tests.support.kai_docs import kai_example
 from tests.support.kai_workload import apply_queue
+from tests.support.kube_pipeline import decision_records
 from tests.support.kwok import (
     HourglassStack,
     KwokCluster,
@@ -28,7 +28,7 @@ from tests.support.kwok import (
 
 def _binds(log_dir: Path) -> dict[str, str]:
     with FileLog(log_dir, readonly=True) as log:
-        recs = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+        recs = decision_records(log)
     return {d["pod"]: d["node"] for r in recs for d in r["decisions"] if d["kind"] == "Bind"}
 
 

@@ -193,7 +193,9 @@ def test_kai_workloads_in_two_pools_with_two_shards(
                         return {n: str(v) for n, v in nodes.items()}
                     dead = {n: p.returncode for n, p in procs.items() if p.poll() is not None}
                     if dead or time.monotonic() > deadline:
-                        tails = {f.name: f.read_text(errors="replace")[-1500:] for f in tmp_path.glob("*.err")}
+                        tails = {
+                            f.name: f.read_text(errors="replace")[-1500:] for f in tmp_path.glob("*.err")
+                        }
                         raise AssertionError(f"{what}: {nodes}; exited: {dead}; stderr: {tails}")
                     time.sleep(0.1)
 

@@ -6,7 +6,6 @@ No pod is bound twice, no cycle is recorded twice, and a replay of the log verif
 
 from __future__ import annotations
 
-import json
 import signal
 import socket
 import time
@@ -17,9 +16,9 @@ from typing import Any
 
 from analytics.rerun.replay import load_source, replay
 from ingest.filelog import FileLog
-from ingest.log import DEFAULT_TOPICS
 from tests.support.cli_processes import CliProcess
 from tests.support.kube_objects import apply_crds, make_node, make_pod, make_queue, pod_events, read_pod
+from tests.support.kube_pipeline import decision_records
 
 LEASE_S, RENEW_S, RETRY_S = 3.0, 2.0, 0.25
 
@@ -156,7 +155,7 @@ def test_a_standby_takes_over_from_a_killed_leader_without_binding_twice(
             assert " 0 conflicts" in bind_out, bind_out
             # A pod is bound once: one Scheduled Event each, where the engine decided.
             with FileLog(d, readonly=True) as log:
-                records = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.decisions, 0, 100_000)]
+                records = decision_records(log)
             binds = Counter(dd["pod"] for r in records for dd in r["decisions"] if dd["kind"] == "Bind")
             assert binds == Counter({f"{ns}/p{i}": 1 for i in range(8)})
             for i in range(8):

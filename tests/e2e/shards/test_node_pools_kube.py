@@ -9,7 +9,6 @@ pod of the default pool waits for a default shard, which is not running. Each sh
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.engine.session import SessionConfig
 from tests.support.kube_objects import apply_crds, make_node, make_pod, make_queue, read_pod
+from tests.support.kube_pipeline import decision_records
 
 POOL = "kai.scheduler/node-pool"
 
@@ -145,7 +145,7 @@ def test_each_pod_lands_only_in_its_pool(kube_api: Any, kube_namespace: str, tmp
     for pool in ("a", "b"):
         topics = DEFAULT_TOPICS.for_pool(pool)
         with FileLog(d, readonly=True) as log:
-            records = [json.loads(r.value) for r in log.read(topics.decisions, 0, 100_000)]
+            records = decision_records(log, topics.decisions)
         ids[pool] = {r["cycle_id"] for r in records}
         summary = replay(load_source(d, config=SessionConfig(node_pool=pool), topics=topics), verify=True)
         assert summary.cycles == len(records) > 0 and summary.mismatches == 0
