@@ -63,6 +63,10 @@ class ClaimAllocator:
             self.custom.get_namespaced_custom_object, GROUP, VERSION, ns, "resourceclaims", name
         )
 
+    def _replace(self, fn: Callable[..., Any], ns: str, name: str, claim: dict[str, Any]) -> dict[str, Any]:
+        """PUT a ResourceClaim (``fn``: the object or its status subresource); the object written."""
+        return self._json(fn, GROUP, VERSION, ns, "resourceclaims", name, claim)
+
     def allocate(self, namespace: str, name: str, node: str) -> list[str]:
         """Allocate every ResourceClaim of the pod on ``node`` and reserve it for the pod; the claims
         written (a claim already allocated and reserved for this pod is left as it is: a retried bind)."""
@@ -105,14 +109,8 @@ class ClaimAllocator:
                         *((claim["metadata"].get("finalizers")) or []),
                         dra.FINALIZER,
                     ]
-                    claim = self._json(
-                        self.custom.replace_namespaced_custom_object,
-                        GROUP,
-                        VERSION,
-                        namespace,
-                        "resourceclaims",
-                        claim_name,
-                        claim,
+                    claim = self._replace(
+                        self.custom.replace_namespaced_custom_object, namespace, claim_name, claim
                     )
                 claim["status"] = {
                     **(claim.get("status") or {}),
@@ -122,14 +120,8 @@ class ClaimAllocator:
                         {"resource": "pods", "name": name, "uid": uid},
                     ],
                 }
-                self._json(
-                    self.custom.replace_namespaced_custom_object_status,
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    "resourceclaims",
-                    claim_name,
-                    claim,
+                self._replace(
+                    self.custom.replace_namespaced_custom_object_status, namespace, claim_name, claim
                 )
                 written.append(claim_name)
         return written
@@ -144,12 +136,4 @@ class ClaimAllocator:
             claim["status"] = {**status, "reservedFor": rest or None}
             if not rest:
                 claim["status"]["allocation"] = None
-            self._json(
-                self.custom.replace_namespaced_custom_object_status,
-                GROUP,
-                VERSION,
-                namespace,
-                "resourceclaims",
-                claim_name,
-                claim,
-            )
+            self._replace(self.custom.replace_namespaced_custom_object_status, namespace, claim_name, claim)
