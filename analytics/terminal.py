@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-__all__ = ["DEFAULT_WIDTH", "Col", "console", "dropped_note", "fitted_table"]
+__all__ = ["DEFAULT_WIDTH", "Col", "console", "dropped_note", "fitted_table", "output_width", "wrap_lines"]
 
 #: Columns assumed when the output is not a terminal and ``COLUMNS`` is not set.
 DEFAULT_WIDTH = 100
@@ -35,6 +35,37 @@ def console(file: IO[str] | None = None) -> Console:
     if not con.is_terminal and not os.environ.get("COLUMNS", "").strip().isdigit():
         con = Console(file=file, width=DEFAULT_WIDTH)
     return con
+
+
+def output_width(file: IO[str] | None = None) -> int:
+    """How many columns the output has (module doc): the terminal's, else ``COLUMNS``, else 100."""
+    return int(console(file).width)
+
+
+def wrap_lines(lines: Sequence[str], width: int) -> list[str]:
+    """Prose lines folded at word boundaries to *width*; a continuation is indented four more than its
+    line, so indented blocks stay readable. Words longer than the room left (ids, paths) are kept whole:
+    a cut id is worse than a long line."""
+    import textwrap
+
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = line[: len(line) - len(line.lstrip(" "))]
+        out.extend(
+            textwrap.wrap(
+                line.strip(" "),
+                width=width,
+                initial_indent=lead,
+                subsequent_indent=lead + "    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            or [line]
+        )
+    return out
 
 
 @dataclass(frozen=True)

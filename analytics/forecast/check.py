@@ -358,5 +358,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(res.to_json(), indent=2))
     else:
-        sys.stdout.write(res.text())
+        from analytics.terminal import output_width, wrap_lines
+
+        lines = wrap_lines(res.text().splitlines(), output_width(sys.stdout))
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
     return 0 if res.outcome != "unschedulable" else 1

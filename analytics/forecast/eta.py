@@ -374,7 +374,9 @@ def _forward(tr: Tracker, target: str, now_ms: int, pct: int, s: Setting) -> int
             return
         if fu is not None:
             fu.change(at, queue_of(uid), _held(pod), -1)
-        run.apply(ev.PodFinished(at_ms=at, name=name, namespace=ns, phase="Failed" if evicted else "Succeeded"))
+        run.apply(
+            ev.PodFinished(at_ms=at, name=name, namespace=ns, phase="Failed" if evicted else "Succeeded")
+        )
         run.apply(ev.PodDeleted(at_ms=at, name=name, namespace=ns))
         if evicted:
             info = tr.pods.get(uid)
@@ -1094,5 +1096,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(answer.to_json(), indent=2))
     else:
-        sys.stdout.write(answer.text())
+        from analytics.terminal import output_width, wrap_lines
+
+        lines = wrap_lines(answer.text().splitlines(), output_width(sys.stdout))
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
     return 0

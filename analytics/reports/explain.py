@@ -699,5 +699,7 @@ def run_cli(args: argparse.Namespace) -> int:
     except ExplainError as exc:
         print(f"explain: {exc}", file=sys.stderr)
         return 2
-    sys.stdout.write(e.text())
+    from analytics.terminal import output_width, wrap_lines
+
+    sys.stdout.write("".join(f"{line}\n" for line in wrap_lines(e.lines, output_width(sys.stdout))))
     return 0

@@ -172,3 +172,39 @@ def test_a_wide_terminal_shows_every_column(
     render(build_report(run), "table", out)
     assert "left out" not in out.getvalue()
     assert "CPU core-h" in out.getvalue() and "wait mean" in out.getvalue()
+
+
+def test_wrap_lines_folds_prose_and_keeps_ids_whole() -> None:
+    from analytics.terminal import wrap_lines
+
+    long_id = "c" * 90
+    lines = ["short", "  " + " ".join(["word"] * 40), f"id {long_id} end"]
+    out = wrap_lines(lines, 40)
+    assert out[0] == "short"
+    body = [line for line in out if line.lstrip().startswith("word")]
+    assert body[0].startswith("  word") and all(b.startswith("      word") for b in body[1:])
+    assert all(len(line) <= 40 for line in body)
+    assert any(line.strip() == long_id for line in out)  # too long to fit: whole on a line of its own
+    assert " ".join(" ".join(out).split()) == " ".join(" ".join(lines).split())
+
+
+def test_explain_prose_fits_80_columns(
+    recording: tuple[Path, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`explain` prints long reasons and advice; at 80 columns every line fits and no word is lost."""
+    from analytics.cli import main
+    from analytics.reports.explain import explain
+
+    run, _ = recording
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    pods = ["openb-pod-0017", "openb-pod-0113"]
+    widest = 0
+    for pod in pods:
+        assert main(["explain", pod, "--store", str(run)]) == 0
+        out = capsys.readouterr().out
+        _assert_fits(out)
+        assert " ".join(out.split()) == " ".join(explain(run, pod).text().split())
+        widest = max(widest, max(len(line) for line in explain(run, pod).lines))
+    assert widest > WIDTH  # the case is real: unfolded, some line would not fit

@@ -359,10 +359,11 @@ def test_a_gated_pod_is_not_pending_yet(tmp_path: Path) -> None:
 
 
 def test_the_examples_in_docs_are_what_the_commands_print(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/eta.md shows the output of `eta` and `check` on examples/eta-one-queue.yaml: it must be
-    exactly what they print."""
+    """docs/eta.md shows the output of `eta` and `check` on examples/eta-one-queue.yaml at 80 columns: it
+    must be exactly what they print, and fit."""
+    monkeypatch.setenv("COLUMNS", "80")
     root = REPO_ROOT
     docs = (root / "docs" / "eta.md").read_text()
 
@@ -391,7 +392,9 @@ def test_the_examples_in_docs_are_what_the_commands_print(
     capsys.readouterr()
     # The pod file the docs name is the one shipped in examples/.
     assert main(["check", "-f", str(root / "examples" / "probe.yaml"), "--log", str(run)]) == 1
-    assert capsys.readouterr().out == shown("$ hourglass check -f examples/probe.yaml --log run/")
+    checked = capsys.readouterr().out
+    assert checked == shown("$ hourglass check -f examples/probe.yaml --log run/")
+    assert all(len(line) <= 80 for line in (out + checked).splitlines())
 
 
 def test_time_based_fair_share_evolves_in_the_forward_runs(

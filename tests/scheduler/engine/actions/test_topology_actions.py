@@ -166,7 +166,7 @@ def test_explain_names_the_domain_of_a_placed_gang(preferred_run: tuple[Path, di
     (row,) = sql_json(
         out, "SELECT job, domain, within_preferred FROM gang_placements ORDER BY logical_time_ms LIMIT 1"
     )
-    text = cli("explain", "--store", str(out), f"{row['job']}-0")
+    text = " ".join(cli("explain", "--store", str(out), f"{row['job']}-0").split())  # unfolded
     met = "met" if row["within_preferred"] else "not met"
     assert (
         f"Topology dc: the gang's placed pods are within {row['domain']}; it prefers one {RACK} ({met}"
