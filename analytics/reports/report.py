@@ -703,7 +703,14 @@ def _jain_trend(
     if not names:
         return []
     n = -(-(hi - lo) // bucket_ms)
-    bounds = "SELECT b, $1 + b * $4 AS b0, least($1 + (b + 1) * $4, $2) AS b1 FROM range(0, $5) t(b)"
+    # A last bucket of a sliver (the window ends one ms past the last record) would be a row of nothing:
+    # it joins the bucket before it.
+    if n > 1 and (hi - lo) - (n - 1) * bucket_ms < bucket_ms // 10:
+        n -= 1
+    bounds = (
+        "SELECT b, $1 + b * $4 AS b0, CASE WHEN b = $5 - 1 THEN $2 ELSE least($1 + (b + 1) * $4, $2) END AS b1"
+        " FROM range(0, $5) t(b)"
+    )
     params = [lo, hi, end, bucket_ms, n]
     got: dict[tuple[int, str], float] = {}
     for b, q, v in _rows(
@@ -747,7 +754,7 @@ def _jain_trend(
     }
     out = []
     for b in range(n):
-        b0, b1 = lo + b * bucket_ms, min(lo + (b + 1) * bucket_ms, hi)
+        b0, b1 = lo + b * bucket_ms, hi if b == n - 1 else min(lo + (b + 1) * bucket_ms, hi)
         xs = [got.get((b, q), 0.0) / fair[(b, q)] for q in names if fair.get((b, q), 0.0) > 0]
         held = sum(got.get((b, q), 0.0) for q in names) * GPU_MILLI * MS_PER_HOUR
         out.append(

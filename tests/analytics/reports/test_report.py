@@ -324,7 +324,14 @@ def test_jains_index_by_its_formula(name: str, request: pytest.FixtureRequest) -
     for b in trend:
         if b["jain_index"] is not None:
             assert 1 / b["queues"] - 1e-12 <= b["jain_index"] <= 1 + 1e-12
-    b = trend[len(trend) // 2]
+    # A window ending one ms past a bucket boundary has no row of that one ms: it joins the last bucket.
+    span = trend[0]["to_ms"] - trend[0]["from_ms"]
+    assert len(trend) == 1 or trend[-1]["to_ms"] - trend[-1]["from_ms"] >= span // 10
+    for b in (trend[len(trend) // 2], trend[-1]):
+        _bucket_index_by_its_formula(raw, leaves, b)
+
+
+def _bucket_index_by_its_formula(raw: Any, leaves: list[str], b: dict[str, Any]) -> None:
     part = raw.gpu_hours(b["from_ms"], b["to_ms"])
     part_fair = raw.fair_share_gpu_hours(capped=True, lo=b["from_ms"], hi=b["to_ms"], classic=True)
     ys = [part[q] / part_fair[q] for q in leaves if part_fair[q] > 0]
@@ -569,3 +576,20 @@ def test_a_window_of_milliseconds_says_so_instead_of_bare_zeros(tmp_path: Path) 
     rep = build_report(db)
     assert rep.window.to_ms - rep.window.from_ms < 60_000
     assert any("window is only" in n for n in rep.notes)
+
+
+def test_a_window_one_ms_past_a_bucket_boundary_has_no_empty_last_row(tmp_path: Path) -> None:
+    """The window ends one ms past the last record; a run that ends on a bucket boundary (two days of
+    examples/two-queue-oscillation.yaml: day buckets) would get a last row of that one ms, with no index
+    and 0 % allocation. It joins the bucket before it."""
+    from analytics.reports.report import MS_PER_DAY
+    from tests.support.paths import REPO_ROOT
+
+    run = tmp_path / "run"
+    example = str(REPO_ROOT / "examples" / "two-queue-oscillation.yaml")
+    assert main(["simulate", "--config", example, "--set", "duration=2d", "--out", str(run), "--json"]) == 0
+    rep = _report(run)
+    trend = rep.jain_trend
+    assert rep.window.to_ms % MS_PER_DAY == 1  # the case is real
+    assert [(b["from_ms"], b["to_ms"]) for b in trend] == [(0, MS_PER_DAY), (MS_PER_DAY, rep.window.to_ms)]
+    assert all(b["jain_index"] is not None and b["allocation_ratio"] > 0.9 for b in trend)
