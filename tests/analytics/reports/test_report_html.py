@@ -23,6 +23,7 @@ import pytest
 
 from analytics.cli import main
 from analytics.reports.report_html import PLOTS
+from tests.support.chromium import chromium_or_skip
 from tests.support.paths import REPO_ROOT
 
 SCREENSHOT = REPO_ROOT / "docs" / "img" / "report.png"
@@ -31,14 +32,7 @@ WIDTH, HEIGHT = 1300, 3350
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    for name in (os.environ.get("HOURGLASS_CHROMIUM", ""), "chromium", "chromium-browser"):
-        path = shutil.which(name) if name else None
-        if path:
-            return path
-    message = "Chromium not found (tools/chromium/install.sh installs Debian's package)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI is set, so the browser test must run", pytrace=False)
-    pytest.skip(message)
+    return chromium_or_skip()
 
 
 @pytest.fixture(scope="module")

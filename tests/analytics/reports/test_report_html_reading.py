@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from analytics.cli import main
+from tests.support.chromium import chromium_or_skip
 
 WIDTH, HEIGHT = 1300, 4200  # the whole page in the viewport: elementFromPoint sees only what is in view
 LEAVES = ["team-a", "team-b", "team-c"]
@@ -98,14 +99,7 @@ _MEASURE = """
 
 @pytest.fixture(scope="module")
 def chromium() -> str:
-    for name in (os.environ.get("HOURGLASS_CHROMIUM", ""), "chromium", "chromium-browser"):
-        path = shutil.which(name) if name else None
-        if path:
-            return path
-    message = "Chromium not found (tools/chromium/install.sh installs Debian's package)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI is set, so the browser test must run", pytrace=False)
-    pytest.skip(message)
+    return chromium_or_skip()
 
 
 @pytest.fixture(scope="module")
