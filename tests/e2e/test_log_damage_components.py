@@ -22,6 +22,7 @@ from ingest.events import dump_event
 from ingest.filelog import FILE_HEADER, FileLog
 from ingest.log import LogError, Topics
 from scheduler.service import Service
+from tests.support.damage import damage_commit
 from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 TOPICS = Topics()
@@ -189,23 +190,6 @@ def test_commands_stop_with_one_line(
         assert len(err.splitlines()) == 1 and "CRC mismatch" in err, (args, err)
 
 
-def _damage_commit(data: bytes, kind: str) -> bytes:
-    """The middle byte of a commit file ("<offset> <crc>\\n") truncated, flipped, zeroed, deleted or
-    inflated (a digit inserted)."""
-    at, b = len(data) // 2, bytearray(data)
-    if kind == "truncate":
-        return bytes(b[:at])
-    if kind == "flip":
-        b[at] ^= 0x01
-    elif kind == "zero":
-        b[at] = 0
-    elif kind == "delete":
-        del b[at]
-    elif kind == "inflate":
-        b.insert(at, ord("9"))
-    return bytes(b)
-
-
 def _store_counts(path: Path) -> tuple[int, ...]:
     with AuditStore(path) as st:
         return tuple(st.count(t) for t in ("events", "cycles", "decisions"))
@@ -230,7 +214,7 @@ def test_damaged_commit_files(base_log: Path, tmp_path: Path, kind: str) -> None
         if kind == "remove":
             path.unlink()
         else:
-            path.write_bytes(_damage_commit(saved, kind))
+            path.write_bytes(damage_commit(saved, kind))
         assert _sink(d, store) == ("ok" if kind == "remove" else "error"), path
         assert _store_counts(store) == want  # nothing loaded twice, nothing lost
         path.write_bytes(saved)
@@ -238,6 +222,6 @@ def test_damaged_commit_files(base_log: Path, tmp_path: Path, kind: str) -> None
         if kind == "remove":
             path.unlink()
         else:
-            path.write_bytes(_damage_commit(path.read_bytes(), kind))
+            path.write_bytes(damage_commit(path.read_bytes(), kind))
     assert _run(d) == "ok"
     assert _cycle_ids(d) == _cycle_ids(base_log)

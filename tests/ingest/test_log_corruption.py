@@ -18,6 +18,7 @@ import pytest
 
 from ingest.filelog import FILE_HEADER, FileLog
 from ingest.log import LogError
+from tests.support.damage import damage_commit
 
 N = 5
 VALUES = [f"value-{i:04d}-".encode() + bytes(range(32, 32 + 20 + i)) for i in range(N)]
@@ -242,23 +243,6 @@ def test_commit_file_deleted_or_a_directory(tmp_path: Path) -> None:
             lg.committed("g", "t")
 
 
-def _damage_commit(data: bytes, kind: str, where: str) -> bytes:
-    """One byte of a commit file truncated, flipped, zeroed, deleted or inflated (a digit inserted)."""
-    at = {"head": 0, "middle": len(data) // 2, "tail": len(data) - 1}[where]
-    b = bytearray(data)
-    if kind == "truncate":
-        return bytes(b[1:] if where == "head" else b[:at])
-    if kind == "flip":
-        b[at] ^= 0x01
-    elif kind == "zero":
-        b[at] = 0
-    elif kind == "delete":
-        del b[at]
-    elif kind == "inflate":
-        b.insert(at, ord("9"))
-    return bytes(b)
-
-
 # Only the trailing newline can go without changing what the file says; every other damage is an error.
 COMMIT_TABLE: dict[tuple[str, str], int | str] = {
     (kind, where): 1234 if (kind, where) in {("truncate", "tail"), ("delete", "tail")} else "error"
@@ -274,7 +258,7 @@ def test_commit_file_damage_table(tmp_path: Path, kind: str, where: str) -> None
     with FileLog(tmp_path) as lg:
         lg.commit("g", "t", 1234)
     path = _commit_path(tmp_path)
-    path.write_bytes(_damage_commit(path.read_bytes(), kind, where))
+    path.write_bytes(damage_commit(path.read_bytes(), kind, where))
     with FileLog(tmp_path, readonly=True) as lg:
         if COMMIT_TABLE[(kind, where)] == "error":
             with pytest.raises(LogError, match="corrupt commit file") as info:
