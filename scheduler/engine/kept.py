@@ -553,7 +553,10 @@ def reopen(
     ssn.vol_picks = None
     ssn.static_cache = {}
     ssn._pod_index = None
-    ssn.anti_present = bool(index.anti)
+    ssn.anti_present = bool(index.anti) or any(
+        fp.pod_anti_affinity and fp.node in node_by_name and any(not a.weight for a in fp.pod_anti_affinity)
+        for fp in state.foreign_pods
+    )
     ssn.last_why = Counter()
     ssn.work = Counter()
     ssn.decisions = []

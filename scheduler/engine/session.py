@@ -784,6 +784,8 @@ class Session:
             fnode = self.node_by_name.get(fp.node)
             if fnode is not None:
                 fnode.add_foreign(fp)
+                if any(not t.weight for t in fp.pod_anti_affinity):
+                    self.anti_present = True
         for job in self.jobs:
             if len(job.tasks) > 1:
                 job.tasks.sort(key=TaskInfo.sort_key)
@@ -829,7 +831,8 @@ class Session:
                     idx.add(t.uid, self._entry(t, t.node, t.status))
             for fp in self.state.foreign_pods:
                 if fp.node in self.node_by_name:
-                    idx.add(fp.uid, Entry(fp.namespace, fp.labels, fp.node, fp.releasing, ()))
+                    anti = tuple(a for a in fp.pod_anti_affinity if not a.weight)
+                    idx.add(fp.uid, Entry(fp.namespace, fp.labels, fp.node, fp.releasing, anti))
             self._pod_index = idx
         return self._pod_index
 

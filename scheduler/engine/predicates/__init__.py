@@ -131,6 +131,7 @@ REASON_CODES: dict[str, str] = {
     "node(s) were unschedulable": "NodeUnschedulable",
     "node(s) didn't match Pod's node affinity/selector": "NodeAffinity",
     "node(s) had too many pods": "TooManyPods",
+    resources.INSUFFICIENT_EPHEMERAL_STORAGE: "Insufficientephemeral-storage",
 }
 
 
