@@ -309,6 +309,17 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
                 node=n.name,
                 requests=ev.PodRequests(cpu_millicores=100, memory_bytes=2**20, gpus=rng.choice([0, 0, 1])),
                 labels={"app": "ds"},
+                # Half of them repel every constrained pod from their node (existing pods' anti-affinity).
+                pod_anti_affinity=[
+                    ev.PodAffinityTerm(
+                        label_selector=ev.LabelSelector(
+                            match_expressions=[ev.LabelSelectorRequirement(key="job", operator="Exists")]
+                        ),
+                        topology_key="kubernetes.io/hostname",
+                    )
+                ]
+                if rng.random() < 0.5
+                else [],
             )
         )
     if b.foreign and rng.random() < 0.2:
