@@ -46,9 +46,9 @@ from ingest.fastdecode import (
 
 __all__ = [
     "DEFAULT_MAX_PODS",
-    "EPHEMERAL_STORAGE",
     "DEFAULT_QUEUE_PRIORITY",
     "DEFAULT_SCHEDULER_NAME",
+    "EPHEMERAL_STORAGE",
     "EVENT_TYPES",
     "FAST_PATH",
     "LIMITS",

@@ -902,11 +902,34 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
     return _Totals(out["cpu"], out["memory"], out["gpus"], tuple(sorted(ext.items())))
 
 
+def _pod_level(key: str, spec: dict[str, Any], total: _Totals) -> _Totals:
+    """`total` with the pod-level requests (``spec.resources``) in place of the containers' sum for the
+    resources pod-level resources cover (CPU, memory, hugepages), as component-helpers ``PodRequests`` does;
+    a pod-level limit without a request is the request (the API server's defaulting)."""
+    level = _dict(spec.get("resources"))
+    names = set(_dict(level.get("requests"))) | set(_dict(level.get("limits")))
+    covered = {n for n in names if n in ("cpu", "memory") or str(n).startswith("hugepages-")}
+    if not covered:
+        return total
+    only = {
+        part: {n: v for n, v in _dict(level.get(part)).items() if n in covered}
+        for part in ("requests", "limits")
+    }
+    given = _amounts(key, "spec.resources", only)
+    ext = dict(total.ext) | dict(given.ext)
+    return _Totals(
+        given.cpu if "cpu" in covered else total.cpu,
+        given.memory if "memory" in covered else total.memory,
+        total.gpus,
+        tuple(sorted(ext.items())),
+    )
+
+
 def pod_requests(obj: dict[str, Any]) -> PodRequests:
     """A pod's effective request, as KAI computes it (kai-spec §2.5, §2.6).
 
-    max(sum of containers and sidecars, each init container plus the sidecars started before it) +
-    overhead, per resource (a sidecar is an init container with ``restartPolicy: Always``); whole GPUs from
+    max(sum of containers and sidecars, each init container plus the sidecars started before it), or the
+    pod-level request where ``spec.resources`` sets one (CPU, memory, hugepages), + overhead, per resource (a sidecar is an init container with ``restartPolicy: Always``); whole GPUs from
     ``nvidia.com/gpu``; shared GPUs from the ``gpu-fraction`` / ``gpu-memory`` /
     ``gpu-fraction-num-devices`` annotations.
     """
@@ -931,6 +954,7 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         else:
             peak = peak.max(amounts.plus(sidecars))
     total = total.max(peak)
+    total = _pod_level(key, spec, total)
     overhead = _dict(spec.get("overhead"))
     if overhead:
         total = total.plus(_amounts(key, "spec.overhead", {"requests": overhead}))

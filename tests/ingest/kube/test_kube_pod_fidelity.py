@@ -226,6 +226,19 @@ def test_ephemeral_storage_is_summed_like_cpu() -> None:
     assert kube.pod_requests(sidecar).extended == {"ephemeral-storage": 2 * 2**30}
 
 
+def test_pod_level_resources_replace_the_containers_sum() -> None:
+    # component-helpers PodRequests: a pod-level request of CPU / memory / hugepages stands for the
+    # containers' (a pod-level limit alone is the request), overhead still added; ephemeral storage is not
+    # a pod-level resource, so it stays the containers' sum.
+    obj = _pod(
+        [_c("a", cpu="1", memory="1Gi", **{"ephemeral-storage": "1Gi"}), _c("b", cpu="1")],
+        resources={"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
+        overhead={"cpu": "100m"},
+    )
+    r = kube.pod_requests(obj)
+    assert (r.cpu_millicores, r.memory_bytes, r.extended) == (4100, 8 * 2**30, {"ephemeral-storage": 2**30})
+
+
 def test_node_allocatable_ephemeral_storage_is_read() -> None:
     assert kube.node_upserted(_node("n1", **{"ephemeral-storage": "100Gi"}), 0).extended == {
         "ephemeral-storage": 100 * 2**30

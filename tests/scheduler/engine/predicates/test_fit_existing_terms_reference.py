@@ -8,7 +8,8 @@ The reference is a transcription of the Go, independent of the engine:
 - ``resource.PodRequests`` / ``AggregateContainerRequests`` (k8s.io/component-helpers v0.36.3,
   resource/helpers.go): containers summed; each init container's use is its request plus the sidecars
   (``restartPolicy: Always``) started before it, a sidecar also adds to the total; the pod needs the larger of
-  the two per resource; then ``spec.overhead`` is added. A container's missing request is its limit (the API
+  the two per resource; a pod-level request (``spec.resources``, CPU and memory) replaces that; then
+  ``spec.overhead`` is added. A container's missing request is its limit (the API
   server's defaulting, before kube-scheduler sees the pod).
 - ``noderesources.fitsRequest`` (noderesources/fit.go): too many pods, then (unless the pod asks for nothing)
   CPU, memory, ephemeral storage and each scalar resource against allocatable minus the requests of every pod
@@ -84,6 +85,11 @@ def ref_pod_requests(pod: dict[str, Any]) -> dict[str, int]:
             creqs = tmp
         _max(init_reqs, creqs)
     _max(reqs, init_reqs)
+    level = spec.get("resources", {})
+    level_reqs = dict(level.get("limits", {})) | dict(level.get("requests", {}))  # API server defaulting
+    for k, v in level_reqs.items():
+        if k in ("cpu", "memory"):  # IsSupportedPodLevelResource (and hugepages, not drawn here)
+            reqs[k] = _quantity(k, v)
     _add(reqs, {k: _quantity(k, v) for k, v in spec.get("overhead", {}).items()})
     return reqs
 
@@ -200,6 +206,9 @@ def resource_pod(draw: st.DrawFn, name: str, node: str | None = None) -> dict[st
     inits = [draw(container(f"i{i}", sidecar_allowed=True)) for i in range(draw(st.integers(0, 3)))]
     if inits:
         spec["initContainers"] = inits
+    level = draw(st.sampled_from([None, {"requests": {"cpu": "1"}}, {"limits": {"memory": "1Ki"}}]))
+    if level:
+        spec["resources"] = level  # pod-level resources (CPU and memory)
     overhead = draw(st.sampled_from([None, {"cpu": "100m"}, {"ephemeral-storage": "512"}]))
     if overhead:
         spec["overhead"] = overhead
