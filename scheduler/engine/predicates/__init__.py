@@ -94,8 +94,11 @@ def preference_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> li
 
     pod = task.pod
     has_pref_pod = any(t.weight for t in pod.pod_affinity) or any(t.weight for t in pod.pod_anti_affinity)
+    # Placed pods' terms that select this pod add to the same inter-pod score (kube-scheduler's
+    # processExistingPod: their required affinity with hardPodAffinityWeight, their preferred terms).
+    existing = ssn.pod_index().soft_against(pod.namespace, pod.labels) if ssn.soft_present else []
     anyway = [c for c in pod.topology_spread if c.when_unsatisfiable == "ScheduleAnyway"]
-    if not (pod.preferred_affinity or has_pref_pod or anyway):
+    if not (pod.preferred_affinity or has_pref_pod or existing or anyway):
         return None
     total = [0.0] * len(nodes)
     if pod.preferred_affinity:
@@ -106,8 +109,12 @@ def preference_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> li
             for n in nodes
         ]
         total = [a + b for a, b in zip(total, _scaled(raw, PREFERRED_NODE_AFFINITY_WEIGHT), strict=True)]
-    if has_pref_pod:
-        raw = interpod.preference(ssn, task, nodes)
+    if has_pref_pod or existing:
+        raw = interpod.preference(ssn, task, nodes) if has_pref_pod else [0.0] * len(nodes)
+        if existing:
+            raw = [
+                a + b for a, b in zip(raw, interpod.existing_preference(ssn, existing, nodes), strict=True)
+            ]
         total = [a + b for a, b in zip(total, _scaled(raw, PREFERRED_POD_AFFINITY_WEIGHT), strict=True)]
     if anyway:
         raw = spread.preference(spread.resolve(ssn, task, "ScheduleAnyway"), nodes)

@@ -24,6 +24,26 @@ class Entry:
     node: str
     releasing: bool
     anti: tuple[PodAffinityTerm, ...]  # its required anti-affinity terms (symmetric check)
+    # Its terms that score an incoming pod they select (kube-scheduler's processExistingPod): required
+    # affinity with HARD_POD_AFFINITY_WEIGHT, preferred affinity +weight, preferred anti-affinity -weight.
+    soft: tuple[tuple[PodAffinityTerm, int], ...] = ()
+
+
+HARD_POD_AFFINITY_WEIGHT = 1  # kube-scheduler's InterPodAffinityArgs.hardPodAffinityWeight default
+
+
+def has_soft_terms(affinity: tuple[PodAffinityTerm, ...], anti: tuple[PodAffinityTerm, ...]) -> bool:
+    """Whether a placed pod with these terms scores incoming pods (:func:`soft_terms` is not empty)."""
+    return bool(affinity) or any(t.weight for t in anti)
+
+
+def soft_terms(
+    affinity: tuple[PodAffinityTerm, ...], anti: tuple[PodAffinityTerm, ...]
+) -> tuple[tuple[PodAffinityTerm, int], ...]:
+    """A placed pod's terms that score incoming pods, with their signed weights."""
+    out = [(t, t.weight or HARD_POD_AFFINITY_WEIGHT) for t in affinity]
+    out += [(t, -t.weight) for t in anti if t.weight]
+    return tuple(out)
 
 
 class PodIndex:
@@ -34,6 +54,7 @@ class PodIndex:
         self.entries: dict[str, Entry] = {}
         self._counts: dict[SelectorKey, dict[str, list[int]]] = {}
         self.holders: dict[str, Entry] = {}  # pods with required anti-affinity terms
+        self.soft_holders: dict[str, Entry] = {}  # pods with terms that score incoming pods (Entry.soft)
         # Pods by one label (key, value), and cached selectors by their first matchLabels pair, so a
         # selector is counted from the pods that carry its label and a move updates only the selectors
         # that can match it (dicts as ordered sets: sums do not depend on order, iteration stays stable).
@@ -64,6 +85,8 @@ class PodIndex:
             self.holders[uid] = e
             for i, t in enumerate(e.anti):
                 self._anti_bucket(uid, i, t)[(uid, i)] = None
+        if e.soft:
+            self.soft_holders[uid] = e
         for kv in e.labels.items():
             self._by_label.setdefault(kv, {})[uid] = None
         self._touch(e, 1)
@@ -73,6 +96,7 @@ class PodIndex:
         if e is None:
             return
         self.holders.pop(uid, None)
+        self.soft_holders.pop(uid, None)
         for i, t in enumerate(e.anti):
             self._anti_bucket(uid, i, t).pop((uid, i), None)
         for kv in e.labels.items():
@@ -116,4 +140,16 @@ class PodIndex:
             t = e.anti[i]
             if term_covers(t, e.namespace, namespace, labels, self.namespaces.get(namespace)):
                 out.append((e.node, e.releasing, t.topology_key))
+        return out
+
+    def soft_against(self, namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str, int]]:
+        """Placed pods' scoring terms (:attr:`Entry.soft`) that select a pod (namespace, labels):
+        ``(node, topology_key, signed weight)`` per matching term, in pod-uid order."""
+        out = []
+        ns_labels = self.namespaces.get(namespace)
+        for uid in sorted(self.soft_holders):
+            e = self.soft_holders[uid]
+            for t, w in e.soft:
+                if term_covers(t, e.namespace, namespace, labels, ns_labels):
+                    out.append((e.node, t.topology_key, w))
         return out
