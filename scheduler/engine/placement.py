@@ -210,7 +210,7 @@ def ordered_fits(
             and not scoring.is_plain_kai(ssn.config.node_scoring)
             and not task.constrained
             and not ssn.anti_present
-            and not ssn.soft_present
+            and not predicates.existing_terms(ssn, task)
         )
         _scan_columns(ssn, cols, task, nodes, allow_idle, fits, why, kinds)
     else:
@@ -227,7 +227,7 @@ def ordered_fits(
         scores = rule.score(ssn, task, fits)
         pref = (
             predicates.preference_scores(ssn, task, [f.node for f in fits])
-            if task.preferences or ssn.soft_present
+            if task.preferences or predicates.existing_terms(ssn, task)
             else None
         )
         if pref is not None:
@@ -354,7 +354,7 @@ def _vector_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> 
         and scoring.is_plain_kai(cfg.node_scoring)
         and not task.constrained  # includes preferences, extended resources, ports, volumes
         and not ssn.anti_present
-        and not ssn.soft_present
+        and not predicates.existing_terms(ssn, task)
         and not task.request.is_shared
         and columns(ssn) is not None
     )
@@ -437,7 +437,7 @@ def _walk_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bo
         and scoring.is_plain_kai(cfg.node_scoring)
         and not task.constrained
         and not ssn.anti_present
-        and not ssn.soft_present
+        and not predicates.existing_terms(ssn, task)
         and columns(ssn) is not None
     )
 
@@ -603,7 +603,7 @@ def _fast_path_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) 
     if (
         not FAST_PATH
         or task.preferences  # the fast path knows KAI's score tiers, not preference scores
-        or ssn.soft_present  # ... nor the score placed pods' terms give
+        or predicates.existing_terms(ssn, task)  # ... nor the score placed pods' terms give
         or cfg.node_scoring != "kai"
         or nodes is not ssn.nodes
     ):

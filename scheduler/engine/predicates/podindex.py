@@ -55,6 +55,9 @@ class PodIndex:
         self._counts: dict[SelectorKey, dict[str, list[int]]] = {}
         self.holders: dict[str, Entry] = {}  # pods with required anti-affinity terms
         self.soft_holders: dict[str, Entry] = {}  # pods with terms that score incoming pods (Entry.soft)
+        # Their terms by the selector's first matchLabels pair, as the anti-affinity terms below.
+        self._soft_by_label: dict[tuple[str, str], dict[tuple[str, int], None]] = {}
+        self._soft_any: dict[tuple[str, int], None] = {}
         # Pods by one label (key, value), and cached selectors by their first matchLabels pair, so a
         # selector is counted from the pods that carry its label and a move updates only the selectors
         # that can match it (dicts as ordered sets: sums do not depend on order, iteration stays stable).
@@ -79,6 +82,10 @@ class PodIndex:
         ml = term.selector.match_labels
         return self._anti_by_label.setdefault(ml[0], {}) if ml else self._anti_any
 
+    def _soft_bucket(self, term: PodAffinityTerm) -> dict[tuple[str, int], None]:
+        ml = term.selector.match_labels
+        return self._soft_by_label.setdefault(ml[0], {}) if ml else self._soft_any
+
     def add(self, uid: str, e: Entry) -> None:
         self.entries[uid] = e
         if e.anti:
@@ -87,6 +94,8 @@ class PodIndex:
                 self._anti_bucket(uid, i, t)[(uid, i)] = None
         if e.soft:
             self.soft_holders[uid] = e
+            for i, (t, _) in enumerate(e.soft):
+                self._soft_bucket(t)[(uid, i)] = None
         for kv in e.labels.items():
             self._by_label.setdefault(kv, {})[uid] = None
         self._touch(e, 1)
@@ -97,6 +106,8 @@ class PodIndex:
             return
         self.holders.pop(uid, None)
         self.soft_holders.pop(uid, None)
+        for i, (t, _) in enumerate(e.soft):
+            self._soft_bucket(t).pop((uid, i), None)
         for i, t in enumerate(e.anti):
             self._anti_bucket(uid, i, t).pop((uid, i), None)
         for kv in e.labels.items():
@@ -144,12 +155,16 @@ class PodIndex:
 
     def soft_against(self, namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str, int]]:
         """Placed pods' scoring terms (:attr:`Entry.soft`) that select a pod (namespace, labels):
-        ``(node, topology_key, signed weight)`` per matching term, in pod-uid order."""
+        ``(node, topology_key, signed weight)`` per matching term, in (pod uid, term) order."""
+        refs: list[tuple[str, int]] = list(self._soft_any)
+        for kv in labels.items():
+            refs.extend(self._soft_by_label.get(kv, ()))
+        refs.sort()
         out = []
         ns_labels = self.namespaces.get(namespace)
-        for uid in sorted(self.soft_holders):
+        for uid, i in refs:
             e = self.soft_holders[uid]
-            for t, w in e.soft:
-                if term_covers(t, e.namespace, namespace, labels, ns_labels):
-                    out.append((e.node, t.topology_key, w))
+            t, w = e.soft[i]
+            if term_covers(t, e.namespace, namespace, labels, ns_labels):
+                out.append((e.node, t.topology_key, w))
         return out
