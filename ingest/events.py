@@ -48,6 +48,7 @@ __all__ = [
     "DEFAULT_MAX_PODS",
     "DEFAULT_QUEUE_PRIORITY",
     "DEFAULT_SCHEDULER_NAME",
+    "EPHEMERAL_STORAGE",
     "EVENT_TYPES",
     "FAST_PATH",
     "LIMITS",
@@ -172,10 +173,15 @@ TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 _RESOURCE_NAME = re.compile(
     r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?|hugepages-[0-9A-Za-z]+)"
 )
-_CORE_RESOURCES: Final = frozenset({"cpu", "memory", "nvidia.com/gpu", "pods", "ephemeral-storage"})
+_CORE_RESOURCES: Final = frozenset({"cpu", "memory", "nvidia.com/gpu", "pods"})
+EPHEMERAL_STORAGE: Final = "ephemeral-storage"
+"""The one unqualified resource carried among the extended ones (bytes): a node filter like any of them,
+never quota (kube-scheduler's NodeResourcesFit checks it against allocatable)."""
 
 
 def _check_resource_name(name: str) -> str:
+    if name == EPHEMERAL_STORAGE:
+        return name
     if name in _CORE_RESOURCES:
         raise ValueError(f"{name!r} has its own field; extended resources are the others")
     if len(name) > 253 or not _RESOURCE_NAME.fullmatch(name):
@@ -835,8 +841,10 @@ class PodUngated(EventBase):
 
 class ForeignPodUpserted(EventBase):
     """(v2) A non-terminal pod bound to a node by another scheduler (DaemonSets, default-scheduler pods,
-    KAI during a migration). Only what the engine needs: its requests, node, labels and host ports. It
-    leaves through :class:`PodFinished` or :class:`PodDeleted`; ``releasing`` is a set deletionTimestamp."""
+    KAI during a migration). Only what the engine needs: its requests, node, labels, host ports and its
+    inter-pod terms (its required anti-affinity keeps our pods out of its domain, as kube-scheduler checks
+    existing pods' terms). It leaves through :class:`PodFinished` or :class:`PodDeleted`; ``releasing`` is
+    a set deletionTimestamp."""
 
     V2_ONLY: ClassVar[bool] = True
 
@@ -848,6 +856,8 @@ class ForeignPodUpserted(EventBase):
     labels: Labels = Field(default_factory=dict)
     host_ports: list[HostPort] = Field(default_factory=list)
     releasing: bool = False
+    pod_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    pod_anti_affinity: list[PodAffinityTerm] = Field(default_factory=list)
 
 
 class PodBound(EventBase):

@@ -23,6 +23,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from ingest.events import (
+    EPHEMERAL_STORAGE,
     FIELD_NODE_NAME,
     ForeignPodUpserted,
     HostPort,
@@ -827,19 +828,19 @@ class _Totals:
         )
 
 
-# Resources a pod may ask for that the engine does not model, on purpose (docs/filters.md): the kubelet
-# admits them against node allocatable that is, in practice, never the bottleneck of a GPU cluster.
-UNCHECKED_RESOURCES: Final = frozenset({"ephemeral-storage"})
-
-
 def is_extended_resource(name: str) -> bool:
-    """An extended resource: a domain-qualified name (``vendor.com/thing``) or ``hugepages-<size>``."""
-    return ("/" in name and name != GPU_RESOURCE) or name.startswith("hugepages-")
+    """A resource carried in the ``extended`` map: a domain-qualified name (``vendor.com/thing``),
+    ``hugepages-<size>``, or ``ephemeral-storage`` (a node filter only, as kube-scheduler's NodeResourcesFit
+    checks it)."""
+    return (
+        ("/" in name and name != GPU_RESOURCE) or name.startswith("hugepages-") or name == EPHEMERAL_STORAGE
+    )
 
 
 def extended_amount(name: str, value: Any) -> int:
-    """An extended resource quantity in engine units: bytes for hugepages, a whole count otherwise."""
-    if name.startswith("hugepages-"):
+    """An extended resource quantity in engine units: bytes for hugepages and ephemeral storage, a whole
+    count otherwise."""
+    if name.startswith("hugepages-") or name == EPHEMERAL_STORAGE:
         return parse_bytes(value)
     milli = parse_cpu_millicores(value)
     if milli % 1000:
@@ -880,7 +881,7 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
         out["gpus"] = milli // 1000
     ext: dict[str, int] = {}
     for name in sorted(set(requests) | set(limits)):
-        if name in ("cpu", "memory", GPU_RESOURCE) or name in UNCHECKED_RESOURCES:
+        if name in ("cpu", "memory", GPU_RESOURCE):
             continue
         got = get(name)
         assert got is not None
@@ -901,11 +902,34 @@ def _amounts(key: str, where: str, resources: dict[str, Any]) -> _Totals:
     return _Totals(out["cpu"], out["memory"], out["gpus"], tuple(sorted(ext.items())))
 
 
+def _pod_level(key: str, spec: dict[str, Any], total: _Totals) -> _Totals:
+    """`total` with the pod-level requests (``spec.resources``) in place of the containers' sum for the
+    resources pod-level resources cover (CPU, memory, hugepages), as component-helpers ``PodRequests`` does;
+    a pod-level limit without a request is the request (the API server's defaulting)."""
+    level = _dict(spec.get("resources"))
+    names = set(_dict(level.get("requests"))) | set(_dict(level.get("limits")))
+    covered = {n for n in names if n in ("cpu", "memory") or str(n).startswith("hugepages-")}
+    if not covered:
+        return total
+    only = {
+        part: {n: v for n, v in _dict(level.get(part)).items() if n in covered}
+        for part in ("requests", "limits")
+    }
+    given = _amounts(key, "spec.resources", only)
+    ext = dict(total.ext) | dict(given.ext)
+    return _Totals(
+        given.cpu if "cpu" in covered else total.cpu,
+        given.memory if "memory" in covered else total.memory,
+        total.gpus,
+        tuple(sorted(ext.items())),
+    )
+
+
 def pod_requests(obj: dict[str, Any]) -> PodRequests:
     """A pod's effective request, as KAI computes it (kai-spec §2.5, §2.6).
 
-    max(sum of containers and sidecars, each init container plus the sidecars started before it) +
-    overhead, per resource (a sidecar is an init container with ``restartPolicy: Always``); whole GPUs from
+    max(sum of containers and sidecars, each init container plus the sidecars started before it), or the
+    pod-level request where ``spec.resources`` sets one (CPU, memory, hugepages), + overhead, per resource (a sidecar is an init container with ``restartPolicy: Always``); whole GPUs from
     ``nvidia.com/gpu``; shared GPUs from the ``gpu-fraction`` / ``gpu-memory`` /
     ``gpu-fraction-num-devices`` annotations.
     """
@@ -930,6 +954,7 @@ def pod_requests(obj: dict[str, Any]) -> PodRequests:
         else:
             peak = peak.max(amounts.plus(sidecars))
     total = total.max(peak)
+    total = _pod_level(key, spec, total)
     overhead = _dict(spec.get("overhead"))
     if overhead:
         total = total.plus(_amounts(key, "spec.overhead", {"requests": overhead}))
@@ -1331,7 +1356,8 @@ def pod_submitted(
 
 
 def foreign_pod(obj: dict[str, Any], at_ms: int) -> ForeignPodUpserted:
-    """A pod bound by another scheduler: only what the engine needs (requests, node, labels, ports)."""
+    """A pod bound by another scheduler: only what the engine needs (requests, node, labels, ports, and
+    its inter-pod terms: kube-scheduler enforces an existing pod's required anti-affinity on newcomers)."""
     meta = _meta(obj)
     key = object_key(obj)
     spec = _dict(obj.get("spec"))
@@ -1345,6 +1371,8 @@ def foreign_pod(obj: dict[str, Any], at_ms: int) -> ForeignPodUpserted:
             labels=_str_map(meta.get("labels")),
             host_ports=host_ports(key, spec),
             releasing=bool(meta.get("deletionTimestamp")),
+            pod_affinity=_pod_terms(key, spec, "podAffinity"),
+            pod_anti_affinity=_pod_terms(key, spec, "podAntiAffinity"),
         )
     except ValidationError as exc:
         raise _fail_model("Pod", key, exc) from None

@@ -31,9 +31,8 @@ from scheduler.engine.state import (
     SubGroup,
     Taint,
     Topology,
+    foreign_pod_from_event,
     placement_fields,
-    ports_from_event,
-    request_from_event,
     subgroup_minimum,
 )
 from scheduler.engine.subgroups import SUBGROUP_LABEL
@@ -367,18 +366,11 @@ def _foreign(f: dict[str, Any]) -> ForeignPod:
             "labels": f.get("labels", {}),
             "host_ports": f.get("host_ports", []),
             "releasing": f.get("releasing", False),
+            "pod_affinity": f.get("pod_affinity", []),
+            "pod_anti_affinity": f.get("pod_anti_affinity", []),
         }
     )
-    return ForeignPod(
-        uid=ev.uid,
-        name=ev.name,
-        namespace=ev.namespace,
-        node=ev.node,
-        request=request_from_event(ev.requests),
-        labels=dict(sorted(ev.labels.items())),
-        host_ports=ports_from_event(ev.host_ports),
-        releasing=ev.releasing,
-    )
+    return foreign_pod_from_event(ev)
 
 
 def _task_views(state: ClusterState) -> dict[str, tuple[str, str | None]]:

@@ -38,6 +38,7 @@ from operator import attrgetter
 from typing import Any, Final
 
 from scheduler.engine.cycle import DEFAULT_ORDER, StepHook, run_actions
+from scheduler.engine.predicates.podindex import has_soft_terms
 from scheduler.engine.record.decisions import CycleRecord, InFlightBind, InFlightEvict, make_record
 from scheduler.engine.record.inflight import apply_evicting, apply_in_flight
 from scheduler.engine.session import (
@@ -78,6 +79,7 @@ _KNOWN: Final = frozenset(
         "static_cache",
         "_pod_index",
         "anti_present",
+        "soft_present",
         "last_why",
         "work",
         "min_gpu_memory",
@@ -315,13 +317,14 @@ class Index:
     """What :func:`reopen` keeps beside the session: its tasks and gated pods by pod uid, the pods that make
     ``anti_present`` true, and the builder the session's snapshot came from."""
 
-    __slots__ = ("anti", "builder", "gated", "tasks", "unknown")
+    __slots__ = ("anti", "builder", "gated", "soft", "tasks", "unknown")
 
     def __init__(self, ssn: Session, builder: StateBuilder) -> None:
         self.builder = builder
         self.tasks: dict[str, TaskInfo] = {t.uid: t for t in ssn.tasks}
         self.gated: dict[str, Pod] = {p.uid: p for p in ssn.gated}
         self.anti: set[str] = {t.uid for t in ssn.tasks if _holds_anti(t.pod)}
+        self.soft: set[str] = {t.uid for t in ssn.tasks if _holds_soft(t.pod)}
         # Placed tasks whose bind named fewer devices than they hold (Session.assign_unknown_devices).
         self.unknown: set[str] = {t.uid for t in ssn.tasks if _unknown_devices(t.pod)}
 
@@ -329,6 +332,13 @@ class Index:
 def _unknown_devices(p: Pod) -> bool:
     """The pod is placed and its bind named fewer devices than it holds."""
     return p.node is not None and p.status in ACTIVE_USED and lacks_devices(p)
+
+
+def _holds_soft(p: Pod) -> bool:
+    """The pod is placed and has terms that score incoming pods (``Session.soft_present``'s test)."""
+    return (
+        p.node is not None and p.status in ACTIVE_USED and has_soft_terms(p.pod_affinity, p.pod_anti_affinity)
+    )
 
 
 def _holds_anti(p: Pod) -> bool:
@@ -436,6 +446,7 @@ def reopen(
             removed.append(t)
             del tasks_of[uid]
             index.anti.discard(uid)
+            index.soft.discard(uid)
             index.unknown.discard(uid)
         elif uid in gated:
             if p is gated[uid]:
@@ -467,6 +478,8 @@ def reopen(
         t = tasks_of[p.uid] = TaskInfo(p, job_by_uid[p.job])
         if _holds_anti(p):
             index.anti.add(p.uid)
+        if _holds_soft(p):
+            index.soft.add(p.uid)
         if _unknown_devices(p):
             index.unknown.add(p.uid)
         if p.node is not None and p.status in ACTIVE_USED:
@@ -553,7 +566,14 @@ def reopen(
     ssn.vol_picks = None
     ssn.static_cache = {}
     ssn._pod_index = None
-    ssn.anti_present = bool(index.anti)
+    ssn.anti_present = bool(index.anti) or any(
+        fp.pod_anti_affinity and fp.node in node_by_name and any(not a.weight for a in fp.pod_anti_affinity)
+        for fp in state.foreign_pods
+    )
+    ssn.soft_present = bool(index.soft) or any(
+        fp.node in node_by_name and has_soft_terms(fp.pod_affinity, fp.pod_anti_affinity)
+        for fp in state.foreign_pods
+    )
     ssn.last_why = Counter()
     ssn.work = Counter()
     ssn.decisions = []

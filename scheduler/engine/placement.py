@@ -210,6 +210,7 @@ def ordered_fits(
             and not scoring.is_plain_kai(ssn.config.node_scoring)
             and not task.constrained
             and not ssn.anti_present
+            and not predicates.existing_terms(ssn, task)
         )
         _scan_columns(ssn, cols, task, nodes, allow_idle, fits, why, kinds)
     else:
@@ -224,7 +225,11 @@ def ordered_fits(
         fits = [rule.choose_devices(ssn, task, f) for f in fits]
     if len(fits) > 1:
         scores = rule.score(ssn, task, fits)
-        pref = predicates.preference_scores(ssn, task, [f.node for f in fits]) if task.preferences else None
+        pref = (
+            predicates.preference_scores(ssn, task, [f.node for f in fits])
+            if task.preferences or predicates.existing_terms(ssn, task)
+            else None
+        )
         if pref is not None:
             scores = [a + b for a, b in zip(scores, pref, strict=True)]
         order = sorted(range(len(fits)), key=lambda i: (-scores[i], fits[i].node.name))
@@ -349,6 +354,7 @@ def _vector_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> 
         and scoring.is_plain_kai(cfg.node_scoring)
         and not task.constrained  # includes preferences, extended resources, ports, volumes
         and not ssn.anti_present
+        and not predicates.existing_terms(ssn, task)
         and not task.request.is_shared
         and columns(ssn) is not None
     )
@@ -431,6 +437,7 @@ def _walk_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) -> bo
         and scoring.is_plain_kai(cfg.node_scoring)
         and not task.constrained
         and not ssn.anti_present
+        and not predicates.existing_terms(ssn, task)
         and columns(ssn) is not None
     )
 
@@ -596,6 +603,7 @@ def _fast_path_applies(ssn: Session, task: TaskInfo, nodes: Sequence[NodeInfo]) 
     if (
         not FAST_PATH
         or task.preferences  # the fast path knows KAI's score tiers, not preference scores
+        or predicates.existing_terms(ssn, task)  # ... nor the score placed pods' terms give
         or cfg.node_scoring != "kai"
         or nodes is not ssn.nodes
     ):

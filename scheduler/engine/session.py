@@ -20,7 +20,7 @@ from scheduler.engine import subgroups
 from scheduler.engine.predicates import hostports as host_ports
 from scheduler.engine.predicates import volumes as volume_picks
 from scheduler.engine.predicates.extended import gpu_equivalent_milli
-from scheduler.engine.predicates.podindex import Entry, PodIndex
+from scheduler.engine.predicates.podindex import Entry, PodIndex, has_soft_terms, soft_terms
 from scheduler.engine.proportion import RESOURCES, QueueDemand, QueueShare, ResourceQuota, divide
 from scheduler.engine.state import (
     NODE_POOL_LABEL,
@@ -749,6 +749,9 @@ class Session:
         self._pod_index: PodIndex | None = None
         # Some pod on a node has required anti-affinity: every placement checks it (symmetry).
         self.anti_present = False
+        # Some pod on a node has terms that score incoming pods (required affinity, preferred terms): every
+        # placement takes the scored scan (kube-scheduler's InterPodAffinity score of existing pods).
+        self.soft_present = False
         self.last_why: Counter[str] = Counter()  # per-node reasons of the last task that fitted nowhere
         # Work counters ("reclaim.attempts", "reclaim.simulations", "reclaim.filtered", ...) for benchmarks and
         # KAI's solver metrics (scheduler/kai_metrics.py); no decision reads them.
@@ -765,6 +768,9 @@ class Session:
                 and any(not t.weight for t in p.pod_anti_affinity)
             ):
                 self.anti_present = True
+            placed = p.node is not None and p.status in ACTIVE_USED
+            if placed and has_soft_terms(p.pod_affinity, p.pod_anti_affinity):
+                self.soft_present = True
             job = self.job_by_uid[p.job]
             t = TaskInfo(p, job)
             job.tasks.append(t)
@@ -784,6 +790,10 @@ class Session:
             fnode = self.node_by_name.get(fp.node)
             if fnode is not None:
                 fnode.add_foreign(fp)
+                if any(not t.weight for t in fp.pod_anti_affinity):
+                    self.anti_present = True
+                if has_soft_terms(fp.pod_affinity, fp.pod_anti_affinity):
+                    self.soft_present = True
         for job in self.jobs:
             if len(job.tasks) > 1:
                 job.tasks.sort(key=TaskInfo.sort_key)
@@ -829,7 +839,9 @@ class Session:
                     idx.add(t.uid, self._entry(t, t.node, t.status))
             for fp in self.state.foreign_pods:
                 if fp.node in self.node_by_name:
-                    idx.add(fp.uid, Entry(fp.namespace, fp.labels, fp.node, fp.releasing, ()))
+                    anti = tuple(a for a in fp.pod_anti_affinity if not a.weight)
+                    soft = soft_terms(fp.pod_affinity, fp.pod_anti_affinity)
+                    idx.add(fp.uid, Entry(fp.namespace, fp.labels, fp.node, fp.releasing, anti, soft))
             self._pod_index = idx
         return self._pod_index
 
@@ -837,7 +849,8 @@ class Session:
     def _entry(t: TaskInfo, node: NodeInfo, status: PodStatus) -> Entry:
         p = t.pod
         anti = tuple(a for a in p.pod_anti_affinity if not a.weight)
-        return Entry(p.namespace, p.labels, node.name, status is PodStatus.RELEASING, anti)
+        soft = soft_terms(p.pod_affinity, p.pod_anti_affinity)
+        return Entry(p.namespace, p.labels, node.name, status is PodStatus.RELEASING, anti, soft)
 
     def _account_queues(self) -> None:
         # Sum per leaf queue first, then add each sum to the queue's ancestors once.
@@ -946,6 +959,8 @@ class Session:
                 idx.add(t.uid, self._entry(t, node, status))
             if t.pod.pod_anti_affinity:
                 self.anti_present = True
+            if has_soft_terms(t.pod.pod_affinity, t.pod.pod_anti_affinity):
+                self.soft_present = True
         if node is not None and status in ACTIVE_ALLOCATED:
             self.queue_charge(t, +1)
         if old_node is not None:

@@ -330,6 +330,9 @@ class ForeignPod:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     host_ports: tuple[HostPort, ...] = ()
     releasing: bool = False
+    # Its inter-pod terms, required (weight 0) and preferred: its required anti-affinity repels our pods.
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,6 +464,8 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
                     p.labels,
                     p.host_ports,
                     releasing=p.status is PodStatus.RELEASING,
+                    pod_affinity=p.pod_affinity,
+                    pod_anti_affinity=p.pod_anti_affinity,
                 )
             )
     jobs_here = {p.job for p in pods}
@@ -627,6 +632,23 @@ def request_from_event(r: ev_mod.PodRequests) -> PodRequest:
         gpu_fraction_devices=r.gpu_fraction_devices,
         gpu_memory_mib=r.gpu_memory_mib,
         extended=tuple(sorted(r.extended.items())) if r.extended else (),
+    )
+
+
+def foreign_pod_from_event(e: ev_mod.ForeignPodUpserted) -> ForeignPod:
+    """The engine's view of a pod of another scheduler (its terms' label keys merged as for our pods)."""
+    labels = MappingProxyType(dict(sorted(e.labels.items())))
+    return ForeignPod(
+        uid=f"{e.namespace}/{e.name}",
+        name=e.name,
+        namespace=e.namespace,
+        node=e.node,
+        request=request_from_event(e.requests),
+        labels=labels,
+        host_ports=ports_from_event(e.host_ports),
+        releasing=e.releasing,
+        pod_affinity=tuple(_term(t, labels) for t in e.pod_affinity),
+        pod_anti_affinity=tuple(_term(t, labels) for t in e.pod_anti_affinity),
     )
 
 
@@ -897,17 +919,8 @@ class StateBuilder:
             self._forget_if_done(uid)
 
     def _on_foreign_pod_upserted(self, e: Any) -> None:
-        uid = f"{e.namespace}/{e.name}"
-        self.foreign[uid] = ForeignPod(
-            uid=uid,
-            name=e.name,
-            namespace=e.namespace,
-            node=e.node,
-            request=request_from_event(e.requests),
-            labels=MappingProxyType(dict(sorted(e.labels.items()))),
-            host_ports=ports_from_event(e.host_ports),
-            releasing=e.releasing,
-        )
+        fp = foreign_pod_from_event(e)
+        self.foreign[fp.uid] = fp
 
     def _on_pod_ungated(self, e: Any) -> None:
         uid = f"{e.namespace}/{e.name}"

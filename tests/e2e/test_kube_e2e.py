@@ -211,3 +211,115 @@ def test_a_sidecar_counts_against_the_node(kube_api: Any, kube_namespace: str, t
             assert "nodeName" not in read_pod(api, ns, "with-sidecar")["spec"]
         finally:
             p.ingest.stop()
+
+
+def _pending_message(api: Any, ns: str, name: str) -> str | None:
+    """The PodScheduled=False condition's message of a pod, None while it has none."""
+    conds = read_pod(api, ns, name).get("status", {}).get("conditions") or []
+    return next(
+        (c.get("message", "") for c in conds if c["type"] == "PodScheduled" and c["status"] == "False"), None
+    )
+
+
+def test_ephemeral_storage_counts_against_the_node(
+    kube_api: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    """A pod asking more ephemeral-storage than the node's allocatable stays pending with kube-scheduler's
+    reason (``Insufficient ephemeral-storage``); one that fits binds there."""
+    from kubernetes import client
+
+    ns = kube_namespace
+    sel = {"hourglass-e2e": ns}
+    queue = f"{ns}-q"
+
+    def pod(name: str, storage: str) -> dict[str, Any]:
+        resources = {"requests": {"cpu": "1", "ephemeral-storage": storage}}
+        spec = {
+            "schedulerName": "hourglass",
+            "nodeSelector": sel,
+            "containers": [{"name": "main", "image": "busybox", "resources": resources}],
+        }
+        meta = {"name": name, "namespace": ns, "labels": {"kai.scheduler/queue": queue}}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    with kube_api.api_client() as api:
+        apply_crds(api)
+        node = f"{ns}-n1"
+        make_node(api, node, gpus=0, labels=sel)
+        core: Any = client.CoreV1Api(api)
+        alloc = {"cpu": "64", "memory": "256Gi", "pods": "110", "ephemeral-storage": "10Gi"}
+        core.patch_node_status(
+            node,
+            {"status": {"capacity": alloc, "allocatable": alloc}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+        make_queue(api, queue, 0)
+        core.create_namespaced_pod(ns, pod("too-big", "20Gi"))
+        log = FileLog(tmp_path / "log")
+        p = Pipeline(api, ns, log)
+        p.ingest.start()
+        try:
+            p.settle(lambda: _pending_message(api, ns, "too-big") is not None)
+            assert "ephemeral-storage" in str(_pending_message(api, ns, "too-big"))
+            assert "nodeName" not in read_pod(api, ns, "too-big")["spec"]
+            core.create_namespaced_pod(ns, pod("fits", "1Gi"))
+            p.settle(lambda: "nodeName" in read_pod(api, ns, "fits")["spec"])
+            assert read_pod(api, ns, "fits")["spec"]["nodeName"] == node
+            assert "nodeName" not in read_pod(api, ns, "too-big")["spec"]
+        finally:
+            p.ingest.stop()
+
+
+def test_a_foreign_pods_anti_affinity_keeps_our_pod_off_its_node(
+    kube_api: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    """A pod of another scheduler with required anti-affinity against ``app=web`` (hostname) keeps our
+    ``app=web`` pod off its node (kube-scheduler's existing pods' anti-affinity), while a pod it does not
+    select binds there."""
+    from kubernetes import client
+
+    ns = kube_namespace
+    queue = f"{ns}-q"
+    node = f"{ns}-n1"
+    sel = {"hourglass-e2e": ns}
+
+    def pod(name: str, app: str) -> dict[str, Any]:
+        spec = {
+            "schedulerName": "hourglass",
+            "nodeSelector": sel,
+            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
+        }
+        meta = {"name": name, "namespace": ns, "labels": {"kai.scheduler/queue": queue, "app": app}}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "agent", "namespace": ns, "labels": {"app": "agent"}},
+        "spec": {
+            "schedulerName": "default-scheduler",
+            "nodeName": node,
+            "containers": [{"name": "main", "image": "busybox"}],
+            "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+        },
+    }
+    with kube_api.api_client() as api:
+        apply_crds(api)
+        make_node(api, node, gpus=0, labels=sel | {"kubernetes.io/hostname": node})
+        make_queue(api, queue, 0)
+        core: Any = client.CoreV1Api(api)
+        core.create_namespaced_pod(ns, foreign)
+        core.create_namespaced_pod(ns, pod("web", "web"))
+        log = FileLog(tmp_path / "log")
+        p = Pipeline(api, ns, log)
+        p.ingest.start()
+        try:
+            p.settle(lambda: _pending_message(api, ns, "web") is not None)
+            assert "anti-affinity" in str(_pending_message(api, ns, "web"))
+            core.create_namespaced_pod(ns, pod("other", "other"))
+            p.settle(lambda: "nodeName" in read_pod(api, ns, "other")["spec"])
+            assert read_pod(api, ns, "other")["spec"]["nodeName"] == node
+            assert "nodeName" not in read_pod(api, ns, "web")["spec"]
+        finally:
+            p.ingest.stop()

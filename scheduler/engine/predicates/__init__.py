@@ -42,6 +42,21 @@ def context(ssn: Session, task: TaskInfo) -> TaskContext:
     return ctx
 
 
+def existing_terms(ssn: Session, task: TaskInfo) -> list[tuple[str, str, int]]:
+    """Placed pods' scoring terms that select the task (:meth:`PodIndex.soft_against`), recomputed only after
+    something moved; empty at no cost when no placed pod has such terms."""
+    if not ssn.soft_present:
+        return []
+    key = task.uid + "\0soft"
+    cached = ssn.pred_cache.get(key)
+    if cached is not None and cached[0] == ssn.version and isinstance(cached[1], list):
+        return cached[1]
+    pod = task.pod
+    got = ssn.pod_index().soft_against(pod.namespace, pod.labels)
+    ssn.pred_cache[key] = (ssn.version, got)
+    return got
+
+
 def pod_reason(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[str | None, bool]:
     """(the first filter that rejects `node`, or None; whether the task can start there now rather than
     once releasing pods are gone)."""
@@ -94,8 +109,11 @@ def preference_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> li
 
     pod = task.pod
     has_pref_pod = any(t.weight for t in pod.pod_affinity) or any(t.weight for t in pod.pod_anti_affinity)
+    # Placed pods' terms that select this pod add to the same inter-pod score (kube-scheduler's
+    # processExistingPod: their required affinity with hardPodAffinityWeight, their preferred terms).
+    existing = existing_terms(ssn, task)
     anyway = [c for c in pod.topology_spread if c.when_unsatisfiable == "ScheduleAnyway"]
-    if not (pod.preferred_affinity or has_pref_pod or anyway):
+    if not (pod.preferred_affinity or has_pref_pod or existing or anyway):
         return None
     total = [0.0] * len(nodes)
     if pod.preferred_affinity:
@@ -106,8 +124,12 @@ def preference_scores(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> li
             for n in nodes
         ]
         total = [a + b for a, b in zip(total, _scaled(raw, PREFERRED_NODE_AFFINITY_WEIGHT), strict=True)]
-    if has_pref_pod:
-        raw = interpod.preference(ssn, task, nodes)
+    if has_pref_pod or existing:
+        raw = interpod.preference(ssn, task, nodes) if has_pref_pod else [0.0] * len(nodes)
+        if existing:
+            raw = [
+                a + b for a, b in zip(raw, interpod.existing_preference(ssn, existing, nodes), strict=True)
+            ]
         total = [a + b for a, b in zip(total, _scaled(raw, PREFERRED_POD_AFFINITY_WEIGHT), strict=True)]
     if anyway:
         raw = spread.preference(spread.resolve(ssn, task, "ScheduleAnyway"), nodes)
@@ -131,6 +153,7 @@ REASON_CODES: dict[str, str] = {
     "node(s) were unschedulable": "NodeUnschedulable",
     "node(s) didn't match Pod's node affinity/selector": "NodeAffinity",
     "node(s) had too many pods": "TooManyPods",
+    resources.INSUFFICIENT_EPHEMERAL_STORAGE: "Insufficientephemeral-storage",
 }
 
 

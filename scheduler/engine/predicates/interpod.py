@@ -161,3 +161,22 @@ def preference(ssn: Session, task: TaskInfo, nodes: list[NodeInfo]) -> list[floa
             if c is not None and c[0]:
                 out[i] += sign * t.weight * c[0]
     return out
+
+
+def existing_preference(
+    ssn: Session, existing: list[tuple[str, str, int]], nodes: list[NodeInfo]
+) -> list[float]:
+    """Summed signed weights of placed pods' scoring terms that select the incoming pod (from
+    :meth:`PodIndex.soft_against`), each counted on the nodes that share its holder node's topology domain."""
+    pairs: dict[tuple[str, str], int] = {}
+    for holder_node, key, weight in existing:
+        holder = ssn.node_by_name.get(holder_node)
+        val = holder.spec.labels.get(key) if holder is not None else None
+        if val is not None:
+            pairs[(key, val)] = pairs.get((key, val), 0) + weight
+    out = [0.0] * len(nodes)
+    for (key, val), weight in pairs.items():
+        for i, n in enumerate(nodes):
+            if n.spec.labels.get(key) == val:
+                out[i] += weight
+    return out

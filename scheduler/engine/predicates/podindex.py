@@ -24,6 +24,26 @@ class Entry:
     node: str
     releasing: bool
     anti: tuple[PodAffinityTerm, ...]  # its required anti-affinity terms (symmetric check)
+    # Its terms that score an incoming pod they select (kube-scheduler's processExistingPod): required
+    # affinity with HARD_POD_AFFINITY_WEIGHT, preferred affinity +weight, preferred anti-affinity -weight.
+    soft: tuple[tuple[PodAffinityTerm, int], ...] = ()
+
+
+HARD_POD_AFFINITY_WEIGHT = 1  # kube-scheduler's InterPodAffinityArgs.hardPodAffinityWeight default
+
+
+def has_soft_terms(affinity: tuple[PodAffinityTerm, ...], anti: tuple[PodAffinityTerm, ...]) -> bool:
+    """Whether a placed pod with these terms scores incoming pods (:func:`soft_terms` is not empty)."""
+    return bool(affinity) or any(t.weight for t in anti)
+
+
+def soft_terms(
+    affinity: tuple[PodAffinityTerm, ...], anti: tuple[PodAffinityTerm, ...]
+) -> tuple[tuple[PodAffinityTerm, int], ...]:
+    """A placed pod's terms that score incoming pods, with their signed weights."""
+    out = [(t, t.weight or HARD_POD_AFFINITY_WEIGHT) for t in affinity]
+    out += [(t, -t.weight) for t in anti if t.weight]
+    return tuple(out)
 
 
 class PodIndex:
@@ -34,6 +54,10 @@ class PodIndex:
         self.entries: dict[str, Entry] = {}
         self._counts: dict[SelectorKey, dict[str, list[int]]] = {}
         self.holders: dict[str, Entry] = {}  # pods with required anti-affinity terms
+        self.soft_holders: dict[str, Entry] = {}  # pods with terms that score incoming pods (Entry.soft)
+        # Their terms by the selector's first matchLabels pair, as the anti-affinity terms below.
+        self._soft_by_label: dict[tuple[str, str], dict[tuple[str, int], None]] = {}
+        self._soft_any: dict[tuple[str, int], None] = {}
         # Pods by one label (key, value), and cached selectors by their first matchLabels pair, so a
         # selector is counted from the pods that carry its label and a move updates only the selectors
         # that can match it (dicts as ordered sets: sums do not depend on order, iteration stays stable).
@@ -58,12 +82,20 @@ class PodIndex:
         ml = term.selector.match_labels
         return self._anti_by_label.setdefault(ml[0], {}) if ml else self._anti_any
 
+    def _soft_bucket(self, term: PodAffinityTerm) -> dict[tuple[str, int], None]:
+        ml = term.selector.match_labels
+        return self._soft_by_label.setdefault(ml[0], {}) if ml else self._soft_any
+
     def add(self, uid: str, e: Entry) -> None:
         self.entries[uid] = e
         if e.anti:
             self.holders[uid] = e
             for i, t in enumerate(e.anti):
                 self._anti_bucket(uid, i, t)[(uid, i)] = None
+        if e.soft:
+            self.soft_holders[uid] = e
+            for i, (t, _) in enumerate(e.soft):
+                self._soft_bucket(t)[(uid, i)] = None
         for kv in e.labels.items():
             self._by_label.setdefault(kv, {})[uid] = None
         self._touch(e, 1)
@@ -73,6 +105,9 @@ class PodIndex:
         if e is None:
             return
         self.holders.pop(uid, None)
+        self.soft_holders.pop(uid, None)
+        for i, (t, _) in enumerate(e.soft):
+            self._soft_bucket(t).pop((uid, i), None)
         for i, t in enumerate(e.anti):
             self._anti_bucket(uid, i, t).pop((uid, i), None)
         for kv in e.labels.items():
@@ -116,4 +151,20 @@ class PodIndex:
             t = e.anti[i]
             if term_covers(t, e.namespace, namespace, labels, self.namespaces.get(namespace)):
                 out.append((e.node, e.releasing, t.topology_key))
+        return out
+
+    def soft_against(self, namespace: str, labels: Mapping[str, str]) -> list[tuple[str, str, int]]:
+        """Placed pods' scoring terms (:attr:`Entry.soft`) that select a pod (namespace, labels):
+        ``(node, topology_key, signed weight)`` per matching term, in (pod uid, term) order."""
+        refs: list[tuple[str, int]] = list(self._soft_any)
+        for kv in labels.items():
+            refs.extend(self._soft_by_label.get(kv, ()))
+        refs.sort()
+        out = []
+        ns_labels = self.namespaces.get(namespace)
+        for uid, i in refs:
+            e = self.soft_holders[uid]
+            t, w = e.soft[i]
+            if term_covers(t, e.namespace, namespace, labels, ns_labels):
+                out.append((e.node, t.topology_key, w))
         return out

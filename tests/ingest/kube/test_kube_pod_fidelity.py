@@ -191,3 +191,132 @@ def test_an_empty_term_matches_no_node() -> None:
     # the node".
     obj = _affinity_pod({"matchExpressions": []})
     assert _verdicts(obj) == {"n1": "NodeAffinity", "n2": "NodeAffinity"}
+
+
+# ------------------------------------------------------------------ ephemeral storage, foreign pods' terms
+
+
+def _node(name: str, **allocatable: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+        "status": {"allocatable": {"cpu": "8", "memory": "32Gi", "pods": "110", **allocatable}},
+    }
+
+
+def test_ephemeral_storage_is_summed_like_cpu() -> None:
+    # component-helpers AggregateContainerRequests, as for CPU: containers and sidecars summed, the largest
+    # init-time peak if more, plus overhead; a limit without a request counts as the request.
+    obj = _pod(
+        [
+            _c("main", **{"ephemeral-storage": "1Gi"}),
+            {"name": "lim", "resources": {"limits": {"ephemeral-storage": "1Gi"}}},
+        ],
+        initContainers=[
+            _c("sidecar", "Always", **{"ephemeral-storage": "512Mi"}),
+            _c("unpack", **{"ephemeral-storage": "3Gi"}),
+        ],
+        overhead={"ephemeral-storage": "1Mi"},
+    )
+    # max(1Gi + 1Gi + 512Mi, 3Gi + 512Mi) + 1Mi
+    assert kube.pod_requests(obj).extended == {"ephemeral-storage": (3 * 1024 + 512 + 1) * 2**20}
+    sidecar = _pod(
+        [_c("main", **{"ephemeral-storage": "1Gi"})],
+        initContainers=[_c("s", "Always", **{"ephemeral-storage": "1Gi"})],
+    )
+    assert kube.pod_requests(sidecar).extended == {"ephemeral-storage": 2 * 2**30}
+
+
+def test_pod_level_resources_replace_the_containers_sum() -> None:
+    # component-helpers PodRequests: a pod-level request of CPU / memory / hugepages stands for the
+    # containers' (a pod-level limit alone is the request), overhead still added; ephemeral storage is not
+    # a pod-level resource, so it stays the containers' sum.
+    obj = _pod(
+        [_c("a", cpu="1", memory="1Gi", **{"ephemeral-storage": "1Gi"}), _c("b", cpu="1")],
+        resources={"requests": {"cpu": "4"}, "limits": {"memory": "8Gi"}},
+        overhead={"cpu": "100m"},
+    )
+    r = kube.pod_requests(obj)
+    assert (r.cpu_millicores, r.memory_bytes, r.extended) == (4100, 8 * 2**30, {"ephemeral-storage": 2**30})
+
+
+def test_node_allocatable_ephemeral_storage_is_read() -> None:
+    assert kube.node_upserted(_node("n1", **{"ephemeral-storage": "100Gi"}), 0).extended == {
+        "ephemeral-storage": 100 * 2**30
+    }
+
+
+def _storage_doc(pod_request: int, node_bytes: int | None, foreign_bytes: int = 0) -> dict[str, Any]:
+    node: dict[str, Any] = {"name": "n1", "labels": {}, "cpu_millicores": 8000, "memory_bytes": 2**34}
+    if node_bytes is not None:
+        node["extended"] = {"ephemeral-storage": node_bytes}
+    doc: dict[str, Any] = {
+        "run": {"mode": "filter", "task": "p"},
+        "cluster": {"nodes": [node]},
+        "queues": [{"name": "q"}],
+        "jobs": [
+            {
+                "name": "p",
+                "queue": "q",
+                "tasks": [{"name": "p", "extended": {"ephemeral-storage": pod_request}}],
+            }
+        ],
+    }
+    if foreign_bytes:
+        doc["cluster"]["foreign_pods"] = [
+            {"name": "ds", "node": "n1", "extended": {"ephemeral-storage": foreign_bytes}}
+        ]
+    return doc
+
+
+def test_ephemeral_storage_is_a_node_filter_with_kube_schedulers_reason() -> None:
+    # noderesources/fit.go fitsRequest: "Insufficient ephemeral-storage" when the request exceeds what the
+    # node's allocatable leaves; a node that reports none has none (not a missing extended resource).
+    assert filter_verdicts(_storage_doc(10, 10)) == {"n1": None}
+    assert filter_verdicts(_storage_doc(11, 10)) == {"n1": "Insufficientephemeral-storage"}
+    assert filter_verdicts(_storage_doc(1, None)) == {"n1": "Insufficientephemeral-storage"}
+    # a pod of another scheduler holds its storage too
+    assert filter_verdicts(_storage_doc(6, 10, foreign_bytes=5)) == {"n1": "Insufficientephemeral-storage"}
+    assert filter_verdicts(_storage_doc(5, 10, foreign_bytes=5)) == {"n1": None}
+
+
+def test_a_foreign_pod_keeps_its_inter_pod_terms() -> None:
+    anti = {
+        "labelSelector": {"matchLabels": {"app": "x"}},
+        "topologyKey": "kubernetes.io/hostname",
+        "matchLabelKeys": ["tier"],
+    }
+    preferred = {"weight": 10, "podAffinityTerm": {"labelSelector": {}, "topologyKey": "zone"}}
+    obj = _pod(
+        [_c("main")],
+        nodeName="n1",
+        affinity={
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [anti],
+                "preferredDuringSchedulingIgnoredDuringExecution": [preferred],
+            }
+        },
+    )
+    ev = kube.foreign_pod(obj, 1)
+    assert [(t.topology_key, t.weight) for t in ev.pod_anti_affinity] == [
+        ("kubernetes.io/hostname", 0),
+        ("zone", 10),
+    ]
+    assert ev.pod_anti_affinity[0].label_selector is not None
+    assert ev.pod_anti_affinity[0].label_selector.match_labels == {"app": "x"}
+    assert ev.pod_affinity == []
+
+
+def test_a_foreign_pods_required_anti_affinity_keeps_our_pod_off_its_node() -> None:
+    # interpodaffinity/filtering_test.go "verify that PodAntiAffinity from existing pod is respected when
+    # pod has no AntiAffinity constraints", with the existing pod bound by another scheduler.
+    term = {"label_selector": {"match_labels": {"app": "x"}}, "topology_key": "zone"}
+    doc = _term_doc(term)
+    doc["jobs"].pop(0)  # the existing pod is not ours
+    doc["cluster"]["foreign_pods"] = [
+        {"name": "e", "node": "n1", "labels": {"app": "y"}, "pod_anti_affinity": [term]}
+    ]
+    doc["jobs"][0]["tasks"][0].pop("pod_anti_affinity")
+    assert filter_verdicts(doc) == {"n1": "ExistingPodsAntiAffinity", "n2": None}
+    # It is leaving: the node can be used once it is gone (pipelining), as for our own pods.
+    doc["cluster"]["foreign_pods"][0]["releasing"] = True
+    assert filter_verdicts(doc) == {"n1": None, "n2": None}

@@ -450,7 +450,12 @@ def test_node_extended_allocatable_keeps_qualified_names_and_hugepages_bytes() -
         }
     )
     ev = kube.node_upserted(obj, 0)
-    assert ev.extended == {"hugepages-2Mi": 2**30, "nvidia.com/mig-1g.10gb": 7, "rdma/ib": 2}
+    assert ev.extended == {
+        "ephemeral-storage": 100 * 2**30,
+        "hugepages-2Mi": 2**30,
+        "nvidia.com/mig-1g.10gb": 7,
+        "rdma/ib": 2,
+    }
     assert ev.v == 2
 
 
@@ -460,8 +465,8 @@ def test_pod_extended_requests_sum_containers_and_init_max() -> None:
         initContainers=[req(**{"rdma/ib": "3"})],
     )
     assert kube.pod_requests(obj).extended == {"nvidia.com/mig-1g.10gb": 1, "rdma/ib": 3}
-    # ephemeral-storage is documented as unchecked; an unqualified unknown name is an error, never dropped.
-    assert kube.pod_requests(pod([req(**{"ephemeral-storage": "1Gi"})])).extended == {}
+    # ephemeral-storage is carried (bytes); an unqualified unknown name is an error, never dropped.
+    assert kube.pod_requests(pod([req(**{"ephemeral-storage": "1Gi"})])).extended == {"ephemeral-storage": 2**30}
     with pytest.raises(InvalidObject, match="not a resource Hourglass knows"):
         kube.pod_requests(pod([req(fpga="1")]))
     with pytest.raises(InvalidObject, match="whole numbers"):
@@ -583,4 +588,6 @@ def test_foreign_pod_keeps_only_what_the_engine_needs() -> None:
         "labels",
         "host_ports",
         "releasing",
+        "pod_affinity",
+        "pod_anti_affinity",
     }

@@ -110,6 +110,7 @@ def fingerprint(ssn: Session) -> dict[str, Any]:
         ],
         "gated": [p.uid for p in ssn.gated],
         "anti": ssn.anti_present,
+        "soft": ssn.soft_present,
         "total": ssn.total,
         "min_gpu_memory": ssn.min_gpu_memory,
         "shares": ssn.shares,
@@ -177,6 +178,10 @@ def _same_record_both_ways(
     return Changes(b.offset), ssn
 
 
+JOB_EXISTS = ev.LabelSelector(match_expressions=[ev.LabelSelectorRequirement(key="job", operator="Exists")])
+HOST = "kubernetes.io/hostname"
+
+
 def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> list[ev.Event]:
     """Random events between two cycles; `ssn` is the last cycle's session after its actions."""
     out: list[ev.Event] = []
@@ -186,7 +191,9 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
         ns, name = _split(task.uid)
         if task.status is PodStatus.ALLOCATED and task.node is not None and rng.random() < 0.8:
             devices = list(task.devices) if rng.random() < 0.8 else []
-            out.append(ev.PodBound(at_ms=t, name=name, namespace=ns, node=task.node.name, gpu_devices=devices))
+            out.append(
+                ev.PodBound(at_ms=t, name=name, namespace=ns, node=task.node.name, gpu_devices=devices)
+            )
         elif task.status is PodStatus.RELEASING and task.orig_status is not PodStatus.RELEASING:
             out.append(ev.PodReleasing(at_ms=t, name=name, namespace=ns, reason="evicted"))
     pods = list(b.pods.values())
@@ -309,6 +316,28 @@ def churn(rng: random.Random, b: StateBuilder, ssn: Session, t: int, k: int) -> 
                 node=n.name,
                 requests=ev.PodRequests(cpu_millicores=100, memory_bytes=2**20, gpus=rng.choice([0, 0, 1])),
                 labels={"app": "ds"},
+                # Their own terms (existing pods' anti-affinity filters; their preferred terms and required
+                # affinity score the pods they select): none, required or preferred anti-affinity, affinity.
+                **rng.choice(
+                    [
+                        {},
+                        {
+                            "pod_anti_affinity": [
+                                ev.PodAffinityTerm(label_selector=JOB_EXISTS, topology_key=HOST)
+                            ]
+                        },
+                        {
+                            "pod_anti_affinity": [
+                                ev.PodAffinityTerm(label_selector=JOB_EXISTS, topology_key="zone", weight=50)
+                            ]
+                        },
+                        {
+                            "pod_affinity": [
+                                ev.PodAffinityTerm(label_selector=JOB_EXISTS, topology_key="zone")
+                            ]
+                        },
+                    ]
+                ),
             )
         )
     if b.foreign and rng.random() < 0.2:
