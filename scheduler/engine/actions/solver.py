@@ -74,6 +74,28 @@ class Scenario:
     recorded: list[TaskInfo]  # victims of the previous (smaller) solved partial job: always evicted
     potential: list[TaskInfo] = field(default_factory=list)  # victims added for this partial job
     evicted: list[TaskInfo] = field(default_factory=list)  # what the current simulation evicted
+    # Kept as victims are added (add_potential), so that a simulation gathers one node's victims from the
+    # few jobs there instead of scanning every potential victim (the scan made a search quadratic in the
+    # victims it reached): node -> uids of potential victim jobs with a task on it; job uid -> (position
+    # in `potential`, task) of its potential tasks.
+    node_jobs: dict[str, set[str]] = field(default_factory=dict)
+    job_tasks: dict[str, list[tuple[int, TaskInfo]]] = field(default_factory=dict)
+
+    def add_potential(self, group: Sequence[TaskInfo]) -> None:
+        """Add victim tasks to :attr:`potential` (read while the session is in its base state)."""
+        for t in group:
+            self.job_tasks.setdefault(t.job.uid, []).append((len(self.potential), t))
+            self.potential.append(t)
+            if t.node is not None:
+                self.node_jobs.setdefault(t.node.name, set()).add(t.job.uid)
+
+    def potential_on(self, node: str) -> list[TaskInfo]:
+        """The potential victim tasks, on any node, of the jobs with a potential victim task on `node`, in
+        the order they were added."""
+        jobs = self.node_jobs.get(node)
+        if not jobs:
+            return []
+        return [t for _, t in sorted(e for uid in jobs for e in self.job_tasks[uid])]
 
     def victims(self) -> dict[str, list[TaskInfo]]:
         """Evicted tasks grouped by job uid, in the order they were taken (a job's first task first)."""
@@ -357,7 +379,7 @@ class Solver:
             return None
         while (group := stream.next_group()) is not None:
             self._shared_init.mark(group[0].job.uid)
-            scenario.potential.extend(group)
+            scenario.add_potential(group)
             kept = all(self._kept(t, scenario.requested) for t in group)
             have += 0 if kept else sum(self.ssn.task_vec(t)[0] for t in group)
             slots.add(group, kept)
@@ -426,8 +448,7 @@ class Solver:
         tried: set[tuple[str, ...]] = set()
         plan: list[tuple[list[TaskInfo], bool]] = []
         for node in sorted({t.node.name for t in latest.tasks if t.node is not None}):
-            jobs_here = {t.job.uid for t in scenario.potential if t.node is not None and t.node.name == node}
-            group = [t for t in scenario.potential if t.job.uid in jobs_here]
+            group = scenario.potential_on(node)
             key = tuple(sorted(t.uid for t in group))
             if not group or key in tried:
                 continue
