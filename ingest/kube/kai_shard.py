@@ -31,7 +31,8 @@ Fields with no Hourglass equivalent that do not change where pods go are collect
 (:attr:`ShardConfig.unsupported`): ``queueDepthPerAction`` (KAI caps the jobs tried per queue per action;
 Hourglass tries every job, so it may place more in one cycle, never differently), ``plugins`` / ``actions`` overrides, other ``args``, ``clientType`` and
 the other usage-DB client fields. Fields whose silent loss would change decisions are refused
-(:class:`ShardError`): ``windowType: cron`` and a ``queue-label-key`` other than ``kai.scheduler/queue``.
+(:class:`ShardError`): ``windowType: cron``, a ``queue-label-key`` other than ``kai.scheduler/queue`` and
+``plugins.numa.enabled: true`` (KAI's NUMA-aware placement).
 """
 
 from __future__ import annotations
@@ -113,6 +114,18 @@ def _placement(path: str, raw: object) -> str:
     return str(raw)
 
 
+def _refuse_numa(plugins: object) -> None:
+    """KAI's opt-in ``numa`` plugin (``docs/numa``) keeps a pod's resources within the NUMA zones the
+    kubelet's topology manager will admit; Hourglass does not read NodeResourceTopology, so it would place
+    pods the kubelet then rejects (TopologyAffinityError): refused rather than listed as ignored."""
+    numa = plugins.get("numa") if isinstance(plugins, dict) else None
+    if isinstance(numa, dict) and numa.get("enabled") is True:
+        raise ShardError(
+            "spec.plugins.numa.enabled: NUMA-aware placement is not supported (Hourglass does not read "
+            "NodeResourceTopology); ignoring it would place pods across NUMA zones that KAI keeps apart"
+        )
+
+
 def read_shard(doc: dict[str, Any]) -> ShardConfig:
     """Map a SchedulingShard document to engine / fairshare settings (module doc); ShardError on a field
     whose loss would change decisions or a value that is not KAI's form."""
@@ -126,6 +139,7 @@ def read_shard(doc: dict[str, Any]) -> ShardConfig:
     handled = {"kValue", "usageDBConfig", "placementStrategy", "minRuntime", "args"}
     handled |= {"partitionLabelValue", "partitionLabelKey"}  # the shard's node pool, below
     unsupported += [f"spec.{k}" for k in sorted(spec) if k not in handled]
+    _refuse_numa(spec.get("plugins"))
     # The shard's node pool (docs/deploy.md "Node pools and scheduling shards").
     for key, name in (("partitionLabelValue", "node_pool"), ("partitionLabelKey", "node_pool_label")):
         if key in spec:
