@@ -14,7 +14,7 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 * Grove (PodCliqueSet, PodClique, ...): the PodGang of the pod's ``grove.io/podgang`` label, one subgroup
   per PodClique with its ``minReplicas`` and pack constraint (:func:`_grove`).
 * Knative Service: one gang per Revision of its ``min-scale``, inference. Notebook: build.
-* Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
+* Argo Workflow, Kubeflow TrainJob, Dynamo DynamoGraphDeployment: the top owner is skipped, the next owner down (or the pod) is grouped
   with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
   operator: one group named by the selector.
 * TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of replicas; an MPIJob
@@ -112,7 +112,14 @@ _MAX_OWNER_DEPTH = 10
 
 #: (API group, kind) whose pods KAI groups by the next owner down (or the pod itself): KAI's
 #: skip-top-owner grouper. The skipped owner's labels are inherited (queue, priority, ...).
-_SKIP_TOP_OWNER: Final = frozenset({("argoproj.io", "Workflow"), ("trainer.kubeflow.org", "TrainJob")})
+# KAI's hub maps these to its skipTopOwnerGrouper (every served version; for Dynamo, v1alpha1 and v1beta1).
+_SKIP_TOP_OWNER: Final = frozenset(
+    {
+        ("argoproj.io", "Workflow"),
+        ("trainer.kubeflow.org", "TrainJob"),
+        ("nvidia.com", "DynamoGraphDeployment"),
+    }
+)
 
 # Kubeflow training operators: kind -> the spec field holding the replica specs.
 _KUBEFLOW_REPLICA_SPECS: Final = {
@@ -927,8 +934,9 @@ def plan_pod_group(
     top = owners[-1] if owners else None
     inherited: dict[str, str] = {}
     if top is not None and (_api_group(top), str(top.get("kind"))) in _SKIP_TOP_OWNER:
-        # Argo Workflow, Kubeflow TrainJob: group by the next owner down (the pod for an Argo step, the
-        # JobSet for a TrainJob), with the skipped owner's labels on top of that owner's (KAI).
+        # Argo Workflow, Kubeflow TrainJob, Dynamo graph deployment: group by the next owner down (the pod
+        # for an Argo step, the JobSet for a TrainJob, Grove's PodCliqueSet for Dynamo), with the skipped
+        # owner's labels on top of that owner's (KAI).
         inherited = _labels(top)
         owners = owners[:-1]
         top = owners[-1] if owners else None
