@@ -100,6 +100,28 @@ def test_leaderworkerset_bad_spec_is_a_grouping_error(lws: dict[str, Any], messa
     assert e.value.reason == "HourglassPodGrouping" and message in e.value.message
 
 
+def _segmented_lws(policy: bool) -> dict[str, Any]:
+    lws = _lws()
+    template = lws["spec"]["leaderWorkerTemplate"]
+    if policy:  # KAI's docs/topology/segments.md: LWS's own field
+        template["subGroupPolicy"] = {"subGroupSize": 2}
+    else:
+        template["workerTemplate"] = {"metadata": {"annotations": {"kai.scheduler/segment-size": "2"}}}
+    return lws
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [(True, "subGroupPolicy.subGroupSize"), (False, "annotations[kai.scheduler/segment-size]")],
+    ids=["subgroup-policy", "segment-annotation"],
+)
+def test_leaderworkerset_segments_are_refused_naming_the_field(policy: bool, field: str) -> None:
+    with pytest.raises(InvalidObject) as e:
+        plan_pod_group(pod(), [_segmented_lws(policy)])
+    assert e.value.reason == "HourglassPodGrouping" and field in e.value.message
+    assert "not supported" in e.value.message
+
+
 # ----------------------------------------------------------------------------------------- CronJob
 
 
