@@ -134,4 +134,24 @@ def test_half_life_zero_or_negative_is_no_decay_as_kai() -> None:
 
 def test_a_disabled_numa_plugin_is_only_listed_in_the_warning() -> None:
     shard = read_shard({"kind": "SchedulingShard", "spec": {"plugins": {"numa": {"enabled": False}}}})
-    assert shard.unsupported == ("spec.plugins",)
+    assert shard.unsupported == ("spec.plugins.numa",)
+
+
+@pytest.mark.parametrize(("value", "expect"), [("1.2", 1.2), ("0.5", 1.0)], ids=["conservative", "below-one"])
+def test_reclaim_sensitivity_is_the_argument_kais_proportion_plugin_reads(
+    tmp_path: Path, value: str, expect: float
+) -> None:
+    """KAI v0.17 proportion.go reads ``relcaimerSaturationMultiplier`` (>= 1, else 1); docs/fairness spells
+    it ``reclaimerUtilizationMultiplier``, which the plugin does not read: that one is only listed."""
+    args = {"relcaimerSaturationMultiplier": value, "reclaimerUtilizationMultiplier": "1.5"}
+    doc = {
+        "kind": "SchedulingShard",
+        "spec": {"plugins": {"proportion": {"arguments": args}, "topology": {}}},
+    }
+    shard = read_shard(doc)
+    assert shard.engine["saturation_multiplier"] == expect
+    assert shard.unsupported == (
+        "spec.plugins.proportion.arguments.reclaimerUtilizationMultiplier",
+        "spec.plugins.topology",
+    )
+    assert load_engine_config(_file(tmp_path, yaml.safe_dump(doc))).saturation_multiplier == expect
