@@ -44,6 +44,7 @@ from tests.support.dra_objects import (
 )
 from tests.support.kai_workload import ensure_crd, owned_pod, owner_ref
 from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
+from tests.support.kube_pipeline import decision_records
 
 POOL = "kai.scheduler/node-pool"
 RACK = "accelerator.nvidia.com/rack"  # the label of KAI's examples/topology-aliases
@@ -421,6 +422,30 @@ def test_kai_workloads_in_two_pools_with_two_shards(
                 assert time.monotonic() < deadline, "the 5-GPU pods were never told they are unschedulable"
                 time.sleep(0.2)
             assert not any(read_pod(api, ns, n)["spec"].get("nodeName") for n in new_fields["pending"])
+
+            # preemptionDelay honoured: a non-preemptible (build) 4-GPU pod that only preemption could place
+            # (no pool-a node has 4 free) waits out its 10-minute window instead of evicting the train gangs.
+            co.create_namespaced_custom_object(
+                "scheduling.run.ai",
+                "v2alpha2",
+                ns,
+                "podgroups",
+                _podgroup(
+                    "delayed",
+                    queue,
+                    "a",
+                    {"minMember": 1, "priorityClassName": "build", "preemptionDelay": "10m"},
+                ),
+            )
+            core.create_namespaced_pod(ns, _member("delayed-0", "delayed", queue, 4, sel))
+            deadline = time.monotonic() + 60
+            while not told_unschedulable("delayed-0"):
+                assert time.monotonic() < deadline, "the delayed pod was never considered"
+                time.sleep(0.2)
+            time.sleep(3)  # a few more cycles
+            assert not read_pod(api, ns, "delayed-0")["spec"].get("nodeName")
+            for name in [*js_pods, *new_fields["topology"]]:
+                assert not read_pod(api, ns, name)["metadata"].get("deletionTimestamp"), name
         finally:
             for p in procs.values():
                 if p.poll() is None:
@@ -436,13 +461,18 @@ def test_kai_workloads_in_two_pools_with_two_shards(
     with FileLog(d, readonly=True) as log:
         events = [parse_event(r.value) for r in log.read(DEFAULT_TOPICS.events, 0, 1_000_000)]
     groups = {e.name: e for e in events if isinstance(e, PodGroupUpserted) and e.namespace == ns}
-    assert (groups["no-gang"].min_member, groups["no-gang"].preemption_delay_ms) == (0, 120_000)
+    # minMember 0 is read as KAI's max(minMember, 1): a gang of one, each pod may start alone.
+    assert (groups["no-gang"].min_member, groups["no-gang"].preemption_delay_ms) == (1, 120_000)
     assert groups["no-gang"].staleness_grace_ms == 30_000
     assert groups["any-subgroup"].min_sub_group == 0
     assert (groups["any-subgroup"].preemption_delay_ms, groups["any-subgroup"].staleness_grace_ms) == (
         300_000,
         -1000,
     )
+    with FileLog(d, readonly=True) as log:
+        records = decision_records(log, DEFAULT_TOPICS.for_pool("a").decisions)
+    assert not [x for r in records for x in r["decisions"] if x["kind"] == "Evict"]
+    assert groups["delayed"].preemption_delay_ms == 600_000
     (topology,) = [e for e in events if isinstance(e, TopologyUpserted) and e.name == f"{ns}-network"]
     assert topology.aliases == {"rack": RACK, "node": HOST}
     assert groups["aliased-topology-job"].required_topology_level in ("rack", RACK)
