@@ -438,14 +438,19 @@ def test_kai_workloads_in_two_pools_with_two_shards(
                 ),
             )
             core.create_namespaced_pod(ns, _member("delayed-0", "delayed", queue, 4, sel))
+            victims = [*js_pods, *new_fields["topology"]]
+
+            def evicting() -> list[str]:
+                return [n for n in victims if read_pod(api, ns, n)["metadata"].get("deletionTimestamp")]
+
             deadline = time.monotonic() + 60
             while not told_unschedulable("delayed-0"):
+                assert not evicting(), f"evicted within the preemption delay: {evicting()}"
                 assert time.monotonic() < deadline, "the delayed pod was never considered"
                 time.sleep(0.2)
             time.sleep(3)  # a few more cycles
             assert not read_pod(api, ns, "delayed-0")["spec"].get("nodeName")
-            for name in [*js_pods, *new_fields["topology"]]:
-                assert not read_pod(api, ns, name)["metadata"].get("deletionTimestamp"), name
+            assert not evicting(), f"evicted within the preemption delay: {evicting()}"
         finally:
             for p in procs.values():
                 if p.poll() is None:
