@@ -31,6 +31,10 @@ NOT_OURS = {
     ("simulate.md", "tenants.yaml"),
     ("kube-apiserver.md", "rest.py"),  # the kubernetes client's module
     ("kai-compatibility.md", "docs/queues"),  # KAI's repository
+    ("kai-compatibility.md", "docs/numa"),
+    ("kai-compatibility.md", "docs/metrics/METRICS.md"),
+    ("kai-compatibility.md", "examples/topology-aliases"),
+    ("kai-compatibility.md", "gpu-imex-pod.yaml"),
     ("metrics.md", "docs/metrics/grafana-dashboard.json"),  # KAI's repository
 }
 #: A run of sg-01 .. sg-15: the scenarios' files start with these names.

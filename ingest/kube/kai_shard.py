@@ -21,6 +21,8 @@ KAI field                                              Hourglass
 ``spec.args["max-consolidation-preemptees"]``          ``max_consolidation_preemptees``
 ``spec.args["default-staleness-grace-period"]``        ``stale_grace_ms``
 ``spec.partitionLabelValue`` / ``partitionLabelKey``     ``node_pool`` / ``node_pool_label`` (the shard's pool)
+``spec.plugins.proportion.arguments.``                 ``saturation_multiplier`` (KAI's spelling, sic;
+``relcaimerSaturationMultiplier``                      below 1 is 1, as KAI)
 =====================================================  ==========================================
 
 Time-based fair share follows KAI's default when reading a shard: **off** unless ``usageDBConfig`` is set
@@ -31,7 +33,8 @@ Fields with no Hourglass equivalent that do not change where pods go are collect
 (:attr:`ShardConfig.unsupported`): ``queueDepthPerAction`` (KAI caps the jobs tried per queue per action;
 Hourglass tries every job, so it may place more in one cycle, never differently), ``plugins`` / ``actions`` overrides, other ``args``, ``clientType`` and
 the other usage-DB client fields. Fields whose silent loss would change decisions are refused
-(:class:`ShardError`): ``windowType: cron`` and a ``queue-label-key`` other than ``kai.scheduler/queue``.
+(:class:`ShardError`): ``windowType: cron``, a ``queue-label-key`` other than ``kai.scheduler/queue`` and
+``plugins.numa.enabled: true`` (KAI's NUMA-aware placement).
 """
 
 from __future__ import annotations
@@ -113,6 +116,45 @@ def _placement(path: str, raw: object) -> str:
     return str(raw)
 
 
+def _refuse_numa(plugins: object) -> None:
+    """KAI's opt-in ``numa`` plugin (``docs/numa``) keeps a pod's resources within the NUMA zones the
+    kubelet's topology manager will admit; Hourglass does not read NodeResourceTopology, so it would place
+    pods the kubelet then rejects (TopologyAffinityError): refused rather than listed as ignored."""
+    numa = plugins.get("numa") if isinstance(plugins, dict) else None
+    if isinstance(numa, dict) and numa.get("enabled") is True:
+        raise ShardError(
+            "spec.plugins.numa.enabled: NUMA-aware placement is not supported (Hourglass does not read "
+            "NodeResourceTopology); ignoring it would place pods across NUMA zones that KAI keeps apart"
+        )
+
+
+_SATURATION: Final = "relcaimerSaturationMultiplier"  # sic: the argument KAI v0.17's proportion plugin reads
+
+
+def _plugins(plugins: object, engine: dict[str, Any], unsupported: list[str]) -> None:
+    """``plugins.proportion.arguments.relcaimerSaturationMultiplier`` (KAI's reclaim sensitivity, read under
+    that spelling by ``pkg/scheduler/plugins/proportion/proportion.go``) becomes ``saturation_multiplier``;
+    every other plugin setting is listed in the warning. As KAI, a value below 1 is taken as 1."""
+    if plugins is None:
+        return
+    if not isinstance(plugins, dict):
+        raise ShardError(f"spec.plugins: must be a mapping, not {plugins!r}")
+    for name in sorted(plugins):
+        plugin = plugins[name]
+        args = plugin.get("arguments") if isinstance(plugin, dict) else None
+        if name != "proportion" or not isinstance(args, dict) or _SATURATION not in args:
+            unsupported.append(f"spec.plugins.{name}")
+            continue
+        where = f"spec.plugins.proportion.arguments.{_SATURATION}"
+        try:
+            value = float(str(args[_SATURATION]))
+        except ValueError:
+            raise ShardError(f"{where}: {args[_SATURATION]!r} must be a number") from None
+        engine["saturation_multiplier"] = max(value, 1.0)
+        unsupported += [f"spec.plugins.proportion.{k}" for k in sorted(plugin) if k != "arguments"]
+        unsupported += [f"spec.plugins.proportion.arguments.{k}" for k in sorted(args) if k != _SATURATION]
+
+
 def read_shard(doc: dict[str, Any]) -> ShardConfig:
     """Map a SchedulingShard document to engine / fairshare settings (module doc); ShardError on a field
     whose loss would change decisions or a value that is not KAI's form."""
@@ -125,7 +167,10 @@ def read_shard(doc: dict[str, Any]) -> ShardConfig:
     unsupported: list[str] = []
     handled = {"kValue", "usageDBConfig", "placementStrategy", "minRuntime", "args"}
     handled |= {"partitionLabelValue", "partitionLabelKey"}  # the shard's node pool, below
+    handled |= {"plugins"}  # the saturation multiplier; the rest is listed by _plugins
     unsupported += [f"spec.{k}" for k in sorted(spec) if k not in handled]
+    _refuse_numa(spec.get("plugins"))
+    _plugins(spec.get("plugins"), engine, unsupported)
     # The shard's node pool (docs/deploy.md "Node pools and scheduling shards").
     for key, name in (("partitionLabelValue", "node_pool"), ("partitionLabelKey", "node_pool_label")):
         if key in spec:

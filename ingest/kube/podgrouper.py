@@ -10,11 +10,12 @@ Per-kind rules (KAI's plugins; docs/ingest.md has the full table):
 * JobSet: one PodGroup with a parent subgroup per replicatedJob and a leaf per replica (:func:`_jobset`).
 * LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<i>`` of ``leaderWorkerTemplate.size``
   (:func:`_lws`), with KAI's subgroups ``leader`` (1) and ``workers`` (size - 1) (:func:`_lws_subgroups`;
-  LWS ``subGroupPolicy`` segments are not built).
+  LWS segments, ``subGroupPolicy.subGroupSize`` or ``kai.scheduler/segment-size`` on the worker template,
+  are not built: refused naming the field).
 * Grove (PodCliqueSet, PodClique, ...): the PodGang of the pod's ``grove.io/podgang`` label, one subgroup
   per PodClique with its ``minReplicas`` and pack constraint (:func:`_grove`).
 * Knative Service: one gang per Revision of its ``min-scale``, inference. Notebook: build.
-* Argo Workflow, Kubeflow TrainJob: the top owner is skipped, the next owner down (or the pod) is grouped
+* Argo Workflow, Kubeflow TrainJob, Dynamo DynamoGraphDeployment: the top owner is skipped, the next owner down (or the pod) is grouped
   with the skipped owner's labels. Spark pods (``spark-app-name`` + ``spark-app-selector``) without an
   operator: one group named by the selector.
 * TFJob, XGBoostJob, JAXJob, MPIJob: ``schedulingPolicy.minAvailable``, else the sum of replicas; an MPIJob
@@ -112,7 +113,14 @@ _MAX_OWNER_DEPTH = 10
 
 #: (API group, kind) whose pods KAI groups by the next owner down (or the pod itself): KAI's
 #: skip-top-owner grouper. The skipped owner's labels are inherited (queue, priority, ...).
-_SKIP_TOP_OWNER: Final = frozenset({("argoproj.io", "Workflow"), ("trainer.kubeflow.org", "TrainJob")})
+# KAI's hub maps these to its skipTopOwnerGrouper (every served version; for Dynamo, v1alpha1 and v1beta1).
+_SKIP_TOP_OWNER: Final = frozenset(
+    {
+        ("argoproj.io", "Workflow"),
+        ("trainer.kubeflow.org", "TrainJob"),
+        ("nvidia.com", "DynamoGraphDeployment"),
+    }
+)
 
 # Kubeflow training operators: kind -> the spec field holding the replica specs.
 _KUBEFLOW_REPLICA_SPECS: Final = {
@@ -582,6 +590,26 @@ def _min_member_override(obj: dict[str, Any], pod_key: str) -> int | None:
     return value
 
 
+def _refuse_lws_segments(lws: dict[str, Any], pod_key: str) -> None:
+    """KAI splits an LWS group's workers into topology segments (``docs/topology/segments.md``); Hourglass
+    does not build them, and grouping without them would drop the segment's topology constraint: refused."""
+    template = _sub(_sub(lws, "spec"), "leaderWorkerTemplate")
+    size = _sub(template, "subGroupPolicy").get("subGroupSize")
+    if size is not None:
+        where = f"LeaderWorkerSet {object_key(lws)} spec.leaderWorkerTemplate.subGroupPolicy.subGroupSize"
+        raise _grouping_error(
+            pod_key, where, size, "topology segments of a LeaderWorkerSet are not supported"
+        )
+    worker_meta = _sub(_sub(template, "workerTemplate"), "metadata")
+    raw = (worker_meta.get("annotations") or {}).get(ANNOTATION_SEGMENT_SIZE)
+    if raw is not None:
+        where = (
+            f"LeaderWorkerSet {object_key(lws)} spec.leaderWorkerTemplate.workerTemplate.metadata."
+            f"annotations[{ANNOTATION_SEGMENT_SIZE}]"
+        )
+        raise _grouping_error(pod_key, where, raw, "topology segments of a LeaderWorkerSet are not supported")
+
+
 def _lws(lws: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, int]:
     """LeaderWorkerSet: one gang per group replica, ``pg-<lws>-<uid>-group-<group-index>``.
 
@@ -597,6 +625,7 @@ def _lws(lws: dict[str, Any], pod: dict[str, Any], pod_key: str) -> tuple[str, i
     if policy not in ("LeaderCreated", "LeaderReady"):
         where = f"LeaderWorkerSet {object_key(lws)} spec.startupPolicy"
         raise _grouping_error(pod_key, where, policy, "must be LeaderCreated or LeaderReady")
+    _refuse_lws_segments(lws, pod_key)
     labels = _labels(pod)
     min_member = size
     if policy == "LeaderReady":
@@ -927,8 +956,9 @@ def plan_pod_group(
     top = owners[-1] if owners else None
     inherited: dict[str, str] = {}
     if top is not None and (_api_group(top), str(top.get("kind"))) in _SKIP_TOP_OWNER:
-        # Argo Workflow, Kubeflow TrainJob: group by the next owner down (the pod for an Argo step, the
-        # JobSet for a TrainJob), with the skipped owner's labels on top of that owner's (KAI).
+        # Argo Workflow, Kubeflow TrainJob, Dynamo graph deployment: group by the next owner down (the pod
+        # for an Argo step, the JobSet for a TrainJob, Grove's PodCliqueSet for Dynamo), with the skipped
+        # owner's labels on top of that owner's (KAI).
         inherited = _labels(top)
         owners = owners[:-1]
         top = owners[-1] if owners else None

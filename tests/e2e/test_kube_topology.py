@@ -102,7 +102,13 @@ def test_topology_crd_accepts_kais_example_and_keeps_its_levels_fixed(
         got["spec"]["levels"] = got["spec"]["levels"][1:]
         with pytest.raises(ApiException) as refused:
             custom.replace_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, name, got)
-        assert refused.value.status == 422 and "field is immutable" in str(refused.value.body)
+        assert refused.value.status == 422 and "nodeLabel structure is immutable" in str(refused.value.body)
+        # KAI v0.17: a level's alias is kept (not pruned) and may be edited after creation.
+        got = custom.get_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, name)
+        got["spec"]["levels"][1]["alias"] = "rack"
+        custom.replace_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, name, got)
+        got = custom.get_cluster_custom_object(TOPOLOGY_GROUP, TOPOLOGY_VERSION, TOPOLOGY_PLURAL, name)
+        assert [lv.get("alias") for lv in got["spec"]["levels"]] == [None, "rack", None]
 
 
 # --------------------------------------------------------------------------- ingest -> scheduler -> binder

@@ -74,7 +74,10 @@ def test_engine_config_from_kais_advanced_shard_example(
     assert (cfg.gpu_placement, cfg.cpu_placement) == ("spread", "binpack")
     assert (cfg.default_preempt_min_runtime_ms, cfg.default_reclaim_min_runtime_ms) == (600_000, 300_000)
     assert cfg.k_value == 0.0  # no usageDBConfig: KAI has no usage history, time-based fair share is off
-    assert (cfg.node_pool, cfg.node_pool_label) == ("gpu-nodes", "kai.scheduler/node-pool")  # the shard's pool
+    assert (cfg.node_pool, cfg.node_pool_label) == (
+        "gpu-nodes",
+        "kai.scheduler/node-pool",
+    )  # the shard's pool
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1  # every unsupported field in one warning
     for name in (
@@ -104,8 +107,10 @@ def test_time_based_fairshare_shard_for_both_services(tmp_path: Path) -> None:
         ({"args": {"queue-label-key": "team"}}, "queue-label-key"),
         ({"placementStrategy": {"gpu": "pack"}}, "binpack or spread"),
         ({"minRuntime": {"preemptMinRuntime": "soon"}}, "not a duration"),
+        # KAI's docs/numa "Enable NUMA in KAI" shard, as written there.
+        ({"plugins": {"numa": {"enabled": True}}}, r"spec\.plugins\.numa\.enabled: NUMA-aware placement"),
     ],
-    ids=["cron-window", "queue-label-key", "bad-placement", "bad-duration"],
+    ids=["cron-window", "queue-label-key", "bad-placement", "bad-duration", "numa-plugin"],
 )
 def test_fields_that_would_change_decisions_are_refused_naming_them(
     tmp_path: Path, patch: dict[str, object], message: str
@@ -125,3 +130,28 @@ def test_half_life_zero_or_negative_is_no_decay_as_kai() -> None:
     doc = {"kind": "SchedulingShard", "spec": {"usageDBConfig": {"usageParams": {"halfLifePeriod": "0s"}}}}
     shard = read_shard(doc)
     assert shard.fairshare["half_life_s"] is None and shard.fairshare["k_value"] == 1.0  # kValue default
+
+
+def test_a_disabled_numa_plugin_is_only_listed_in_the_warning() -> None:
+    shard = read_shard({"kind": "SchedulingShard", "spec": {"plugins": {"numa": {"enabled": False}}}})
+    assert shard.unsupported == ("spec.plugins.numa",)
+
+
+@pytest.mark.parametrize(("value", "expect"), [("1.2", 1.2), ("0.5", 1.0)], ids=["conservative", "below-one"])
+def test_reclaim_sensitivity_is_the_argument_kais_proportion_plugin_reads(
+    tmp_path: Path, value: str, expect: float
+) -> None:
+    """KAI v0.17 proportion.go reads ``relcaimerSaturationMultiplier`` (>= 1, else 1); docs/fairness spells
+    it ``reclaimerUtilizationMultiplier``, which the plugin does not read: that one is only listed."""
+    args = {"relcaimerSaturationMultiplier": value, "reclaimerUtilizationMultiplier": "1.5"}
+    doc = {
+        "kind": "SchedulingShard",
+        "spec": {"plugins": {"proportion": {"arguments": args}, "topology": {}}},
+    }
+    shard = read_shard(doc)
+    assert shard.engine["saturation_multiplier"] == expect
+    assert shard.unsupported == (
+        "spec.plugins.proportion.arguments.reclaimerUtilizationMultiplier",
+        "spec.plugins.topology",
+    )
+    assert load_engine_config(_file(tmp_path, yaml.safe_dump(doc))).saturation_multiplier == expect

@@ -591,3 +591,35 @@ def test_foreign_pod_keeps_only_what_the_engine_needs() -> None:
         "pod_affinity",
         "pod_anti_affinity",
     }
+
+
+def test_kais_mps_pod_is_a_fractional_pod_its_host_path_volume_untouched() -> None:
+    """KAI v0.17 docs/gpu-sharing/mps/gpu-sharing-with-mps.yaml, as written there (scheduler name changed)."""
+    mps = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "gpu-sharing-with-mps",
+            "namespace": "default",
+            "uid": "u1",
+            "labels": {"kai.scheduler/queue": "default-queue"},
+            "annotations": {"gpu-fraction": "0.5"},
+        },
+        "spec": {
+            "schedulerName": "hourglass",
+            "containers": [
+                {
+                    "name": "gpu-workload",
+                    "image": "nvidia/cuda:13.0.2-base-ubi8",
+                    "volumeMounts": [{"name": "mps", "mountPath": "/tmp/nvidia-mps"}],
+                }
+            ],
+            "volumes": [
+                {"name": "mps", "hostPath": {"path": "/tmp/nvidia-mps", "type": "DirectoryOrCreate"}}
+            ],
+        },
+    }
+    ev = kube.pod_submitted(mps, "pg-gpu-sharing-with-mps-u1", 1000)
+    r = ev.requests
+    assert (r.gpu_fraction_milli, r.gpu_fraction_devices, r.gpus) == (500, 1, 0)
+    assert ev.queue == "default-queue" and not ev.volumes

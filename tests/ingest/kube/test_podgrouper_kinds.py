@@ -100,6 +100,28 @@ def test_leaderworkerset_bad_spec_is_a_grouping_error(lws: dict[str, Any], messa
     assert e.value.reason == "HourglassPodGrouping" and message in e.value.message
 
 
+def _segmented_lws(policy: bool) -> dict[str, Any]:
+    lws = _lws()
+    template = lws["spec"]["leaderWorkerTemplate"]
+    if policy:  # KAI's docs/topology/segments.md: LWS's own field
+        template["subGroupPolicy"] = {"subGroupSize": 2}
+    else:
+        template["workerTemplate"] = {"metadata": {"annotations": {"kai.scheduler/segment-size": "2"}}}
+    return lws
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [(True, "subGroupPolicy.subGroupSize"), (False, "annotations[kai.scheduler/segment-size]")],
+    ids=["subgroup-policy", "segment-annotation"],
+)
+def test_leaderworkerset_segments_are_refused_naming_the_field(policy: bool, field: str) -> None:
+    with pytest.raises(InvalidObject) as e:
+        plan_pod_group(pod(), [_segmented_lws(policy)])
+    assert e.value.reason == "HourglassPodGrouping" and field in e.value.message
+    assert "not supported" in e.value.message
+
+
 # ----------------------------------------------------------------------------------------- CronJob
 
 
@@ -238,7 +260,9 @@ SPARK = {"spark-app-name": "pi", "spark-app-selector": "spark-0123abcd"}
         ),
         # Kubeflow TrainJob: skipped; grouped as the JobSet it created (its replicatedJob's subgroups).
         (
-            pod(labels={"jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "1"}),
+            pod(
+                labels={"jobset.sigs.k8s.io/replicatedjob-name": "node", "jobset.sigs.k8s.io/job-index": "1"}
+            ),
             [
                 owner("Job", "batch/v1", "tj-node-0"),
                 owner(
@@ -256,6 +280,14 @@ SPARK = {"spark-app-name": "pi", "spark-app-selector": "spark-0123abcd"}
             ("pg-tj-tj-uid", 0, "train"),
             "JobSet",
         ),
+        # Dynamo graph deployment: skipped, any version (KAI v0.17 hub.go; skiptopowner_test.go's DGD case,
+        # whose next owner down is the pod itself).
+        (
+            pod("worker"),
+            [owner("DynamoGraphDeployment", "nvidia.com/v1beta1", "dgd")],
+            ("pg-worker-worker-uid", 1, "train"),
+            "Pod",
+        ),
         # Spark (spark-submit): driver and executors share the app's selector label as the group, train.
         (pod("driver", labels=SPARK), [], ("spark-0123abcd", 1, "train"), "Pod"),
         (pod("exec-1", labels=SPARK), [owner("Pod", "v1", "driver")], ("spark-0123abcd", 1, "train"), "Pod"),
@@ -267,6 +299,7 @@ SPARK = {"spark-app-name": "pi", "spark-app-selector": "spark-0123abcd"}
         "notebook",
         "argo",
         "trainjob",
+        "dynamo",
         "spark-driver",
         "spark-executor",
     ],
@@ -308,6 +341,26 @@ def test_skipped_owners_labels_are_inherited_and_an_override_beats_the_kind_defa
     assert (plan.queue, plan.priority_class) == ("etl", "build")
     nb = owner("Notebook", "kubeflow.org/v1", "nb", labels={"priorityClassName": "build-preemptible"})
     assert plan_pod_group(pod(), [nb]).priority_class == "build-preemptible"
+
+
+def test_dynamo_graph_deployment_is_skipped_for_its_podcliqueset_with_its_labels() -> None:
+    """KAI's Dynamo ownership: DynamoGraphDeployment -> PodCliqueSet -> PodClique -> Pod. The DGD is
+    skipped; the PodCliqueSet (Grove) groups, and the DGD's queue label reaches the PodGroup."""
+    dgd = owner(
+        "DynamoGraphDeployment", "nvidia.com/v1alpha1", "llm", labels={"kai.scheduler/queue": "serve"}
+    )
+    chain = [
+        owner("PodClique", "grove.io/v1alpha1", "llm-0-decode"),
+        owner("PodCliqueSet", "grove.io/v1alpha1", "llm"),
+    ]
+    gang = {
+        "metadata": {"name": "llm-0", "namespace": "ns", "uid": "gang-uid"},
+        "spec": {"podgroups": [{"name": "llm-0-decode", "minReplicas": 2}]},
+    }
+    p = pod("llm-0-decode-0", labels={"grove.io/podgang": "llm-0"})
+    plan = plan_pod_group(p, [*chain, dgd], lambda *a: gang if a[1] == "PodGang" else None)
+    assert (plan.name, plan.min_member, plan.queue) == ("pg-llm-0-gang-uid", 2, "serve")
+    assert (plan.owner["kind"], plan.top_owner_kind) == ("PodGang", "PodCliqueSet")
 
 
 def test_resolve_owners_gives_cronjob_and_lws_chains_the_grouper_needs() -> None:
