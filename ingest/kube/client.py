@@ -20,6 +20,7 @@ __all__ = [
     "api_client",
     "api_client_for",
     "call",
+    "size_connection_pool",
 ]
 
 _LIST_PAGE = 500
@@ -232,7 +233,6 @@ class KubeApi:
         return get
 
 
-
 def api_client(kubeconfig: str | None) -> Any:
     """An ``ApiClient`` for *kubeconfig*, else ``$KUBECONFIG`` / ``~/.kube/config``, else the pod's
     service account (in-cluster). The kubernetes config loaders raise several unrelated error types."""
@@ -248,6 +248,17 @@ def api_client(kubeconfig: str | None) -> Any:
 
         config.load_incluster_config()
         return client.ApiClient()
+
+
+def size_connection_pool(api_client: Any, connections: int) -> None:
+    """Let ``connections`` threads hold a connection each: urllib3 drops, with a warning, every connection
+    returned beyond its pool (by default 5 per core), and opens a new one for the next call."""
+    from kubernetes.client import rest
+
+    cfg = api_client.configuration
+    if (cfg.connection_pool_maxsize or 0) < connections:
+        cfg.connection_pool_maxsize = connections
+        api_client.rest_client = rest.RESTClientObject(cfg)
 
 
 def api_client_for(command: str, kubeconfig: str | None) -> Any:
