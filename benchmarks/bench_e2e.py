@@ -177,7 +177,8 @@ class Observer:
                 time.sleep(0.02)
 
 
-def _submit(api: Any, docs: list[dict[str, Any]], obs: Observer, threads: int = 8) -> None:
+def _submit(api: Any, docs: list[dict[str, Any]], obs: Observer, threads: int = 8) -> float:
+    """Create the pods from ``threads`` client threads; returns the seconds it took (a ceiling on pods/s)."""
     from kubernetes import client
 
     core = client.CoreV1Api(api)
@@ -186,8 +187,10 @@ def _submit(api: Any, docs: list[dict[str, Any]], obs: Observer, threads: int = 
         core.create_namespaced_pod(NS, doc)
         obs.submitted[doc["metadata"]["name"]] = time.time()
 
+    t = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(one, docs))
+    return time.monotonic() - t
 
 
 def _wait_running(obs: Observer, names: list[str], timeout_s: float, stack: HourglassStack) -> None:
@@ -279,7 +282,8 @@ def _independent(b: Bench, scheduler: str = "hourglass", workload: str = "indepe
     pre = b.prefix("a")
     names = [f"{pre}{i}" for i in range(b.args.independent)]
     t0 = time.time()
-    _submit(b.api, [_pod(n, "bench-a", scheduler=scheduler) for n in names], b.obs)
+    took = _submit(b.api, [_pod(n, "bench-a", scheduler=scheduler) for n in names], b.obs)
+    print(f"bench: e2e submit workload={workload} pods={len(names)} seconds={took:.3f}", flush=True)
     _wait_running(b.obs, names, 600, b.stack)
     _report(workload, b.args.nodes, b.obs, names, t0)
     _empty_namespace(b.api, b.obs)
