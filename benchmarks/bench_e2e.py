@@ -18,7 +18,9 @@ Hourglass and kube-scheduler can alternate under the same load), the namespace e
   no ``hourglass reserve``), so its bind waits; meanwhile ``--lone`` unrelated 1-GPU pods one by one. Only
   this workload starts the binder with ``--gpu-sharing``.
 
-A ``bench: e2e load1=…`` line before each workload gives the machine's load averages at its start.
+A ``bench: e2e load1=…`` line before each workload gives the machine's load averages at its start, and a
+``bench: e2e cpu …`` line after it the CPU seconds each process used (control plane, KWOK, the three
+Hourglass processes, the benchmark's own client), including the namespace's emptying.
 
 Submit time is taken by the client when the create call returns; Running is when the benchmark's watch sees
 the pod Running. One line per workload:
@@ -259,6 +261,36 @@ class Bench:
         self.runs += 1
         return f"{letter}{self.runs}-"
 
+    def cpu(self) -> dict[str, float]:
+        """CPU seconds used so far by each process of the benchmark (Linux ``/proc``): where the 2 cores went."""
+        env = dict(
+            line.split("=", 1) for line in (self.cluster.dir / "env").read_text().splitlines() if "=" in line
+        )
+        pids = {
+            "apiserver": env.get("KUBE_APISERVER_PID"),
+            "etcd": env.get("ETCD_PID"),
+            "kwok": env.get("KWOK_PID"),
+            "kube_scheduler": env.get("KUBE_SCHEDULER_PID"),
+            "controller_manager": env.get("KUBE_CONTROLLER_MANAGER_PID"),
+            **{f"hg_{name}": str(proc.pid) for name, proc in self.stack.procs.items()},
+            "bench_client": str(os.getpid()),
+        }
+        tick = os.sysconf("SC_CLK_TCK")
+        out = {}
+        for name, pid in pids.items():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            out[name] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        return out
+
+    def cpu_report(self, workload: str, before: dict[str, float]) -> None:
+        """One line: the CPU seconds each process spent during ``workload``, and their sum."""
+        used = {k: v - before.get(k, 0.0) for k, v in self.cpu().items()}
+        parts = " ".join(f"{k}={v:.1f}" for k, v in used.items())
+        print(f"bench: e2e cpu workload={workload} total_s={sum(used.values()):.1f} {parts}", flush=True)
+
     def load(self) -> None:
         """Print the machine's load averages: the cores are shared, so every figure needs its load."""
         one, five, fifteen = os.getloadavg()
@@ -447,7 +479,9 @@ def main(argv: list[str] | None = None) -> int:
             bench = Bench(args, cluster, api, obs, stack, work)
             for workload in wanted:
                 bench.load()
+                before = bench.cpu()
                 RUNNERS[workload](bench)
+                bench.cpu_report(workload, before)
             obs.stop()
     finally:
         stack.stop()
