@@ -24,6 +24,8 @@ __all__ = [
 ]
 
 _LIST_PAGE = 500
+# Metadata only, with plain JSON as the fallback for a server that cannot answer so.
+_METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 
 # Plural resource names of owner kinds; anything else is lower-case kind + "s" (true for most CRDs).
 OWNER_PLURALS: Final = {
@@ -120,11 +122,12 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = 30.0,
+        accept: str = "application/json",
     ) -> Any:
         """One request; returns the ``RESTResponse`` (:class:`KubeError` on non-2xx or no answer)."""
         from urllib3.exceptions import HTTPError
 
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
@@ -155,6 +158,19 @@ class KubeApi:
         """A JSON request; returns the decoded response body."""
         resp = self._call(method, path, query, body, content_type)
         return json.loads(resp.read() or b"null")
+
+    def read_metadata(self, path: str, *, cached: bool = False) -> dict[str, Any]:
+        """GET an object's ``metadata`` only (a ``PartialObjectMetadata``: no spec or status encoded);
+        ``cached``: as the API server's watch cache holds it (``resourceVersion=0``), without an etcd read,
+        for fields that never change (uid, name)."""
+        resp = self._call(
+            "GET",
+            path,
+            {"resourceVersion": "0"} if cached else None,
+            accept=_METADATA_ACCEPT,
+        )
+        got = json.loads(resp.read() or b"null")
+        return got if isinstance(got, dict) else {}
 
     def get(self, path: str) -> dict[str, Any] | None:
         """GET an object; None when it does not exist (404) or may not be read (403)."""
