@@ -475,7 +475,12 @@ def main(argv: list[str] | None = None) -> int:
             stack.start()
             obs = Observer(cluster, work / "log")
             obs.start()
-            time.sleep(8)  # the three processes start and ingest lists the cluster: the system is idle
+            # One pod through the whole path before any figure: on a loaded machine the three processes
+            # can take longer than any fixed pause to start and list the cluster.
+            _submit(api, [_pod("warm-up", "bench-a")], obs, threads=1)
+            _wait_running(obs, ["warm-up"], 300, stack)
+            _empty_namespace(api, obs)
+            time.sleep(2)  # the system is idle
             bench = Bench(args, cluster, api, obs, stack, work)
             for workload in wanted:
                 bench.load()
