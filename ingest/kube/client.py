@@ -84,12 +84,18 @@ def call(fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: 
     """One call of the generated client (``CoreV1Api`` ...) as raw bytes, failures as :class:`KubeError`.
 
     ``_preload_content=False``: the generated client cannot deserialise the binding subresource's
-    ``Status`` answer, and no caller needs typed responses."""
+    ``Status`` answer, and no caller needs typed responses. The body is read before returning (``.data``),
+    so the connection goes back to the pool."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
-        return fn(*args, _preload_content=False, _request_timeout=timeout_s, **kwargs)
+        resp = fn(*args, _preload_content=False, _request_timeout=timeout_s, **kwargs)
+        # Read the answer now, even when no caller looks at it: urllib3 returns the connection to its pool
+        # only once the body is read, and an unread one costs the next call a new TLS handshake (on the API
+        # server too).
+        _ = resp.data
+        return resp
     except ApiException as e:
         raise KubeError(int(e.status or 0), _message(e.body, e.reason or "")) from None
     except (HTTPError, OSError) as e:
