@@ -1180,7 +1180,7 @@ class Binder:
                 if isinstance(a, WriteQueueStatus):
                     self._queue_due.setdefault(a.name, []).append(a.status)
         for key, fn in tasks:
-            self._pool.submit(key, functools.partial(self._run_task, run, fn))
+            self._pool.submit(key, functools.partial(self._run_task, run, fn), lane=offset)
         return run
 
     def _run_task(self, run: _RecordRun, fn: Callable[[], None]) -> None:
