@@ -719,6 +719,9 @@ class _RecordRun:
     crash: BaseException | None = None  # anything else: raised in the main thread
 
 
+_STATUS_LANE: Final = -1  # the worker pool's lane of every record's status writes (records use their offset)
+
+
 def merge_patches(patches: Collection[Mapping[str, Any]]) -> dict[str, Any]:
     """One JSON merge patch (RFC 7386) with the effect of ``patches`` applied in order: objects merge
     key by key, anything else (a value, a list, null) is replaced by the later patch."""
@@ -1169,18 +1172,27 @@ class Binder:
         self.memory = p.memory
         self.conditions = conditions
         run.evicted_on = frozenset(a.node for a in p.actions if isinstance(a, EvictPod) and a.node)
-        tasks: list[tuple[str, Callable[[], None]]] = [
-            (_action_key(a), functools.partial(self._timed_apply, offset, a, record.cycle_id))
+        # Binds and evictions: a lane per record. What users only read (pending conditions and their Events,
+        # Queue statuses, PodGroup conditions): one lane shared by all records, so a burst of them takes one
+        # turn among the records' binds instead of one per record.
+        tasks: list[tuple[str, Callable[[], None], int]] = [
+            (
+                _action_key(a),
+                functools.partial(self._timed_apply, offset, a, record.cycle_id),
+                offset if isinstance(a, BindPod | EvictPod) else _STATUS_LANE,
+            )
             for a in p.actions
         ]
-        tasks += [(f"podgroup/{c.job}", functools.partial(self._condition, c)) for c in cond_actions]
+        tasks += [
+            (f"podgroup/{c.job}", functools.partial(self._condition, c), _STATUS_LANE) for c in cond_actions
+        ]
         with self._cv:
             run.remaining = len(tasks)
             for a in p.actions:
                 if isinstance(a, WriteQueueStatus):
                     self._queue_due.setdefault(a.name, []).append(a.status)
-        for key, fn in tasks:
-            self._pool.submit(key, functools.partial(self._run_task, run, fn), lane=offset)
+        for key, fn, lane in tasks:
+            self._pool.submit(key, functools.partial(self._run_task, run, fn), lane=lane)
         return run
 
     def _run_task(self, run: _RecordRun, fn: Callable[[], None]) -> None:

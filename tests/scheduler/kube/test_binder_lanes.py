@@ -14,7 +14,7 @@ from ingest.filelog import FileLog
 from ingest.log import DEFAULT_TOPICS
 from scheduler.kube.binder import Binder, EventSpec
 from scheduler.kube.workers import KeyedPool
-from tests.support.cycle_records import bind, record
+from tests.support.cycle_records import bind, pending, record
 from tests.support.kube_objects import FAST
 
 
@@ -42,7 +42,7 @@ def test_lanes_take_turns_and_each_key_keeps_its_order() -> None:
 
 
 class _Kube:
-    """Every bind takes 20 ms; binds are recorded in the order they start."""
+    """Every bind and pod condition write takes 20 ms; both are recorded in the order they start."""
 
     def __init__(self) -> None:
         self.started: list[str] = []
@@ -60,6 +60,9 @@ class _Kube:
         pass
 
     def set_pod_condition(self, namespace: str, name: str, condition: Mapping[str, str]) -> str | None:
+        with self.lock:
+            self.started.append(f"condition {namespace}/{name}")
+        time.sleep(0.02)
         return None
 
     def upsert_event(self, ev: EventSpec) -> None:
@@ -84,3 +87,19 @@ def test_an_unrelated_pods_bind_goes_ahead_of_a_large_gang_record(tmp_path: Path
     assert st.bound == 101
     # FIFO would start it 101st; taking turns, it starts with the first workers' second round.
     assert kube.started.index("ns/unrelated") < 10
+
+
+def test_a_bind_goes_ahead_of_the_status_writes_of_many_earlier_records(tmp_path: Path) -> None:
+    # Twenty records each marking five pods pending (a gang arriving), then one record binding an unrelated pod:
+    # the pending marks of all records share one turn, so the bind starts with the first free worker.
+    log = FileLog(tmp_path / "log")
+    for t in range(20):
+        marks = pending([f"ns/gang-{t}-{i}" for i in range(5)])
+        log.append(DEFAULT_TOPICS.decisions, None, record([marks], t=t + 1).dumps())
+    log.append(DEFAULT_TOPICS.decisions, None, record([bind("ns/unrelated", "n2")], t=100).dumps())
+    kube = _Kube()
+    st = Binder(log, kube, retry=FAST, workers=4).run(stop_when_idle=True)  # type: ignore[arg-type]
+    assert st.bound == 1 and st.pending_conditions == 100
+    # One lane per record would start it after a condition write of each of the twenty records before it.
+    before = kube.started.index("ns/unrelated")
+    assert before <= 8, f"the bind started after {before} condition writes"
