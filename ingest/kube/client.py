@@ -20,9 +20,12 @@ __all__ = [
     "api_client",
     "api_client_for",
     "call",
+    "size_connection_pool",
 ]
 
 _LIST_PAGE = 500
+# Metadata only, with plain JSON as the fallback for a server that cannot answer so.
+_METADATA_ACCEPT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
 
 # Plural resource names of owner kinds; anything else is lower-case kind + "s" (true for most CRDs).
 OWNER_PLURALS: Final = {
@@ -81,12 +84,18 @@ def call(fn: Callable[..., Any], *args: Any, timeout_s: float = 30.0, **kwargs: 
     """One call of the generated client (``CoreV1Api`` ...) as raw bytes, failures as :class:`KubeError`.
 
     ``_preload_content=False``: the generated client cannot deserialise the binding subresource's
-    ``Status`` answer, and no caller needs typed responses."""
+    ``Status`` answer, and no caller needs typed responses. The body is read before returning (``.data``),
+    so the connection goes back to the pool."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     try:
-        return fn(*args, _preload_content=False, _request_timeout=timeout_s, **kwargs)
+        resp = fn(*args, _preload_content=False, _request_timeout=timeout_s, **kwargs)
+        # Read the answer now, even when no caller looks at it: urllib3 returns the connection to its pool
+        # only once the body is read, and an unread one costs the next call a new TLS handshake (on the API
+        # server too).
+        _ = resp.data
+        return resp
     except ApiException as e:
         raise KubeError(int(e.status or 0), _message(e.body, e.reason or "")) from None
     except (HTTPError, OSError) as e:
@@ -119,11 +128,12 @@ class KubeApi:
         body: Any = None,
         content_type: str = "application/json",
         timeout: float | tuple[float, float] | None = 30.0,
+        accept: str = "application/json",
     ) -> Any:
         """One request; returns the ``RESTResponse`` (:class:`KubeError` on non-2xx or no answer)."""
         from urllib3.exceptions import HTTPError
 
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         params = [(k, v) for k, v in (query or {}).items() if v is not None]
@@ -154,6 +164,19 @@ class KubeApi:
         """A JSON request; returns the decoded response body."""
         resp = self._call(method, path, query, body, content_type)
         return json.loads(resp.read() or b"null")
+
+    def read_metadata(self, path: str, *, cached: bool = False) -> dict[str, Any]:
+        """GET an object's ``metadata`` only (a ``PartialObjectMetadata``: no spec or status encoded);
+        ``cached``: as the API server's watch cache holds it (``resourceVersion=0``), without an etcd read,
+        for fields that never change (uid, name)."""
+        resp = self._call(
+            "GET",
+            path,
+            {"resourceVersion": "0"} if cached else None,
+            accept=_METADATA_ACCEPT,
+        )
+        got = json.loads(resp.read() or b"null")
+        return got if isinstance(got, dict) else {}
 
     def get(self, path: str) -> dict[str, Any] | None:
         """GET an object; None when it does not exist (404) or may not be read (403)."""
@@ -232,7 +255,6 @@ class KubeApi:
         return get
 
 
-
 def api_client(kubeconfig: str | None) -> Any:
     """An ``ApiClient`` for *kubeconfig*, else ``$KUBECONFIG`` / ``~/.kube/config``, else the pod's
     service account (in-cluster). The kubernetes config loaders raise several unrelated error types."""
@@ -248,6 +270,17 @@ def api_client(kubeconfig: str | None) -> Any:
 
         config.load_incluster_config()
         return client.ApiClient()
+
+
+def size_connection_pool(api_client: Any, connections: int) -> None:
+    """Let ``connections`` threads hold a connection each: urllib3 drops, with a warning, every connection
+    returned beyond its pool (by default 5 per core), and opens a new one for the next call."""
+    from kubernetes.client import rest
+
+    cfg = api_client.configuration
+    if (cfg.connection_pool_maxsize or 0) < connections:
+        cfg.connection_pool_maxsize = connections
+        api_client.rest_client = rest.RESTClientObject(cfg)
 
 
 def api_client_for(command: str, kubeconfig: str | None) -> Any:

@@ -47,6 +47,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -174,6 +175,9 @@ RESOURCE_SLICES = Resource(
 RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, NAMESPACES, RESOURCE_SLICES, PODGROUPS, PODS, FOREIGN_PODS)
 """In initial-sync order: queues before pods, so a pod's queue is known when the pod is checked."""
 ABSENT_RETRY_S: Final = 30.0
+GROUPING_WORKERS: Final = 8
+"""PodGroups created side by side for the new pods of one batch: grouping a burst of bare pods costs one
+API round trip per PodGroup, which a single thread pays one after the other."""
 """How often an optional resource that is not served (or not readable) is listed again."""
 
 
@@ -318,6 +322,7 @@ class KubeIngest:
         checkpoint_interval_s: float = 5.0,
         clock: Callable[[], int] = _now_ms,
         absent_retry_s: float = ABSENT_RETRY_S,
+        grouping_workers: int = GROUPING_WORKERS,
     ) -> None:
         self.api = api
         self.log = log
@@ -330,6 +335,7 @@ class KubeIngest:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.clock = clock
         self.absent_retry_s = absent_retry_s
+        self.grouping_workers = grouping_workers
         self.stats = IngestStats()
         self.rvs: dict[str, str] = {}
         self.objects: dict[str, str] = {}  # "Kind/key" -> digest of the last upsert event emitted
@@ -341,6 +347,11 @@ class KubeIngest:
         self.seen_rvs: dict[str, str] = {}
         self.last_at_ms = 0
         self._planned: dict[tuple[str, str], PodGroupPlan] = {}
+        # Made ahead by _prefetch_groups for this batch: (namespace, name) -> (plan, the API's answer), and
+        # pod key -> its owner chain as read then. _group takes each once; _process clears what is left.
+        self._made: dict[tuple[str, str], tuple[PodGroupPlan, Future[tuple[dict[str, Any], str]]]] = {}
+        self._owners: dict[str, list[dict[str, Any]]] = {}
+        self._grouper: ThreadPoolExecutor | None = None
         self._priorities: dict[str, int | None] = {}
         self._retry: dict[str, tuple[float, _Changed]] = {}
         self._inbox: queue.Queue[_Item] = queue.Queue()
@@ -388,6 +399,9 @@ class KubeIngest:
         for t in self._threads:
             t.join(timeout=5)
         self._threads.clear()
+        if self._grouper is not None:
+            self._grouper.shutdown(wait=True)
+            self._grouper = None
         self._save_state(None)
 
     def step(self, timeout_s: float = 0.5, max_items: int = 1000) -> int:
@@ -521,6 +535,25 @@ class KubeIngest:
             self._maybe_checkpoint()
             return 0
         batch = _Batch()
+        self._prefetch_groups(items)
+        try:
+            self._apply_items(items, batch)
+        finally:
+            # A PodGroup made ahead for a pod that did not get to _group (an error, a later version in the
+            # batch) is finished before the next batch, which may ask for it again (409: read and kept).
+            for _, made in self._made.values():
+                made.exception()
+            self._made.clear()
+            self._owners.clear()
+        self._dirty_since = self._dirty_since or time.monotonic()
+        if batch.events or batch.dead:
+            self._commit(batch)
+        else:
+            self._maybe_checkpoint()
+        self._post_notices(batch)
+        return len(batch.events)
+
+    def _apply_items(self, items: list[_Item], batch: _Batch) -> None:
         for item in items:
             if isinstance(item, _Bookmark):
                 self.rvs[item.kind] = item.rv
@@ -537,13 +570,79 @@ class KubeIngest:
                 self._changed(item, batch)
                 if item.rv:
                     self.rvs[item.kind] = item.rv
-        self._dirty_since = self._dirty_since or time.monotonic()
-        if batch.events or batch.dead:
-            self._commit(batch)
-        else:
-            self._maybe_checkpoint()
-        self._post_notices(batch)
-        return len(batch.events)
+
+    def _prefetch_groups(self, items: list[_Item]) -> None:
+        """Start creating, side by side, the PodGroups that the new pods among ``items`` will need.
+
+        Only the API calls move ahead: :meth:`_group` still runs for each pod in the batch's order and
+        takes the answer from here, so the events, their order and every error path are those of one call
+        at a time. A pod this cannot plan (a pod-group annotation, ResourceClaims, an invalid shape, an
+        owner that refuses grouping) is left wholly to :meth:`_group`.
+        """
+        if not self.group_pods or self.grouping_workers < 2:
+            return
+        pods = [
+            obj
+            for item in items
+            if item.kind == "Pod"
+            for obj in (
+                [item.obj]
+                if isinstance(item, _Changed) and item.type != "DELETED"
+                else item.items
+                if isinstance(item, _Listed)
+                else []
+            )
+        ]
+        plans: dict[tuple[str, str], PodGroupPlan] = {}
+        for obj in pods:
+            plan = self._plan_new_pod(obj)
+            if plan is not None and self._planned.get((plan.namespace, plan.name)) != plan:
+                plans.setdefault((plan.namespace, plan.name), plan)
+        if len(plans) < 2:
+            return  # nothing to overlap: _group makes it as it always did
+        if self._grouper is None:
+            self._grouper = ThreadPoolExecutor(self.grouping_workers, thread_name_prefix="podgroups")
+        for k, plan in plans.items():
+            self._made[k] = (plan, self._grouper.submit(self._put_group, plan))
+
+    def _plan_new_pod(self, obj: dict[str, Any]) -> PodGroupPlan | None:
+        """The PodGroup a pod not yet submitted would get from :meth:`_group`, or None when it needs none,
+        is not new, or is one :meth:`_group` should judge on its own."""
+        meta = obj.get("metadata") or {}
+        key = kube.object_key(obj)
+        st = self.pods.get(key)
+        if st is not None and not (st.get("uid") and meta.get("uid") and st["uid"] != meta.get("uid")):
+            return None
+        if kube.pod_group_annotation(obj) is not None or dra.pod_claim_refs(obj):
+            return None
+        try:
+            kube.pod_submitted(obj, "unassigned", 0, dra={})
+            owners = resolve_owners(obj, self._owner_get)
+            self._owners[key] = owners
+            if skip_podgrouper(obj, owners) is not None:
+                return None
+            plan = plan_pod_group(obj, owners, self._owner_get)
+        except Exception:  # any refusal is reported by _group, where the pod is handled
+            return None
+        return dataclasses.replace(plan, pod_subgroup=None)
+
+    def _put_group(self, plan: PodGroupPlan) -> tuple[dict[str, Any], str]:
+        """Create the PodGroup of ``plan``, or bring an existing one in line with it (409); returns the
+        object and what was done (``created``, ``updated`` or ``kept``). Safe on a worker thread."""
+        base = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{plan.namespace}/podgroups"
+        try:
+            return self.api.request("POST", base, body=podgroup_manifest(plan)), "created"
+        except KubeError as exc:
+            if exc.status != 409:
+                raise
+        obj = self.api.request("GET", f"{base}/{plan.name}")
+        patch = podgroup_patch(obj, plan)
+        if patch is None:
+            return obj, "kept"
+        obj = self.api.request(
+            "PATCH", f"{base}/{plan.name}", body=patch, content_type="application/merge-patch+json"
+        )
+        return obj, "updated"
 
     def _commit(self, batch: _Batch) -> None:
         """Write-ahead: state file with the batch, then the appends."""
@@ -1026,7 +1125,9 @@ class KubeIngest:
         Returns the PodGroup's name and the subgroup the pod joins (None without subgroups, or when the pod
         already names one with its own ``kai.scheduler/subgroup-name`` label).
         """
-        owners = resolve_owners(pod, self._owner_get)
+        owners = self._owners.pop(kube.object_key(pod), None)
+        if owners is None:
+            owners = resolve_owners(pod, self._owner_get)
         skipped = skip_podgrouper(pod, owners)
         if skipped is not None:
             raise kube.InvalidObject(
@@ -1043,20 +1144,13 @@ class KubeIngest:
         plan = dataclasses.replace(plan, pod_subgroup=None)  # the PodGroup is the same for all its pods
         if self._planned.get((plan.namespace, plan.name)) == plan:
             return plan.name, subgroup
-        base = f"/apis/scheduling.run.ai/v2alpha2/namespaces/{plan.namespace}/podgroups"
-        try:
-            obj = self.api.request("POST", base, body=podgroup_manifest(plan))
+        made = self._made.pop((plan.namespace, plan.name), None)
+        # The answer made ahead is this pod's only when it was made for the same plan; else ask now.
+        obj, done = made[1].result() if made is not None and made[0] == plan else self._put_group(plan)
+        if done == "created":
             self.stats.podgroups_created += 1
-        except KubeError as exc:
-            if exc.status != 409:
-                raise
-            obj = self.api.request("GET", f"{base}/{plan.name}")
-            patch = podgroup_patch(obj, plan)
-            if patch is not None:
-                obj = self.api.request(
-                    "PATCH", f"{base}/{plan.name}", body=patch, content_type="application/merge-patch+json"
-                )
-                self.stats.podgroups_updated += 1
+        elif done == "updated":
+            self.stats.podgroups_updated += 1
         self._planned[(plan.namespace, plan.name)] = plan
         self.seen_rvs[f"PodGroup/{plan.namespace}/{plan.name}"] = str(
             (obj.get("metadata") or {}).get("resourceVersion") or ""
@@ -1264,7 +1358,7 @@ def run_cli(args: Any) -> int:
     import sys
 
     from ingest.backends import StartupError, open_log_for
-    from ingest.kube.client import api_client_for
+    from ingest.kube.client import api_client_for, size_connection_pool
     from ingest.log import LogError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -1275,6 +1369,7 @@ def run_cli(args: Any) -> int:
     except StartupError as e:
         print(e, file=sys.stderr)
         return 2
+    size_connection_pool(api, len(RESOURCES) + GROUPING_WORKERS)  # a watch each, and the PodGroup workers
     state = Path(args.state) if args.state else default_state_path(args.log)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

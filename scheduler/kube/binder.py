@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from ingest.kube.client import KubeError, KubeUnavailable, add_kubeconfig_argument, call
+from ingest.kube.client import KubeApi, KubeError, KubeUnavailable, add_kubeconfig_argument, call
 from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, GPU_RESOURCE
 from ingest.kube.volumes import ANNOTATION_SELECTED_NODE, bound_to, prebind_volume
 from ingest.log import DEFAULT_TOPICS, Log, Topics
@@ -512,6 +512,7 @@ class BinderApi:
         self.custom = client.CustomObjectsApi(api_client)
         self.timeout = timeout_s
         self.claims = ClaimAllocator(self.call, self.core, self.custom)
+        self._metadata = KubeApi(api_client)
 
     @staticmethod
     def size_pool(api_client: Any, workers: int) -> None:
@@ -569,14 +570,18 @@ class BinderApi:
         self.claims.undo(namespace, name, claims)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
-        """The pod's uid, None when it is gone (its Event is then written without one)."""
+        """The pod's uid, None when it is gone (its Event is then written without one).
+
+        Read as metadata only (``PartialObjectMetadata``) from the API server's watch cache
+        (``resourceVersion=0``): a pod's uid never changes, the pod was in that cache before the scheduler
+        saw it, and neither etcd nor the whole pod's encoding is needed for one field, once per bind."""
         try:
-            r = self.call(self.core.read_namespaced_pod, name, namespace)
+            got = self._metadata.read_metadata(f"/api/v1/namespaces/{namespace}/pods/{name}", cached=True)
         except KubeError as e:
             if e.status == 404:
                 return None
             raise
-        uid = json.loads(r.data).get("metadata", {}).get("uid")
+        uid = (got or {}).get("metadata", {}).get("uid")
         return str(uid) if uid else None
 
     def pod_node(self, namespace: str, name: str) -> str | None:
@@ -685,6 +690,7 @@ class BinderStats:
     pending_conditions: int = 0
     pending_events: int = 0
     queue_statuses: int = 0
+    queue_statuses_merged: int = 0  # a Queue status folded into the write of an earlier one still waiting
     queues_missing: int = 0
     retries: int = 0
     unavailable: int = 0  # records left uncommitted because the API server stayed unreachable
@@ -711,6 +717,26 @@ class _RecordRun:
     evicted_on: frozenset[str] = frozenset()
     error: KubeUnavailable | None = None  # the API server stayed unreachable: apply the record again
     crash: BaseException | None = None  # anything else: raised in the main thread
+
+
+_STATUS_LANE: Final = -1  # the worker pool's lane of every record's status writes (records use their offset)
+
+
+def merge_patches(patches: Collection[Mapping[str, Any]]) -> dict[str, Any]:
+    """One JSON merge patch (RFC 7386) with the effect of ``patches`` applied in order: objects merge
+    key by key, anything else (a value, a list, null) is replaced by the later patch."""
+    out: dict[str, Any] = {}
+    for patch in patches:
+        out = _merge_into(out, patch)
+    return out
+
+
+def _merge_into(base: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in patch.items():
+        old = out.get(k)
+        out[k] = _merge_into(old, v) if isinstance(v, Mapping) and isinstance(old, Mapping) else v
+    return out
 
 
 def _action_key(a: Action) -> str:
@@ -771,6 +797,10 @@ class Binder:
         self._sleep = sleep
         self.memory = Memory()
         self.conditions = ConditionMemory()
+        # Queue statuses planned and not yet written, per Queue, oldest first (guarded by _cv). A burst of
+        # records each changing a Queue's status costs one write, not one per record: the first write
+        # to run takes every status waiting, the later ones find nothing left.
+        self._queue_due: dict[str, list[Mapping[str, Any]]] = {}
         self.stats = BinderStats()
         self.position = 0
         self.dead_seen: set[str] = set()
@@ -1038,8 +1068,18 @@ class Binder:
             self._count("pending_events")
 
     def _apply_queue(self, offset: int, a: WriteQueueStatus, cycle_id: str) -> None:
-        """Merge-patch a Queue's status; a refusal is dead-lettered with a FailedStatusUpdate Event."""
+        """Merge-patch a Queue's status; a refusal is dead-lettered with a FailedStatusUpdate Event.
+
+        Writes every status of this Queue planned so far as one patch (``_queue_due``); nothing when an
+        earlier call already wrote this one."""
         k = self.kube
+        with self._cv:
+            due = self._queue_due.pop(a.name, [])
+        if not due:
+            self._count("queue_statuses_merged")
+            return
+        status = merge_patches(due) if len(due) > 1 else dict(due[0])
+        a = WriteQueueStatus(a.name, status)
         try:
             self._with_retry(f"queue status {a.name}", lambda: k.patch_queue_status(a.name, a.status))
         except KubeError as e:
@@ -1099,6 +1139,7 @@ class Binder:
             raise run.crash
         if run.error is not None:
             self.memory, self.conditions = run.memory_before, run.conditions_before
+            self._forget_queue_statuses()
             raise run.error
         self._finished(run)
 
@@ -1131,15 +1172,27 @@ class Binder:
         self.memory = p.memory
         self.conditions = conditions
         run.evicted_on = frozenset(a.node for a in p.actions if isinstance(a, EvictPod) and a.node)
-        tasks: list[tuple[str, Callable[[], None]]] = [
-            (_action_key(a), functools.partial(self._timed_apply, offset, a, record.cycle_id))
+        # Binds and evictions: a lane per record. What users only read (pending conditions and their Events,
+        # Queue statuses, PodGroup conditions): one lane shared by all records, so a burst of them takes one
+        # turn among the records' binds instead of one per record.
+        tasks: list[tuple[str, Callable[[], None], int]] = [
+            (
+                _action_key(a),
+                functools.partial(self._timed_apply, offset, a, record.cycle_id),
+                offset if isinstance(a, BindPod | EvictPod) else _STATUS_LANE,
+            )
             for a in p.actions
         ]
-        tasks += [(f"podgroup/{c.job}", functools.partial(self._condition, c)) for c in cond_actions]
+        tasks += [
+            (f"podgroup/{c.job}", functools.partial(self._condition, c), _STATUS_LANE) for c in cond_actions
+        ]
         with self._cv:
             run.remaining = len(tasks)
-        for key, fn in tasks:
-            self._pool.submit(key, functools.partial(self._run_task, run, fn))
+            for a in p.actions:
+                if isinstance(a, WriteQueueStatus):
+                    self._queue_due.setdefault(a.name, []).append(a.status)
+        for key, fn, lane in tasks:
+            self._pool.submit(key, functools.partial(self._run_task, run, fn), lane=lane)
         return run
 
     def _run_task(self, run: _RecordRun, fn: Callable[[], None]) -> None:
@@ -1169,6 +1222,11 @@ class Binder:
     def _wait(self, done: Callable[[], bool], timeout_s: float | None = None) -> None:
         with self._cv:
             self._cv.wait_for(done, timeout_s)
+
+    def _forget_queue_statuses(self) -> None:
+        """Back to an earlier memory: the records after it plan their Queue statuses again."""
+        with self._cv:
+            self._queue_due.clear()
 
     def _finished(self, run: _RecordRun) -> None:
         """A record whose every call went through (or failed for good): reservations after evictions."""
@@ -1245,6 +1303,7 @@ class Binder:
                 self._running.clear()
                 self._cursor = run.offset
                 self.memory, self.conditions = run.memory_before, run.conditions_before
+                self._forget_queue_statuses()
                 return False
             self._finished(run)
             self._count("records")

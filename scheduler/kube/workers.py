@@ -5,6 +5,10 @@ a pod's eviction of one record and its bind of a later one never overtake each o
 are bound side by side. A slow key (a GPU-sharing bind waiting for its reservation pod) holds one worker and
 its own key only; the other workers go on with other keys.
 
+Calls also carry a *lane* (the binder uses the record's offset): free workers take ready calls from the lanes in
+turn, so a record of one bind is not queued behind the hundreds of calls of a large record submitted before it
+(a 500-pod gang, or a burst of pending-pod conditions); within a lane, calls start in submission order.
+
 With one worker nothing runs on a thread: :meth:`KeyedPool.submit` runs the call at once in the caller, so a
 single-worker binder is exactly the sequential binder.
 """
@@ -26,8 +30,9 @@ class KeyedPool:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.workers = workers
         self._cv = threading.Condition()
-        self._queues: dict[str, deque[Callable[[], None]]] = {}  # key -> its calls not yet finished
-        self._ready: deque[str] = deque()  # keys with a call to start and none running
+        self._queues: dict[str, deque[tuple[int, Callable[[], None]]]] = {}  # key -> its calls (lane, call)
+        self._ready: dict[int, deque[str]] = {}  # lane -> keys whose next call is in that lane, none running
+        self._turns: deque[int] = deque()  # lanes with a ready key, in the order they get the next worker
         self._busy = 0  # calls submitted and not finished
         self._closed = False
         self._threads = (
@@ -38,8 +43,9 @@ class KeyedPool:
         for t in self._threads:
             t.start()
 
-    def submit(self, key: str, fn: Callable[[], None]) -> None:
-        """Run ``fn`` after every call submitted earlier with ``key``; ``fn`` must not raise."""
+    def submit(self, key: str, fn: Callable[[], None], lane: int = 0) -> None:
+        """Run ``fn`` after every call submitted earlier with ``key``; ``fn`` must not raise. Ready calls of
+        different lanes take turns for the workers."""
         if not self._threads:
             fn()
             return
@@ -49,11 +55,29 @@ class KeyedPool:
             self._busy += 1
             q = self._queues.get(key)
             if q is None:
-                self._queues[key] = deque([fn])
-                self._ready.append(key)
+                self._queues[key] = deque([(lane, fn)])
+                self._make_ready(key, lane)
                 self._cv.notify_all()
             else:
-                q.append(fn)  # the key is running or already ready: its worker takes this next
+                q.append((lane, fn))  # the key is running or already ready: its worker takes this next
+
+    def _make_ready(self, key: str, lane: int) -> None:
+        ready = self._ready.get(lane)
+        if ready is None:
+            ready = self._ready[lane] = deque()
+            self._turns.append(lane)
+        ready.append(key)
+
+    def _next_key(self) -> str:
+        """The next ready key, from the lane whose turn it is (that lane then goes to the back)."""
+        lane = self._turns.popleft()
+        ready = self._ready[lane]
+        key = ready.popleft()
+        if ready:
+            self._turns.append(lane)
+        else:
+            del self._ready[lane]
+        return key
 
     def drain(self) -> None:
         """Wait until every submitted call has finished."""
@@ -73,12 +97,12 @@ class KeyedPool:
     def _work(self) -> None:
         while True:
             with self._cv:
-                while not self._ready and not self._closed:
+                while not self._turns and not self._closed:
                     self._cv.wait()
-                if not self._ready:
+                if not self._turns:
                     return
-                key = self._ready.popleft()
-                fn = self._queues[key][0]
+                key = self._next_key()
+                fn = self._queues[key][0][1]
             try:
                 fn()
             finally:
@@ -86,7 +110,7 @@ class KeyedPool:
                     q = self._queues[key]
                     q.popleft()
                     if q:
-                        self._ready.append(key)
+                        self._make_ready(key, q[0][0])
                     else:
                         del self._queues[key]
                     self._busy -= 1
