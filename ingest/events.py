@@ -52,6 +52,9 @@ __all__ = [
     "FAST_PATH",
     "LIMITS",
     "SUPPORTED_VERSIONS",
+    "CSIDriverLimit",
+    "CSINodeDeleted",
+    "CSINodeUpserted",
     "CandidateVolume",
     "ClockTick",
     "Event",
@@ -60,6 +63,7 @@ __all__ = [
     "FastEvent",
     "ForeignPodUpserted",
     "HostPort",
+    "InlineDisk",
     "LabelSelector",
     "LabelSelectorRequirement",
     "NodeRemoved",
@@ -76,6 +80,7 @@ __all__ = [
     "PodRequests",
     "PodSubmitted",
     "PodUngated",
+    "PodVolumesChanged",
     "PreferredSchedulingTerm",
     "QueueDeleted",
     "QueueResource",
@@ -766,6 +771,24 @@ class VolumeClaim(_Record):
     provision: bool = False
     allowed_topologies: list[NodeSelectorTerm] = Field(default_factory=list)
     request_bytes: Annotated[int, Field(ge=0, le=LIMITS.STORAGE_BYTES)] = 0
+    # Storage filters beyond binding (docs/filters.md "Volumes"). ``read_write_once_pod``: the claim has
+    # the ReadWriteOncePod access mode (VolumeRestrictions). ``attach_driver`` / ``attach_handle``: the CSI
+    # volume it attaches, counted against the node's CSINode limit (NodeVolumeLimits) — the bound volume's
+    # driver and handle, or for an unbound claim its class's provisioner and no handle (the claim itself
+    # is then the volume). ``capacity_checked``: provisioning needs a CSIStorageCapacity with room for
+    # the request (its class's CSIDriver has ``storageCapacity``); ``capacity_topologies`` (ORed terms)
+    # and ``capacity_anywhere`` say where one with enough room is. ``ephemeral``: the claim of a generic
+    # ephemeral volume (``<pod>-<volume>``); ``missing``: it does not exist yet; ``not_owned``: it exists
+    # but was not created for this pod.
+    read_write_once_pod: bool = False
+    attach_driver: Text = ""
+    attach_handle: Text = ""
+    capacity_checked: bool = False
+    capacity_anywhere: bool = False
+    capacity_topologies: list[NodeSelectorTerm] = Field(default_factory=list)
+    ephemeral: bool = False
+    missing: bool = False
+    not_owned: bool = False
 
     # Written only when set, so a claim that uses none of them serialises as before they existed.
     OPTIONAL: ClassVar[tuple[str, ...]] = (
@@ -774,7 +797,29 @@ class VolumeClaim(_Record):
         "provision",
         "allowed_topologies",
         "request_bytes",
+        "read_write_once_pod",
+        "attach_driver",
+        "attach_handle",
+        "capacity_checked",
+        "capacity_anywhere",
+        "capacity_topologies",
+        "ephemeral",
+        "missing",
+        "not_owned",
     )
+
+
+class InlineDisk(_Record):
+    """A disk a pod names inline (not through a claim) that kube-scheduler's VolumeRestrictions checks
+    against the other pods of the node: a GCE persistent disk (``name`` = pdName), an AWS EBS volume
+    (volumeID), an RBD image (``name`` = image, ``pool``, ``monitors``) or an iSCSI target (``name`` =
+    IQN). ``read_only`` as the volume source states it."""
+
+    kind: Literal["gce_pd", "aws_ebs", "rbd", "iscsi"]
+    name: Annotated[Text, Field(min_length=1)]
+    read_only: bool = False
+    pool: Text = ""
+    monitors: list[Text] = Field(default_factory=list, max_length=LIMITS.LIST)
 
 
 class PodSubmitted(EventBase):
@@ -808,6 +853,7 @@ class PodSubmitted(EventBase):
     topology_spread: list[TopologySpreadConstraint] = Field(default_factory=list)
     scheduling_gates: list[LabelKey] = Field(default_factory=list)
     volumes: list[VolumeClaim] = Field(default_factory=list)
+    disks: list[InlineDisk] = Field(default_factory=list, max_length=LIMITS.LIST)
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -819,6 +865,7 @@ class PodSubmitted(EventBase):
             "topology_spread",
             "scheduling_gates",
             "volumes",
+            "disks",
         }
     )
 
@@ -848,6 +895,12 @@ class ForeignPodUpserted(EventBase):
     labels: Labels = Field(default_factory=dict)
     host_ports: list[HostPort] = Field(default_factory=list)
     releasing: bool = False
+    # Its claims (what ReadWriteOncePod and the node's CSI attach limit count) and inline disks; written
+    # only when set, so a pod without them serialises as before they existed.
+    volumes: list[VolumeClaim] = Field(default_factory=list)
+    disks: list[InlineDisk] = Field(default_factory=list, max_length=LIMITS.LIST)
+
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"volumes", "disks"})
 
 
 class PodBound(EventBase):
@@ -919,6 +972,51 @@ class NamespaceDeleted(EventBase):
     name: Namespace
 
 
+class PodVolumesChanged(EventBase):
+    """(v2) A pending pod's claims, resolved again because a PersistentVolume, PersistentVolumeClaim,
+    StorageClass, CSIDriver or CSIStorageCapacity changed (a volume created, a claim bound, capacity
+    freed): ``volumes`` replace the ones its PodSubmitted carried. Ingest watches those objects and emits
+    this only when the resolution differs, so a replay folds exactly what the scheduler saw."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["PodVolumesChanged"] = "PodVolumesChanged"
+    name: Name
+    namespace: Namespace
+    volumes: list[VolumeClaim] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- CSI nodes
+
+
+class CSIDriverLimit(_Record):
+    """One CSI driver installed on a node; ``count`` is ``allocatable.count``, the most volumes of that
+    driver the node can attach (None: the driver states no limit)."""
+
+    name: Annotated[Text, Field(min_length=1)]
+    count: Count0 | None = None
+
+
+class CSINodeUpserted(EventBase):
+    """(v2) A node's CSINode object appeared or changed: its CSI drivers and their attach limits
+    (kube-scheduler's NodeVolumeLimits). ``name`` is the node's (and the CSINode's) name."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["CSINodeUpserted"] = "CSINodeUpserted"
+    name: Name
+    drivers: list[CSIDriverLimit] = Field(default_factory=list, max_length=LIMITS.LIST)
+
+
+class CSINodeDeleted(EventBase):
+    """(v2) A node's CSINode object is gone: no attach limit applies there."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["CSINodeDeleted"] = "CSINodeDeleted"
+    name: Name
+
+
 # --------------------------------------------------------------------------- time
 
 
@@ -955,7 +1053,10 @@ Event = Annotated[
     | TopologyUpserted
     | TopologyDeleted
     | NamespaceUpserted
-    | NamespaceDeleted,
+    | NamespaceDeleted
+    | CSINodeUpserted
+    | CSINodeDeleted
+    | PodVolumesChanged,
     Field(discriminator="type"),
 ]
 """Any event; pydantic picks the model from the ``type`` field."""
@@ -981,6 +1082,9 @@ EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
         TopologyDeleted,
         NamespaceUpserted,
         NamespaceDeleted,
+        CSINodeUpserted,
+        CSINodeDeleted,
+        PodVolumesChanged,
     )
 }
 """Event model by ``type`` name."""

@@ -31,10 +31,12 @@ from scheduler.engine.state import (
     SubGroup,
     Taint,
     Topology,
+    disks_from_event,
     placement_fields,
     ports_from_event,
     request_from_event,
     subgroup_minimum,
+    volumes_from_event,
 )
 from scheduler.engine.subgroups import SUBGROUP_LABEL
 
@@ -231,6 +233,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
         foreign_pods=foreign,
         topologies=topologies,
         namespaces=_namespaces(doc.get("cluster", {}).get("namespaces", [])),
+        csi_nodes=_csi_nodes(doc.get("cluster", {}).get("csi_nodes", [])),
     )
     return state, config
 
@@ -249,6 +252,7 @@ _PLACEMENT_KEYS = (
     "topology_spread",
     "scheduling_gates",
     "volumes",
+    "disks",
 )
 
 
@@ -285,6 +289,19 @@ def _namespaces(items: list[dict[str, Any]]) -> tuple[tuple[str, Mapping[str, st
             {"at_ms": 0, "name": n.get("name"), "labels": n.get("labels", {})}
         )
         out[ev.name] = MappingProxyType(dict(sorted(ev.labels.items())))
+    return tuple(sorted(out.items()))
+
+
+def _csi_nodes(items: list[dict[str, Any]]) -> tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...]:
+    """Nodes' CSI drivers and attach limits (each validated as a CSINodeUpserted event), sorted by node."""
+    from ingest.events import CSINodeUpserted
+
+    out = {}
+    for n in items:
+        ev = CSINodeUpserted.model_validate(
+            {"at_ms": 0, "name": n.get("name"), "drivers": n.get("drivers", [])}
+        )
+        out[ev.name] = tuple(sorted((d.name, d.count) for d in ev.drivers))
     return tuple(sorted(out.items()))
 
 
@@ -367,6 +384,8 @@ def _foreign(f: dict[str, Any]) -> ForeignPod:
             "labels": f.get("labels", {}),
             "host_ports": f.get("host_ports", []),
             "releasing": f.get("releasing", False),
+            "volumes": f.get("volumes", []),
+            "disks": f.get("disks", []),
         }
     )
     return ForeignPod(
@@ -378,6 +397,8 @@ def _foreign(f: dict[str, Any]) -> ForeignPod:
         labels=dict(sorted(ev.labels.items())),
         host_ports=ports_from_event(ev.host_ports),
         releasing=ev.releasing,
+        volumes=volumes_from_event(ev.volumes),
+        disks=disks_from_event(ev.disks),
     )
 
 

@@ -95,7 +95,15 @@ UNKNOWN_ATTRS: Final = _INIT_ATTRS - _KNOWN  # empty unless Session grew a struc
 
 # Events that change one pod (and its pod group): the pod is named by namespace / name.
 _POD_EVENTS: Final = frozenset(
-    {"PodSubmitted", "PodBound", "PodReleasing", "PodFinished", "PodDeleted", "PodUngated"}
+    {
+        "PodSubmitted",
+        "PodBound",
+        "PodReleasing",
+        "PodFinished",
+        "PodDeleted",
+        "PodUngated",
+        "PodVolumesChanged",
+    }
 )
 _GROUP_EVENTS: Final = frozenset({"PodGroupUpserted", "PodGroupDeleted"})
 # Events that change neither pods nor pod groups (nodes, queues and foreign pods are compared whole).

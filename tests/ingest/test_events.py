@@ -11,10 +11,14 @@ import pytest
 from ingest.events import (
     EVENT_TYPES,
     ClockTick,
+    CSIDriverLimit,
+    CSINodeDeleted,
+    CSINodeUpserted,
     EventBase,
     EventError,
     ForeignPodUpserted,
     HostPort,
+    InlineDisk,
     LabelSelector,
     LabelSelectorRequirement,
     NamespaceDeleted,
@@ -33,6 +37,7 @@ from ingest.events import (
     PodRequests,
     PodSubmitted,
     PodUngated,
+    PodVolumesChanged,
     PreferredSchedulingTerm,
     QueueDeleted,
     QueueResource,
@@ -200,6 +205,43 @@ EXAMPLES: list[EventBase] = [
     ),
     NamespaceUpserted(at_ms=0, name="team-a", labels={"team": "a"}),
     NamespaceDeleted(at_ms=0, name="team-a"),
+    CSINodeUpserted(
+        at_ms=16,
+        name="node-a",
+        drivers=[CSIDriverLimit(name="ebs.csi.aws.com", count=25), CSIDriverLimit(name="nfs.csi.k8s.io")],
+    ),
+    CSINodeDeleted(at_ms=17, name="node-b"),
+    PodVolumesChanged(
+        at_ms=18,
+        name="web-0",
+        namespace="ml",
+        volumes=[
+            VolumeClaim(
+                claim="web-0-scratch",
+                bound=False,
+                binding_mode="WaitForFirstConsumer",
+                provision=True,
+                request_bytes=2**30,
+                read_write_once_pod=True,
+                attach_driver="ebs.csi.aws.com",
+                capacity_checked=True,
+                capacity_topologies=[
+                    NodeSelectorTerm(
+                        match_expressions=[NodeSelectorRequirement(key="zone", operator="In", values=["z1"])]
+                    )
+                ],
+                ephemeral=True,
+            )
+        ],
+    ),
+    ForeignPodUpserted(
+        at_ms=19,
+        name="db-0",
+        namespace="ml",
+        node="node-a",
+        volumes=[VolumeClaim(claim="db", attach_driver="ebs.csi.aws.com", attach_handle="vol-1")],
+        disks=[InlineDisk(kind="rbd", name="img", pool="rbd", monitors=["m1"], read_only=True)],
+    ),
 ]
 
 
