@@ -583,4 +583,6 @@ def test_foreign_pod_keeps_only_what_the_engine_needs() -> None:
         "labels",
         "host_ports",
         "releasing",
+        "volumes",
+        "disks",
     }
