@@ -825,11 +825,10 @@ class KubeIngest:
         """A pod of another scheduler; the DRA GPUs its allocated claims hold on its node count as its
         request, so the engine does not offer them to our pods; its claims count for ReadWriteOncePod and
         the node's CSI attach limits."""
-        claims = kube.pod_claims(obj)
-        key = kube.object_key(obj)
-        if claims:
-            self._foreign_claimants[key] = obj
-        ev = kube.foreign_pod(obj, self._at(), self._volumes(obj, claims) if claims else None)
+        pvcs = kube.pod_claims(obj)
+        if pvcs:
+            self._foreign_claimants[kube.object_key(obj)] = obj
+        ev = kube.foreign_pod(obj, self._at(), self._volumes(obj, pvcs) if pvcs else None)
         refs = dra.pod_claim_refs(obj)
         if not refs:
             return ev
