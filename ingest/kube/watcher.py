@@ -1018,6 +1018,8 @@ class KubeIngest:
                 )
         st["uid"] = uid or st.get("uid")
         view = kube.pod_view(obj)
+        if not view.node and key not in self._claimants and kube.pod_claims(obj):
+            self._claimants[key] = obj  # submitted before this process started: follow its claims too
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         if st.get("gated") and not (obj.get("spec") or {}).get("schedulingGates"):
             self._emit(batch, PodUngated(name=name, namespace=ns, at_ms=self._at()))
