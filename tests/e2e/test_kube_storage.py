@@ -17,7 +17,7 @@ from typing import Any
 
 from ingest.filelog import FileLog
 from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
-from tests.support.kube_pipeline import Pipeline, decision_records, last_decisions
+from tests.support.kube_pipeline import Pipeline, decision_records
 
 HOSTNAME = "kubernetes.io/hostname"
 DRIVER = "ebs.csi.aws.com"
@@ -88,8 +88,13 @@ def _csi_node(name: str, count: int) -> dict[str, Any]:
 
 
 def _filters(log: FileLog, pod: str) -> dict[str, int]:
-    got = last_decisions(log, "Unschedulable").get(pod, {})
-    return dict(got.get("details", {}).get("filters") or {})
+    """The reason codes of the latest Unschedulable decision naming ``pod`` (a job's decision lists its pods)."""
+    got: dict[str, int] = {}
+    for r in decision_records(log):
+        for d in r["decisions"]:
+            if d["kind"] == "Unschedulable" and pod in (d.get("pods") or [d.get("pod")]):
+                got = dict(d.get("details", {}).get("filters") or {})
+    return got
 
 
 def test_read_write_once_pod_claim_in_use_keeps_the_pod_pending(
