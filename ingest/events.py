@@ -52,6 +52,7 @@ __all__ = [
     "FAST_PATH",
     "LIMITS",
     "SUPPORTED_VERSIONS",
+    "AttachedVolume",
     "CSIDriverLimit",
     "CSINodeDeleted",
     "CSINodeUpserted",
@@ -997,15 +998,25 @@ class CSIDriverLimit(_Record):
     count: Count0 | None = None
 
 
+class AttachedVolume(_Record):
+    """A CSI volume attached to a node by a VolumeAttachment: its attacher and the volume's handle."""
+
+    driver: Annotated[Text, Field(min_length=1)]
+    handle: Annotated[Text, Field(min_length=1)]
+
+
 class CSINodeUpserted(EventBase):
     """(v2) A node's CSINode object appeared or changed: its CSI drivers and their attach limits
-    (kube-scheduler's NodeVolumeLimits). ``name`` is the node's (and the CSINode's) name."""
+    (kube-scheduler's NodeVolumeLimits). ``name`` is the node's (and the CSINode's) name. ``attached``:
+    the CSI volumes VolumeAttachments attach to the node (kube-scheduler counts those no pod there
+    accounts for); ingest upserts the CSINode again when they change."""
 
     V2_ONLY: ClassVar[bool] = True
 
     type: Literal["CSINodeUpserted"] = "CSINodeUpserted"
     name: Name
     drivers: list[CSIDriverLimit] = Field(default_factory=list, max_length=LIMITS.LIST)
+    attached: list[AttachedVolume] = Field(default_factory=list, max_length=LIMITS.LIST)
 
 
 class CSINodeDeleted(EventBase):

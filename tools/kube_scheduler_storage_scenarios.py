@@ -139,6 +139,7 @@ def case(
     expect: str | None,
     *,
     csi_node: list[Doc] | None = None,
+    attached: list[Doc] | None = None,
     foreign: bool = False,
     node_labels: dict[str, str] | None = None,
     note: str | None = None,
@@ -151,7 +152,9 @@ def case(
         source["note"] = note
     cluster: Doc = {"nodes": [{"name": "node", "labels": node_labels or {}}]}
     if csi_node is not None:
-        cluster["csi_nodes"] = [{"name": "node", "drivers": csi_node}]
+        cluster["csi_nodes"] = [
+            {"name": "node", "drivers": csi_node} | ({"attached": attached} if attached else {})
+        ]
     jobs: list[Doc] = []
     if foreign:
         cluster["foreign_pods"] = [
@@ -481,6 +484,24 @@ def _limits() -> None:
         ),
         ("don't skip Filter when the pod has pvcs", ebs_pvc(0), [], 2, [EBS], "csinode", None, None),
     ]
+    # VolumeAttachments (buildFakeClientWithVALister): va-<driver>-<j> attaches volume csi-<driver>-<j> to
+    # the node; ingest carries them on the node's CSINode as (attacher, the volume's CSI handle).
+    for name, count, want in (
+        ("should count VolumeAttachments towards volume limit when no pods exist", 2, MAX),
+        ("should schedule pod when VolumeAttachments count does not exceed limit", 1, None),
+    ):
+        w = _limits_world([EBS])
+        case(
+            "nodevolumelimits",
+            f,
+            t,
+            name,
+            pod(w, claims=ebs_pvc(0)),
+            [],
+            want,
+            csi_node=_csi_node("csinode", 2, [EBS]),
+            attached=[{"driver": EBS, "handle": _name(EBS, j)} for j in range(count)],
+        )
     for name, incoming, existing, limit, drivers, source, want, note in rows:
         w = _limits_world(drivers)
         case(

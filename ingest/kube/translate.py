@@ -785,8 +785,11 @@ def namespace_deleted(obj: dict[str, Any], at_ms: int) -> NamespaceDeleted:
     return NamespaceDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
 
 
-def csi_node_upserted(obj: dict[str, Any], at_ms: int) -> CSINodeUpserted:
-    """A CSINode: its drivers and their ``allocatable.count`` (NodeVolumeLimits)."""
+def csi_node_upserted(
+    obj: dict[str, Any], at_ms: int, attached: list[tuple[str, str]] | None = None
+) -> CSINodeUpserted:
+    """A CSINode: its drivers and their ``allocatable.count`` (NodeVolumeLimits), and ``attached``, the
+    (attacher, volume handle) of the node's VolumeAttachments."""
     name = str(_meta(obj).get("name") or "")
     drivers = []
     for d in _dict(obj.get("spec")).get("drivers") or []:
@@ -794,7 +797,14 @@ def csi_node_upserted(obj: dict[str, Any], at_ms: int) -> CSINodeUpserted:
         count = _dict(d.get("allocatable")).get("count")
         drivers.append({"name": str(d.get("name") or ""), "count": count})
     try:
-        return CSINodeUpserted.model_validate({"name": name, "drivers": drivers, "at_ms": at_ms})
+        return CSINodeUpserted.model_validate(
+            {
+                "name": name,
+                "drivers": drivers,
+                "attached": [{"driver": d, "handle": h} for d, h in sorted(set(attached or []))],
+                "at_ms": at_ms,
+            }
+        )
     except ValidationError as exc:
         raise _fail_model("CSINode", name, exc) from None
 

@@ -177,6 +177,8 @@ RESOURCE_SLICES = Resource(
 )
 # A node's CSI drivers and attach limits (NodeVolumeLimits); optional: without them no limit applies.
 CSINODES = Resource("CSINode", "/apis/storage.k8s.io/v1/csinodes", optional=True)
+# Volumes attached to a node outside any pod count toward its limit too; they ride on its CSINode event.
+VOLUME_ATTACHMENTS = Resource("VolumeAttachment", "/apis/storage.k8s.io/v1/volumeattachments", optional=True)
 # What a pod's claims resolve against, kept in memory (as kube-scheduler's informers do) so that a change
 # reaches the pending pods that mount them (PodVolumesChanged). Optional: without one (no permission),
 # ingest reads those objects from the API server when it submits a pod, as before.
@@ -196,6 +198,7 @@ RESOURCES: Final = (
     RESOURCE_SLICES,
     CSINODES,
     *STORAGE_RESOURCES,
+    VOLUME_ATTACHMENTS,
     PODGROUPS,
     PODS,
     FOREIGN_PODS,
@@ -399,6 +402,8 @@ class KubeIngest:
         self._claimants: dict[str, dict[str, Any]] = {}
         self._foreign_claimants: dict[str, dict[str, Any]] = {}
         self._vol_digest: dict[str, str] = {}  # pod key -> digest of the volumes last emitted for it
+        self._csinodes: dict[str, dict[str, Any]] = {}  # CSINode name -> its last object
+        self._vas: dict[str, dict[str, Any]] = {}  # VolumeAttachment name -> its last object
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -733,6 +738,10 @@ class KubeIngest:
             for key in sorted(set(self._slices) - seen):
                 self._slice(batch, key, None)
             return
+        if item.kind == "VolumeAttachment":
+            for key in sorted(set(self._vas) - seen):
+                self._attachment(batch, key, None)
+            return
         prefix = f"{item.kind}/"
         for okey in sorted(k for k in self.objects if k.startswith(prefix)):
             key = okey[len(prefix) :]
@@ -773,6 +782,11 @@ class KubeIngest:
             if self._storage.get(kind, {}).pop(key, None) is not None:
                 self._storage_moved(batch)
             return
+        if kind == "VolumeAttachment":
+            self._attachment(batch, key, None)
+            return
+        if kind == "CSINode":
+            self._csinodes.pop(key, None)
         if kind == "ForeignPod":
             self._foreign_claimants.pop(key, None)
         if f"{kind}/{key}" not in self.objects:
@@ -926,7 +940,10 @@ class KubeIngest:
             elif kind == "Namespace":
                 self._upsert(batch, kube.namespace_upserted(obj, self._at()), f"Namespace/{key}")
             elif kind == "CSINode":
-                self._upsert(batch, kube.csi_node_upserted(obj, self._at()), f"CSINode/{key}")
+                self._csinodes[key] = obj
+                self._csi_node(batch, key)
+            elif kind == "VolumeAttachment":
+                self._attachment(batch, key, obj)
             elif kind in STORAGE_KINDS:
                 if kind in self._storage:
                     self._storage[kind][key] = obj
@@ -1131,6 +1148,36 @@ class KubeIngest:
             out.append(VolumeClaim.model_validate(resolved | extra))
         return out
 
+    def _csi_node(self, batch: _Batch, name: str) -> None:
+        """Upsert a node's CSINode with the volumes its VolumeAttachments attach (``getNodeVolumeAttachmentInfo``:
+        an attacher, a PersistentVolume that exists and is CSI: its handle)."""
+        obj = self._csinodes.get(name)
+        if obj is None:
+            return
+        attached = []
+        for key in sorted(self._vas):
+            spec = self._vas[key].get("spec") or {}
+            pv_name = (spec.get("source") or {}).get("persistentVolumeName")
+            if spec.get("nodeName") != name or not spec.get("attacher") or not pv_name:
+                continue
+            pv = self._read("PersistentVolume", pv_name, f"/api/v1/persistentvolumes/{pv_name}")
+            handle = ((pv or {}).get("spec") or {}).get("csi", {}).get("volumeHandle")
+            if handle:
+                attached.append((str(spec["attacher"]), str(handle)))
+        try:
+            self._upsert(batch, kube.csi_node_upserted(obj, self._at(), attached), f"CSINode/{name}")
+        except kube.InvalidObject as err:
+            self._reject(batch, "CSINode", obj, err)
+
+    def _attachment(self, batch: _Batch, key: str, obj: dict[str, Any] | None) -> None:
+        """A VolumeAttachment changed (None: deleted): upsert the CSINode of the node(s) it names."""
+        old = self._vas.pop(key, None)
+        if obj is not None:
+            self._vas[key] = obj
+        nodes = {str(((o or {}).get("spec") or {}).get("nodeName") or "") for o in (old, obj)}
+        for name in sorted(nodes - {""}):
+            self._csi_node(batch, name)
+
     def _wait_for_claim(self, v: VolumeClaim) -> bool:
         """Submit the pod only once this claim can be weighed: an unbound Immediate claim is about to be
         bound. A generic ephemeral volume's claim that is missing or not the pod's is submitted as such
@@ -1183,6 +1230,9 @@ class KubeIngest:
                 self._emit(
                     batch, PodVolumesChanged(name=name, namespace=ns, volumes=volumes, at_ms=self._at())
                 )
+        if self._vas:  # an attached volume's handle comes from its PersistentVolume
+            for name in sorted(self._csinodes):
+                self._csi_node(batch, name)
         for key in sorted(self._foreign_claimants):
             try:
                 self._upsert(batch, self._foreign(self._foreign_claimants[key]), f"ForeignPod/{key}")

@@ -21,6 +21,7 @@ from scheduler.engine.proportion import ResourceQuota
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import (
     ClusterState,
+    CSINode,
     ForeignPod,
     Job,
     Node,
@@ -31,6 +32,7 @@ from scheduler.engine.state import (
     SubGroup,
     Taint,
     Topology,
+    csi_node_from_event,
     disks_from_event,
     placement_fields,
     ports_from_event,
@@ -292,16 +294,22 @@ def _namespaces(items: list[dict[str, Any]]) -> tuple[tuple[str, Mapping[str, st
     return tuple(sorted(out.items()))
 
 
-def _csi_nodes(items: list[dict[str, Any]]) -> tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...]:
-    """Nodes' CSI drivers and attach limits (each validated as a CSINodeUpserted event), sorted by node."""
+def _csi_nodes(items: list[dict[str, Any]]) -> tuple[tuple[str, CSINode], ...]:
+    """Nodes' CSI drivers, attach limits and attached volumes (each validated as a CSINodeUpserted event),
+    sorted by node."""
     from ingest.events import CSINodeUpserted
 
     out = {}
     for n in items:
         ev = CSINodeUpserted.model_validate(
-            {"at_ms": 0, "name": n.get("name"), "drivers": n.get("drivers", [])}
+            {
+                "at_ms": 0,
+                "name": n.get("name"),
+                "drivers": n.get("drivers", []),
+                "attached": n.get("attached", []),
+            }
         )
-        out[ev.name] = tuple(sorted((d.name, d.count) for d in ev.drivers))
+        out[ev.name] = csi_node_from_event(ev)
     return tuple(sorted(out.items()))
 
 

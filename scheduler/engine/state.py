@@ -264,6 +264,15 @@ class Volume:
 
 
 @dataclass(frozen=True, slots=True)
+class CSINode:
+    """A node's CSINode: each driver's attach limit (None = no limit), sorted, and the CSI volumes
+    VolumeAttachments attach there (driver, handle), sorted."""
+
+    drivers: tuple[tuple[str, int | None], ...] = ()
+    attached: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Disk:
     """An inline disk a pod mounts (VolumeRestrictions): ``kind`` gce_pd / aws_ebs / rbd / iscsi."""
 
@@ -376,7 +385,7 @@ class ClusterState:
     workload: tuple[tuple[WorkloadShape, int], ...] = ()
     # Each node's CSI drivers and attach limits (CSINode ``allocatable.count``; None = no limit), sorted by
     # node name: what NodeVolumeLimits counts against.
-    csi_nodes: tuple[tuple[str, tuple[tuple[str, int | None], ...]], ...] = ()
+    csi_nodes: tuple[tuple[str, CSINode], ...] = ()
 
 
 WorkloadShape = tuple[int, int, int, tuple[str, ...]]
@@ -627,6 +636,14 @@ def disks_from_event(disks: Iterable[ev_mod.InlineDisk]) -> tuple[Disk, ...]:
     return tuple(Disk(d.kind, d.name, d.read_only, d.pool, tuple(d.monitors)) for d in disks)
 
 
+def csi_node_from_event(e: ev_mod.CSINodeUpserted) -> CSINode:
+    """The CSINode of a CSINodeUpserted event."""
+    return CSINode(
+        tuple(sorted((d.name, d.count) for d in e.drivers)),
+        tuple(sorted({(a.driver, a.handle) for a in e.attached})),
+    )
+
+
 def volumes_from_event(volumes: Iterable[ev_mod.VolumeClaim]) -> tuple[Volume, ...]:
     """The resolved claims of a pod event."""
     return tuple(_volume(v) for v in volumes)
@@ -770,7 +787,7 @@ class StateBuilder:
         self.foreign: dict[str, ForeignPod] = {}  # pods of other schedulers bound to nodes
         self.topologies: dict[str, Topology] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}
-        self.csi_nodes: dict[str, tuple[tuple[str, int | None], ...]] = {}
+        self.csi_nodes: dict[str, CSINode] = {}
         self.offset = -1
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
@@ -1016,7 +1033,7 @@ class StateBuilder:
             self.pods[uid] = evolve(pod, volumes=volumes_from_event(e.volumes))
 
     def _on_csi_node_upserted(self, e: Any) -> None:
-        self.csi_nodes[e.name] = tuple(sorted((d.name, d.count) for d in e.drivers))
+        self.csi_nodes[e.name] = csi_node_from_event(e)
 
     def _on_csi_node_deleted(self, e: Any) -> None:
         self.csi_nodes.pop(e.name, None)

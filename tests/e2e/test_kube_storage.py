@@ -5,7 +5,8 @@ CSINode attach limits (NodeVolumeLimits), and volumes watched rather than read o
   reason code ``ReadWriteOncePodConflict``; once that pod is gone ours is bound.
 - n1's CSINode allows one volume of the driver, and a pod of another scheduler already attaches one there:
   our pod mounting another volume of that driver goes to n2 once n2's CSINode (first allowing none) is
-  raised to one — the CSINode change reaches the scheduler as an event.
+  raised to one and the VolumeAttachment holding n2's one slot is deleted — both changes reach the
+  scheduler as events.
 - A WaitForFirstConsumer claim with no volume to bind waits (``VolumeBindConflict``); the PersistentVolume
   created afterwards reaches the pending pod (``PodVolumesChanged``) and it is bound where the volume is.
 """
@@ -162,6 +163,24 @@ def test_csinode_limits_and_volumes_are_watched(kube_api: Any, kube_namespace: s
             },
         )
         core.create_namespaced_pod(ns, _pod(ns, "waits-for-volume", "later", queue=q))
+        # A volume attached to n2 outside any pod (a VolumeAttachment) counts toward n2's limit too.
+        three, va = f"{ns}-pv-three", f"{ns}-va-three"
+        core.create_persistent_volume(
+            {
+                "metadata": {"name": three},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "csi": {"driver": DRIVER, "volumeHandle": f"{ns}-h3"},
+                },
+            }
+        )
+        storage.create_volume_attachment(
+            {
+                "metadata": {"name": va},
+                "spec": {"attacher": DRIVER, "nodeName": n2, "source": {"persistentVolumeName": three}},
+            }
+        )
         log = FileLog(tmp_path / "log")
         p = Pipeline(api, ns, log)
         p.ingest.start()
@@ -172,7 +191,8 @@ def test_csinode_limits_and_volumes_are_watched(kube_api: Any, kube_namespace: s
                     and _filters(log, f"{ns}/waits-for-volume").get("VolumeBindConflict") == 2
                 )
             )
-            # n2's driver may attach one volume now: the CSINode update reaches the scheduler.
+            # n2's driver may attach one volume now (the CSINode update reaches the scheduler), but the
+            # VolumeAttachment holds it.
             storage.patch_csi_node(
                 n2, {"spec": {"drivers": [{"name": DRIVER, "nodeID": n2, "allocatable": {"count": 1}}]}}
             )
@@ -192,8 +212,11 @@ def test_csinode_limits_and_volumes_are_watched(kube_api: Any, kube_namespace: s
                 }
             )
             core.patch_persistent_volume_status(pv, {"status": {"phase": "Available"}})
-            ours = ("limited", "waits-for-volume")
-            p.settle(lambda: all("nodeName" in read_pod(api, ns, n)["spec"] for n in ours))
+            p.settle(lambda: "nodeName" in read_pod(api, ns, "waits-for-volume")["spec"])
+            assert "nodeName" not in read_pod(api, ns, "limited")["spec"]
+            assert _filters(log, f"{ns}/limited").get("MaxVolumeCount") == 2
+            storage.delete_volume_attachment(va)
+            p.settle(lambda: "nodeName" in read_pod(api, ns, "limited")["spec"])
         finally:
             p.ingest.stop()
         assert read_pod(api, ns, "limited")["spec"]["nodeName"] == n2

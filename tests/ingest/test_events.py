@@ -10,6 +10,7 @@ import pytest
 
 from ingest.events import (
     EVENT_TYPES,
+    AttachedVolume,
     ClockTick,
     CSIDriverLimit,
     CSINodeDeleted,
@@ -209,6 +210,7 @@ EXAMPLES: list[EventBase] = [
         at_ms=16,
         name="node-a",
         drivers=[CSIDriverLimit(name="ebs.csi.aws.com", count=25), CSIDriverLimit(name="nfs.csi.k8s.io")],
+        attached=[AttachedVolume(driver="ebs.csi.aws.com", handle="vol-9")],
     ),
     CSINodeDeleted(at_ms=17, name="node-b"),
     PodVolumesChanged(

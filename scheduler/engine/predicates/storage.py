@@ -12,7 +12,8 @@ VolumeRestrictions (``volumerestrictions/volume_restrictions.go``):
 NodeVolumeLimits (``nodevolumelimits/csi.go``, ``CSILimits.Filter``): the unique CSI volumes of the pods on
 the node (``driver/handle``; an unbound claim counts as one volume of its class's provisioner, however many
 pods mount it) plus the incoming pod's new ones must not exceed the node's CSINode ``allocatable.count`` of
-each driver. A driver without a count, or a node without a CSINode, has no limit.
+each driver. A driver without a count, or a node without a CSINode, has no limit. The CSI volumes
+VolumeAttachments attach to the node that no pod there accounts for count as well.
 
 Pods being deleted (releasing) still hold their claims and disks, as they do in kube-scheduler's cache.
 """
@@ -102,12 +103,16 @@ def index(ssn: Session) -> StorageIndex:
     return idx
 
 
-def limits(ssn: Session) -> Mapping[str, Mapping[str, int]]:
-    """Node -> driver -> attach limit, from the CSINode objects (drivers without a count left out)."""
+def limits(ssn: Session) -> Mapping[str, tuple[Mapping[str, int], Mapping[AttachKey, str]]]:
+    """Node -> (driver -> attach limit, from its CSINode, drivers without a count left out; the volumes
+    VolumeAttachments attach there -> driver)."""
     key = ("csi_limits",)
     got = ssn.static_cache.get(key)
     if got is None:
-        got = {node: {d: c for d, c in drivers if c is not None} for node, drivers in ssn.state.csi_nodes}
+        got = {
+            node: ({d: c for d, c in csi.drivers if c is not None}, {(d, h): d for d, h in csi.attached})
+            for node, csi in ssn.state.csi_nodes
+        }
         ssn.static_cache[key] = got
     return got  # type: ignore[return-value]
 
@@ -143,7 +148,7 @@ def _limit_reason(ssn: Session, idx: StorageIndex, task: TaskInfo, node: NodeInf
             new[key] = v.attach_driver
     if not new:
         return None
-    node_limits = limits(ssn).get(node.name)
+    node_limits, by_attachment = limits(ssn).get(node.name, ({}, {}))
     if not node_limits:
         return None
     attached: dict[AttachKey, str] = {}
@@ -153,6 +158,9 @@ def _limit_reason(ssn: Session, idx: StorageIndex, task: TaskInfo, node: NodeInf
     for key in attached:
         new.pop(key, None)
     have = Counter(attached.values())
+    # VolumeAttachments no pod here accounts for count too; unlike the pods' volumes they are not taken
+    # off the new ones (``getNodeVolumeAttachmentInfo`` as ``CSILimits.Filter`` uses it).
+    have.update(d for k, d in by_attachment.items() if k not in attached)
     for driver, count in sorted(Counter(new.values()).items()):
         limit = node_limits.get(driver)
         if limit is not None and have[driver] + count > limit:

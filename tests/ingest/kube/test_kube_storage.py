@@ -13,7 +13,7 @@ import pytest
 from ingest.events import CSINodeUpserted, PodBound, PodSubmitted, PodVolumesChanged, VolumeClaim
 from ingest.kube import translate as kube
 from ingest.kube import volumes
-from scheduler.engine.state import PodStatus, StateBuilder
+from scheduler.engine.state import CSINode, PodStatus, StateBuilder
 
 
 def _pvc(**spec: Any) -> dict[str, Any]:
@@ -170,8 +170,12 @@ def test_a_csinode_becomes_its_drivers_and_limits() -> None:
             ]
         },
     }
-    ev = kube.csi_node_upserted(obj, 5)
+    ev = kube.csi_node_upserted(obj, 5, [("ebs.csi.aws.com", "vol-2"), ("ebs.csi.aws.com", "vol-1")])
     assert [(d.name, d.count) for d in ev.drivers] == [("ebs.csi.aws.com", 25), ("nfs.csi.k8s.io", None)]
+    assert [(a.driver, a.handle) for a in ev.attached] == [
+        ("ebs.csi.aws.com", "vol-1"),
+        ("ebs.csi.aws.com", "vol-2"),
+    ]
     bad = {"metadata": {"name": "node-a"}, "spec": {"drivers": [{"name": "d", "allocatable": {"count": -1}}]}}
     with pytest.raises(kube.InvalidObject):
         kube.csi_node_upserted(bad, 5)
@@ -180,7 +184,7 @@ def test_a_csinode_becomes_its_drivers_and_limits() -> None:
 def test_the_fold_keeps_csinode_limits_and_updates_only_pending_pods_volumes() -> None:
     b = StateBuilder()
     b.apply(CSINodeUpserted(at_ms=1, name="n1", drivers=[{"name": "d", "count": 2}]))  # type: ignore[list-item]
-    assert b.snapshot().csi_nodes == (("n1", (("d", 2),)),)
+    assert b.snapshot().csi_nodes == (("n1", CSINode(drivers=(("d", 2),))),)
     b.apply(
         PodSubmitted(
             at_ms=2,

@@ -1,6 +1,7 @@
 """VolumeRestrictions and NodeVolumeLimits against a reference transcribed from kube-scheduler v1.36.3's Go
 code (``volumerestrictions/volume_restrictions.go``: ``isVolumeConflict``, ``haveOverlap``,
-``IsPVCUsedByPods``; ``nodevolumelimits/csi.go``: ``CSILimits.Filter``, ``getVolumeUniqueName``), on random
+``IsPVCUsedByPods``; ``nodevolumelimits/csi.go``: ``CSILimits.Filter``, ``getVolumeUniqueName``,
+``getNodeVolumeAttachmentInfo``), on random
 pods, claims and nodes: the engine's verdict on every node equals the reference's, with the pods on the nodes
 as our running tasks or as pods of another scheduler."""
 
@@ -39,6 +40,10 @@ pod_shape = st.fixed_dictionaries(
     }
 )
 existing_pod = st.tuples(st.sampled_from(NODES), pod_shape)
+attachments = st.dictionaries(
+    st.sampled_from(NODES),
+    st.lists(st.tuples(st.sampled_from(("d1", "d2")), st.sampled_from(("h1", "h2", "h3"))), max_size=3),
+)
 limits = st.dictionaries(
     st.sampled_from(NODES),
     st.dictionaries(st.sampled_from(("d1", "d2")), st.one_of(st.none(), st.integers(0, 3))),
@@ -83,8 +88,10 @@ def reference(
     pods: list[tuple[str, dict[str, Any]]],
     claims: dict[str, dict[str, Any]],
     node_limits: dict[str, dict[str, int | None]],
+    vas: dict[str, list[tuple[str, str]]] | None = None,
 ) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
+    vas = vas or {}
     used = {c for _, p in pods for c in p["claims"]}  # IsPVCUsedByPods: every assigned pod's claims
     rwop_conflict = any(claims[c]["rwop"] and c in used for c in incoming["claims"])
     for node in NODES:
@@ -112,6 +119,11 @@ def reference(
         for k, d in attached.items():
             new.pop(k, None)
             count[d] = count.get(d, 0) + 1
+        # getNodeVolumeAttachmentInfo: attacher/handle of the node's VolumeAttachments, counted when no pod
+        # there has that volume (and not taken off the new ones).
+        for k2, d in {(d, h): d for d, h in vas.get(node, [])}.items():
+            if k2 not in attached:
+                count[d] = count.get(d, 0) + 1
         want: dict[str, int] = {}
         for d in new.values():
             want[d] = want.get(d, 0) + 1
@@ -144,12 +156,18 @@ def scenario(
     claims: dict[str, dict[str, Any]],
     node_limits: dict[str, dict[str, int | None]],
     foreign: bool,
+    vas: dict[str, list[tuple[str, str]]] | None = None,
 ) -> dict[str, Any]:
     jobs = []
+    vas = vas or {}
     cluster: dict[str, Any] = {
         "nodes": [{"name": n} for n in NODES],
         "csi_nodes": [
-            {"name": n, "drivers": [{"name": d, "count": c} for d, c in sorted(ds.items())]}
+            {
+                "name": n,
+                "drivers": [{"name": d, "count": c} for d, c in sorted(ds.items())],
+                "attached": [{"driver": d, "handle": h} for d, h in vas.get(n, [])],
+            }
             for n, ds in sorted(node_limits.items())
         ],
     }
@@ -183,6 +201,7 @@ def scenario(
     claim_list=st.lists(claim, min_size=4, max_size=4),
     node_limits=limits,
     foreign=st.booleans(),
+    vas=attachments,
 )
 def test_storage_verdicts_equal_the_go_reference(
     incoming: dict[str, Any],
@@ -190,10 +209,12 @@ def test_storage_verdicts_equal_the_go_reference(
     claim_list: list[dict[str, Any]],
     node_limits: dict[str, dict[str, int | None]],
     foreign: bool,
+    vas: dict[str, list[tuple[str, str]]],
 ) -> None:
     claims = {f"c{i}": c for i, c in enumerate(claim_list)}
-    got = filter_verdicts(scenario(incoming, pods, claims, node_limits, foreign))
-    assert got == reference(incoming, pods, claims, node_limits)
+    vas = {n: v for n, v in vas.items() if n in node_limits}  # VolumeAttachments ride on the CSINode
+    got = filter_verdicts(scenario(incoming, pods, claims, node_limits, foreign, vas))
+    assert got == reference(incoming, pods, claims, node_limits, vas)
 
 
 def test_the_reference_and_the_engine_agree_on_a_hand_case() -> None:
