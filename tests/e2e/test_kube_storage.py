@@ -19,6 +19,7 @@ from typing import Any
 from ingest.filelog import FileLog
 from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
 from tests.support.kube_pipeline import Pipeline, decision_records
+from tests.support.volume_controller import volume_controller
 
 HOSTNAME = "kubernetes.io/hostname"
 DRIVER = "ebs.csi.aws.com"
@@ -212,7 +213,8 @@ def test_csinode_limits_and_volumes_are_watched(kube_api: Any, kube_namespace: s
                 }
             )
             core.patch_persistent_volume_status(pv, {"status": {"phase": "Available"}})
-            p.settle(lambda: "nodeName" in read_pod(api, ns, "waits-for-volume")["spec"])
+            with volume_controller(api, ns):  # the binder waits for the claim's binding before the pod's
+                p.settle(lambda: "nodeName" in read_pod(api, ns, "waits-for-volume")["spec"])
             assert "nodeName" not in read_pod(api, ns, "limited")["spec"]
             assert _filters(log, f"{ns}/limited").get("MaxVolumeCount") == 2
             storage.delete_volume_attachment(va)
