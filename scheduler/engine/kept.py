@@ -75,6 +75,7 @@ _KNOWN: Final = frozenset(
         "action_cache",
         "pred_cache",
         "vol_picks",
+        "storage_index",
         "static_cache",
         "_pod_index",
         "anti_present",
@@ -559,6 +560,7 @@ def reopen(
     ssn.action_cache = {}
     ssn.pred_cache = {}
     ssn.vol_picks = None
+    ssn.storage_index = None
     ssn.static_cache = {}
     ssn._pod_index = None
     ssn.anti_present = bool(index.anti)

@@ -38,7 +38,6 @@ RWOP_CONFLICT = (
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 
 _USED = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING, PodStatus.RELEASING})
-_CACHE_KEY = "\x00storage"  # not a pod uid: the session-wide index shares the per-task filter cache
 
 AttachKey = tuple[str, ...]
 
@@ -54,53 +53,93 @@ def attach_key(namespace: str, v: Volume) -> AttachKey | None:
 
 
 @dataclass(slots=True)
-class _Placed:
-    uid: str
-    disks: tuple[Disk, ...]
-    attached: dict[AttachKey, str]  # unique volume -> driver
+class _NodeStorage:
+    """One node's placed pods' disks (by pod) and CSI volumes (how many pods have each; unique volumes
+    per driver)."""
+
+    disks: dict[str, tuple[Disk, ...]] = field(default_factory=dict)
+    volumes: Counter[AttachKey] = field(default_factory=Counter)
+    drivers: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(slots=True)
 class StorageIndex:
-    """The placed pods' claims in use (by namespace / claim) and, per node, their disks and CSI volumes."""
+    """The placed pods' claims in use (by namespace / claim) and, per node, their disks and CSI volumes.
+    Kept current as pods move (:func:`moved`), not rebuilt: simulations move pods thousands of times."""
 
     claims: Counter[tuple[str, str]] = field(default_factory=Counter)
-    claims_of: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
-    on_node: dict[str, list[_Placed]] = field(default_factory=dict)
+    on_node: dict[str, _NodeStorage] = field(default_factory=dict)
+    # pod uid -> (node, its claims, its CSI volumes -> driver, its disks), for :meth:`remove`
+    entries: dict[str, tuple[str, frozenset[tuple[str, str]], dict[AttachKey, str], tuple[Disk, ...]]] = (
+        field(default_factory=dict)
+    )
 
     def add(
         self, uid: str, namespace: str, node: str, volumes: Iterable[Volume], disks: tuple[Disk, ...]
     ) -> None:
         """Index one placed pod."""
         vols = tuple(volumes)
-        mine = {(namespace, v.claim) for v in vols if not v.missing}
-        if mine:
-            self.claims.update(mine)
-            self.claims_of[uid] = mine
+        mine = frozenset((namespace, v.claim) for v in vols if not v.missing)
         attached = {}
         for v in vols:
             key = attach_key(namespace, v)
             if key is not None:
                 attached[key] = v.attach_driver
-        if disks or attached:
-            self.on_node.setdefault(node, []).append(_Placed(uid, disks, attached))
+        self.entries[uid] = (node, mine, attached, disks)
+        self.claims.update(mine)
+        if not (disks or attached):
+            return
+        ns = self.on_node.setdefault(node, _NodeStorage())
+        if disks:
+            ns.disks[uid] = disks
+        for key, driver in attached.items():
+            ns.volumes[key] += 1
+            if ns.volumes[key] == 1:
+                ns.drivers[driver] += 1
+
+    def remove(self, uid: str) -> None:
+        """Forget a pod that left its node."""
+        got = self.entries.pop(uid, None)
+        if got is None:
+            return
+        node, mine, attached, _ = got
+        self.claims.subtract(mine)
+        ns = self.on_node.get(node)
+        if ns is None:
+            return
+        ns.disks.pop(uid, None)
+        for key, driver in attached.items():
+            ns.volumes[key] -= 1
+            if ns.volumes[key] <= 0:
+                del ns.volumes[key]
+                ns.drivers[driver] -= 1
 
 
 def index(ssn: Session) -> StorageIndex:
-    """The session's storage index at its current version (rebuilt after a move, only for pods that ask)."""
-    cached = ssn.pred_cache.get(_CACHE_KEY)
-    if cached is not None and cached[0] == ssn.version and isinstance(cached[1], StorageIndex):
-        return cached[1]
-    idx = StorageIndex()
-    for t in ssn.tasks:
-        p = t.pod
-        if t.node is not None and t.status in _USED and (p.volumes or p.disks):
-            idx.add(t.uid, p.namespace, t.node.name, p.volumes, p.disks)
-    for fp in ssn.state.foreign_pods:
-        if fp.volumes or fp.disks:
-            idx.add(fp.uid, fp.namespace, fp.node, fp.volumes, fp.disks)
-    ssn.pred_cache[_CACHE_KEY] = (ssn.version, idx)
-    return idx
+    """The session's storage index, built on first use (tasks in uid order, then pods of other
+    schedulers) and kept current by ``Session._set`` (:func:`moved`)."""
+    if ssn.storage_index is None:
+        idx = StorageIndex()
+        for t in sorted(ssn.tasks, key=lambda t: t.uid):
+            p = t.pod
+            if t.node is not None and t.status in _USED and (p.volumes or p.disks):
+                idx.add(t.uid, p.namespace, t.node.name, p.volumes, p.disks)
+        for fp in ssn.state.foreign_pods:
+            if fp.volumes or fp.disks:
+                idx.add(fp.uid, fp.namespace, fp.node, fp.volumes, fp.disks)
+        ssn.storage_index = idx
+    return ssn.storage_index
+
+
+def moved(ssn: Session, t: TaskInfo) -> None:
+    """Task `t` changed status or node: its claims, disks and CSI volumes follow."""
+    idx = ssn.storage_index
+    if idx is None:
+        return
+    idx.remove(t.uid)
+    p = t.pod
+    if t.node is not None and t.status in _USED:
+        idx.add(t.uid, p.namespace, t.node.name, p.volumes, p.disks)
 
 
 def limits(ssn: Session) -> Mapping[str, tuple[Mapping[str, int], Mapping[AttachKey, str]]]:
@@ -127,19 +166,27 @@ def reason(ssn: Session, task: TaskInfo, node: NodeInfo) -> str | None:
     """Why the pod's disks, ReadWriteOncePod claims or CSI volumes keep it off `node`, or None."""
     pod = task.pod
     idx = index(ssn)
-    if pod.disks:
-        for other in idx.on_node.get(node.name, ()):
-            if other.uid != task.uid and any(conflict(d, e) for d in pod.disks for e in other.disks):
+    here = idx.on_node.get(node.name)
+    own = idx.entries.get(task.uid)  # the task itself, when it is placed (consolidation re-checks it)
+    if pod.disks and here is not None:
+        for uid, disks in here.disks.items():
+            if uid != task.uid and any(conflict(d, e) for d in pod.disks for e in disks):
                 return DISK_CONFLICT
-    rwop = {(pod.namespace, v.claim) for v in pod.volumes if v.read_write_once_pod}
-    if rwop:
-        own = idx.claims_of.get(task.uid, set())
-        if any(idx.claims[c] - (c in own) > 0 for c in rwop):
-            return RWOP_CONFLICT
-    return _limit_reason(ssn, idx, task, node)
+    for v in pod.volumes:
+        if v.read_write_once_pod:
+            c = (pod.namespace, v.claim)
+            if idx.claims[c] - (own is not None and c in own[1]) > 0:
+                return RWOP_CONFLICT
+    return _limit_reason(ssn, here, own if own is not None and own[0] == node.name else None, task, node)
 
 
-def _limit_reason(ssn: Session, idx: StorageIndex, task: TaskInfo, node: NodeInfo) -> str | None:
+def _limit_reason(
+    ssn: Session,
+    here: _NodeStorage | None,
+    own: tuple[str, frozenset[tuple[str, str]], dict[AttachKey, str], tuple[Disk, ...]] | None,
+    task: TaskInfo,
+    node: NodeInfo,
+) -> str | None:
     pod = task.pod
     new: dict[AttachKey, str] = {}
     for v in pod.volumes:
@@ -151,19 +198,23 @@ def _limit_reason(ssn: Session, idx: StorageIndex, task: TaskInfo, node: NodeInf
     node_limits, by_attachment = limits(ssn).get(node.name, ({}, {}))
     if not node_limits:
         return None
-    attached: dict[AttachKey, str] = {}
-    for other in idx.on_node.get(node.name, ()):
-        if other.uid != task.uid:
-            attached.update(other.attached)
-    for key in attached:
-        new.pop(key, None)
-    have = Counter(attached.values())
-    # VolumeAttachments no pod here accounts for count too; unlike the pods' volumes they are not taken
-    # off the new ones (``getNodeVolumeAttachmentInfo`` as ``CSILimits.Filter`` uses it).
-    have.update(d for k, d in by_attachment.items() if k not in attached)
-    for driver, count in sorted(Counter(new.values()).items()):
-        limit = node_limits.get(driver)
-        if limit is not None and have[driver] + count > limit:
+    volumes: Mapping[AttachKey, int] = here.volumes if here is not None else {}
+    mine: Mapping[AttachKey, str] = own[2] if own is not None else {}
+
+    def on_node(key: AttachKey) -> bool:  # another pod here has this volume
+        return volumes.get(key, 0) - (key in mine) > 0
+
+    want: dict[str, int] = {}
+    for key, driver in new.items():
+        if driver in node_limits and not on_node(key):
+            want[driver] = want.get(driver, 0) + 1
+    for driver, count in sorted(want.items()):
+        have = here.drivers.get(driver, 0) if here is not None else 0
+        have -= sum(1 for k, d in mine.items() if d == driver and volumes.get(k, 0) == 1)
+        # VolumeAttachments no pod here accounts for count too; unlike the pods' volumes they are not
+        # taken off the new ones (``getNodeVolumeAttachmentInfo`` as ``CSILimits.Filter`` uses it).
+        have += sum(1 for k, d in by_attachment.items() if d == driver and not on_node(k))
+        if have + count > node_limits[driver]:
             return MAX_VOLUME_COUNT
     return None
 
