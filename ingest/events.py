@@ -53,6 +53,10 @@ __all__ = [
     "FAST_PATH",
     "LIMITS",
     "SUPPORTED_VERSIONS",
+    "AttachedVolume",
+    "CSIDriverLimit",
+    "CSINodeDeleted",
+    "CSINodeUpserted",
     "CandidateVolume",
     "ClockTick",
     "Event",
@@ -61,6 +65,7 @@ __all__ = [
     "FastEvent",
     "ForeignPodUpserted",
     "HostPort",
+    "InlineDisk",
     "LabelSelector",
     "LabelSelectorRequirement",
     "NodeRemoved",
@@ -77,6 +82,7 @@ __all__ = [
     "PodRequests",
     "PodSubmitted",
     "PodUngated",
+    "PodVolumesChanged",
     "PreferredSchedulingTerm",
     "QueueDeleted",
     "QueueResource",
@@ -772,6 +778,24 @@ class VolumeClaim(_Record):
     provision: bool = False
     allowed_topologies: list[NodeSelectorTerm] = Field(default_factory=list)
     request_bytes: Annotated[int, Field(ge=0, le=LIMITS.STORAGE_BYTES)] = 0
+    # Storage filters beyond binding (docs/filters.md "Volumes"). ``read_write_once_pod``: the claim has
+    # the ReadWriteOncePod access mode (VolumeRestrictions). ``attach_driver`` / ``attach_handle``: the CSI
+    # volume it attaches, counted against the node's CSINode limit (NodeVolumeLimits) — the bound volume's
+    # driver and handle, or for an unbound claim its class's provisioner and no handle (the claim itself
+    # is then the volume). ``capacity_checked``: provisioning needs a CSIStorageCapacity with room for
+    # the request (its class's CSIDriver has ``storageCapacity``); ``capacity_topologies`` (ORed terms)
+    # and ``capacity_anywhere`` say where one with enough room is. ``ephemeral``: the claim of a generic
+    # ephemeral volume (``<pod>-<volume>``); ``missing``: it does not exist yet; ``not_owned``: it exists
+    # but was not created for this pod.
+    read_write_once_pod: bool = False
+    attach_driver: Text = ""
+    attach_handle: Text = ""
+    capacity_checked: bool = False
+    capacity_anywhere: bool = False
+    capacity_topologies: list[NodeSelectorTerm] = Field(default_factory=list)
+    ephemeral: bool = False
+    missing: bool = False
+    not_owned: bool = False
 
     # Written only when set, so a claim that uses none of them serialises as before they existed.
     OPTIONAL: ClassVar[tuple[str, ...]] = (
@@ -780,7 +804,29 @@ class VolumeClaim(_Record):
         "provision",
         "allowed_topologies",
         "request_bytes",
+        "read_write_once_pod",
+        "attach_driver",
+        "attach_handle",
+        "capacity_checked",
+        "capacity_anywhere",
+        "capacity_topologies",
+        "ephemeral",
+        "missing",
+        "not_owned",
     )
+
+
+class InlineDisk(_Record):
+    """A disk a pod names inline (not through a claim) that kube-scheduler's VolumeRestrictions checks
+    against the other pods of the node: a GCE persistent disk (``name`` = pdName), an AWS EBS volume
+    (volumeID), an RBD image (``name`` = image, ``pool``, ``monitors``) or an iSCSI target (``name`` =
+    IQN). ``read_only`` as the volume source states it."""
+
+    kind: Literal["gce_pd", "aws_ebs", "rbd", "iscsi"]
+    name: Annotated[Text, Field(min_length=1)]
+    read_only: bool = False
+    pool: Text = ""
+    monitors: list[Text] = Field(default_factory=list, max_length=LIMITS.LIST)
 
 
 class PodSubmitted(EventBase):
@@ -814,6 +860,7 @@ class PodSubmitted(EventBase):
     topology_spread: list[TopologySpreadConstraint] = Field(default_factory=list)
     scheduling_gates: list[LabelKey] = Field(default_factory=list)
     volumes: list[VolumeClaim] = Field(default_factory=list)
+    disks: list[InlineDisk] = Field(default_factory=list, max_length=LIMITS.LIST)
 
     V2_FIELDS: ClassVar[frozenset[str]] = frozenset(
         {
@@ -825,6 +872,7 @@ class PodSubmitted(EventBase):
             "topology_spread",
             "scheduling_gates",
             "volumes",
+            "disks",
         }
     )
 
@@ -858,6 +906,12 @@ class ForeignPodUpserted(EventBase):
     releasing: bool = False
     pod_affinity: list[PodAffinityTerm] = Field(default_factory=list)
     pod_anti_affinity: list[PodAffinityTerm] = Field(default_factory=list)
+    # Its claims (what ReadWriteOncePod and the node's CSI attach limit count) and inline disks.
+    volumes: list[VolumeClaim] = Field(default_factory=list)
+    disks: list[InlineDisk] = Field(default_factory=list, max_length=LIMITS.LIST)
+
+    # Written only when set, so a pod without them serialises as before they existed.
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"pod_affinity", "pod_anti_affinity", "volumes", "disks"})
 
 
 class PodBound(EventBase):
@@ -929,6 +983,61 @@ class NamespaceDeleted(EventBase):
     name: Namespace
 
 
+class PodVolumesChanged(EventBase):
+    """(v2) A pending pod's claims, resolved again because a PersistentVolume, PersistentVolumeClaim,
+    StorageClass, CSIDriver or CSIStorageCapacity changed (a volume created, a claim bound, capacity
+    freed): ``volumes`` replace the ones its PodSubmitted carried. Ingest watches those objects and emits
+    this only when the resolution differs, so a replay folds exactly what the scheduler saw."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["PodVolumesChanged"] = "PodVolumesChanged"
+    name: Name
+    namespace: Namespace
+    volumes: list[VolumeClaim] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- CSI nodes
+
+
+class CSIDriverLimit(_Record):
+    """One CSI driver installed on a node; ``count`` is ``allocatable.count``, the most volumes of that
+    driver the node can attach (None: the driver states no limit)."""
+
+    name: Annotated[Text, Field(min_length=1)]
+    count: Count0 | None = None
+
+
+class AttachedVolume(_Record):
+    """A CSI volume attached to a node by a VolumeAttachment: its attacher and the volume's handle."""
+
+    driver: Annotated[Text, Field(min_length=1)]
+    handle: Annotated[Text, Field(min_length=1)]
+
+
+class CSINodeUpserted(EventBase):
+    """(v2) A node's CSINode object appeared or changed: its CSI drivers and their attach limits
+    (kube-scheduler's NodeVolumeLimits). ``name`` is the node's (and the CSINode's) name. ``attached``:
+    the CSI volumes VolumeAttachments attach to the node (kube-scheduler counts those no pod there
+    accounts for); ingest upserts the CSINode again when they change."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["CSINodeUpserted"] = "CSINodeUpserted"
+    name: Name
+    drivers: list[CSIDriverLimit] = Field(default_factory=list, max_length=LIMITS.LIST)
+    attached: list[AttachedVolume] = Field(default_factory=list, max_length=LIMITS.LIST)
+
+
+class CSINodeDeleted(EventBase):
+    """(v2) A node's CSINode object is gone: no attach limit applies there."""
+
+    V2_ONLY: ClassVar[bool] = True
+
+    type: Literal["CSINodeDeleted"] = "CSINodeDeleted"
+    name: Name
+
+
 # --------------------------------------------------------------------------- time
 
 
@@ -965,7 +1074,10 @@ Event = Annotated[
     | TopologyUpserted
     | TopologyDeleted
     | NamespaceUpserted
-    | NamespaceDeleted,
+    | NamespaceDeleted
+    | CSINodeUpserted
+    | CSINodeDeleted
+    | PodVolumesChanged,
     Field(discriminator="type"),
 ]
 """Any event; pydantic picks the model from the ``type`` field."""
@@ -991,6 +1103,9 @@ EVENT_TYPES: Final[dict[str, type[EventBase]]] = {
         TopologyDeleted,
         NamespaceUpserted,
         NamespaceDeleted,
+        CSINodeUpserted,
+        CSINodeDeleted,
+        PodVolumesChanged,
     )
 }
 """Event model by ``type`` name."""

@@ -278,6 +278,7 @@ class PodSubmitted(_Ev, tag="PodSubmitted", frozen=True, kw_only=True):
     topology_spread: ClassVar[list[Any]] = []
     scheduling_gates: ClassVar[list[str]] = []
     volumes: ClassVar[list[Any]] = []
+    disks: ClassVar[list[Any]] = []
 
 
 class PodBound(_Ev, tag="PodBound", frozen=True, kw_only=True):

@@ -25,8 +25,11 @@ from pydantic import ValidationError
 from ingest.events import (
     EPHEMERAL_STORAGE,
     FIELD_NODE_NAME,
+    CSINodeDeleted,
+    CSINodeUpserted,
     ForeignPodUpserted,
     HostPort,
+    InlineDisk,
     NamespaceDeleted,
     NamespaceUpserted,
     NodeRemoved,
@@ -104,10 +107,14 @@ __all__ = [
     "check_queue_name",
     "claim_names",
     "creation_ms",
+    "csi_node_deleted",
+    "csi_node_upserted",
     "foreign_pod",
     "host_ports",
+    "inline_disks",
     "node_removed",
     "node_upserted",
+    "pod_claims",
     "pod_deleted",
     "pod_group_annotation",
     "pod_requests",
@@ -779,6 +786,35 @@ def namespace_deleted(obj: dict[str, Any], at_ms: int) -> NamespaceDeleted:
     return NamespaceDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
 
 
+def csi_node_upserted(
+    obj: dict[str, Any], at_ms: int, attached: list[tuple[str, str]] | None = None
+) -> CSINodeUpserted:
+    """A CSINode: its drivers and their ``allocatable.count`` (NodeVolumeLimits), and ``attached``, the
+    (attacher, volume handle) of the node's VolumeAttachments."""
+    name = str(_meta(obj).get("name") or "")
+    drivers = []
+    for d in _dict(obj.get("spec")).get("drivers") or []:
+        d = _dict(d)
+        count = _dict(d.get("allocatable")).get("count")
+        drivers.append({"name": str(d.get("name") or ""), "count": count})
+    try:
+        return CSINodeUpserted.model_validate(
+            {
+                "name": name,
+                "drivers": drivers,
+                "attached": [{"driver": d, "handle": h} for d, h in sorted(set(attached or []))],
+                "at_ms": at_ms,
+            }
+        )
+    except ValidationError as exc:
+        raise _fail_model("CSINode", name, exc) from None
+
+
+def csi_node_deleted(obj: dict[str, Any], at_ms: int) -> CSINodeDeleted:
+    """A deleted CSINode."""
+    return CSINodeDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
+
+
 def topology_deleted(obj: dict[str, Any], at_ms: int) -> TopologyDeleted:
     """A deleted Topology."""
     return TopologyDeleted(name=str(_meta(obj).get("name") or ""), at_ms=at_ms)
@@ -1257,6 +1293,57 @@ def claim_names(obj: dict[str, Any]) -> list[str]:
     return out
 
 
+def pod_claims(obj: dict[str, Any]) -> list[tuple[str, bool]]:
+    """Every claim a pod mounts, with whether it is a generic ephemeral volume's: a
+    ``persistentVolumeClaim`` volume names its claim, an ``ephemeral`` one's claim is ``<pod>-<volume>``
+    (``ephemeral.VolumeClaimName``)."""
+    spec = _dict(obj.get("spec"))
+    pod = str(_meta(obj).get("name") or "")
+    out = []
+    for v in spec.get("volumes") or []:
+        v = _dict(v)
+        claim = _dict(v.get("persistentVolumeClaim")).get("claimName")
+        if claim:
+            out.append((str(claim), False))
+        elif isinstance(v.get("ephemeral"), dict):
+            out.append((f"{pod}-{v.get('name') or ''}", True))
+    return out
+
+
+_DISK_SOURCES: Final = (
+    ("gcePersistentDisk", "gce_pd", "pdName"),
+    ("awsElasticBlockStore", "aws_ebs", "volumeID"),
+    ("rbd", "rbd", "image"),
+    ("iscsi", "iscsi", "iqn"),
+)
+
+
+def inline_disks(key: str, spec: dict[str, Any]) -> list[InlineDisk]:
+    """The inline disks VolumeRestrictions checks (GCE PD, AWS EBS, RBD, iSCSI volume sources)."""
+    out = []
+    for i, v in enumerate(spec.get("volumes") or []):
+        v = _dict(v)
+        for field, kind, name_key in _DISK_SOURCES:
+            src = v.get(field)
+            if not isinstance(src, dict):
+                continue
+            raw = {
+                "kind": kind,
+                "name": str(src.get(name_key) or ""),
+                "read_only": src.get("readOnly") is True,
+            }
+            if kind == "rbd":
+                raw["pool"] = str(src.get("pool") or "")
+                raw["monitors"] = [str(m) for m in src.get("monitors") or []]
+            try:
+                out.append(InlineDisk.model_validate(raw))
+            except ValidationError as exc:
+                raise InvalidObject(
+                    "Pod", key, f"spec.volumes[{i}].{field}", src, validation_message(exc)
+                ) from None
+    return out
+
+
 def volume_claim(
     claim: str,
     pvc: dict[str, Any] | None,
@@ -1350,14 +1437,18 @@ def pod_submitted(
             topology_spread=_spread(key, spec),
             scheduling_gates=[str(_dict(g).get("name") or "") for g in spec.get("schedulingGates") or []],
             volumes=volumes or [],
+            disks=inline_disks(key, spec),
         )
     except ValidationError as exc:
         raise _fail_model("Pod", key, exc) from None
 
 
-def foreign_pod(obj: dict[str, Any], at_ms: int) -> ForeignPodUpserted:
-    """A pod bound by another scheduler: only what the engine needs (requests, node, labels, ports, and
-    its inter-pod terms: kube-scheduler enforces an existing pod's required anti-affinity on newcomers)."""
+def foreign_pod(
+    obj: dict[str, Any], at_ms: int, volumes: list[VolumeClaim] | None = None
+) -> ForeignPodUpserted:
+    """A pod bound by another scheduler: only what the engine needs (requests, node, labels, ports, its
+    inter-pod terms — kube-scheduler enforces an existing pod's required anti-affinity on newcomers — its
+    claims ``volumes`` as ingest resolved them, inline disks)."""
     meta = _meta(obj)
     key = object_key(obj)
     spec = _dict(obj.get("spec"))
@@ -1373,6 +1464,8 @@ def foreign_pod(obj: dict[str, Any], at_ms: int) -> ForeignPodUpserted:
             releasing=bool(meta.get("deletionTimestamp")),
             pod_affinity=_pod_terms(key, spec, "podAffinity"),
             pod_anti_affinity=_pod_terms(key, spec, "podAntiAffinity"),
+            volumes=volumes or [],
+            disks=inline_disks(key, spec),
         )
     except ValidationError as exc:
         raise _fail_model("Pod", key, exc) from None

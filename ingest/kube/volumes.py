@@ -248,3 +248,118 @@ def prebind_volume(pv: dict[str, Any], pvc: dict[str, Any]) -> dict[str, Any]:
         ANNOTATION_BOUND_BY_CONTROLLER: "yes",
     }
     return out
+
+
+# -- VolumeRestrictions, NodeVolumeLimits, CSI storage capacity, generic ephemeral volumes ---------------
+
+READ_WRITE_ONCE_POD: Final = "ReadWriteOncePod"
+
+
+def attachment(pvc: dict[str, Any], pv: dict[str, Any] | None, sc: dict[str, Any] | None) -> tuple[str, str]:
+    """(driver, handle) of the CSI volume a claim attaches, as NodeVolumeLimits finds it
+    (``getCSIDriverInfo``): the bound volume's ``spec.csi``; for an unbound claim, or one bound to a
+    volume that is missing, its class's provisioner and no handle (the claim is the volume); ("", "") when
+    there is none to count (a volume that is not CSI, a claim without a class or whose class is missing).
+    In-tree volumes that CSI migration would translate are not counted."""
+    if _spec(pvc).get("volumeName") and pv is not None:
+        csi = _dict(_spec(pv).get("csi"))
+        driver, handle = str(csi.get("driver") or ""), str(csi.get("volumeHandle") or "")
+        return (driver, handle) if driver and handle else ("", "")
+    if not claim_class(pvc) or sc is None or not sc.get("provisioner"):
+        return ("", "")
+    return (str(sc["provisioner"]), "")
+
+
+def _selector_terms(selector: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """A label selector as one node-selector term (its requirements ANDed); [] for the empty selector
+    (every node); None when it cannot be read (kube-scheduler then skips the object)."""
+    exprs: list[dict[str, Any]] = []
+    for k, v in sorted(_dict(selector.get("matchLabels")).items()):
+        exprs.append({"key": str(k), "operator": "In", "values": [str(v)]})
+    for raw in selector.get("matchExpressions") or []:
+        e = _dict(raw)
+        op = e.get("operator")
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            return None
+        exprs.append(
+            {
+                "key": str(e.get("key") or ""),
+                "operator": op,
+                "values": [str(x) for x in e.get("values") or []],
+            }
+        )
+    return exprs
+
+
+def capacity_fields(
+    pvc: dict[str, Any], sc: dict[str, Any], driver: dict[str, Any] | None, capacities: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """What VolumeBinding's ``hasEnoughCapacity`` needs for a claim its class would provision: nothing
+    when the claim requests no storage or the provisioner's CSIDriver does not opt into capacity tracking;
+    else ``capacity_checked`` and where a CSIStorageCapacity of the class has room for the request
+    (``maximumVolumeSize`` when set, else ``capacity``; a missing ``nodeTopology`` covers no node)."""
+    requests = _dict(_dict(_spec(pvc).get("resources")).get("requests"))
+    if "storage" not in requests or driver is None or _spec(driver).get("storageCapacity") is not True:
+        return {}
+    want = request(pvc)
+    anywhere = False
+    terms: list[dict[str, Any]] = []
+    cls = str(_meta(sc).get("name") or "")
+    for cap in capacities:
+        if cap.get("storageClassName") != cls or not isinstance(cap.get("nodeTopology"), dict):
+            continue
+        raw = (
+            cap.get("maximumVolumeSize") if cap.get("maximumVolumeSize") is not None else cap.get("capacity")
+        )
+        room = _quantity(raw) if raw is not None else None
+        if room is None or -(-room // 1) < -(-want // 1):
+            continue
+        exprs = _selector_terms(cap["nodeTopology"])
+        if exprs is None:
+            continue
+        if not exprs:
+            anywhere = True
+        elif {"match_expressions": exprs} not in terms:
+            terms.append({"match_expressions": exprs})
+    out: dict[str, Any] = {"capacity_checked": True}
+    if anywhere:
+        out["capacity_anywhere"] = True
+    elif terms:
+        out["capacity_topologies"] = terms
+    return out
+
+
+def storage_fields(
+    pvc: dict[str, Any] | None,
+    pv: dict[str, Any] | None,
+    sc: dict[str, Any] | None,
+    driver: dict[str, Any] | None = None,
+    capacities: list[dict[str, Any]] | None = None,
+    resolved: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The storage fields a resolved claim (:func:`claim`) gains: ReadWriteOncePod, the CSI volume it
+    attaches, and for a claim to provision with capacity tracking, where there is room."""
+    if pvc is None:
+        return {}
+    out: dict[str, Any] = {}
+    if READ_WRITE_ONCE_POD in (_spec(pvc).get("accessModes") or []):
+        out["read_write_once_pod"] = True
+    driver_name, handle = attachment(pvc, pv, sc)
+    if driver_name:
+        out["attach_driver"] = driver_name
+        if handle:
+            out["attach_handle"] = handle
+    if resolved is not None and resolved.get("provision") and sc is not None:
+        out.update(capacity_fields(pvc, sc, driver, capacities or []))
+    return out
+
+
+def is_for_pod(pod: dict[str, Any], pvc: dict[str, Any]) -> bool:
+    """The claim was created for this pod's generic ephemeral volume (``ephemeral.VolumeIsForPod``: the
+    pod is its controller owner)."""
+    uid = _meta(pod).get("uid")
+    for ref in _meta(pvc).get("ownerReferences") or []:
+        r = _dict(ref)
+        if r.get("controller") is True:
+            return bool(uid) and r.get("uid") == uid
+    return False

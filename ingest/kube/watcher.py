@@ -56,6 +56,8 @@ from typing import Any, Final, Literal
 import urllib3
 
 from ingest.events import (
+    CSINodeDeleted,
+    CSINodeUpserted,
     EventBase,
     EventError,
     ForeignPodUpserted,
@@ -71,6 +73,7 @@ from ingest.events import (
     PodReleasing,
     PodSubmitted,
     PodUngated,
+    PodVolumesChanged,
     QueueDeleted,
     QueueUpserted,
     TopologyDeleted,
@@ -123,6 +126,7 @@ _API_VERSIONS: Final = {
     "PodGroup": "scheduling.run.ai/v2alpha2",
     "Topology": "kai.scheduler/v1alpha1",
     "Namespace": "v1",
+    "CSINode": "storage.k8s.io/v1",
 }
 _EVENT_MESSAGE_MAX = 1024
 
@@ -172,7 +176,34 @@ FOREIGN_PODS = Resource("ForeignPod", "/api/v1/pods")
 RESOURCE_SLICES = Resource(
     "ResourceSlice", "/apis/resource.k8s.io/v1/resourceslices", crd="resourceslices.resource.k8s.io"
 )
-RESOURCES: Final = (QUEUES, TOPOLOGIES, NODES, NAMESPACES, RESOURCE_SLICES, PODGROUPS, PODS, FOREIGN_PODS)
+# A node's CSI drivers and attach limits (NodeVolumeLimits); optional: without them no limit applies.
+CSINODES = Resource("CSINode", "/apis/storage.k8s.io/v1/csinodes", optional=True)
+# Volumes attached to a node outside any pod count toward its limit too; they ride on its CSINode event.
+VOLUME_ATTACHMENTS = Resource("VolumeAttachment", "/apis/storage.k8s.io/v1/volumeattachments", optional=True)
+# What a pod's claims resolve against, kept in memory (as kube-scheduler's informers do) so that a change
+# reaches the pending pods that mount them (PodVolumesChanged). Optional: without one (no permission),
+# ingest reads those objects from the API server when it submits a pod, as before.
+STORAGE_RESOURCES: Final = (
+    Resource("StorageClass", "/apis/storage.k8s.io/v1/storageclasses", optional=True),
+    Resource("CSIDriver", "/apis/storage.k8s.io/v1/csidrivers", optional=True),
+    Resource("CSIStorageCapacity", "/apis/storage.k8s.io/v1/csistoragecapacities", optional=True),
+    Resource("PersistentVolume", "/api/v1/persistentvolumes", optional=True),
+    Resource("PersistentVolumeClaim", "/api/v1/persistentvolumeclaims", optional=True),
+)
+STORAGE_KINDS: Final = frozenset(r.kind for r in STORAGE_RESOURCES)
+RESOURCES: Final = (
+    QUEUES,
+    TOPOLOGIES,
+    NODES,
+    NAMESPACES,
+    RESOURCE_SLICES,
+    CSINODES,
+    *STORAGE_RESOURCES,
+    VOLUME_ATTACHMENTS,
+    PODGROUPS,
+    PODS,
+    FOREIGN_PODS,
+)
 """In initial-sync order: queues before pods, so a pod's queue is known when the pod is checked."""
 ABSENT_RETRY_S: Final = 30.0
 GROUPING_WORKERS: Final = 8
@@ -183,6 +214,18 @@ API round trip per PodGroup, which a single thread pays one after the other."""
 
 def absent_message(res: Resource, status: int, retry_s: float) -> str:
     """The log line for optional resource ``res`` whose list answered ``status`` (404 or 403)."""
+    if res.crd is None and res.kind != "Namespace":
+        plural = res.cluster_path.rsplit("/", 1)[1]
+        return (
+            f"{res.kind}: ingest may not list {plural} ({status}): grant it get, list and watch on them, as the"
+            f" Helm chart's ingest ClusterRole does. Until then"
+            + (
+                " no node's CSI attach limit is known (none applies)"
+                if res.kind == "CSINode"
+                else f" {plural} are read when a pod is submitted and their changes do not reach pending pods"
+            )
+            + f"; every other kind keeps flowing. Listing again every {retry_s:g}s"
+        )
     if res.crd is None:  # a built-in resource: only a missing permission keeps it out
         plural = res.cluster_path.rsplit("/", 1)[1]
         return (
@@ -364,6 +407,14 @@ class KubeIngest:
         self._absent: dict[str, int] = {}  # optional kind -> the status its last list answered (404 / 403)
         self._nodes: dict[str, dict[str, Any]] = {}  # Node name -> its last object (DRA devices join it)
         self._slices: dict[str, tuple[str, str, str, int, list[dra.SliceDevice]]] = {}  # GPU ResourceSlices
+        # Storage objects by kind and key, for the kinds listed (and watched) successfully.
+        self._storage: dict[str, dict[str, dict[str, Any]]] = {}
+        # Pods whose claims follow storage changes: ours while pending, other schedulers' while bound.
+        self._claimants: dict[str, dict[str, Any]] = {}
+        self._foreign_claimants: dict[str, dict[str, Any]] = {}
+        self._vol_digest: dict[str, str] = {}  # pod key -> digest of the volumes last emitted for it
+        self._csinodes: dict[str, dict[str, Any]] = {}  # CSINode name -> its last object
+        self._vas: dict[str, dict[str, Any]] = {}  # VolumeAttachment name -> its last object
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -378,7 +429,8 @@ class KubeIngest:
         if not loaded:
             self._rebuild_from_log()
         for res in RESOURCES:
-            if relist or res.kind not in self.rvs:
+            # Storage objects live only in memory: listed on every start, whatever version was stored.
+            if relist or res.kind not in self.rvs or res.kind in STORAGE_KINDS:
                 self._process([self._list(res)])
         self._save_state(None)
         if watch:
@@ -558,6 +610,12 @@ class KubeIngest:
             if isinstance(item, _Bookmark):
                 self.rvs[item.kind] = item.rv
                 self.stats.bookmarks += 1
+            elif isinstance(item, _Listed) and item.kind in STORAGE_KINDS:
+                self._storage_listed(item, batch)
+                if item.absent:
+                    self.rvs.pop(item.kind, None)
+                else:
+                    self.rvs[item.kind] = item.rv
             elif isinstance(item, _Listed) and item.absent:
                 # Not served: its objects are gone with the CRD. Not readable: nothing is known, keep them.
                 if item.absent == 404:
@@ -688,6 +746,10 @@ class KubeIngest:
             self.objects[f"Namespace/{ev.name}"] = _event_digest(ev)
         elif isinstance(ev, NamespaceDeleted):
             self.objects.pop(f"Namespace/{ev.name}", None)
+        elif isinstance(ev, CSINodeUpserted):
+            self.objects[f"CSINode/{ev.name}"] = _event_digest(ev)
+        elif isinstance(ev, CSINodeDeleted):
+            self.objects.pop(f"CSINode/{ev.name}", None)
         elif isinstance(ev, NodeRemoved):
             self.objects.pop(f"Node/{ev.name}", None)
         elif isinstance(ev, QueueDeleted):
@@ -775,6 +837,10 @@ class KubeIngest:
             for key in sorted(set(self._slices) - seen):
                 self._slice(batch, key, None)
             return
+        if item.kind == "VolumeAttachment":
+            for key in sorted(set(self._vas) - seen):
+                self._attachment(batch, key, None)
+            return
         prefix = f"{item.kind}/"
         for okey in sorted(k for k in self.objects if k.startswith(prefix)):
             key = okey[len(prefix) :]
@@ -800,6 +866,8 @@ class KubeIngest:
             self._planned.pop((ns, name), None)
         if kind == "Pod":
             self._retry.pop(key, None)
+            self._claimants.pop(key, None)
+            self._vol_digest.pop(key, None)
             st = self.pods.get(key)
             uid = (obj.get("metadata") or {}).get("uid")
             if st is not None and not (st.get("uid") and uid and st["uid"] != uid):
@@ -809,6 +877,17 @@ class KubeIngest:
         if kind == "ResourceSlice":
             self._slice(batch, key, None)
             return
+        if kind in STORAGE_KINDS:
+            if self._storage.get(kind, {}).pop(key, None) is not None:
+                self._storage_moved(batch)
+            return
+        if kind == "VolumeAttachment":
+            self._attachment(batch, key, None)
+            return
+        if kind == "CSINode":
+            self._csinodes.pop(key, None)
+        if kind == "ForeignPod":
+            self._foreign_claimants.pop(key, None)
         if f"{kind}/{key}" not in self.objects:
             return
         if kind == "ForeignPod":
@@ -825,6 +904,8 @@ class KubeIngest:
             self._emit(batch, kube.topology_deleted(obj, self._at()))
         elif kind == "Namespace":
             self._emit(batch, kube.namespace_deleted(obj, self._at()))
+        elif kind == "CSINode":
+            self._emit(batch, kube.csi_node_deleted(obj, self._at()))
 
     def _node(self, batch: _Batch, name: str) -> None:
         """Upsert a node; its DRA GPUs (from its ResourceSlices) join its allocatable as the extended
@@ -855,8 +936,12 @@ class KubeIngest:
 
     def _foreign(self, obj: dict[str, Any]) -> ForeignPodUpserted:
         """A pod of another scheduler; the DRA GPUs its allocated claims hold on its node count as its
-        request, so the engine does not offer them to our pods."""
-        ev = kube.foreign_pod(obj, self._at())
+        request, so the engine does not offer them to our pods; its claims count for ReadWriteOncePod and
+        the node's CSI attach limits."""
+        pvcs = kube.pod_claims(obj)
+        if pvcs:
+            self._foreign_claimants[kube.object_key(obj)] = obj
+        ev = kube.foreign_pod(obj, self._at(), self._volumes(obj, pvcs) if pvcs else None)
         refs = dra.pod_claim_refs(obj)
         if not refs:
             return ev
@@ -933,7 +1018,7 @@ class KubeIngest:
             self._deleted(kind, obj, batch)
             return
         key = kube.object_key(obj)
-        if kind != "Pod":
+        if kind != "Pod" and kind not in STORAGE_KINDS:
             self.seen_rvs[f"{kind}/{key}"] = str((obj.get("metadata") or {}).get("resourceVersion") or "")
         try:
             if kind == "Node":
@@ -953,6 +1038,15 @@ class KubeIngest:
                 self._upsert(batch, kube.topology_upserted(obj, self._at()), f"Topology/{key}")
             elif kind == "Namespace":
                 self._upsert(batch, kube.namespace_upserted(obj, self._at()), f"Namespace/{key}")
+            elif kind == "CSINode":
+                self._csinodes[key] = obj
+                self._csi_node(batch, key)
+            elif kind == "VolumeAttachment":
+                self._attachment(batch, key, obj)
+            elif kind in STORAGE_KINDS:
+                if kind in self._storage:
+                    self._storage[kind][key] = obj
+                    self._storage_moved(batch)
             elif kind == "Pod":
                 self._pod(item, batch)
             elif kind == "ForeignPod":
@@ -1015,14 +1109,17 @@ class KubeIngest:
                 except (OSError, urllib3.exceptions.HTTPError) as exc:  # connection trouble: transient
                     self._retry_later(item, exc)
                     return
-            claims = kube.claim_names(obj)
+            claims = kube.pod_claims(obj)
             volumes = self._volumes(obj, claims) if claims else []
-            if any(not v.bound and v.binding_mode == "Immediate" for v in volumes):
+            if any(self._wait_for_claim(v) for v in volumes):
                 # Its claim is about to be bound by the volume controller: look again shortly.
                 self._retry_later(item, RuntimeError("an Immediate PersistentVolumeClaim is not bound yet"))
                 return
             ev = kube.pod_submitted(obj, group, self._at(), volumes, dra=claimed)
             self._emit(batch, ev)
+            if volumes:
+                self._claimants[key] = obj
+                self._vol_digest[key] = _volumes_digest(volumes)
             st = self.pods[key]
             if ev.queue is not None and f"Queue/{ev.queue}" not in self.objects:
                 self._warn(
@@ -1037,6 +1134,8 @@ class KubeIngest:
                 )
         st["uid"] = uid or st.get("uid")
         view = kube.pod_view(obj)
+        if not view.node and key not in self._claimants and kube.pod_claims(obj):
+            self._claimants[key] = obj  # submitted before this process started: follow its claims too
         ns, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
         if st.get("gated") and not (obj.get("spec") or {}).get("schedulingGates"):
             self._emit(batch, PodUngated(name=name, namespace=ns, at_ms=self._at()))
@@ -1093,27 +1192,151 @@ class KubeIngest:
         self._warn(batch, "Pod", obj, "HourglassUntrustedGpuDevices", [message])
         return []
 
-    def _volumes(self, obj: dict[str, Any], claims: list[str]) -> list[VolumeClaim]:
+    def _volumes(self, obj: dict[str, Any], claims: list[tuple[str, bool]]) -> list[VolumeClaim]:
         """Resolve a pod's claims: a bound volume's node affinity and zone labels, or the StorageClass's
         binding mode; for a WaitForFirstConsumer claim, the volumes it could bind to and where its class
-        provisions (:mod:`ingest.kube.volumes`)."""
+        provisions (with CSI storage capacity, where there is room); ReadWriteOncePod and the CSI volume
+        each attaches; a generic ephemeral volume's claim must exist and be the pod's
+        (:mod:`ingest.kube.volumes`). Read from the watched objects, or from the API server for a kind
+        ingest may not watch."""
         ns = str((obj.get("metadata") or {}).get("namespace") or "")
         out = []
         pvs: list[dict[str, Any]] | None = None
-        for claim in claims:
-            pvc = self.api.get(f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}")
+        capacities: list[dict[str, Any]] | None = None
+        for claim, ephemeral in claims:
+            pvc = self._read(
+                "PersistentVolumeClaim",
+                f"{ns}/{claim}",
+                f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{claim}",
+            )
+            if ephemeral and (pvc is None or not kube_volumes.is_for_pod(obj, pvc)):
+                problem = "missing" if pvc is None else "not_owned"
+                out.append(
+                    VolumeClaim.model_validate(
+                        {"claim": claim, "bound": False, "ephemeral": True, problem: True}
+                    )
+                )
+                continue
             spec = (pvc or {}).get("spec") or {}
-            pv = (
-                self.api.get(f"/api/v1/persistentvolumes/{spec['volumeName']}")
-                if spec.get("volumeName")
+            name = spec.get("volumeName")
+            pv = self._read("PersistentVolume", name, f"/api/v1/persistentvolumes/{name}") if name else None
+            sc_name = kube_volumes.claim_class(pvc) if pvc is not None and (not name or pv is None) else ""
+            sc = (
+                self._read("StorageClass", sc_name, f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+                if sc_name
                 else None
             )
-            sc_name = kube_volumes.claim_class(pvc) if pvc is not None and not spec.get("volumeName") else ""
-            sc = self.api.get(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}") if sc_name else None
             if sc is not None and sc.get("volumeBindingMode") == "WaitForFirstConsumer" and pvs is None:
-                pvs = list((self.api.get("/api/v1/persistentvolumes") or {}).get("items") or [])
-            out.append(kube.volume_claim(claim, pvc, pv, sc, pvs))
+                pvs = self._read_all("PersistentVolume", "/api/v1/persistentvolumes")
+            resolved = kube_volumes.claim(claim, pvc, pv, sc, pvs)
+            driver = None
+            if resolved.get("provision") and sc is not None:
+                prov = str(sc.get("provisioner") or "")
+                driver = self._read("CSIDriver", prov, f"/apis/storage.k8s.io/v1/csidrivers/{prov}")
+                if (
+                    driver is not None
+                    and capacities is None
+                    and (driver.get("spec") or {}).get("storageCapacity")
+                ):
+                    capacities = self._read_all(
+                        "CSIStorageCapacity", "/apis/storage.k8s.io/v1/csistoragecapacities"
+                    )
+            extra = kube_volumes.storage_fields(pvc, pv, sc, driver, capacities, resolved)
+            if ephemeral:
+                extra["ephemeral"] = True
+            out.append(VolumeClaim.model_validate(resolved | extra))
         return out
+
+    def _csi_node(self, batch: _Batch, name: str) -> None:
+        """Upsert a node's CSINode with the volumes its VolumeAttachments attach (``getNodeVolumeAttachmentInfo``:
+        an attacher, a PersistentVolume that exists and is CSI: its handle)."""
+        obj = self._csinodes.get(name)
+        if obj is None:
+            return
+        attached = []
+        for key in sorted(self._vas):
+            spec = self._vas[key].get("spec") or {}
+            pv_name = (spec.get("source") or {}).get("persistentVolumeName")
+            if spec.get("nodeName") != name or not spec.get("attacher") or not pv_name:
+                continue
+            pv = self._read("PersistentVolume", pv_name, f"/api/v1/persistentvolumes/{pv_name}")
+            handle = ((pv or {}).get("spec") or {}).get("csi", {}).get("volumeHandle")
+            if handle:
+                attached.append((str(spec["attacher"]), str(handle)))
+        try:
+            self._upsert(batch, kube.csi_node_upserted(obj, self._at(), attached), f"CSINode/{name}")
+        except kube.InvalidObject as err:
+            self._reject(batch, "CSINode", obj, err)
+
+    def _attachment(self, batch: _Batch, key: str, obj: dict[str, Any] | None) -> None:
+        """A VolumeAttachment changed (None: deleted): upsert the CSINode of the node(s) it names."""
+        old = self._vas.pop(key, None)
+        if obj is not None:
+            self._vas[key] = obj
+        nodes = {str(((o or {}).get("spec") or {}).get("nodeName") or "") for o in (old, obj)}
+        for name in sorted(nodes - {""}):
+            self._csi_node(batch, name)
+
+    def _wait_for_claim(self, v: VolumeClaim) -> bool:
+        """Submit the pod only once this claim can be weighed: an unbound Immediate claim is about to be
+        bound. A generic ephemeral volume's claim that is missing or not the pod's is submitted as such
+        (the engine says why it waits) when claims are watched, so its creation reaches the pod."""
+        if v.ephemeral and (v.missing or v.not_owned):
+            return "PersistentVolumeClaim" not in self._storage
+        return not v.bound and v.binding_mode == "Immediate"
+
+    def _read(self, kind: str, key: str, path: str) -> dict[str, Any] | None:
+        """One storage object: from the watched cache, else from the API server."""
+        cache = self._storage.get(kind)
+        if cache is not None:
+            return cache.get(key)
+        return self.api.get(path)
+
+    def _read_all(self, kind: str, path: str) -> list[dict[str, Any]]:
+        """Every object of a storage kind, sorted by key: from the watched cache, else a LIST."""
+        cache = self._storage.get(kind)
+        if cache is not None:
+            return [cache[k] for k in sorted(cache)]
+        return list((self.api.get(path) or {}).get("items") or [])
+
+    def _storage_listed(self, item: _Listed, batch: _Batch) -> None:
+        """A full list of a storage kind replaces its cache (an absent kind is read from the API again)."""
+        if item.absent:
+            self._storage.pop(item.kind, None)
+            return
+        self._storage[item.kind] = {kube.object_key(o): o for o in item.items}
+        self._storage_moved(batch)
+
+    def _storage_moved(self, batch: _Batch) -> None:
+        """A storage object changed: resolve the claims of pending pods (and of other schedulers' pods)
+        again; a pod whose resolution differs gets a PodVolumesChanged (foreign pods an upsert)."""
+        for key in sorted(self._claimants):
+            obj = self._claimants[key]
+            st = self.pods.get(key)
+            if st is None or st.get("node"):
+                self._claimants.pop(key, None)
+                self._vol_digest.pop(key, None)
+                continue
+            try:
+                volumes = self._volumes(obj, kube.pod_claims(obj))
+            except Exception as exc:  # a claim that cannot be read now: the next change tries again
+                log.warning("pod %s: claims not resolved again (%s)", key, exc)
+                continue
+            digest = _volumes_digest(volumes)
+            if self._vol_digest.get(key) != digest:
+                self._vol_digest[key] = digest
+                ns, _, name = key.partition("/")
+                self._emit(
+                    batch, PodVolumesChanged(name=name, namespace=ns, volumes=volumes, at_ms=self._at())
+                )
+        if self._vas:  # an attached volume's handle comes from its PersistentVolume
+            for name in sorted(self._csinodes):
+                self._csi_node(batch, name)
+        for key in sorted(self._foreign_claimants):
+            try:
+                self._upsert(batch, self._foreign(self._foreign_claimants[key]), f"ForeignPod/{key}")
+            except kube.InvalidObject as err:
+                self._reject(batch, "ForeignPod", self._foreign_claimants[key], err)
 
     def _retry_later(self, item: _Changed, exc: BaseException) -> None:
         log.warning("pod %s: not submitted yet (%s), retrying in 2s", kube.object_key(item.obj), exc)
@@ -1309,6 +1532,10 @@ class KubeIngest:
                 self.stats.rebuilt_from_log += 1
             except EventError:
                 continue  # the scheduler dead-letters it; nothing to remember
+
+
+def _volumes_digest(volumes: list[VolumeClaim]) -> str:
+    return _digest("\n".join(v.model_dump_json() for v in volumes))
 
 
 def _devices(raw: Any) -> list[int]:

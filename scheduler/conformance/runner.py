@@ -21,6 +21,7 @@ from scheduler.engine.proportion import ResourceQuota
 from scheduler.engine.session import Session, SessionConfig
 from scheduler.engine.state import (
     ClusterState,
+    CSINode,
     ForeignPod,
     Job,
     Node,
@@ -31,6 +32,7 @@ from scheduler.engine.state import (
     SubGroup,
     Taint,
     Topology,
+    csi_node_from_event,
     foreign_pod_from_event,
     placement_fields,
     subgroup_minimum,
@@ -230,6 +232,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
         foreign_pods=foreign,
         topologies=topologies,
         namespaces=_namespaces(doc.get("cluster", {}).get("namespaces", [])),
+        csi_nodes=_csi_nodes(doc.get("cluster", {}).get("csi_nodes", [])),
     )
     return state, config
 
@@ -248,6 +251,7 @@ _PLACEMENT_KEYS = (
     "topology_spread",
     "scheduling_gates",
     "volumes",
+    "disks",
 )
 
 
@@ -284,6 +288,25 @@ def _namespaces(items: list[dict[str, Any]]) -> tuple[tuple[str, Mapping[str, st
             {"at_ms": 0, "name": n.get("name"), "labels": n.get("labels", {})}
         )
         out[ev.name] = MappingProxyType(dict(sorted(ev.labels.items())))
+    return tuple(sorted(out.items()))
+
+
+def _csi_nodes(items: list[dict[str, Any]]) -> tuple[tuple[str, CSINode], ...]:
+    """Nodes' CSI drivers, attach limits and attached volumes (each validated as a CSINodeUpserted event),
+    sorted by node."""
+    from ingest.events import CSINodeUpserted
+
+    out = {}
+    for n in items:
+        ev = CSINodeUpserted.model_validate(
+            {
+                "at_ms": 0,
+                "name": n.get("name"),
+                "drivers": n.get("drivers", []),
+                "attached": n.get("attached", []),
+            }
+        )
+        out[ev.name] = csi_node_from_event(ev)
     return tuple(sorted(out.items()))
 
 
@@ -368,6 +391,8 @@ def _foreign(f: dict[str, Any]) -> ForeignPod:
             "releasing": f.get("releasing", False),
             "pod_affinity": f.get("pod_affinity", []),
             "pod_anti_affinity": f.get("pod_anti_affinity", []),
+            "volumes": f.get("volumes", []),
+            "disks": f.get("disks", []),
         }
     )
     return foreign_pod_from_event(ev)

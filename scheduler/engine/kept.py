@@ -76,6 +76,7 @@ _KNOWN: Final = frozenset(
         "action_cache",
         "pred_cache",
         "vol_picks",
+        "storage_index",
         "static_cache",
         "_pod_index",
         "anti_present",
@@ -97,7 +98,15 @@ UNKNOWN_ATTRS: Final = _INIT_ATTRS - _KNOWN  # empty unless Session grew a struc
 
 # Events that change one pod (and its pod group): the pod is named by namespace / name.
 _POD_EVENTS: Final = frozenset(
-    {"PodSubmitted", "PodBound", "PodReleasing", "PodFinished", "PodDeleted", "PodUngated"}
+    {
+        "PodSubmitted",
+        "PodBound",
+        "PodReleasing",
+        "PodFinished",
+        "PodDeleted",
+        "PodUngated",
+        "PodVolumesChanged",
+    }
 )
 _GROUP_EVENTS: Final = frozenset({"PodGroupUpserted", "PodGroupDeleted"})
 # Events that change neither pods nor pod groups (nodes, queues and foreign pods are compared whole).
@@ -564,6 +573,7 @@ def reopen(
     ssn.action_cache = {}
     ssn.pred_cache = {}
     ssn.vol_picks = None
+    ssn.storage_index = None
     ssn.static_cache = {}
     ssn._pod_index = None
     ssn.anti_present = bool(index.anti) or any(

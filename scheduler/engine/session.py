@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.engine import subgroups
 from scheduler.engine.predicates import hostports as host_ports
+from scheduler.engine.predicates import storage as storage_index
 from scheduler.engine.predicates import volumes as volume_picks
 from scheduler.engine.predicates.extended import gpu_equivalent_milli
 from scheduler.engine.predicates.podindex import Entry, PodIndex, has_soft_terms, soft_terms
@@ -745,6 +746,9 @@ class Session:
         # The volume each placed task's WaitForFirstConsumer claims take (predicates/volumes.py), built on
         # first use and kept current by _set, so two pods of one cycle never take the same volume.
         self.vol_picks: dict[str, dict[str, str]] | None = None
+        # The placed pods' claims, disks and CSI volumes (predicates/storage.py), built on first use and
+        # kept current by _set.
+        self.storage_index: storage_index.StorageIndex | None = None
         self.static_cache: dict[tuple[object, ...], object] = {}  # facts about nodes only (fixed per session)
         self._pod_index: PodIndex | None = None
         # Some pod on a node has required anti-affinity: every placement checks it (symmetry).
@@ -975,6 +979,8 @@ class Session:
             self._claimed = claimed
         if self.vol_picks is not None and t.pod.volumes:
             volume_picks.moved(self, t)
+        if self.storage_index is not None and (t.pod.volumes or t.pod.disks):
+            storage_index.moved(self, t)
 
     def statement(self) -> Statement:
         return Statement(self)

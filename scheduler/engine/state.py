@@ -250,6 +250,37 @@ class Volume:
     provision: bool = False
     allowed_topologies: tuple[tuple[MatchExpression, ...], ...] = ()
     request_bytes: int = 0
+    # VolumeRestrictions / NodeVolumeLimits / CSI storage capacity / generic ephemeral volumes: see
+    # ingest.events.VolumeClaim.
+    read_write_once_pod: bool = False
+    attach_driver: str = ""
+    attach_handle: str = ""
+    capacity_checked: bool = False
+    capacity_anywhere: bool = False
+    capacity_topologies: tuple[tuple[MatchExpression, ...], ...] = ()
+    ephemeral: bool = False
+    missing: bool = False
+    not_owned: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CSINode:
+    """A node's CSINode: each driver's attach limit (None = no limit), sorted, and the CSI volumes
+    VolumeAttachments attach there (driver, handle), sorted."""
+
+    drivers: tuple[tuple[str, int | None], ...] = ()
+    attached: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Disk:
+    """An inline disk a pod mounts (VolumeRestrictions): ``kind`` gce_pd / aws_ebs / rbd / iscsi."""
+
+    kind: str
+    name: str
+    read_only: bool = False
+    pool: str = ""
+    monitors: tuple[str, ...] = ()
 
 
 _NO_MAP: Mapping[str, str] = MappingProxyType({})  # the one empty read-only map pods share
@@ -289,6 +320,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     preferred_affinity: tuple[tuple[int, tuple[MatchExpression, ...]], ...] = ()  # (weight, AND-term)
     volumes: tuple[Volume, ...] = ()
     gated: bool = False  # spec.schedulingGates not empty: not pending yet, the engine skips it
+    disks: tuple[Disk, ...] = ()  # inline disks (VolumeRestrictions)
 
     @property
     def has_preferences(self) -> bool:
@@ -312,6 +344,7 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
             or self.topology_spread
             or self.preferred_affinity
             or self.volumes
+            or self.disks
             or self.request.extended
         )
 
@@ -333,6 +366,8 @@ class ForeignPod:
     # Its inter-pod terms, required (weight 0) and preferred: its required anti-affinity repels our pods.
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    volumes: tuple[Volume, ...] = ()  # its claims (ReadWriteOncePod, CSI attach limits)
+    disks: tuple[Disk, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,6 +386,9 @@ class ClusterState:
     # The recent workload's pod shapes and how many of each (:class:`WorkloadWindow`), sorted by shape:
     # what fragmentation-aware scoring learns the cluster's task-type distribution from.
     workload: tuple[tuple[WorkloadShape, int], ...] = ()
+    # Each node's CSI drivers and attach limits (CSINode ``allocatable.count``; None = no limit), sorted by
+    # node name: what NodeVolumeLimits counts against.
+    csi_nodes: tuple[tuple[str, CSINode], ...] = ()
 
 
 WorkloadShape = tuple[int, int, int, tuple[str, ...]]
@@ -586,7 +624,34 @@ def _volume(v: ev_mod.VolumeClaim) -> Volume:
         v.provision,
         _exprs(v.allowed_topologies),
         v.request_bytes,
+        v.read_write_once_pod,
+        v.attach_driver,
+        v.attach_handle,
+        v.capacity_checked,
+        v.capacity_anywhere,
+        _exprs(v.capacity_topologies),
+        v.ephemeral,
+        v.missing,
+        v.not_owned,
     )
+
+
+def disks_from_event(disks: Iterable[ev_mod.InlineDisk]) -> tuple[Disk, ...]:
+    """The inline disks of a pod event."""
+    return tuple(Disk(d.kind, d.name, d.read_only, d.pool, tuple(d.monitors)) for d in disks)
+
+
+def csi_node_from_event(e: ev_mod.CSINodeUpserted) -> CSINode:
+    """The CSINode of a CSINodeUpserted event."""
+    return CSINode(
+        tuple(sorted((d.name, d.count) for d in e.drivers)),
+        tuple(sorted({(a.driver, a.handle) for a in e.attached})),
+    )
+
+
+def volumes_from_event(volumes: Iterable[ev_mod.VolumeClaim]) -> tuple[Volume, ...]:
+    """The resolved claims of a pod event."""
+    return tuple(_volume(v) for v in volumes)
 
 
 def _selector(s: ev_mod.LabelSelector | None) -> LabelSelector:
@@ -649,6 +714,8 @@ def foreign_pod_from_event(e: ev_mod.ForeignPodUpserted) -> ForeignPod:
         releasing=e.releasing,
         pod_affinity=tuple(_term(t, labels) for t in e.pod_affinity),
         pod_anti_affinity=tuple(_term(t, labels) for t in e.pod_anti_affinity),
+        volumes=volumes_from_event(e.volumes),
+        disks=disks_from_event(e.disks),
     )
 
 
@@ -695,6 +762,8 @@ def placement_fields(e: ev_mod.PodSubmitted) -> dict[str, Any]:
     )
     out["volumes"] = tuple(_volume(v) for v in e.volumes)
     out["gated"] = bool(e.scheduling_gates)
+    if e.disks:
+        out["disks"] = disks_from_event(e.disks)
     return out
 
 
@@ -742,6 +811,7 @@ class StateBuilder:
         self.foreign: dict[str, ForeignPod] = {}  # pods of other schedulers bound to nodes
         self.topologies: dict[str, Topology] = {}
         self.namespaces: dict[str, Mapping[str, str]] = {}
+        self.csi_nodes: dict[str, CSINode] = {}
         self.offset = -1
         self._queue_seq = 0
         self._pod_seq: dict[str, int] = {}
@@ -969,6 +1039,18 @@ class StateBuilder:
     def _on_namespace_deleted(self, e: Any) -> None:
         self.namespaces.pop(e.name, None)
 
+    def _on_pod_volumes_changed(self, e: Any) -> None:
+        uid = f"{e.namespace}/{e.name}"
+        pod = self.pods.get(uid)
+        if pod is not None and pod.status is PodStatus.PENDING:  # a placed pod keeps what it was placed with
+            self.pods[uid] = evolve(pod, volumes=volumes_from_event(e.volumes))
+
+    def _on_csi_node_upserted(self, e: Any) -> None:
+        self.csi_nodes[e.name] = csi_node_from_event(e)
+
+    def _on_csi_node_deleted(self, e: Any) -> None:
+        self.csi_nodes.pop(e.name, None)
+
     def _on_clock_tick(self, e: Any) -> None:
         """Only time moves (the offset in :meth:`apply`, and the folder's logical time)."""
 
@@ -1141,6 +1223,7 @@ class StateBuilder:
         other.jobs, other.pods, other.foreign = dict(self.jobs), dict(self.pods), dict(self.foreign)
         other.topologies = dict(self.topologies)
         other.namespaces = dict(self.namespaces)
+        other.csi_nodes = dict(self.csi_nodes)
         other.offset = self.offset
         other._queue_seq = self._queue_seq
         other._pod_seq = dict(self._pod_seq)
@@ -1164,6 +1247,7 @@ class StateBuilder:
             topologies=tuple(self.topologies[k] for k in sorted(self.topologies)),
             namespaces=tuple((k, self.namespaces[k]) for k in sorted(self.namespaces)),
             workload=self.workload.frozen,
+            csi_nodes=tuple((k, self.csi_nodes[k]) for k in sorted(self.csi_nodes)),
         )
 
 
@@ -1185,6 +1269,9 @@ _FOLD: Final[dict[str, Callable[[StateBuilder, Any], None]]] = {
     "TopologyDeleted": StateBuilder._on_topology_deleted,
     "NamespaceUpserted": StateBuilder._on_namespace_upserted,
     "NamespaceDeleted": StateBuilder._on_namespace_deleted,
+    "PodVolumesChanged": StateBuilder._on_pod_volumes_changed,
+    "CSINodeUpserted": StateBuilder._on_csi_node_upserted,
+    "CSINodeDeleted": StateBuilder._on_csi_node_deleted,
     "ClockTick": StateBuilder._on_clock_tick,
 }
 """Each event type's fold, by its ``type`` (the hot types first: dict order is the documentation's)."""

@@ -45,7 +45,7 @@ from typing import Any, Final, Protocol
 
 from ingest.kube.client import KubeApi, KubeError, KubeUnavailable, add_kubeconfig_argument, call
 from ingest.kube.names import ANNOTATION_CYCLE, ANNOTATION_GPU_DEVICES, ANNOTATION_GPU_PORTION, GPU_RESOURCE
-from ingest.kube.volumes import ANNOTATION_SELECTED_NODE, bound_to, prebind_volume
+from ingest.kube.volumes import ANNOTATION_BIND_COMPLETED, ANNOTATION_SELECTED_NODE, bound_to, prebind_volume
 from ingest.log import DEFAULT_TOPICS, Log, Topics
 from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
@@ -292,9 +292,13 @@ class VolumeBindError(Exception):
 
     reason_code = "volume_bind_conflict"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, reason_code: str = "volume_bind_conflict") -> None:
         super().__init__(message)
         self.message = message
+        self.reason_code = reason_code
+
+
+DEFAULT_VOLUME_BIND_TIMEOUT_S: Final = 600.0  # kube-scheduler's VolumeBinding bindTimeoutSeconds default
 
 
 def plan(
@@ -484,6 +488,13 @@ class Kube(Protocol):
         """Before binding the pod: bind each WaitForFirstConsumer claim to its chosen volume, or annotate
         it with the node for its provisioner; :class:`VolumeBindError` when a volume was taken."""
 
+    def wait_volumes_bound(
+        self, namespace: str, pod: str, node: str, volumes: tuple[tuple[str, str], ...], timeout_s: float
+    ) -> None:
+        """Wait until the PersistentVolume controller (or the provisioner) has bound every claim
+        :meth:`bind_volumes` prepared; :class:`VolumeBindError` when a binding was undone or the timeout
+        passed."""
+
     def allocate_claims(self, namespace: str, name: str, node: str) -> list[str]:
         """Allocate the pod's DRA ResourceClaims on ``node`` (:mod:`scheduler.kube.claims`); the claims
         written. Raises :class:`~scheduler.kube.claims.ClaimError` when the node cannot hold them."""
@@ -541,8 +552,7 @@ class BinderApi:
         ``claimRef`` to the claim (an update at the volume's resourceVersion, so a concurrent binding
         conflicts instead of being overwritten) and the PersistentVolume controller completes the binding;
         a claim to provision gets ``volume.kubernetes.io/selected-node``. A claim bound meanwhile is left
-        alone. Unlike kube-scheduler, the pod is bound without waiting for the volume: the kubelet waits for
-        it before starting the pod."""
+        alone. :meth:`wait_volumes_bound` then waits for the bindings, as kube-scheduler's PreBind does."""
         for claim, volume in volumes:
             r = self.call(self.core.read_namespaced_persistent_volume_claim, claim, namespace)
             pvc = json.loads(r.data)
@@ -562,6 +572,57 @@ class BinderApi:
                     f" {ref.get('namespace')}/{ref.get('name')} meanwhile; the pod is not bound"
                 )
             self.call(self.core.replace_persistent_volume, volume, prebind_volume(pv, pvc))
+
+    def wait_volumes_bound(
+        self,
+        namespace: str,
+        pod: str,
+        node: str,
+        volumes: tuple[tuple[str, str], ...],
+        timeout_s: float,
+        poll_s: float = 0.5,
+    ) -> None:
+        """kube-scheduler's ``checkBindings``, polled: each claim must end bound (``spec.volumeName`` and
+        the bind-completed annotation); a static volume that lost its ``claimRef`` to the claim, or a
+        claim to provision whose selected-node annotation was removed, undid the binding. Either, or the
+        timeout, raises :class:`VolumeBindError` and the pod is not bound."""
+        deadline = time.monotonic() + timeout_s
+        what = f"pod {namespace}/{pod}"
+        while True:
+            waiting = []
+            for claim, volume in volumes:
+                pvc = json.loads(
+                    self.call(self.core.read_namespaced_persistent_volume_claim, claim, namespace).data
+                )
+                spec = pvc.get("spec") or {}
+                ann = (pvc.get("metadata") or {}).get("annotations") or {}
+                if spec.get("volumeName") and ANNOTATION_BIND_COMPLETED in ann:
+                    continue
+                if not volume and ann.get(ANNOTATION_SELECTED_NODE) != node:
+                    raise VolumeBindError(
+                        f"the {ANNOTATION_SELECTED_NODE} annotation of claim {namespace}/{claim} of {what} was"
+                        " reset before the volume was provisioned; the pod is not bound",
+                        "volume_bind_undone",
+                    )
+                if volume:
+                    pv = json.loads(self.call(self.core.read_persistent_volume, volume).data)
+                    if not bound_to(pv, pvc):
+                        raise VolumeBindError(
+                            f"volume {volume} chosen for claim {namespace}/{claim} of {what} was unbound"
+                            " before the binding completed; the pod is not bound",
+                            "volume_bind_undone",
+                        )
+                waiting.append(claim)
+            if not waiting:
+                return
+            if time.monotonic() >= deadline:
+                raise VolumeBindError(
+                    f"timed out after {timeout_s:g}s waiting for claims {', '.join(waiting)} of {what} to be"
+                    " bound (is the PersistentVolume controller or the provisioner running?); the pod is not"
+                    " bound",
+                    "volume_bind_timeout",
+                )
+            time.sleep(poll_s)
 
     def allocate_claims(self, namespace: str, name: str, node: str) -> list[str]:
         return self.claims.allocate(namespace, name, node)
@@ -769,8 +830,11 @@ class Binder:
         workers: int = 1,
         max_in_flight: int = 256,
         eviction_condition: bool = True,
+        volume_bind_timeout_s: float = DEFAULT_VOLUME_BIND_TIMEOUT_S,
     ) -> None:
         self.log = log
+        # How long a bind waits for its WaitForFirstConsumer claims to be bound (0: it does not wait).
+        self.volume_bind_timeout_s = volume_bind_timeout_s
         self.eviction_condition = eviction_condition  # DisruptionTarget on a pod before its eviction
         # Calls run on ``workers`` threads, those of one pod (Queue, PodGroup) in order; 1 = sequential.
         self._pool = KeyedPool(workers)
@@ -924,6 +988,8 @@ class Binder:
                 self._with_retry(
                     f"volumes of {uid}", lambda: k.bind_volumes(a.namespace, a.name, a.node, a.volumes)
                 )
+                if self.volume_bind_timeout_s > 0:
+                    k.wait_volumes_bound(a.namespace, a.name, a.node, a.volumes, self.volume_bind_timeout_s)
             shared = self._prepare_sharing(a)
             if shared is not None:
                 annotations.update(shared)
@@ -1405,6 +1471,14 @@ def add_arguments(p: Any) -> None:
         "--reservation-service-account", default=None, help="service account of the reservation pods"
     )
     p.add_argument(
+        "--volume-bind-timeout",
+        type=float,
+        default=DEFAULT_VOLUME_BIND_TIMEOUT_S,
+        help="seconds a bind waits for its WaitForFirstConsumer claims to be bound by the PersistentVolume"
+        " controller or provisioner, as kube-scheduler's PreBind does; 0 binds without waiting"
+        f" (default {DEFAULT_VOLUME_BIND_TIMEOUT_S:g})",
+    )
+    p.add_argument(
         "--reservation-timeout",
         type=float,
         default=60.0,
@@ -1512,6 +1586,7 @@ def run_cli(args: Any) -> int:
             metrics=metrics,
             workers=args.workers,
             eviction_condition=not args.no_eviction_condition,
+            volume_bind_timeout_s=args.volume_bind_timeout,
         )
         signal.signal(signal.SIGTERM, lambda *_: binder.stop())
         try:

@@ -16,6 +16,7 @@ from typing import Any
 from ingest.filelog import FileLog
 from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
 from tests.support.kube_pipeline import Pipeline, decision_records
+from tests.support.volume_controller import volume_controller
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -107,7 +108,8 @@ def test_wait_for_first_consumer_claims_bind_where_the_pod_goes(
         p.ingest.start()
         try:
             ours = ("uses-local", "uses-provisioned")
-            p.settle(lambda: all("nodeName" in read_pod(api, ns, n)["spec"] for n in ours))
+            with volume_controller(api, ns):  # the binder waits for the claims' binding before the pod's
+                p.settle(lambda: all("nodeName" in read_pod(api, ns, n)["spec"] for n in ours))
         finally:
             p.ingest.stop()
         assert read_pod(api, ns, "uses-local")["spec"]["nodeName"] == n2

@@ -10,11 +10,16 @@ import pytest
 
 from ingest.events import (
     EVENT_TYPES,
+    AttachedVolume,
     ClockTick,
+    CSIDriverLimit,
+    CSINodeDeleted,
+    CSINodeUpserted,
     EventBase,
     EventError,
     ForeignPodUpserted,
     HostPort,
+    InlineDisk,
     LabelSelector,
     LabelSelectorRequirement,
     NamespaceDeleted,
@@ -33,6 +38,7 @@ from ingest.events import (
     PodRequests,
     PodSubmitted,
     PodUngated,
+    PodVolumesChanged,
     PreferredSchedulingTerm,
     QueueDeleted,
     QueueResource,
@@ -200,6 +206,44 @@ EXAMPLES: list[EventBase] = [
     ),
     NamespaceUpserted(at_ms=0, name="team-a", labels={"team": "a"}),
     NamespaceDeleted(at_ms=0, name="team-a"),
+    CSINodeUpserted(
+        at_ms=16,
+        name="node-a",
+        drivers=[CSIDriverLimit(name="ebs.csi.aws.com", count=25), CSIDriverLimit(name="nfs.csi.k8s.io")],
+        attached=[AttachedVolume(driver="ebs.csi.aws.com", handle="vol-9")],
+    ),
+    CSINodeDeleted(at_ms=17, name="node-b"),
+    PodVolumesChanged(
+        at_ms=18,
+        name="web-0",
+        namespace="ml",
+        volumes=[
+            VolumeClaim(
+                claim="web-0-scratch",
+                bound=False,
+                binding_mode="WaitForFirstConsumer",
+                provision=True,
+                request_bytes=2**30,
+                read_write_once_pod=True,
+                attach_driver="ebs.csi.aws.com",
+                capacity_checked=True,
+                capacity_topologies=[
+                    NodeSelectorTerm(
+                        match_expressions=[NodeSelectorRequirement(key="zone", operator="In", values=["z1"])]
+                    )
+                ],
+                ephemeral=True,
+            )
+        ],
+    ),
+    ForeignPodUpserted(
+        at_ms=19,
+        name="db-0",
+        namespace="ml",
+        node="node-a",
+        volumes=[VolumeClaim(claim="db", attach_driver="ebs.csi.aws.com", attach_handle="vol-1")],
+        disks=[InlineDisk(kind="rbd", name="img", pool="rbd", monitors=["m1"], read_only=True)],
+    ),
 ]
 
 

@@ -64,6 +64,8 @@ def _pod_signature(t: TaskInfo) -> str:
         )
     if p.volumes:
         extra.append(("volumes", p.volumes))
+    if p.disks:
+        extra.append(("disks", p.disks))
     r = t.request
     if r.extended or r.gpu_fraction_devices != 1:
         extra.append(("resources", tuple(k for k, _ in r.extended), r.gpu_fraction_devices))

@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from scheduler.engine.predicates import interpod, ports, resources, spread, volumes
+from scheduler.engine.predicates import interpod, ports, resources, spread, storage, volumes
 
 if TYPE_CHECKING:
     from scheduler.engine.session import NodeInfo, Session, TaskInfo
@@ -64,6 +64,10 @@ def pod_reason(ssn: Session, task: TaskInfo, node: NodeInfo) -> tuple[str | None
     idle = True
     if pod.volumes:
         r = volumes.reason(pod.volumes, node, volumes.taken(ssn, task) if volumes.waits(pod.volumes) else ())
+        if r is not None:
+            return r, False
+    if (pod.volumes or pod.disks) and storage.needs_check(task):
+        r = storage.reason(ssn, task, node)
         if r is not None:
             return r, False
     if pod.request.extended:
@@ -149,6 +153,12 @@ REASON_CODES: dict[str, str] = {
     volumes.UNBOUND_IMMEDIATE: "VolumeUnboundImmediate",
     volumes.BIND_CONFLICT: "VolumeBindConflict",
     volumes.ZONE_CONFLICT: "VolumeZoneConflict",
+    volumes.NOT_ENOUGH_SPACE: "VolumeNotEnoughSpace",
+    volumes.EPHEMERAL_MISSING: "EphemeralClaimMissing",
+    volumes.EPHEMERAL_NOT_OWNED: "EphemeralClaimNotOwned",
+    storage.DISK_CONFLICT: "VolumeDiskConflict",
+    storage.RWOP_CONFLICT: "ReadWriteOncePodConflict",
+    storage.MAX_VOLUME_COUNT: "MaxVolumeCount",
     "node(s) were not ready": "NodeNotReady",
     "node(s) were unschedulable": "NodeUnschedulable",
     "node(s) didn't match Pod's node affinity/selector": "NodeAffinity",

@@ -8,6 +8,13 @@ node satisfies, or else where its StorageClass can provision a volume (a provisi
 ``kubernetes.io/no-provisioner``, ``allowedTopologies`` matching the node). Several such claims of one pod
 take distinct volumes, smallest claim first, as ``findMatchingVolumes`` does.
 
+CSI storage capacity (VolumeBinding's ``hasEnoughCapacity``): where the claim's class provisions through a
+CSI driver with ``storageCapacity: true``, a node is also required to see a CSIStorageCapacity of the class
+with room for the request (ingest kept those with room; ``capacity_topologies`` say where they are).
+
+Generic ephemeral volumes: the claim ``<pod>-<volume>`` must exist and be owned by the pod
+(``ephemeral.VolumeIsForPod``), else the pod waits on every node with a reason saying which.
+
 VolumeZone: a bound volume's zone / region labels (``topology.kubernetes.io/*`` and the legacy
 ``failure-domain.beta.kubernetes.io/*``; several zones joined by ``__``) must name the node's value — unless
 the node has none of these labels at all (a single-zone cluster).
@@ -29,6 +36,9 @@ NODE_AFFINITY = "node(s) had volume node affinity conflict"
 UNBOUND_IMMEDIATE = "pod has unbound immediate PersistentVolumeClaims"
 BIND_CONFLICT = "node(s) didn't find available persistent volumes to bind"
 ZONE_CONFLICT = "node(s) had no available volume zone"
+NOT_ENOUGH_SPACE = "node(s) did not have enough free storage"
+EPHEMERAL_MISSING = "pod's generic ephemeral volume claim (<pod>-<volume>) does not exist yet"
+EPHEMERAL_NOT_OWNED = "pod's generic ephemeral volume claim was not created for the pod (pod is not owner)"
 
 BETA_ZONE = "failure-domain.beta.kubernetes.io/zone"
 BETA_REGION = "failure-domain.beta.kubernetes.io/region"
@@ -50,6 +60,11 @@ def zone_set(value: str) -> frozenset[str] | None:
 
 def reason(volumes: tuple[Volume, ...], node: NodeInfo, taken: Collection[str] = ()) -> str | None:
     """Why the pod's volumes keep it off `node`, or None; ``taken``: volumes other pods' claims took."""
+    for v in volumes:
+        if v.ephemeral and v.missing:
+            return EPHEMERAL_MISSING
+        if v.ephemeral and v.not_owned:
+            return EPHEMERAL_NOT_OWNED
     if any(not v.bound and v.binding_mode != "WaitForFirstConsumer" for v in volumes):
         return UNBOUND_IMMEDIATE
     labels = node.spec.labels
@@ -57,8 +72,10 @@ def reason(volumes: tuple[Volume, ...], node: NodeInfo, taken: Collection[str] =
         if v.bound and v.node_affinity and not node_terms_match(labels, v.node_affinity, node.name):
             return NODE_AFFINITY
     waiting = waits(volumes)
-    if waiting and _assign(waiting, labels, node.name, taken) is None:
-        return BIND_CONFLICT
+    if waiting:
+        got = _assign(waiting, labels, node.name, taken)
+        if isinstance(got, str):
+            return got
     if not _zones_match(volumes, labels):
         return ZONE_CONFLICT
     return None
@@ -71,9 +88,10 @@ def waits(volumes: tuple[Volume, ...]) -> list[Volume]:
 
 def _assign(
     claims: list[Volume], labels: Mapping[str, str], name: str, taken: Collection[str] = ()
-) -> list[tuple[str, str]] | None:
+) -> list[tuple[str, str]] | str:
     """(claim, volume) for each WaitForFirstConsumer claim on this node — a distinct candidate volume no
-    other pod took, or "" where its class provisions one here — or None when one of them cannot bind."""
+    other pod took, or "" where its class provisions one here — or the reason one of them cannot bind
+    (no volume and no provisioning here; provisioning here but no storage capacity with room)."""
     chosen: set[str] = set(taken)
     out = []
     for v in sorted(claims, key=lambda c: c.request_bytes):  # stable: equal requests keep pod order
@@ -85,10 +103,20 @@ def _assign(
             chosen.add(pick)
             out.append((v.claim, pick))
         elif v.provision and node_terms_match(labels, v.allowed_topologies, name):
+            if v.capacity_checked and not _has_capacity(v, labels, name):
+                return NOT_ENOUGH_SPACE
             out.append((v.claim, ""))
         else:
-            return None
+            return BIND_CONFLICT
     return out
+
+
+def _has_capacity(v: Volume, labels: Mapping[str, str], name: str) -> bool:
+    """A CSIStorageCapacity with room for the claim covers this node (an empty ``capacity_topologies``
+    covers none: ``node_terms_match`` would read it as "anywhere")."""
+    if v.capacity_anywhere:
+        return True
+    return bool(v.capacity_topologies) and node_terms_match(labels, v.capacity_topologies, name)
 
 
 def bindings(volumes: tuple[Volume, ...], node: NodeInfo, taken: Collection[str] = ()) -> dict[str, str]:
@@ -98,7 +126,8 @@ def bindings(volumes: tuple[Volume, ...], node: NodeInfo, taken: Collection[str]
     waiting = waits(volumes)
     if not waiting:
         return {}
-    return dict(_assign(waiting, node.spec.labels, node.name, taken) or ())
+    got = _assign(waiting, node.spec.labels, node.name, taken)
+    return {} if isinstance(got, str) else dict(got)
 
 
 # -- volumes taken by the session's placed pods ---------------------------------------------------------

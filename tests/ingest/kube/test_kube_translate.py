@@ -590,6 +590,8 @@ def test_foreign_pod_keeps_only_what_the_engine_needs() -> None:
         "releasing",
         "pod_affinity",
         "pod_anti_affinity",
+        "volumes",
+        "disks",
     }
 
 

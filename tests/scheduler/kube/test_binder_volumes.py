@@ -5,6 +5,7 @@ fixture (tests/support/kubeapi.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from scheduler.engine.record.decisions import Decision
 from scheduler.kube.binder import Binder, BinderApi, BindPod, Memory, plan
 from tests.support.cycle_records import bind, record
 from tests.support.kube_objects import FAST, apply_crds, make_node, make_pod, pod_events, read_pod
+from tests.support.volume_controller import volume_controller
 
 
 def _bind_with_volumes(pod: str, node: str, volumes: dict[str, str]) -> Decision:
@@ -80,7 +82,8 @@ def test_volumes_are_bound_before_the_pod_and_a_taken_volume_stops_the_bind(
             [],
         )
         log.append(DEFAULT_TOPICS.decisions, None, rec.dumps())
-        st = Binder(log, BinderApi(api), retry=FAST).run(stop_when_idle=True)
+        with volume_controller(api, ns):  # the bind waits for the claims to be bound, as PreBind does
+            st = Binder(log, BinderApi(api), retry=FAST).run(stop_when_idle=True)
 
         assert read_pod(api, ns, "a")["spec"]["nodeName"] == node
         ref = core.read_persistent_volume(free).spec.claim_ref
@@ -98,3 +101,35 @@ def test_volumes_are_bound_before_the_pod_and_a_taken_volume_stops_the_bind(
         assert (st.bound, st.dead_letters) == (1, 1)
         events = [e for e in pod_events(api, ns, "b") if e["reason"] == "FailedBinding"]
         assert events and f"volume {taken}" in events[0]["message"]
+        # The PersistentVolume controller completed a's bindings before a was bound.
+        for claim in ("a-data", "a-scratch"):
+            got = core.read_namespaced_persistent_volume_claim(claim, ns)
+            assert (
+                got.spec.volume_name and got.metadata.annotations["pv.kubernetes.io/bind-completed"] == "yes"
+            )
+
+
+def test_a_bind_whose_claims_are_never_bound_times_out_and_leaves_the_pod_pending(
+    kube_api: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    ns = kube_namespace
+    node = f"{ns}-n1"
+    with kube_api.api_client() as api:
+        core = client.CoreV1Api(api)
+        apply_crds(api)
+        make_node(api, node)
+        _claim(core, ns, "c-scratch")
+        make_pod(api, ns, "c")
+        log = FileLog(tmp_path / "log")
+        rec = record([_bind_with_volumes(f"{ns}/c", node, {"c-scratch": ""})], [])
+        log.append(DEFAULT_TOPICS.decisions, None, rec.dumps())
+        # No PersistentVolume controller or provisioner runs: the claim is never bound.
+        st = Binder(log, BinderApi(api), retry=FAST, volume_bind_timeout_s=1.0).run(stop_when_idle=True)
+        assert "nodeName" not in read_pod(api, ns, "c")["spec"]
+        assert (st.bound, st.dead_letters) == (0, 1)
+        dead = [json.loads(r.value) for r in log.read(DEFAULT_TOPICS.deadletter, 0, 10)]
+        assert [d["reason_code"] for d in dead] == ["volume_bind_timeout"]
+        events = [e for e in pod_events(api, ns, "c") if e["reason"] == "FailedBinding"]
+        assert events and "timed out after 1s waiting for claims c-scratch" in events[0]["message"]

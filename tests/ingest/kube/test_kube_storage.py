@@ -1,0 +1,209 @@
+"""What ingest reads for kube-scheduler's storage filters beyond binding: inline disks (VolumeRestrictions),
+ReadWriteOncePod and the CSI volume a claim attaches (NodeVolumeLimits, ``csi.go`` ``getCSIDriverInfo``),
+CSIStorageCapacity for claims to provision (``binder.go`` ``hasEnoughCapacity``), generic ephemeral volumes'
+claims (``ephemeral.VolumeClaimName`` / ``VolumeIsForPod``), CSINodes; and how the fold applies the new
+events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ingest.events import CSINodeUpserted, PodBound, PodSubmitted, PodVolumesChanged, VolumeClaim
+from ingest.kube import translate as kube
+from ingest.kube import volumes
+from scheduler.engine.state import CSINode, PodStatus, StateBuilder
+
+
+def _pvc(**spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": "data", "namespace": "ns", "uid": "u1"}, "spec": spec}
+
+
+def test_inline_disks_are_read_from_the_four_sources() -> None:
+    spec = {
+        "volumes": [
+            {"name": "a", "gcePersistentDisk": {"pdName": "pd", "readOnly": True}},
+            {"name": "b", "awsElasticBlockStore": {"volumeID": "vol-1"}},
+            {"name": "c", "rbd": {"monitors": ["m1", "m2"], "pool": "rbd", "image": "img"}},
+            {"name": "d", "iscsi": {"iqn": "iqn.2016-12.server:t1", "targetPortal": "p", "lun": 0}},
+            {"name": "e", "configMap": {"name": "x"}},
+            {"name": "f", "csi": {"driver": "inline.csi.example.com"}},
+        ]
+    }
+    got = [d.model_dump() for d in kube.inline_disks("ns/p", spec)]
+    assert got == [
+        {"kind": "gce_pd", "name": "pd", "read_only": True, "pool": "", "monitors": []},
+        {"kind": "aws_ebs", "name": "vol-1", "read_only": False, "pool": "", "monitors": []},
+        {"kind": "rbd", "name": "img", "read_only": False, "pool": "rbd", "monitors": ["m1", "m2"]},
+        {"kind": "iscsi", "name": "iqn.2016-12.server:t1", "read_only": False, "pool": "", "monitors": []},
+    ]
+
+
+def test_an_inline_disk_without_its_name_is_an_invalid_pod_naming_the_field() -> None:
+    with pytest.raises(kube.InvalidObject) as err:
+        kube.inline_disks("ns/p", {"volumes": [{"name": "x"}, {"name": "y", "awsElasticBlockStore": {}}]})
+    assert err.value.field == "spec.volumes[1].awsElasticBlockStore"
+
+
+def test_pod_claims_name_generic_ephemeral_claims_pod_dash_volume() -> None:
+    pod = {
+        "metadata": {"name": "abc", "namespace": "test"},
+        "spec": {
+            "volumes": [
+                {"name": "data", "persistentVolumeClaim": {"claimName": "db"}},
+                {"name": "xyz", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+                {"name": "cfg", "configMap": {"name": "c"}},
+            ]
+        },
+    }
+    assert kube.pod_claims(pod) == [("db", False), ("abc-xyz", True)]
+
+
+def test_an_ephemeral_claim_is_the_pods_only_when_the_pod_is_its_controller() -> None:
+    pod = {"metadata": {"name": "abc", "uid": "12345"}}
+    owned = {"metadata": {"ownerReferences": [{"kind": "Pod", "uid": "12345", "controller": True}]}}
+    other = {"metadata": {"ownerReferences": [{"kind": "Pod", "uid": "999", "controller": True}]}}
+    not_controller = {"metadata": {"ownerReferences": [{"kind": "Pod", "uid": "12345"}]}}
+    assert volumes.is_for_pod(pod, owned)
+    assert not volumes.is_for_pod(pod, other)
+    assert not volumes.is_for_pod(pod, not_controller)
+    assert not volumes.is_for_pod(pod, {"metadata": {}})
+
+
+@pytest.mark.parametrize(
+    ("pvc", "pv", "sc", "want"),
+    [
+        # Bound to a CSI volume: its driver and handle.
+        (
+            _pvc(volumeName="pv1"),
+            {"spec": {"csi": {"driver": "ebs.csi.aws.com", "volumeHandle": "vol-1"}}},
+            None,
+            ("ebs.csi.aws.com", "vol-1"),
+        ),
+        # Bound to an in-tree volume: not counted (CSI migration is not modelled).
+        (_pvc(volumeName="pv1"), {"spec": {"hostPath": {"path": "/tmp"}}}, None, ("", "")),
+        # Bound to a missing volume, or unbound: the class's provisioner, the claim itself the volume.
+        (
+            _pvc(volumeName="gone", storageClassName="sc"),
+            None,
+            {"provisioner": "ebs.csi.aws.com"},
+            ("ebs.csi.aws.com", ""),
+        ),
+        (_pvc(storageClassName="sc"), None, {"provisioner": "ebs.csi.aws.com"}, ("ebs.csi.aws.com", "")),
+        # No class, or a missing class: nothing to count.
+        (_pvc(), None, None, ("", "")),
+        (_pvc(storageClassName="sc"), None, None, ("", "")),
+    ],
+)
+def test_the_csi_volume_a_claim_attaches(pvc: Any, pv: Any, sc: Any, want: tuple[str, str]) -> None:
+    assert volumes.attachment(pvc, pv, sc) == want
+
+
+def test_read_write_once_pod_and_attachment_are_claim_fields() -> None:
+    pvc = _pvc(storageClassName="sc", accessModes=["ReadWriteOncePod"])
+    got = volumes.storage_fields(pvc, None, {"provisioner": "d"})
+    assert got == {"read_write_once_pod": True, "attach_driver": "d"}
+    assert volumes.storage_fields(None, None, None) == {}
+
+
+SC = {"metadata": {"name": "fast"}, "provisioner": "d", "volumeBindingMode": "WaitForFirstConsumer"}
+TRACKED = {"metadata": {"name": "d"}, "spec": {"storageCapacity": True}}
+
+
+def _cap(
+    cls: str = "fast", topology: Any = None, capacity: str | None = "10Gi", maximum: str | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"storageClassName": cls}
+    if topology is not None:
+        out["nodeTopology"] = topology
+    if capacity is not None:
+        out["capacity"] = capacity
+    if maximum is not None:
+        out["maximumVolumeSize"] = maximum
+    return out
+
+
+def test_capacity_keeps_the_topologies_with_room_for_the_request() -> None:
+    pvc = _pvc(storageClassName="fast", resources={"requests": {"storage": "5Gi"}})
+    zone_a = {"matchLabels": {"zone": "a"}}
+    caps = [
+        _cap(topology=zone_a),
+        _cap(topology={"matchLabels": {"zone": "b"}}, capacity="1Gi"),  # too small
+        _cap(
+            topology={"matchLabels": {"zone": "c"}}, capacity="100Gi", maximum="1Gi"
+        ),  # maximumVolumeSize wins
+        _cap(cls="slow", topology={"matchLabels": {"zone": "d"}}),  # another class
+        _cap(topology=None),  # no nodeTopology: covers no node
+        _cap(topology={"matchExpressions": [{"key": "rack", "operator": "Exists"}]}),
+    ]
+    got = volumes.capacity_fields(pvc, SC, TRACKED, caps)
+    assert got == {
+        "capacity_checked": True,
+        "capacity_topologies": [
+            {"match_expressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+            {"match_expressions": [{"key": "rack", "operator": "Exists", "values": []}]},
+        ],
+    }
+    VolumeClaim.model_validate({"claim": "data", **got})  # the contract accepts it
+    assert volumes.capacity_fields(pvc, SC, TRACKED, [_cap(topology={})]) == {
+        "capacity_checked": True,
+        "capacity_anywhere": True,
+    }
+    assert volumes.capacity_fields(pvc, SC, TRACKED, []) == {"capacity_checked": True}
+
+
+def test_capacity_is_not_checked_without_a_request_or_a_tracking_driver() -> None:
+    assert volumes.capacity_fields(_pvc(storageClassName="fast"), SC, TRACKED, []) == {}
+    pvc = _pvc(storageClassName="fast", resources={"requests": {"storage": "5Gi"}})
+    assert volumes.capacity_fields(pvc, SC, None, []) == {}
+    assert volumes.capacity_fields(pvc, SC, {"spec": {"storageCapacity": False}}, []) == {}
+
+
+def test_a_csinode_becomes_its_drivers_and_limits() -> None:
+    obj = {
+        "metadata": {"name": "node-a"},
+        "spec": {
+            "drivers": [
+                {"name": "ebs.csi.aws.com", "nodeID": "i-1", "allocatable": {"count": 25}},
+                {"name": "nfs.csi.k8s.io", "nodeID": "node-a"},
+            ]
+        },
+    }
+    ev = kube.csi_node_upserted(obj, 5, [("ebs.csi.aws.com", "vol-2"), ("ebs.csi.aws.com", "vol-1")])
+    assert [(d.name, d.count) for d in ev.drivers] == [("ebs.csi.aws.com", 25), ("nfs.csi.k8s.io", None)]
+    assert [(a.driver, a.handle) for a in ev.attached] == [
+        ("ebs.csi.aws.com", "vol-1"),
+        ("ebs.csi.aws.com", "vol-2"),
+    ]
+    bad = {"metadata": {"name": "node-a"}, "spec": {"drivers": [{"name": "d", "allocatable": {"count": -1}}]}}
+    with pytest.raises(kube.InvalidObject):
+        kube.csi_node_upserted(bad, 5)
+
+
+def test_the_fold_keeps_csinode_limits_and_updates_only_pending_pods_volumes() -> None:
+    b = StateBuilder()
+    b.apply(CSINodeUpserted(at_ms=1, name="n1", drivers=[{"name": "d", "count": 2}]))  # type: ignore[list-item]
+    assert b.snapshot().csi_nodes == (("n1", CSINode(drivers=(("d", 2),))),)
+    b.apply(
+        PodSubmitted(
+            at_ms=2,
+            name="p",
+            namespace="ns",
+            pod_group="g",
+            created_at_ms=2,
+            volumes=[VolumeClaim(claim="c", bound=False)],
+        )
+    )
+    b.apply(
+        PodVolumesChanged(
+            at_ms=3, name="p", namespace="ns", volumes=[VolumeClaim(claim="c", attach_driver="d")]
+        )
+    )
+    pod = b.pods["ns/p"]
+    assert pod.status is PodStatus.PENDING and pod.volumes[0].bound and pod.volumes[0].attach_driver == "d"
+    b.apply(PodVolumesChanged(at_ms=4, name="nobody", namespace="ns"))  # an unknown pod: nothing happens
+    assert set(b.pods) == {"ns/p"}
+    b.apply(PodBound(at_ms=5, name="p", namespace="ns", node="n1"))
+    b.apply(PodVolumesChanged(at_ms=6, name="p", namespace="ns"))  # placed: keeps what it was placed with
+    assert b.pods["ns/p"].volumes[0].attach_driver == "d"
