@@ -37,7 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--poll-interval", type=float, default=0.05, help="seconds between polls when idle (default 0.05)"
     )
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.events, PREFIX.decisions, ... as topics")
-    p.add_argument("--node-pool", default=None, metavar="POOL", help="the node pool this instance is the shard of (label kai.scheduler/node-pool; \"\" = the default shard, nodes without it): its own decisions topic; docs/deploy.md")
+    p.add_argument(
+        "--node-pool",
+        default=None,
+        metavar="POOL",
+        help='the node pool this instance is the shard of (label kai.scheduler/node-pool; "" = the default shard, nodes without it): its own decisions topic; docs/deploy.md',
+    )
     p.add_argument(
         "--engine-config",
         metavar="FILE",
@@ -116,7 +121,11 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"run: {e}", file=sys.stderr)
         return 2
     k_value = fair.settings.k_value
-    if args.engine_config and _engine_config_sets(args.engine_config, "k_value") and config.k_value != k_value:
+    if (
+        args.engine_config
+        and _engine_config_sets(args.engine_config, "k_value")
+        and config.k_value != k_value
+    ):
         print(
             f"run: {args.engine_config} sets k_value {config.k_value}, but the fair-share settings give"
             f" {k_value} ({fair.origins.get('k_value', 'default')}): k_value is one setting for `run` and"
@@ -129,37 +138,24 @@ def run_cli(args: argparse.Namespace) -> int:
     logging.getLogger("hourglass.run").info(
         "engine config %s (hash %s)", dataclasses.asdict(config), config_hash(config)
     )
-    metrics = server = None
+    from scheduler.tenure import Tenure
+
+    tenure = Tenure("run")
+    metrics = None
     if args.metrics_port is not None:
-        from scheduler.metrics import SchedulerMetrics, serve
+        from scheduler.metrics import SchedulerMetrics
 
         metrics = SchedulerMetrics.create()
-        try:
-            server = serve(metrics, args.metrics_host, args.metrics_port)
-        except OSError as e:
-            print(
-                f"run: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
-            )
+        if not tenure.serve_metrics(metrics, args.metrics_host, args.metrics_port):
             return 2
-        logging.getLogger("hourglass.run").info("metrics on %s", server.url)
-    from ingest.kube.lease import LeaseElector, elect
-
-    elector: LeaseElector | None = None
     try:
-        # A standby waits here (serving /metrics, so its pod is ready), before opening the log: a FileLog
-        # admits one scheduler at a time.
-        elector = elect("run", args, LEASE_NAME)
-        if elector is not None and not elector.is_leader:
-            if server is not None:
-                server.close()
-            print("run: stopped while standby", file=sys.stderr)
+        if not tenure.lead(args, LEASE_NAME):
             return 0
-        log = open_log_for("run", args.log, topics=topics.all(), role=Topics.pool_role("scheduler", args.node_pool))
+        log = open_log_for(
+            "run", args.log, topics=topics.all(), role=Topics.pool_role("scheduler", args.node_pool)
+        )
     except StartupError as e:
-        if elector is not None:
-            elector.release()
-        if server is not None:
-            server.close()
+        tenure.close()
         print(e, file=sys.stderr)
         return 2
     with log:
@@ -182,21 +178,13 @@ def run_cli(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             st = service.stats
         except LogError as e:  # a damaged or shrunken log: stop with the reason, never resume past it
-            if server is not None:
-                server.close()
             print(f"run: {e}", file=sys.stderr)
             return 2
         finally:
-            if elector is not None:
-                elector.release()
-    if server is not None:
-        server.close()
+            tenure.close()
     print(
         f"run: {st.records_read} records read, {st.events_folded} events folded, {st.dead_letters} dead"
         f" letters, {st.cycles_appended} cycles appended ({st.cycles_skipped} already recorded),"
         f" events position {service.position}"
     )
-    if elector is not None and elector.lost:
-        print(f"run: lost the lease {elector.path}; exiting so that a standby takes over", file=sys.stderr)
-        return 1
-    return 0
+    return 1 if tenure.lost() else 0

@@ -1425,7 +1425,12 @@ def add_arguments(p: Any) -> None:
     p.add_argument("--log", required=True, help="a FileLog directory or kafka://HOST:PORT")
     add_kubeconfig_argument(p)
     p.add_argument("--topic-prefix", default=None, help="use PREFIX.decisions, PREFIX.deadletter as topics")
-    p.add_argument("--node-pool", default=None, metavar="POOL", help="the node pool this instance is the shard of (label kai.scheduler/node-pool; \"\" = the default shard, nodes without it): its own decisions topic; docs/deploy.md")
+    p.add_argument(
+        "--node-pool",
+        default=None,
+        metavar="POOL",
+        help='the node pool this instance is the shard of (label kai.scheduler/node-pool; "" = the default shard, nodes without it): its own decisions topic; docs/deploy.md',
+    )
     p.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group (default {DEFAULT_GROUP})")
     p.add_argument(
         "--grace-period",
@@ -1527,38 +1532,24 @@ def run_cli(args: Any) -> int:
     if args.workers < 1:
         print(f"bind: --workers must be at least 1, not {args.workers}", file=sys.stderr)
         return 2
+    from scheduler.tenure import Tenure
+
+    tenure = Tenure("bind")
     metrics = None
-    server = None
     if args.metrics_port is not None:
-        from scheduler.metrics import serve
-
         metrics = BinderMetrics.create()
-        try:
-            server = serve(metrics, args.metrics_host, args.metrics_port)
-        except OSError as e:
-            print(
-                f"bind: cannot serve metrics on {args.metrics_host}:{args.metrics_port}: {e}", file=sys.stderr
-            )
+        if not tenure.serve_metrics(metrics, args.metrics_host, args.metrics_port):
             return 2
-    from ingest.kube.lease import LeaseElector, elect
-
-    elector: LeaseElector | None = None
     try:
-        # A standby waits here (serving /metrics, so its pod is ready), before opening the log: it binds
-        # nothing until it holds the Lease.
-        elector = elect("bind", args, LEASE_NAME)
-        if elector is not None and not elector.is_leader:
-            if server is not None:
-                server.close()
-            print("bind: stopped while standby", file=sys.stderr)
+        # A standby waits here, before opening the log: it binds nothing until it holds the Lease.
+        if not tenure.lead(args, LEASE_NAME):
             return 0
         api = api_client_for("bind", args.kubeconfig)
-        log_ = open_log_for("bind", args.log, topics=topics.all(), role=Topics.pool_role("binder", args.node_pool))
+        log_ = open_log_for(
+            "bind", args.log, topics=topics.all(), role=Topics.pool_role("binder", args.node_pool)
+        )
     except StartupError as e:
-        if elector is not None:
-            elector.release()
-        if server is not None:
-            server.close()
+        tenure.close()
         print(e, file=sys.stderr)
         return 2
     BinderApi.size_pool(api, args.workers)
@@ -1598,10 +1589,7 @@ def run_cli(args: Any) -> int:
             return 2
         finally:
             binder.close()
-            if elector is not None:
-                elector.release()  # after the last call: a successor never overlaps this one's binds
-            if server is not None:
-                server.close()
+            tenure.close()  # after the last call: a successor never overlaps this one's binds
         behind = binder.position < log_.end_offset(topics.decisions)
     print(
         f"bind: {st.records} records applied, {st.bound} bound ({st.already_bound} already), {st.evicted}"
@@ -1609,7 +1597,6 @@ def run_cli(args: Any) -> int:
         f" pending conditions, {st.pending_events} pending events, {st.queue_statuses} queue statuses,"
         f" {st.dead_letters} dead letters, decisions position {binder.position}"
     )
-    if elector is not None and elector.lost:
-        print(f"bind: lost the lease {elector.path}; exiting so that a standby takes over", file=sys.stderr)
+    if tenure.lost():
         return 1
     return 1 if args.stop_when_idle and behind else 0
