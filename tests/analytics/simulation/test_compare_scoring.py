@@ -87,3 +87,23 @@ def test_bad_comparisons_are_one_line_and_exit_2(
 ) -> None:
     assert main(["simulate", "--limit-tasks", "5", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_frag_aware_simulation_with_the_learnt_distribution_replays_with_0_mismatches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The contended 5-node slice: the decayed distribution moves as tasks arrive (its refresh every 128
+    # pods and every 10 simulated minutes), and `hourglass replay --verify` re-derives it cycle by cycle.
+    nodes = str(small_nodes_csv(tmp_path / "nodes.csv"))
+    tenants = tmp_path / "tenants.yaml"
+    tenants.write_text(DEFAULT_TENANTS.read_text().replace("node_scoring: kai", "node_scoring: frag-aware"))
+    run = tmp_path / "run"
+    argv = ["simulate", "--trace-nodes", nodes, "--limit-tasks", str(SLICE), "--tenants", str(tenants)]
+    assert main([*argv, "--out", str(run), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["engine_config"]["workload_types"] == "decayed"
+    assert summary["cycles"]["run"] > 10
+    assert main(["replay", str(run), "--verify"]) == 0
+    out = capsys.readouterr().out
+    assert f"{summary['cycles']['run']} cycles" in out and "0 mismatches" in out, out
