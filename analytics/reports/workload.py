@@ -29,15 +29,24 @@ SHOWN = 6
 def workload_distribution(
     con: duckdb.DuckDBPyConnection, end_ms: int, config: SessionConfig | None = None
 ) -> list[dict[str, Any]]:
-    """Per pool (sorted by name; ``""`` = the default pool), its task types at `end_ms`: ``pool``, ``pods``
+    """Per pool (sorted by name; ``""`` = the default pool; pools with pods submitted in the window or named
+    by a pod group, else the default pool alone), its task types at `end_ms`: ``pool``, ``pods``
     (pods of its history inside the window), ``prior`` (True when none are: the shipped trace's types) and
     ``types`` (``cpu_millicores``, ``gpu_milli`` per GPU, ``gpus``, ``gpu_models``, ``weight``), most
     popular first."""
     cfg = config or SessionConfig()
+    half, window, refresh = (
+        cfg.workload_half_life_s * 1000,
+        cfg.workload_window_s * 1000,
+        cfg.workload_refresh_s * 1000,
+    )
+    # Pods submitted before the window count nothing, so only the window's submissions are read (a long
+    # store's older ones are not parsed); every pod group is, for the node pool its pods belong to.
     rows = con.execute(
-        """SELECT raw FROM events WHERE type IN ('PodGroupUpserted', 'PodSubmitted') AND at_ms < ?
+        """SELECT raw FROM events
+           WHERE at_ms < ? AND (type = 'PodGroupUpserted' OR (type = 'PodSubmitted' AND at_ms >= ?))
            ORDER BY "offset" """,
-        [end_ms],
+        [end_ms, end_ms - refresh - window],
     ).fetchall()
     b = StateBuilder()
     for (raw,) in rows:
@@ -45,14 +54,12 @@ def workload_distribution(
             b.apply(parse_event(raw))
         except (EventError, ValueError, TypeError):
             continue  # the service dead-lettered it; it never reached a cycle either
-    half, window, refresh = (
-        cfg.workload_half_life_s * 1000,
-        cfg.workload_window_s * 1000,
-        cfg.workload_refresh_s * 1000,
-    )
     out: list[dict[str, Any]] = []
-    for pool in sorted(b.history.recent):
-        history = tuple(b.history.recent[pool])
+    # The pools with pods in the window, and those pod groups name (their history may have aged out);
+    # with neither, the default pool, on the prior.
+    named = {j.node_pool for j in b.jobs.values() if j.node_pool is not None}
+    for pool in sorted(set(b.history.recent) | named) or [""]:
+        history = tuple(b.history.recent.get(pool, ()))
         at = end_ms - end_ms % refresh
         pods = sum(1 for t, _ in history if at - t <= window)
         types = decayed_task_types(history, end_ms, half, window, refresh)
