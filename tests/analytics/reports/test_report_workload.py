@@ -67,3 +67,16 @@ def test_the_terminal_report_shows_the_table_at_80_columns(
     assert "Workload scored against by fgd / frag-aware" in out
     assert "(default)" in out and "pods" in out
     assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_the_html_report_lists_every_type(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "report.html"
+    assert main(["report", "--store", str(run), "--to", "+100d", "--html", str(page)]) == 0
+    text = page.read_text()
+    assert "Workload scored against by fgd / frag-aware" in text
+    (pool,) = _workload(run, capsys, "--to", "+100d")
+    types = pool["types"]
+    assert isinstance(types, list)
+    assert text.count("<td>(default)</td>") == len(types)  # one row per type, the JSON's all
