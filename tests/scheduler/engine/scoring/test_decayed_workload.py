@@ -205,3 +205,16 @@ def test_a_service_run_with_decayed_pool_distributions_replays_exactly(tmp_path:
     with FileLog(tmp_path) as log:
         decisions = b"".join(r.value for r in log.read(topics.decisions, 0, 1000))
     assert b'"node":"n2"' in decisions
+
+
+def test_an_engine_config_file_sets_the_settings_and_refuses_bad_ones(tmp_path: Path) -> None:
+    from scheduler.config import EngineConfigError, load_engine_config
+
+    good = tmp_path / "engine.yaml"
+    good.write_text("node_scoring: frag-aware\nworkload_half_life_s: 7200\nworkload_window_s: 172800\n")
+    cfg = load_engine_config(good)
+    assert (cfg.workload_types, cfg.workload_half_life_s, cfg.workload_window_s) == ("decayed", 7200, 172_800)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload_refresh_s: 0\n")
+    with pytest.raises(EngineConfigError, match="workload_refresh_s must be a whole number of seconds >= 1"):
+        load_engine_config(bad)
