@@ -169,6 +169,9 @@ class Report:
     # Topology (gang_placements): per leaf queue, the gangs with a topology constraint first placed in the
     # window, and how many of those with a preferred level got it (docs/topology.md).
     placements: list[dict[str, Any]] = field(default_factory=list)
+    # Per node pool, the task types fgd / frag-aware score against at the window's end
+    # (analytics/reports/workload.py).
+    workload: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -640,7 +643,10 @@ def _build(
     placements = _placements(con, w)
     if focus is not None:
         placements = [p for p in placements if p["queue"] in keep]
-    return Report(db, win, cluster, rows, trend, bucket_name, notes, focus, placements)
+    from analytics.reports.workload import workload_distribution
+
+    workload = workload_distribution(con, hi)
+    return Report(db, win, cluster, rows, trend, bucket_name, notes, focus, placements, workload)
 
 
 def _placements(con: duckdb.DuckDBPyConnection, w: Sequence[Any]) -> list[dict[str, Any]]:
@@ -1020,6 +1026,36 @@ def _render_table(report: Report, out: IO[str]) -> None:
                 for p in report.placements
             ],
             "Topology: gangs with a constraint, first placed in the window",
+        )
+    if report.workload:
+        from analytics.reports.workload import SHOWN, shape_text
+
+        wrows: list[list[str]] = []
+        for p in report.workload:
+            label = p["pool"] or "(default)"
+            source = "prior" if p["prior"] else f"{p['pods']:,} pods"
+            for i, t in enumerate(p["types"][:SHOWN]):
+                wrows.append(
+                    [
+                        label if i == 0 else "",
+                        source if i == 0 else "",
+                        shape_text(t),
+                        _num(t["cpu_millicores"] / 1000),
+                        ", ".join(t["gpu_models"]) or "any",
+                        _pct(t["weight"]),
+                    ]
+                )
+        show(
+            (
+                Col("pool", "left"),
+                Col("learnt from", drop=1),
+                Col("GPUs per pod", "left"),
+                Col("cores"),
+                Col("GPU models", "left", whole=False, drop=2),
+                Col("share"),
+            ),
+            wrows,
+            f"Workload scored against by fgd / frag-aware at the window's end (top {SHOWN} per pool)",
         )
     for n in report.notes:
         con.print(f"[dim]note:[/dim] {n}", highlight=False)

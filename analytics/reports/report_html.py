@@ -493,6 +493,27 @@ def render_html(report: Report, data: dict[str, Any]) -> str:
                 ],
             ),
         ]
+    if report.workload:
+        from analytics.reports.workload import shape_text
+
+        parts += [
+            "<h2>Workload scored against by fgd / frag-aware at the window's end</h2>",
+            htmlkit.table(
+                ["pool", "learnt from", "GPUs per pod", "cores", "GPU models", "share"],
+                [
+                    [
+                        p["pool"] or "(default)",
+                        "prior" if p["prior"] else f"{p['pods']:,} pods",
+                        shape_text(t),
+                        f"{t['cpu_millicores'] / 1000:,.1f}",
+                        ", ".join(t["gpu_models"]) or "any",
+                        _pct(t["weight"]),
+                    ]
+                    for p in report.workload
+                    for t in p["types"]
+                ],
+            ),
+        ]
     parts += [f'<p class="note">Note: {html.escape(n)}</p>' for n in report.notes]
     for pid in PLOTS:
         title, svg = figs[pid]

@@ -150,11 +150,13 @@ def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
     Cycles recorded before the search budget existed (their hash is the budget-less config's) searched
     without one; cycles recorded before Binds carried ``details.topology`` (their hash is that of the config
     with ``topology_details`` off) wrote no such details; the oldest did neither. Cycles recorded before
-    ``workload_types`` existed scored ``fgd`` / ``frag-aware`` against the shipped prior.
+    ``workload_types`` existed scored ``fgd`` / ``frag-aware`` against the shipped prior, and cycles
+    recorded before ``decayed`` against the ``learnt`` window.
     """
     older = config.without_topology_details()
     variants = (config, config.unbudgeted(), older, older.unbudgeted())
-    for candidate in (*variants, *(v.with_prior_types() for v in variants)):
+    typed = (*(v.with_learnt_types() for v in variants), *(v.with_prior_types() for v in variants))
+    for candidate in (*variants, *typed):
         if config_hash(candidate) == recorded_hash:
             return candidate
     return config

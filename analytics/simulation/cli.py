@@ -106,6 +106,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="write allocation-over-time and GPU-hours plots",
     )
     p.add_argument(
+        "--compare-scoring",
+        default=None,
+        metavar="RULES",
+        help="run once per node-scoring rule (comma-separated, e.g. kai,fgd,frag-aware) and print the"
+        " unallocated GPUs over time of each (docs/simulate.md); not with --out or --plot",
+    )
+    p.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -382,6 +389,8 @@ def run_cli(args: argparse.Namespace) -> int:
     else:
         horizon_ms = max((t.deletion_s or 0 for t in run.tasks), default=0) * 1000
 
+    if args.compare_scoring is not None:
+        return _run_comparison(args, run, horizon_ms, err)
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         err.print(f"simulate: --checkpoint-every must be >= 1, got {args.checkpoint_every}")
         return 2
@@ -435,4 +444,61 @@ def run_cli(args: argparse.Namespace) -> int:
             out.print(f"event log and cycle records: {args.out}", highlight=False)
         if args.plot is not None:
             out.print(f"plots: {args.plot}", highlight=False)
+    return 0
+
+
+def _run_comparison(args: argparse.Namespace, run: _CliRun, horizon_ms: int, err: Console) -> int:
+    """``--compare-scoring``: the run once per rule, then the comparison table (or its JSON)."""
+    from analytics.progress import day_bar
+    from analytics.simulation.compare import compare_scoring, render_comparison
+    from scheduler.engine import scoring
+
+    rules = [r.strip() for r in args.compare_scoring.split(",") if r.strip()]
+    problem = None
+    if args.out is not None or args.plot is not None:
+        problem = "--compare-scoring cannot be combined with --out or --plot (it runs several simulations)"
+    elif not rules or len(set(rules)) != len(rules):
+        problem = f"--compare-scoring needs distinct rule names, got {args.compare_scoring!r}"
+    else:
+        try:
+            for r in rules:
+                scoring.check_name(r)
+        except scoring.UnknownScoring as exc:
+            problem = f"--compare-scoring: {exc}"
+    if problem is not None:
+        err.print(f"simulate: {problem}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+
+    def one(rule: str) -> SimulationResult:
+        engine = run.tenants.engine.model_copy(update={"node_scoring": rule})
+        tenants = run.tenants.model_copy(update={"engine": engine})
+        with day_bar(f"simulating ({rule})", horizon_ms, err=err) as progress:
+            return simulate(
+                run.tasks,
+                run.nodes,
+                tenants,
+                period_s=args.period,
+                seed=run.seed,
+                progress=progress,
+                inputs=run.inputs,
+                jobs=run.jobs,
+                keep_pending=run.keep_pending,
+                end_ms=run.end_ms,
+                usage=run.usage,
+                topologies=run.topologies,
+            )
+
+    try:
+        doc = compare_scoring(one, rules)
+    except ValueError as exc:
+        err.print(f"simulate: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    if run.scenario is not None:
+        doc["scenario"] = run.scenario
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        from analytics.terminal import console
+
+        render_comparison(doc, console())
     return 0

@@ -652,11 +652,21 @@ class SessionConfig:
     # config hash only when set, so an unsharded config keeps its hash.
     node_pool: str | None = None
     node_pool_label: str = NODE_POOL_LABEL
-    # What ``fgd`` / ``frag-aware`` score against: ``learnt`` = the cluster's own recent workload
-    # (ClusterState.workload, blended with the shipped prior, scoring/fragmentation.py learnt_task_types);
-    # ``prior`` = the shipped trace's distribution alone, what a config recorded before the field meant
-    # (config_hash leaves ``prior`` out, and the field whenever the rule does not read it).
-    workload_types: str = "learnt"
+    # What ``fgd`` / ``frag-aware`` score against: ``decayed`` = each node pool's own recent workload
+    # (ClusterState.workload_history weighed by age at the cycle's logical time with the half-life and
+    # window below; the shipped prior only for a pool with no history; scoring/fragmentation.py
+    # decayed_task_types); ``learnt`` = the last 4,096 pods of the whole cluster blended with the prior,
+    # what configs recorded before ``decayed`` meant; ``prior`` = the shipped trace's distribution alone,
+    # what a config recorded before the field meant (config_hash leaves ``prior`` out, and the field
+    # whenever the rule does not read it).
+    workload_types: str = "decayed"
+    # ``decayed``: a pod submitted ``age`` ago weighs ``0.5 ** (age / half-life)`` (exact integers, linear
+    # between half-lives); pods older than the window count nothing. The age is taken at the cycle's
+    # logical time rounded down to ``workload_refresh_s``, so the distribution (and the memo tables built
+    # on it) changes at most once per refresh period. Hashed only with ``decayed``.
+    workload_half_life_s: int = 86_400
+    workload_window_s: int = 7 * 86_400
+    workload_refresh_s: int = 600
 
     def __post_init__(self) -> None:
         for name in ("solver_job_budget", "solver_action_budget"):
@@ -666,9 +676,17 @@ class SessionConfig:
         if not isinstance(self.topology_details, bool):
             raise ValueError(f"topology_details must be true or false, not {self.topology_details!r}")
         if self.node_pool is not None and (not isinstance(self.node_pool, str) or len(self.node_pool) > 63):
-            raise ValueError(f"node_pool must be a label value (up to 63 characters) or null, not {self.node_pool!r}")
-        if self.workload_types not in ("learnt", "prior"):
-            raise ValueError(f"workload_types must be 'learnt' or 'prior', not {self.workload_types!r}")
+            raise ValueError(
+                f"node_pool must be a label value (up to 63 characters) or null, not {self.node_pool!r}"
+            )
+        if self.workload_types not in ("decayed", "learnt", "prior"):
+            raise ValueError(
+                f"workload_types must be 'decayed', 'learnt' or 'prior', not {self.workload_types!r}"
+            )
+        for name in ("workload_half_life_s", "workload_window_s", "workload_refresh_s"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a whole number of seconds >= 1, not {v!r}")
 
     def unbudgeted(self) -> SessionConfig:
         """This config with no search budget: the behaviour of a config recorded without the fields."""
@@ -678,6 +696,11 @@ class SessionConfig:
         """This config writing no ``details.topology`` on Binds: the behaviour of a config recorded without
         the ``topology_details`` field."""
         return replace(self, topology_details=False)
+
+    def with_learnt_types(self) -> SessionConfig:
+        """This config scoring against the whole cluster's last 4,096 pods blended with the prior: the
+        behaviour of a config recorded before ``decayed`` existed (``learnt`` was then the default)."""
+        return replace(self, workload_types="learnt")
 
     def with_prior_types(self) -> SessionConfig:
         """This config scoring against the shipped prior alone: the behaviour of a config recorded without

@@ -389,6 +389,9 @@ class ClusterState:
     # Each node's CSI drivers and attach limits (CSINode ``allocatable.count``; None = no limit), sorted by
     # node name: what NodeVolumeLimits counts against.
     csi_nodes: tuple[tuple[str, CSINode], ...] = ()
+    # Per node pool, the recent pods' (submission time ms, shape) in log order (:class:`PoolHistory`),
+    # sorted by pool: what ``workload_types: decayed`` weighs by age at each cycle's logical time.
+    workload_history: tuple[tuple[str, tuple[tuple[int, WorkloadShape], ...]], ...] = ()
 
 
 WorkloadShape = tuple[int, int, int, tuple[str, ...]]
@@ -458,6 +461,47 @@ class WorkloadWindow:
         other = WorkloadWindow()
         other.recent, other.counts = deque(self.recent), Counter(self.counts)
         other.since_refresh, other.frozen = self.since_refresh, self.frozen
+        return other
+
+
+class PoolHistory:
+    """Per node pool, the (event time ms, shape) of the last :data:`HISTORY` pods submitted to it.
+
+    The raw material of the decayed workload distribution (``workload_types: decayed``): which pods count
+    and how much is decided at cycle time from the config's half-life and window, so this fold keeps no
+    setting. A pod's pool is its PodGroup's node-pool label, else its own (as :func:`pool_view` assigns
+    pods to shards). The snapshot's view of a pool is refreshed every :data:`REFRESH` pods of that pool
+    (and at its first pod), so a scorer's memo tables built on it survive many cycles.
+    """
+
+    HISTORY: Final = 4096
+    REFRESH: Final = 128
+
+    def __init__(self) -> None:
+        self.recent: dict[str, deque[tuple[int, WorkloadShape]]] = {}
+        self.since_refresh: dict[str, int] = {}
+        self.frozen_pools: dict[str, tuple[tuple[int, WorkloadShape], ...]] = {}
+        self.frozen: tuple[tuple[str, tuple[tuple[int, WorkloadShape], ...]], ...] = ()
+
+    def add(self, pool: str, at_ms: int, shape: WorkloadShape) -> None:
+        """Record one submitted pod of `pool` (the pool's oldest leaves a full history)."""
+        q = self.recent.get(pool)
+        if q is None:
+            q = self.recent[pool] = deque(maxlen=self.HISTORY)
+        q.append((at_ms, shape))
+        n = self.since_refresh.get(pool, 0) + 1
+        if pool not in self.frozen_pools or n >= self.REFRESH:
+            self.frozen_pools[pool] = tuple(q)
+            self.frozen = tuple(sorted(self.frozen_pools.items()))
+            n = 0
+        self.since_refresh[pool] = n
+
+    def copy(self) -> PoolHistory:
+        """An independent history with the same contents."""
+        other = PoolHistory()
+        other.recent = {k: deque(v, maxlen=self.HISTORY) for k, v in self.recent.items()}
+        other.since_refresh = dict(self.since_refresh)
+        other.frozen_pools, other.frozen = dict(self.frozen_pools), self.frozen
         return other
 
 
@@ -821,6 +865,7 @@ class StateBuilder:
         self.held_binds: dict[str, Any] = {}
         self.latest_ms = 0  # the latest at_ms folded: logical time never goes back on a ClockTick
         self.workload = WorkloadWindow()
+        self.history = PoolHistory()
 
     def apply(self, event: object, offset: int | None = None) -> None:
         """Fold one event: an ``ingest.events`` model, or the struct ``ingest.events.FAST_PATH`` decodes
@@ -880,6 +925,11 @@ class StateBuilder:
             shape = workload_shape(pod)
             if shape is not None:
                 self.workload.add(shape)
+                job = self.jobs.get(job_uid)
+                pool = job.node_pool if job is not None and job.node_pool is not None else None
+                if pool is None:
+                    pool = pod.labels.get(NODE_POOL_LABEL, "")
+                self.history.add(pool, getattr(e, "at_ms", 0), shape)
         if self.held_binds:
             held = self.held_binds.pop(uid, None)
             if held is not None:
@@ -1232,6 +1282,7 @@ class StateBuilder:
         other.held_binds = dict(self.held_binds)
         other.latest_ms = self.latest_ms
         other.workload = self.workload.copy()
+        other.history = self.history.copy()
         return other
 
     def snapshot(self) -> ClusterState:
@@ -1248,6 +1299,7 @@ class StateBuilder:
             namespaces=tuple((k, self.namespaces[k]) for k in sorted(self.namespaces)),
             workload=self.workload.frozen,
             csi_nodes=tuple((k, self.csi_nodes[k]) for k in sorted(self.csi_nodes)),
+            workload_history=self.history.frozen,
         )
 
 

@@ -211,6 +211,9 @@ def config_hash(config: SessionConfig) -> str:
         del fields["topology_details"]
     if fields["node_pool"] is None and fields["node_pool_label"] == NODE_POOL_LABEL:
         del fields["node_pool"], fields["node_pool_label"]  # unsharded: the hash it always had
+    if fields["workload_types"] != "decayed" or fields["node_scoring"] not in ("fgd", "frag-aware"):
+        # Only the decayed distribution reads these, so configs without it keep their hash.
+        del fields["workload_half_life_s"], fields["workload_window_s"], fields["workload_refresh_s"]
     if fields["workload_types"] == "prior" or fields["node_scoring"] not in ("fgd", "frag-aware"):
         del fields["workload_types"]  # absent = prior; only the fragmentation rules read it
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()

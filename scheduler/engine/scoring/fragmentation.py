@@ -48,6 +48,9 @@ __all__ = [
     "TaskType",
     "bestfit_scores",
     "cluster_fragmentation",
+    "decay_weight",
+    "decayed_mass",
+    "decayed_task_types",
     "default_task_types",
     "learnt_task_types",
     "node_fragmentation",
@@ -259,6 +262,66 @@ def learnt_task_types(
     return _popular_prefix(mass, math.fsum(mass.values()), threshold)
 
 
+#: A decayed weight's scale: a pod submitted at the reference time weighs this many micro-pods.
+_UNIT = 1_000_000
+
+
+def decay_weight(age_ms: int, half_life_ms: int) -> int:
+    """A pod's weight in micro-pods at `age_ms`: ``10**6 * 0.5 ** (age / half-life)`` at whole half-lives,
+    linear in between, so every weight is an exact integer on every platform (no ``pow`` rounding)."""
+    if age_ms <= 0:
+        return _UNIT
+    k, r = divmod(age_ms, half_life_ms)
+    if k >= 20:  # below one micro-pod
+        return 0
+    w = _UNIT >> k
+    return w - (w // 2) * r // half_life_ms
+
+
+def decayed_mass(
+    history: Iterable[tuple[int, WorkloadShape]],
+    now_ms: int,
+    half_life_ms: int,
+    window_ms: int,
+    refresh_ms: int,
+) -> dict[WorkloadShape, int]:
+    """Micro-pods per shape of one pool's history at `now_ms` rounded down to `refresh_ms`: each pod weighs
+    :func:`decay_weight` of its age (a pod submitted after the rounded time weighs one pod); pods older than
+    `window_ms` count nothing."""
+    at = now_ms - now_ms % refresh_ms
+    mass: dict[WorkloadShape, int] = {}
+    for t, shape in history:
+        age = at - t
+        if age > window_ms:
+            continue
+        w = decay_weight(age, half_life_ms)
+        if w:
+            mass[shape] = mass.get(shape, 0) + w
+    return mass
+
+
+def decayed_task_types(
+    history: Iterable[tuple[int, WorkloadShape]],
+    now_ms: int,
+    half_life_ms: int,
+    window_ms: int,
+    refresh_ms: int,
+    prior: Sequence[TaskType] | None = None,
+    threshold: float = POPULARITY_THRESHOLD,
+) -> list[TaskType]:
+    """The task-type distribution of one node pool's recent workload (``workload_types: decayed``): shapes
+    weighed by :func:`decayed_mass`, cut as :func:`typical_task_types` cuts (most popular first, the prefix
+    covering `threshold`). A pool with no weight left in its window scores against `prior` (default: the
+    shipped trace's, :func:`default_task_types`), and only then."""
+    mass = decayed_mass(history, now_ms, half_life_ms, window_ms, refresh_ms)
+    if not mass:
+        return default_task_types() if prior is None else list(prior)
+    return [
+        replace(t, count=round(t.count / _UNIT))
+        for t in _popular_prefix({k: float(v) for k, v in mass.items()}, float(sum(mass.values())), threshold)
+    ]
+
+
 # --------------------------------------------------------------------------- scoring helpers
 
 
@@ -460,8 +523,10 @@ def policies(types: Sequence[TaskType] | None = None) -> tuple[FgdPolicy, FgdPol
 
 class _LazyPolicy:
     """A policy over the distribution a session scores against, built on first use so importing reads no
-    file: the cluster's learnt one (:func:`learnt_task_types` of ``ClusterState.workload``) when the config
-    says ``workload_types: learnt`` and the log holds pods, the shipped prior otherwise."""
+    file: with ``workload_types: decayed`` each node is scored against its node pool's decayed workload
+    (:func:`decayed_task_types` of ``ClusterState.workload_history``); with ``learnt`` the cluster's last
+    pods (:func:`learnt_task_types` of ``ClusterState.workload``) when the log holds pods; the shipped prior
+    otherwise."""
 
     def __init__(self, cls: type[FgdPolicy]) -> None:
         self._cls = cls
@@ -469,6 +534,14 @@ class _LazyPolicy:
         # One learnt policy, for the workload it was built from: the snapshot's counts change only every
         # WorkloadWindow.REFRESH pods, so its memo tables serve many cycles.
         self._learnt: tuple[tuple[tuple[WorkloadShape, int], ...], FgdPolicy] | None = None
+        # Per pool, the decayed policy and what it was built from (history, rounded time, settings): the
+        # history changes every PoolHistory.REFRESH pods, the rounded time every workload_refresh_s.
+        self._decayed: dict[str, tuple[tuple[object, ...], FgdPolicy]] = {}
+
+    def _prior(self) -> FgdPolicy:
+        if self._policy is None:
+            self._policy = self._cls(default_task_types())
+        return self._policy
 
     def _get(self, ssn: Session) -> FgdPolicy:
         workload = ssn.state.workload
@@ -478,12 +551,50 @@ class _LazyPolicy:
                 hit = (workload, self._cls(learnt_task_types(workload)))
                 self._learnt = hit
             return hit[1]
-        if self._policy is None:
-            self._policy = self._cls(default_task_types())
-        return self._policy
+        return self._prior()
+
+    def _pool_policy(self, ssn: Session, pool: str) -> FgdPolicy:
+        history = dict(ssn.state.workload_history).get(pool)
+        if not history:
+            return self._prior()
+        cfg = ssn.config
+        refresh_ms = cfg.workload_refresh_s * 1000
+        key = (
+            history,
+            ssn.now_ms - ssn.now_ms % refresh_ms,
+            cfg.workload_half_life_s,
+            cfg.workload_window_s,
+            refresh_ms,
+        )
+        hit = self._decayed.get(pool)
+        # The history by identity first: comparing its thousands of entries on every task would cost more
+        # than the scores (a snapshot shares the frozen tuple until the pool's next refresh).
+        if hit is None or not (hit[0][0] is history or hit[0][0] == history) or hit[0][1:] != key[1:]:
+            types = decayed_task_types(
+                history, ssn.now_ms, cfg.workload_half_life_s * 1000, cfg.workload_window_s * 1000, refresh_ms
+            )
+            hit = self._decayed[pool] = (key, self._cls(types))
+        return hit[1]
 
     def scores(self, ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[float]:
-        return self._get(ssn).scores(ssn, task, fits)
+        if ssn.config.workload_types != "decayed":
+            return self._get(ssn).scores(ssn, task, fits)
+        label = ssn.config.node_pool_label
+        pools = [f.node.spec.labels.get(label, "") for f in fits]
+        first = pools[0] if pools else ""
+        if all(p == first for p in pools):
+            return self._pool_policy(ssn, first).scores(ssn, task, fits)
+        # An unsharded scheduler over several pools: each node against its own pool's workload.
+        out = [0.0] * len(fits)
+        for pool in sorted(set(pools)):
+            idx = [i for i, p in enumerate(pools) if p == pool]
+            got = self._pool_policy(ssn, pool).scores(ssn, task, [fits[i] for i in idx])
+            for i, v in zip(idx, got, strict=True):
+                out[i] = v
+        return out
 
     def choose(self, ssn: Session, task: TaskInfo, fit: Fit) -> Fit:
-        return self._get(ssn).choose(ssn, task, fit)
+        if ssn.config.workload_types != "decayed":
+            return self._get(ssn).choose(ssn, task, fit)
+        pool = fit.node.spec.labels.get(ssn.config.node_pool_label, "")
+        return self._pool_policy(ssn, pool).choose(ssn, task, fit)
