@@ -63,7 +63,7 @@ def signed_rank_p(diffs: Sequence[float]) -> float:
         w = sum(r for r, s in zip(ranks, signs, strict=True) if s)
         if abs(4 * w - 2 * total) >= observed:
             extreme += 1
-    return extreme / 2**n
+    return float(extreme) / float(2**n)
 
 
 @dataclass(frozen=True)
