@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import scheduler.engine.scoring.fragmentation as frag
+from analytics.simulation.trace_variants import VARIANTS, variant_nodes, variant_tasks
+from ingest.events import NodeUpserted
 from ingest.trace import (
     DEFAULT_GPU_NODES,
     DEFAULT_PODS,
@@ -146,13 +148,17 @@ def _pod(t: TraceTask, index: int) -> tuple[Job, Pod]:
     )
 
 
-def build_state(nodes_csv: Path | str, sequence: Sequence[TraceTask], rng: random.Random) -> ClusterState:
-    """Snapshot of the trace cluster with every task pending, one single-pod job each.
+def build_state(
+    nodes_csv: Path | str | Sequence[NodeUpserted], sequence: Sequence[TraceTask], rng: random.Random
+) -> ClusterState:
+    """Snapshot of the trace cluster (a node list file, or its nodes) with every task pending, one
+    single-pod job each.
 
     Nodes are renamed ``<priority>-<name>`` with a seeded random priority, so the engine's tie-break (node
     name, ascending) is the protocol's random node order.
     """
-    events = sorted(read_nodes(nodes_csv), key=lambda e: e.name)
+    given = read_nodes(nodes_csv) if isinstance(nodes_csv, (str, Path)) else nodes_csv
+    events = sorted(given, key=lambda e: e.name)
     prio = list(range(len(events)))
     rng.shuffle(prio)
     width = max(4, len(str(len(events))))
@@ -273,8 +279,14 @@ def run_seed(
     progress: Callable[[int, int], None] | None = None,
     session_out: list[Session] | None = None,
     group_nodes: bool = True,
+    variant: str = "default",
+    until: int | None = None,
 ) -> SeedResult:
     """Run one seed: place the seeded arrival sequence task by task through the engine.
+
+    `variant` (:data:`~analytics.simulation.trace_variants.VARIANTS`) derives the workload or node mix
+    from the given lists first (:mod:`analytics.simulation.trace_variants`). `until` stops the run once the
+    tasks arrived exceed that percentage of the capacity (``unallocated(x)`` stays exact for ``x < until``).
 
     `limit` keeps only the first tasks of the sequence (tests). `progress(done, total)` is called every few
     hundred tasks. `session_out`, if given, receives the final session (for inspection in tests).
@@ -282,11 +294,27 @@ def run_seed(
     """
     started = time.perf_counter()
     config = policy_config(policy)
-    tasks = read_pods(pods_csv)
+    trace_nodes = read_nodes(nodes_csv)
+    tasks = variant_tasks(variant, read_pods(pods_csv), trace_nodes)
+    nodes = variant_nodes(variant, trace_nodes)
     if config.node_scoring not in ("fgd", "frag-aware"):
-        return _run_seed(policy, seed, config, tasks, nodes_csv, limit, progress, session_out, group_nodes, started)
+        return _run_seed(
+            policy, seed, config, tasks, nodes, limit, until, progress, session_out, group_nodes, started
+        )
     with scoring.task_types_in_use(frag.typical_task_types(tasks)):
-        return _run_seed(policy, seed, config, tasks, nodes_csv, limit, progress, session_out, group_nodes, started)
+        return _run_seed(
+            policy, seed, config, tasks, nodes, limit, until, progress, session_out, group_nodes, started
+        )
+
+
+def _until(sequence: list[TraceTask], pct_capacity: int) -> list[TraceTask]:
+    """The prefix of `sequence` up to the first task whose arrival takes the total past `pct_capacity` %."""
+    total = 0
+    for i, t in enumerate(sequence):
+        total += t.gpu_request_milli
+        if 100 * total > pct_capacity:
+            return sequence[: i + 1]
+    return sequence
 
 
 def _run_seed(
@@ -294,8 +322,9 @@ def _run_seed(
     seed: int,
     config: SessionConfig,
     tasks: list[TraceTask],
-    nodes_csv: Path | str,
+    nodes: list[NodeUpserted],
     limit: int | None,
+    until: int | None,
     progress: Callable[[int, int], None] | None,
     session_out: list[Session] | None,
     group_nodes: bool,
@@ -303,11 +332,13 @@ def _run_seed(
 ) -> SeedResult:
     # FGD scores against this trace's own task types (the paper's protocol), set by run_seed around this call.
     rng = random.Random(seed)
-    capacity = sum(e.gpus for e in read_nodes(nodes_csv)) * GPU_MILLI
+    capacity = sum(e.gpus for e in nodes) * GPU_MILLI
     sequence = arrival_sequence(tasks, capacity, rng)
-    state = build_state(nodes_csv, sequence, rng)  # node order draws come after the workload draws
+    state = build_state(nodes, sequence, rng)  # node order draws come after the workload draws
     if limit is not None:
         sequence = sequence[:limit]
+    if until is not None:
+        sequence = _until(sequence, until * capacity)
     ssn = Session(state, config)
     classes = NodeClasses(ssn.nodes)
     by_uid = {t.uid: t for t in ssn.tasks}
@@ -347,8 +378,8 @@ def _run_seed(
     )
 
 
-def _run_seed_job(args: tuple[str, int, str, str]) -> SeedResult:
-    return run_seed(args[0], args[1], args[2], args[3])
+def _run_seed_job(args: tuple[str, int, str, str, str, int | None]) -> SeedResult:
+    return run_seed(args[0], args[1], args[2], args[3], variant=args[4], until=args[5])
 
 
 def run_benchmark(
@@ -358,10 +389,14 @@ def run_benchmark(
     nodes_csv: Path | str = DEFAULT_GPU_NODES,
     jobs: int = 1,
     on_result: Callable[[SeedResult], None] | None = None,
+    variant: str = "default",
+    until: int | None = None,
 ) -> list[SeedResult]:
     """Run every seed (in `jobs` processes), in seed order; `on_result` sees each result as it lands."""
     policy_config(policy)  # fail fast on a bad name
-    args = [(policy, s, str(pods_csv), str(nodes_csv)) for s in seeds]
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r} (known: {', '.join(VARIANTS)})")
+    args = [(policy, s, str(pods_csv), str(nodes_csv), variant, until) for s in seeds]
     results: list[SeedResult] = []
     if jobs <= 1:
         for a in args:
@@ -394,6 +429,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--first-seed", type=int, default=DEFAULT_FIRST_SEED, help="first seed; seeds run first..first+N-1"
     )
     p.add_argument("--jobs", type=int, default=1, help="seeds run in this many processes (default 1)")
+    p.add_argument(
+        "--variant",
+        default="default",
+        choices=VARIANTS,
+        help="derive a workload or node mix from the lists (docs/placement-benchmark.md, Variants)",
+    )
+    p.add_argument(
+        "--until",
+        type=int,
+        default=None,
+        metavar="PCT",
+        help="stop once the tasks arrived pass PCT %% of the GPUs (101: @100%% only, a third faster)",
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -419,15 +467,25 @@ def run_cli(args: argparse.Namespace) -> int:
         def report(r: SeedResult) -> None:
             u100 = r.unallocated(100)
             values.append(u100)
+            end = f"  @130% {r.unallocated(130):.2f}" if args.until is None or args.until > 130 else ""
             bar.print(
-                f"seed {r.seed}: unallocated@100% {u100:.2f}  @130% {r.unallocated(130):.2f}  "
+                f"seed {r.seed}: unallocated@100% {u100:.2f}{end}  "
                 f"tasks {r.tasks}  placed {r.placed}  failed {r.failed}  ({r.seconds:.1f} s)",
                 console,
             )
             bar.advance()
 
         try:
-            run_benchmark(args.policy, seeds, args.pods, args.nodes, jobs=args.jobs, on_result=report)
+            run_benchmark(
+                args.policy,
+                seeds,
+                args.pods,
+                args.nodes,
+                jobs=args.jobs,
+                on_result=report,
+                variant=args.variant,
+                until=args.until,
+            )
         except ValueError as err:  # bad rows in a pod or node list
             print(f"placement-benchmark: {err}", file=sys.stderr)
             return 2

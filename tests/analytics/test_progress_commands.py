@@ -26,7 +26,7 @@ import sys, time
 import analytics.simulation.placement_benchmark as pb
 from analytics.cli import main
 
-def fake(policy, seeds, pods, nodes, jobs=1, on_result=None):
+def fake(policy, seeds, pods, nodes, jobs=1, on_result=None, **options):
     out = []
     for s in seeds:
         time.sleep(0.3)  # long enough for the bar to be drawn
