@@ -214,6 +214,7 @@ def test_a_log_recorded_before_binds_named_the_domain_replays_without_mismatches
     fields = asdict(old_cfg)
     del fields["topology_details"], fields["workload_types"]  # the scoring rule (kai) does not read the latter
     del fields["node_pool"], fields["node_pool_label"]  # unsharded
+    del fields["workload_half_life_s"], fields["workload_window_s"], fields["workload_refresh_s"]  # kai
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     assert records[0].config_hash == config_hash(old_cfg) == hashlib.sha256(blob).hexdigest()[:16]
     cfg = as_recorded(SessionConfig(), records[0].config_hash)
