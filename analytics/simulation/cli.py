@@ -28,8 +28,11 @@ from ingest.trace import TraceTask
 from scheduler.command import positive_int
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.console import Console
 
+    from analytics.rundir import SimLog
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -290,6 +293,30 @@ class _CliRun:
     scenario: dict[str, Any] | None = None
     topologies: list[ev.TopologyUpserted] = field(default_factory=list)
 
+    def simulate(
+        self,
+        tenants: TenantsConfig,
+        period_s: int | None,
+        progress: Callable[[int], None] | None,
+        log: SimLog | None = None,
+    ) -> SimulationResult:
+        """Run this command line's simulation under *tenants* (the resolved ones, or a variant of them)."""
+        return simulate(
+            self.tasks,
+            self.nodes,
+            tenants,
+            period_s=period_s,
+            seed=self.seed,
+            log=log,
+            progress=progress,
+            inputs=self.inputs,
+            jobs=self.jobs,
+            keep_pending=self.keep_pending,
+            end_ms=self.end_ms,
+            usage=self.usage,
+            topologies=self.topologies,
+        )
+
 
 def _trace_inputs(args: argparse.Namespace) -> _CliRun:
     """The trace run of the command line; raises TenantsError / TraceError / OSError / ValueError."""
@@ -405,27 +432,15 @@ def run_cli(args: argparse.Namespace) -> int:
     log = None
     if args.out is not None:
         try:
-            log = DirLog(args.out) if args.checkpoint_every is None else DirLog(args.out, args.checkpoint_every)
+            log = (
+                DirLog(args.out) if args.checkpoint_every is None else DirLog(args.out, args.checkpoint_every)
+            )
         except OSError as exc:
             err.print(f"simulate: --out {args.out}: {exc.strerror or exc}", markup=False, highlight=False)
             return 2
     with day_bar("simulating", horizon_ms, err=err) as progress:
         try:
-            result = simulate(
-                run.tasks,
-                run.nodes,
-                run.tenants,
-                period_s=args.period,
-                seed=run.seed,
-                log=log,
-                progress=progress,
-                inputs=run.inputs,
-                jobs=run.jobs,
-                keep_pending=run.keep_pending,
-                end_ms=run.end_ms,
-                usage=run.usage,
-                topologies=run.topologies,
-            )
+            result = run.simulate(run.tenants, args.period, progress, log)
         except ValueError as exc:
             err.print(f"simulate: {exc}", markup=False, highlight=False, soft_wrap=True)
             return 2
@@ -473,20 +488,7 @@ def _run_comparison(args: argparse.Namespace, run: _CliRun, horizon_ms: int, err
         engine = run.tenants.engine.model_copy(update={"node_scoring": rule})
         tenants = run.tenants.model_copy(update={"engine": engine})
         with day_bar(f"simulating ({rule})", horizon_ms, err=err) as progress:
-            return simulate(
-                run.tasks,
-                run.nodes,
-                tenants,
-                period_s=args.period,
-                seed=run.seed,
-                progress=progress,
-                inputs=run.inputs,
-                jobs=run.jobs,
-                keep_pending=run.keep_pending,
-                end_ms=run.end_ms,
-                usage=run.usage,
-                topologies=run.topologies,
-            )
+            return run.simulate(tenants, args.period, progress)
 
     try:
         doc = compare_scoring(one, rules)
