@@ -19,7 +19,7 @@ from typing import Any
 from ingest.filelog import FileLog
 from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
 from tests.support.kube_pipeline import Pipeline, decision_records
-from tests.support.volume_controller import volume_controller
+from tests.support.volume_controller import make_local_pv, volume_controller
 
 HOSTNAME = "kubernetes.io/hostname"
 DRIVER = "ebs.csi.aws.com"
@@ -199,20 +199,7 @@ def test_csinode_limits_and_volumes_are_watched(kube_api: Any, kube_namespace: s
             )
             # The volume the waiting claim can bind to appears, on n1 only.
             pv = f"{ns}-pv-later"
-            affinity = [{"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [n1]}]}]
-            core.create_persistent_volume(
-                {
-                    "metadata": {"name": pv},
-                    "spec": {
-                        "storageClassName": local,
-                        "capacity": {"storage": "10Gi"},
-                        "accessModes": ["ReadWriteOnce"],
-                        "local": {"path": "/mnt/disk"},
-                        "nodeAffinity": {"required": {"nodeSelectorTerms": affinity}},
-                    },
-                }
-            )
-            core.patch_persistent_volume_status(pv, {"status": {"phase": "Available"}})
+            make_local_pv(core, pv, local, n1)
             with volume_controller(api, ns):  # the binder waits for the claim's binding before the pod's
                 p.settle(lambda: "nodeName" in read_pod(api, ns, "waits-for-volume")["spec"])
             assert "nodeName" not in read_pod(api, ns, "limited")["spec"]

@@ -16,7 +16,7 @@ from typing import Any
 from ingest.filelog import FileLog
 from tests.support.kube_objects import apply_crds, make_node, make_queue, read_pod
 from tests.support.kube_pipeline import Pipeline, decision_records
-from tests.support.volume_controller import volume_controller
+from tests.support.volume_controller import make_local_pv, volume_controller
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -83,21 +83,8 @@ def test_wait_for_first_consumer_claims_bind_where_the_pod_goes(
                 "allowedTopologies": [{"matchLabelExpressions": [{"key": HOSTNAME, "values": [n1]}]}],
             }
         )
-        affinity = [{"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [n2]}]}]
-        core.create_persistent_volume(
-            {
-                "metadata": {"name": pv},
-                "spec": {
-                    "storageClassName": local,
-                    "capacity": {"storage": "10Gi"},
-                    "accessModes": ["ReadWriteOnce"],
-                    "local": {"path": "/mnt/disk"},
-                    "nodeAffinity": {"required": {"nodeSelectorTerms": affinity}},
-                },
-            }
-        )
         # No PersistentVolume controller runs here: the volume is made Available as it would.
-        core.patch_persistent_volume_status(pv, {"status": {"phase": "Available"}})
+        make_local_pv(core, pv, local, n2)
         core.create_namespaced_persistent_volume_claim(ns, _claim(ns, "data", local))
         core.create_namespaced_persistent_volume_claim(ns, _claim(ns, "scratch", prov))
         core.create_namespaced_pod(ns, _pod(ns, "uses-local", q, "data"))

@@ -15,6 +15,25 @@ SELECTED_NODE = "volume.kubernetes.io/selected-node"
 HOSTNAME = "kubernetes.io/hostname"
 
 
+def make_local_pv(core: Any, name: str, storage_class: str, node: str) -> None:
+    """A 10Gi local PersistentVolume of *storage_class* reachable only from *node*, made Available as the
+    controller would (the test is the controller here)."""
+    affinity = [{"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": [node]}]}]
+    core.create_persistent_volume(
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "storageClassName": storage_class,
+                "capacity": {"storage": "10Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "local": {"path": "/mnt/disk"},
+                "nodeAffinity": {"required": {"nodeSelectorTerms": affinity}},
+            },
+        }
+    )
+    core.patch_persistent_volume_status(name, {"status": {"phase": "Available"}})
+
+
 def sync(api: Any, namespace: str) -> int:
     """One pass over the namespace's unbound claims; how many it bound."""
     from kubernetes import client
