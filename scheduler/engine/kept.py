@@ -90,6 +90,7 @@ _KNOWN: Final = frozenset(
         "_claimed",
         "_ready_gpu_milli",
         "shares",
+        "_node_maxima",  # kept: it depends on the node specs only, unchanged by reopen
     }
 )
 _INIT_ATTRS: Final = frozenset(vars(Session(ClusterState())))
@@ -591,7 +592,7 @@ def reopen(
     ssn._ready_gpu_milli = 0
     # A new, plain Session object holding the same parts: caches other modules keep per session (weakly
     # keyed by the session, e.g. topology's domains and frees) must not carry over from the last cycle,
-    # nor what actions hung on it (e.g. placement's node maxima) or a subclass added (a timed session).
+    # nor what actions hung on it or a subclass added (a timed session).
     out = Session.__new__(Session)
     out.__dict__.update((k, v) for k, v in vars(ssn).items() if k in _INIT_ATTRS)
     if rebuild:  # the total is the nodes' capacity less foreign pods: only rebuilt nodes change it

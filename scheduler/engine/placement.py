@@ -132,7 +132,7 @@ def _fit_shared(ssn: Session, task: TaskInfo, node: NodeInfo, idle_ok: bool) -> 
 
 def _node_maxima(ssn: Session) -> tuple[int, int, int]:
     """The largest GPU count, CPU and memory of a Ready node (node specs are fixed within a session)."""
-    cached: tuple[list[NodeInfo], int, tuple[int, int, int]] | None = getattr(ssn, "_node_maxima", None)
+    cached = ssn._node_maxima
     if cached is not None and cached[0] is ssn.nodes and cached[1] == len(ssn.nodes):
         return cached[2]
     nodes = [n for n in ssn.nodes if n.spec.ready]
@@ -141,7 +141,7 @@ def _node_maxima(ssn: Session) -> tuple[int, int, int]:
         max((n.spec.cpu for n in nodes), default=0),
         max((n.spec.memory for n in nodes), default=0),
     )
-    ssn._node_maxima = (ssn.nodes, len(ssn.nodes), out)  # type: ignore[attr-defined]
+    ssn._node_maxima = (ssn.nodes, len(ssn.nodes), out)
     return out
 
 

@@ -724,6 +724,9 @@ class Session:
         self.now_ms = now_ms
         self.state = state
         self.nodes = [NodeInfo(n, i) for i, n in enumerate(state.nodes)]
+        # Placement's largest Ready node (scheduler.engine.placement._node_maxima), cached: a function of
+        # the node specs alone, so a kept session's reopen (which requires them unchanged) keeps it.
+        self._node_maxima: tuple[list[NodeInfo], int, tuple[int, int, int]] | None = None
         self.node_by_name = {n.name: n for n in self.nodes}
         self.queues: dict[str, QueueInfo] = {}
         for qs in state.queues:
