@@ -29,6 +29,8 @@ PID_FILE="$RUN_DIR/kafka.pid"
 PYTHON="${PYTHON:-python3}"
 
 say() { echo "kafka.sh: $*" >&2; }
+# pid_alive, read_pid, stop_pid, free_port
+source "$HERE/../lib/process.sh"
 
 running_pid() {
     [[ -f "$PID_FILE" ]] || return 1
@@ -144,7 +146,7 @@ start() {
     if ! wait_ready "$pid"; then
         say "broker failed to start; last log lines:"
         tail -n 30 "$RUN_DIR/kafka.log" >&2 || true
-        stop_pid "$pid"
+        stop_pid "$pid" broker
         rm -f "$PID_FILE"
         exit 1
     fi
@@ -152,20 +154,9 @@ start() {
     say "ready on 127.0.0.1:$PORT (pid $pid, run dir $RUN_DIR, started in $((ms / 1000)).$(printf %03d $((ms % 1000))) s)"
 }
 
-stop_pid() {
-    local pid="$1" i
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.2
-    done
-    say "broker (pid $pid) did not stop within 20 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-}
-
 stop() {
     if pid="$(running_pid)"; then
-        stop_pid "$pid"
+        stop_pid "$pid" broker
         say "stopped (pid $pid)"
     else
         say "not running"

@@ -45,19 +45,8 @@ CMD="$1"
 mkdir -p "$2"
 DIR="$(cd "$2" && pwd)"
 
-pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
-
-read_pid() {
-    local f="$DIR/$1.pid"
-    [[ -f "$f" ]] && cat "$f"
-}
-
-free_port() {
-    "$PYTHON" -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
+# pid_alive, read_pid, stop_pid, free_port
+source "$HERE/../lib/process.sh"
 
 make_certs() {
     local pki="$DIR/pki"
@@ -130,18 +119,6 @@ for i in range(n):
     req = urllib.request.Request(f"{url}/v3/kv/put", data=body, headers={"Content-Type": "application/json"})
     urllib.request.urlopen(req, timeout=10).read()
 EOF
-}
-
-stop_pid() {
-    local pid="$1" what="$2" i
-    pid_alive "$pid" || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 100; i++)); do
-        pid_alive "$pid" || return 0
-        sleep 0.2
-    done
-    say "$what (pid $pid) did not stop within 20 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
 }
 
 start() {

@@ -44,27 +44,8 @@ mkdir -p "$2"
 DIR="$(cd "$2" && pwd)"
 NODES="${3:-4}"
 
-pid_alive() { [[ -n "${1:-}" ]] && kill -0 "$1" 2>/dev/null; }
-read_pid() { [[ -f "$DIR/$1.pid" ]] && cat "$DIR/$1.pid"; }
-
-stop_pid() {
-    local pid="$1" what="$2" i
-    pid_alive "$pid" || return 0
-    kill -TERM "$pid" 2>/dev/null || return 0
-    for ((i = 0; i < 100; i++)); do
-        pid_alive "$pid" || return 0
-        sleep 0.1
-    done
-    say "$what (pid $pid) did not stop within 10 s; killing it"
-    kill -KILL "$pid" 2>/dev/null || true
-}
-
-free_port() {
-    "$PYTHON" -c 'import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])'
-}
+# pid_alive, read_pid, stop_pid (given 10 s here), free_port
+source "$HERE/../lib/process.sh"
 
 # wait_healthz URL PID WHAT: the component's own /healthz (self-signed serving cert, anonymous access).
 wait_healthz() {
@@ -222,7 +203,7 @@ stop() {
         pid_alive "$pid" && kill -TERM "$pid" 2>/dev/null || true
     done
     for c in "${COMPONENTS[@]}"; do
-        stop_pid "$(read_pid "$c" || true)" "$c"
+        stop_pid "$(read_pid "$c" || true)" "$c" 10
         rm -f "$DIR/$c.pid"
     done
     "$APISERVER_SH" stop "$DIR"
