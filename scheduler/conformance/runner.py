@@ -29,13 +29,13 @@ from scheduler.engine.state import (
     PodRequest,
     PodStatus,
     Queue,
-    SubGroup,
     Taint,
     Topology,
     csi_node_from_event,
     foreign_pod_from_event,
     placement_fields,
     subgroup_minimum,
+    subgroups_from_event,
 )
 from scheduler.engine.subgroups import SUBGROUP_LABEL
 
@@ -347,18 +347,7 @@ def _constraint(j: dict[str, Any]) -> dict[str, Any]:
         "preferred_level": ev.preferred_topology_level,
     }
     if ev.subgroups:
-        subgroups = tuple(
-            SubGroup(
-                name=sg.name,
-                parent=sg.parent,
-                min_member=sg.min_member,
-                min_sub_group=sg.min_sub_group,
-                topology=sg.topology,
-                required_level=sg.required_topology_level,
-                preferred_level=sg.preferred_topology_level,
-            )
-            for sg in ev.subgroups
-        )
+        subgroups = subgroups_from_event(ev.subgroups)
         out |= {
             "subgroups": subgroups,
             "min_sub_group": ev.min_sub_group,

@@ -685,6 +685,22 @@ def disks_from_event(disks: Iterable[ev_mod.InlineDisk]) -> tuple[Disk, ...]:
     return tuple(Disk(d.kind, d.name, d.read_only, d.pool, tuple(d.monitors)) for d in disks)
 
 
+def subgroups_from_event(subgroups: Iterable[ev_mod.SubGroup]) -> tuple[SubGroup, ...]:
+    """A PodGroup event's subgroups as the engine keeps them."""
+    return tuple(
+        SubGroup(
+            name=sg.name,
+            parent=sg.parent,
+            min_member=sg.min_member,
+            min_sub_group=sg.min_sub_group,
+            topology=sg.topology,
+            required_level=sg.required_topology_level,
+            preferred_level=sg.preferred_topology_level,
+        )
+        for sg in subgroups
+    )
+
+
 def csi_node_from_event(e: ev_mod.CSINodeUpserted) -> CSINode:
     """The CSINode of a CSINodeUpserted event."""
     return CSINode(
@@ -956,18 +972,7 @@ class StateBuilder:
             prio = _PRIORITY_CLASSES.get(e.priority_class or "", DEFAULT_JOB_PRIORITY)
         preemptible = e.preemptible if e.preemptible is not None else prio < 100
         old_job = self.jobs.get(uid)
-        subgroups = tuple(
-            SubGroup(
-                name=sg.name,
-                parent=sg.parent,
-                min_member=sg.min_member,
-                min_sub_group=sg.min_sub_group,
-                topology=sg.topology,
-                required_level=sg.required_topology_level,
-                preferred_level=sg.preferred_topology_level,
-            )
-            for sg in e.subgroups
-        )
+        subgroups = subgroups_from_event(e.subgroups)
         self.jobs[uid] = Job(
             uid=uid,
             name=e.name,
