@@ -103,10 +103,11 @@ def fitted_table(
     row_styles: Sequence[str | None] | None = None,
     show_header: bool = True,
     title: str | None = None,
+    section_ends: Sequence[bool] | None = None,
 ) -> tuple[Table, list[str]]:
     """A rich table of *rows* (cells already formatted) no wider than *width*, and the headers of the
     columns left out to get there (module doc). With rich's default box each column takes its width plus
-    three (padding and a rule), and the table one more."""
+    three (padding and a rule), and the table one more. *section_ends*: a rule under each row marked True."""
     from rich.table import Table
 
     keep = list(range(len(cols)))
@@ -135,7 +136,11 @@ def fitted_table(
             min_width=mins[i] if c.whole else None,
         )
     for n, r in enumerate(rows):
-        table.add_row(*(r[i] for i in keep), style=row_styles[n] if row_styles is not None else None)
+        table.add_row(
+            *(r[i] for i in keep),
+            style=row_styles[n] if row_styles is not None else None,
+            end_section=bool(section_ends[n]) if section_ends is not None else False,
+        )
     return table, [cols[i].header for i in range(len(cols)) if i not in keep]
 
 

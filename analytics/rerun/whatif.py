@@ -1133,15 +1133,29 @@ def changed_text(changes: Sequence[Change]) -> str:
     return ", ".join(c.text for c in changes) or "no change"
 
 
-def render(result: WhatIfResult, console: Any) -> None:
-    """Two rich tables: per queue (recorded and what-if rows side by side), then the cluster."""
-    from rich.table import Table
+# Per-queue columns left out first when the terminal is narrow (highest first): the tail percentiles,
+# then who caused evictions, the median wait, what was pending; received vs fair share always stays.
+_QUEUE_DROP: Final = {
+    "wait_p99_s": 6,
+    "wait_p90_s": 5,
+    "evictions_caused": 4,
+    "wait_p50_s": 3,
+    "pending_at_end": 2,
+    "evictions": 1,
+}
 
-    qt = Table(title=f"Queues: recorded vs what-if ({changed_text(result.changes)})", title_justify="left")
-    qt.add_column("queue")
-    qt.add_column("run")
-    for key in FIGURES:
-        qt.add_column(HEAD[key], justify="right")
+
+def render(result: WhatIfResult, console: Any) -> None:
+    """Two tables fitted to the console's width (:mod:`analytics.terminal`): per queue (recorded and
+    what-if rows side by side), then the cluster; then the notes, folded at the same width."""
+    from analytics.terminal import Col, dropped_note, fitted_table, wrap_lines
+
+    width = int(console.width)
+    cols = [Col("queue", "left"), Col("run", "left")]
+    cols += [Col(HEAD[key], drop=_QUEUE_DROP.get(key, 0)) for key in FIGURES]
+    rows: list[list[str]] = []
+    styles: list[str | None] = []
+    ends: list[bool] = []
     parents = result.recorded.parents or result.whatif.parents
     depth: dict[str, int] = {}
     for name, sides in result.as_json()["queues"].items():
@@ -1149,38 +1163,44 @@ def render(result: WhatIfResult, console: Any) -> None:
         depth[name] = 0 if parent is None else depth.get(parent, 0) + 1
         for label, side in (("recorded", sides["recorded"]), ("what-if", sides["whatif"])):
             cells = [fmt(k, side.get(k)) if side else "-" for k in FIGURES]
-            qt.add_row(
-                "  " * depth[name] + name if label == "recorded" else "",
-                label,
-                *cells,
-                style="dim" if label == "recorded" else None,
-                end_section=label == "what-if",
-            )
+            rows.append(["  " * depth[name] + name if label == "recorded" else "", label, *cells])
+            styles.append("dim" if label == "recorded" else None)
+            ends.append(label == "what-if")
+    qt, dropped = fitted_table(
+        cols,
+        rows,
+        width,
+        row_styles=styles,
+        section_ends=ends,
+        title=f"Queues: recorded vs what-if ({changed_text(result.changes)})",
+    )
     console.print(qt)
-    ct = Table(title="Cluster", title_justify="left")
-    ct.add_column("figure")
-    ct.add_column("recorded", justify="right")
-    ct.add_column("what-if", justify="right")
-    for key, label in CLUSTER_ROWS:
-        ct.add_row(
-            label, fmt(key, result.recorded.cluster.get(key)), fmt(key, result.whatif.cluster.get(key))
-        )
+    note = dropped_note(dropped, width, "--json has every figure")
+    if note is not None:
+        console.print(note, highlight=False)
+    cluster_rows = [
+        [label, fmt(key, result.recorded.cluster.get(key)), fmt(key, result.whatif.cluster.get(key))]
+        for key, label in CLUSTER_ROWS
+    ]
+    ct, _ = fitted_table(
+        [Col("figure", "left"), Col("recorded"), Col("what-if")], cluster_rows, width, title="Cluster"
+    )
     console.print(ct)
     c = result.censored
-    console.print(
+    lines = [
         f"pods that never finished by themselves in the recording (run for their recorded time so far):"
         f" {c.running_at_end} running at the end, {c.evicted_unfinished} evicted and unfinished,"
-        f" {c.never_started} never started (run until the recording's end)",
-        highlight=False,
-    )
+        f" {c.never_started} never started (run until the recording's end)"
+    ]
     if result.usage is not None:
-        console.print(f"usage: {result.usage}", highlight=False)
+        lines.append(f"usage: {result.usage}")
     if result.rule_jobs:
-        console.print(
+        lines.append(
             f"{result.rule_jobs} recorded jobs of keep-pending workloads: their rule was re-run, not their"
-            " recorded submissions",
-            highlight=False,
+            " recorded submissions"
         )
+    for line in wrap_lines(lines, width):
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def _variant(
@@ -1347,7 +1367,7 @@ def _service_cli(
 
 def _output(args: argparse.Namespace, results: list[WhatIfResult], source: str, err: Any) -> int:
     """Write the HTML page, print the JSON or the tables."""
-    from rich.console import Console
+    from analytics.terminal import console
 
     if args.html is not None:
         from analytics.rerun.whatif_html import write_html
@@ -1365,9 +1385,7 @@ def _output(args: argparse.Namespace, results: list[WhatIfResult], source: str, 
         body: Any = results[0].as_json() if len(results) == 1 else {"sweep": [r.as_json() for r in results]}
         print(json.dumps(body, indent=2))
         return 0
-    out = Console()
-    if not out.is_terminal:
-        out = Console(width=150)  # piped: rich would assume 80 columns and truncate the numbers
+    out = console()
     for r in results:
         render(r, out)
     if args.html is not None:

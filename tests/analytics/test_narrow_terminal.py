@@ -208,3 +208,35 @@ def test_explain_prose_fits_80_columns(
         assert " ".join(out.split()) == " ".join(explain(run, pod).text().split())
         widest = max(widest, max(len(line) for line in explain(run, pod).lines))
     assert widest > WIDTH  # the case is real: unfolded, some line would not fit
+
+
+def test_whatif_tables_fit_80_columns(
+    recording: tuple[Path, dict[str, Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`whatif` printed 118-column tables and unfolded notes whatever the width; at 80 columns both runs'
+    figures of every queue are printed whole, or their column is named in the note."""
+    import json
+
+    from analytics.cli import main
+    from analytics.rerun.whatif_html import FIGURES, HEAD, fmt
+
+    run, _ = recording
+    monkeypatch.setenv("COLUMNS", str(WIDTH))
+    assert main(["whatif", str(run), "--set", "fairshare.k_value=0", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert main(["whatif", str(run), "--set", "fairshare.k_value=0"]) == 0
+    text = capsys.readouterr().out
+    _assert_fits(text)
+    left_out = _left_out(text)
+    assert left_out and '"recv/fair"' not in left_out
+    lines = text.splitlines()
+    for name, sides in doc["queues"].items():
+        at = next(i for i, line in enumerate(lines) if re.search(rf"│ +{re.escape(name)} +│ recorded", line))
+        for line, side in ((lines[at], sides["recorded"]), (lines[at + 1], sides["whatif"])):
+            cells = [c.strip() for c in line.split("│")]
+            for key in FIGURES:
+                if f'"{HEAD[key]}"' not in left_out:
+                    assert fmt(key, side.get(key)) in cells, (name, key, line)
+    assert "never finished by themselves" in " ".join(text.split())
