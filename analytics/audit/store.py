@@ -729,7 +729,10 @@ def bind_history(con: duckdb.DuckDBPyConnection, path: Path | str) -> None:
     A store whose archived days are gone (the ``.duckdb`` file copied without its history folder) is
     refused rather than read as if those days were empty.
     """
-    have = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()}
+    have = {
+        r[0]
+        for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main'").fetchall()
+    }
     if not {"archived_span", *(t for _, t, _, _, _ in TABLE_VIEWS)} <= have:
         return  # not an audit store (or an older one): nothing to rebind
     history = history_dir(path)
@@ -892,13 +895,47 @@ def render(
         json.dump([dict(zip(columns, row, strict=True)) for row in rows], out, default=str, indent=1)
         out.write("\n")
     elif fmt == "table":
-        from rich.console import Console
+        from rich.cells import cell_len
         from rich.table import Table
 
-        table = Table(*columns, show_lines=False)
-        for row in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in row))
-        Console(file=out, width=max(120, 8 * len(columns) + 40)).print(table)
+        from analytics.terminal import console
+
+        con = console(out)
+        cells = [["NULL" if v is None else str(v) for v in row] for row in rows]
+        widths = [
+            max([cell_len(line) for r in cells for line in r[i].splitlines() or [""]] + [cell_len(c), 1])
+            for i, c in enumerate(columns)
+        ]
+        if 1 + sum(w + 3 for w in widths) <= con.width:
+            table = Table(*columns, show_lines=False)
+            for col in table.columns:
+                col.no_wrap = True
+            for r in cells:
+                table.add_row(*r)
+            con.print(table)
+        else:  # too wide to show whole: one record at a time, every value whole (psql's expanded display)
+            out.write("".join(_expanded(columns, cells, int(con.width))))
         out.write(f"({len(rows)} row{'s' if len(rows) != 1 else ''})\n")
     else:
         raise StoreError(f"unknown format {fmt!r} (table, csv or json)")
+
+
+def _expanded(columns: list[str], cells: list[list[str]], width: int) -> Iterator[str]:
+    """Rows as ``-[ row N ]`` blocks of ``column | value`` lines, values folded at word boundaries to
+    *width* under their own start (words longer than the room, such as ids, kept whole)."""
+    import textwrap
+
+    name_w = max(len(c) for c in columns)
+    room = max(width - name_w - 3, 20)
+    for n, row in enumerate(cells, 1):
+        head = f"-[ row {n} ]"
+        yield head + "-" * max(width - len(head), 0) + "\n"
+        for name, value in zip(columns, row, strict=True):
+            lines: list[str] = []
+            for part in value.splitlines() or [""]:
+                lines.extend(
+                    textwrap.wrap(part, room, break_long_words=False, break_on_hyphens=False) or [""]
+                )
+            yield f"{name:<{name_w}} | {lines[0]}\n"
+            for more in lines[1:]:
+                yield f"{'':<{name_w}} | {more}\n"
