@@ -14,6 +14,7 @@ never be reached from a top-level queue) are dropped together with their whole s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -43,9 +44,16 @@ DEFAULT_QUEUE_PRIORITY = 100
 def to_fraction(value: int | float | Fraction | str) -> Fraction:
     """Exact rational for ``value``; floats go through their shortest repr, so ``0.1`` becomes 1/10."""
     if isinstance(value, float):
-        # Fraction(0.1) would be the binary approximation; the decimal the user wrote is what they mean.
-        return Fraction(repr(value))
+        return _float_fraction(value)
     return Fraction(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _float_fraction(value: float) -> Fraction:
+    # Fraction(0.1) would be the binary approximation; the decimal the user wrote is what they mean.
+    # Cached: every division reads each queue's usage again, mostly the same few values (often 0.0),
+    # and parsing the repr was most of a division's time.
+    return Fraction(repr(value))
 
 
 @dataclass(frozen=True, slots=True)
