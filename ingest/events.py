@@ -820,13 +820,20 @@ class InlineDisk(_Record):
     """A disk a pod names inline (not through a claim) that kube-scheduler's VolumeRestrictions checks
     against the other pods of the node: a GCE persistent disk (``name`` = pdName), an AWS EBS volume
     (volumeID), an RBD image (``name`` = image, ``pool``, ``monitors``) or an iSCSI target (``name`` =
-    IQN). ``read_only`` as the volume source states it."""
+    IQN). ``read_only`` as the volume source states it. An Azure Disk (diskURI), Cinder or Portworx
+    volume (volumeID) is listed only for NodeVolumeLimits: ``attach_driver`` / ``attach_handle`` are the
+    CSI volume CSI migration translates an in-tree disk to (empty when it does not count)."""
 
-    kind: Literal["gce_pd", "aws_ebs", "rbd", "iscsi"]
+    kind: Literal["gce_pd", "aws_ebs", "rbd", "iscsi", "azure_disk", "cinder", "portworx"]
     name: Annotated[Text, Field(min_length=1)]
     read_only: bool = False
     pool: Text = ""
     monitors: list[Text] = Field(default_factory=list, max_length=LIMITS.LIST)
+    attach_driver: Text = ""
+    attach_handle: Text = ""
+
+    # Written only when set, so a disk that does not migrate serialises as before they existed.
+    OPTIONAL: ClassVar[tuple[str, ...]] = ("attach_driver", "attach_handle")
 
 
 class PodSubmitted(EventBase):
@@ -1239,6 +1246,10 @@ def dump_event(event: EventBase) -> bytes:
         for k in VolumeClaim.OPTIONAL:
             if not vol.get(k):
                 vol.pop(k, None)
+    for disk in payload.get("disks") or ():
+        for k in InlineDisk.OPTIONAL:
+            if not disk.get(k):
+                disk.pop(k, None)
     req = payload.get("requests")
     if isinstance(req, dict) and not req.get("extended"):
         req.pop("extended", None)

@@ -654,6 +654,73 @@ def _limits() -> None:
         csi_node=_csi_node("csinode-with-no-limit", 0, [EBS]),
         note="kube-scheduler: UnschedulableAndUnresolvable, looking up PVC test/abc-xyz: not found",
     )
+    # In-tree volume migration and mixed volumes: an in-tree EBS volume (a claim's, an unbound claim of the
+    # in-tree provisioner, or inline) counts as the ebs.csi.aws.com volume CSI migration translates it to.
+    intree = [AWS_INTREE, EBS]
+    in_one, in_two = [_name(AWS_INTREE, 0)], [_name(AWS_INTREE, 1), _name(AWS_INTREE, 2)]
+    inline = [{"name": "v", "awsElasticBlockStore": {"volumeID": "aws-inline1"}}]
+    same_id = [{"name": "v", "awsElasticBlockStore": {"volumeID": _name(EBS, 1)}}]
+    with_cm = [{"name": "cm", "configMap": {"name": "cm"}}, {"name": "s", "secret": {"secretName": "s"}}]
+    # (name, incoming claims, incoming inline volumes, existing pods' claims, maxVols, want)
+    migration: list[tuple[str, list[str], list[Doc], list[list[str]], int, str | None]] = [
+        ("should count in-tree volumes if migration is enabled", in_one, [], [in_two], 2, MAX),
+        ("should count unbound in-tree volumes if migration is enabled", ["csi-4"], [], [in_two], 2, MAX),
+        ("should count in-tree inline volumes if migration is enabled", [], inline, [in_two], 2, MAX),
+        (
+            "should count in-tree and csi volumes if migration is enabled (when scheduling in-tree volumes)",
+            in_one,
+            [],
+            [ebs_pvc(1, 2)],
+            2,
+            MAX,
+        ),
+        (
+            "should count in-tree, inline and csi volumes if migration is enabled (when scheduling in-tree"
+            " volumes)",
+            [],
+            inline,
+            [ebs_pvc(1, 2), in_one],
+            3,
+            MAX,
+        ),
+        (
+            "should not count in-tree, inline and csi volumes if migration is enabled (when scheduling in-tree"
+            " volumes)",
+            [],
+            same_id,
+            [ebs_pvc(1, 2), in_one],
+            3,
+            None,
+        ),
+        (
+            "should count in-tree and csi volumes if migration is enabled (when scheduling csi volumes)",
+            ebs_pvc(0),
+            [],
+            [in_two],
+            2,
+            MAX,
+        ),
+        (
+            "don't skip Filter when the pod has inline migratable volumes",
+            [],
+            with_cm + inline,
+            [in_two],
+            2,
+            MAX,
+        ),
+    ]
+    for name, claims, volumes, existing_claims, limit, want in migration:
+        w = _limits_world(intree)
+        case(
+            "nodevolumelimits",
+            f,
+            t,
+            name,
+            pod(w, claims=claims, volumes=volumes),
+            [pod(w, claims=c) for c in existing_claims],
+            want,
+            csi_node=_csi_node("csinode", limit, intree),
+        )
 
 
 # --- volumebinding/binder_test.go: CSI storage capacity ----------------------------------------------------

@@ -1315,11 +1315,17 @@ _DISK_SOURCES: Final = (
     ("awsElasticBlockStore", "aws_ebs", "volumeID"),
     ("rbd", "rbd", "image"),
     ("iscsi", "iscsi", "iqn"),
+    # Only counted by NodeVolumeLimits, under CSI migration (VolumeRestrictions does not check them).
+    ("azureDisk", "azure_disk", "diskURI"),
+    ("cinder", "cinder", "volumeID"),
+    ("portworxVolume", "portworx", "volumeID"),
 )
 
 
 def inline_disks(key: str, spec: dict[str, Any]) -> list[InlineDisk]:
-    """The inline disks VolumeRestrictions checks (GCE PD, AWS EBS, RBD, iSCSI volume sources)."""
+    """The inline disks VolumeRestrictions checks (GCE PD, AWS EBS, RBD, iSCSI volume sources) and those
+    NodeVolumeLimits counts under CSI migration (GCE PD, AWS EBS, Azure Disk, Cinder, Portworx), each
+    with the CSI volume it migrates to (:func:`ingest.kube.volumes.migrated_attachment`)."""
     out = []
     for i, v in enumerate(spec.get("volumes") or []):
         v = _dict(v)
@@ -1335,6 +1341,9 @@ def inline_disks(key: str, spec: dict[str, Any]) -> list[InlineDisk]:
             if kind == "rbd":
                 raw["pool"] = str(src.get("pool") or "")
                 raw["monitors"] = [str(m) for m in src.get("monitors") or []]
+            migrated = kube_volumes.migrated_attachment(field, src)
+            if migrated is not None:
+                raw["attach_driver"], raw["attach_handle"] = migrated
             try:
                 out.append(InlineDisk.model_validate(raw))
             except ValidationError as exc:

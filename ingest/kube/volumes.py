@@ -11,6 +11,7 @@ API objects before binding (``choose``), as kube-scheduler's PreBind does.
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any, Final
 
@@ -255,19 +256,104 @@ def prebind_volume(pv: dict[str, Any], pvc: dict[str, Any]) -> dict[str, Any]:
 READ_WRITE_ONCE_POD: Final = "ReadWriteOncePod"
 
 
+# CSI migration (k8s.io/csi-translation-lib v0.36.3, ``plugins/*.go``): the in-tree volume sources whose
+# migration NodeVolumeLimits counts (``isCSIMigrationOn`` in nodevolumelimits/utils.go: AWS EBS, GCE PD,
+# Azure Disk, Cinder, Portworx), by volume-source field: (in-tree plugin name, CSI driver name).
+MIGRATED_SOURCES: Final = {
+    "awsElasticBlockStore": ("kubernetes.io/aws-ebs", "ebs.csi.aws.com"),
+    "gcePersistentDisk": ("kubernetes.io/gce-pd", "pd.csi.storage.gke.io"),
+    "azureDisk": ("kubernetes.io/azure-disk", "disk.csi.azure.com"),
+    "cinder": ("kubernetes.io/cinder", "cinder.csi.openstack.org"),
+    "portworxVolume": ("kubernetes.io/portworx-volume", "pxd.portworx.com"),
+}
+MIGRATED_PROVISIONERS: Final = dict(MIGRATED_SOURCES.values())
+# Migratable plugins whose migration NodeVolumeLimits does not count: their claims count nowhere.
+UNCOUNTED_PROVISIONERS: Final = frozenset({"kubernetes.io/azure-file", "kubernetes.io/vsphere-volume"})
+_EBS_ID: Final = re.compile(r"^vol-[^/]*$")
+_GCE_ZONE_KEYS: Final = ("failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone")
+
+
+def _ebs_volume_id(kubernetes_id: str) -> str | None:
+    """``KubernetesVolumeIDToEBSVolumeID``: ``aws://<zone>/vol-…`` → ``vol-…``; a bare id stays; None
+    when the URL form does not end in a ``vol-`` id."""
+    if not kubernetes_id.startswith("aws://"):
+        return kubernetes_id
+    path = kubernetes_id[len("aws://") :].partition("/")[2].strip("/")
+    return path if _EBS_ID.match(path) else None
+
+
+def _gce_region(zones: list[str]) -> str | None:
+    """``gceGetRegionFromZones``: the one region of ``{locale}-{region}-{zone}`` zones, else None."""
+    regions = set()
+    for zone in zones:
+        parts = zone.split("-")
+        if len(parts) != 3:
+            return None
+        regions.add("-".join(parts[:2]))
+    return regions.pop() if len(regions) == 1 else None
+
+
+def migrated_attachment(
+    field: str, src: dict[str, Any], pv_labels: dict[str, Any] | None = None
+) -> tuple[str, str] | None:
+    """(CSI driver, volume handle) of an in-tree volume source (``field`` of a PV's spec or a pod's volume)
+    as CSI migration translates it, for NodeVolumeLimits to count; None when the source is not one whose
+    migration it counts, or its translation fails (kube-scheduler then does not count a PV's volume).
+    ``pv_labels``: the PersistentVolume's labels (a GCE PD's handle carries its zone); None for an inline
+    volume."""
+    if field not in MIGRATED_SOURCES:
+        return None
+    driver = MIGRATED_SOURCES[field][1]
+    if field == "awsElasticBlockStore":
+        handle = _ebs_volume_id(str(src.get("volumeID") or ""))
+    elif field == "gcePersistentDisk":
+        name = str(src.get("pdName") or "")
+        zone = ""
+        if pv_labels is not None:
+            zone = str(pv_labels.get(_GCE_ZONE_KEYS[0]) or pv_labels.get(_GCE_ZONE_KEYS[1]) or "")
+        zones = zone.split("__")
+        if len(zones) > 1:
+            region = _gce_region(zones)
+            handle = None if region is None else f"projects/UNSPECIFIED/regions/{region}/disks/{name}"
+        else:
+            handle = f"projects/UNSPECIFIED/zones/{zones[0] or 'UNSPECIFIED'}/disks/{name}"
+    elif field == "azureDisk":
+        kind = src.get("kind")
+        # Only managed disks migrate ("kind(...) is not supported in csi migration").
+        handle = str(src.get("diskURI") or "") if kind is None or str(kind).lower() == "managed" else None
+    else:  # cinder, portworxVolume
+        handle = str(src.get("volumeID") or "")
+    return (driver, handle) if handle else None
+
+
 def attachment(pvc: dict[str, Any], pv: dict[str, Any] | None, sc: dict[str, Any] | None) -> tuple[str, str]:
     """(driver, handle) of the CSI volume a claim attaches, as NodeVolumeLimits finds it
-    (``getCSIDriverInfo``): the bound volume's ``spec.csi``; for an unbound claim, or one bound to a
-    volume that is missing, its class's provisioner and no handle (the claim is the volume); ("", "") when
-    there is none to count (a volume that is not CSI, a claim without a class or whose class is missing).
-    In-tree volumes that CSI migration would translate are not counted."""
+    (``getCSIDriverInfo``): the bound volume's ``spec.csi``, or its in-tree source as CSI migration
+    translates it (:func:`migrated_attachment`); for an unbound claim, or one bound to a volume that is
+    missing, its class's provisioner — an in-tree provisioner under its CSI driver's name — and no handle
+    (the claim is the volume); ("", "") when there is none to count (a volume that is neither CSI nor
+    migrated, a claim without a class or whose class is missing).
+
+    kube-scheduler counts a migrated volume only on a node that has a CSINode object; a node without one
+    has no attach limits either (``getVolumeLimits``), so translating here, for every node, counts the same.
+    """
     if _spec(pvc).get("volumeName") and pv is not None:
-        csi = _dict(_spec(pv).get("csi"))
-        driver, handle = str(csi.get("driver") or ""), str(csi.get("volumeHandle") or "")
-        return (driver, handle) if driver and handle else ("", "")
+        spec = _spec(pv)
+        csi = _dict(spec.get("csi"))
+        if csi:
+            driver, handle = str(csi.get("driver") or ""), str(csi.get("volumeHandle") or "")
+            return (driver, handle) if driver and handle else ("", "")
+        for field in MIGRATED_SOURCES:
+            if isinstance(spec.get(field), dict):
+                got = migrated_attachment(field, spec[field], _dict(_meta(pv).get("labels")))
+                return got if got is not None else ("", "")
+        return ("", "")
     if not claim_class(pvc) or sc is None or not sc.get("provisioner"):
         return ("", "")
-    return (str(sc["provisioner"]), "")
+    provisioner = str(sc["provisioner"])
+    if provisioner in UNCOUNTED_PROVISIONERS:
+        return ("", "")
+    return (MIGRATED_PROVISIONERS.get(provisioner, provisioner), "")
 
 
 def _selector_terms(selector: dict[str, Any]) -> list[dict[str, Any]] | None:

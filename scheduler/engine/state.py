@@ -274,13 +274,17 @@ class CSINode:
 
 @dataclass(frozen=True, slots=True)
 class Disk:
-    """An inline disk a pod mounts (VolumeRestrictions): ``kind`` gce_pd / aws_ebs / rbd / iscsi."""
+    """An inline disk a pod mounts: ``kind`` gce_pd / aws_ebs / rbd / iscsi (VolumeRestrictions), or
+    azure_disk / cinder / portworx; ``attach_driver`` / ``attach_handle``: the CSI volume NodeVolumeLimits
+    counts it as under CSI migration ("" when none)."""
 
     kind: str
     name: str
     read_only: bool = False
     pool: str = ""
     monitors: tuple[str, ...] = ()
+    attach_driver: str = ""
+    attach_handle: str = ""
 
 
 _NO_MAP: Mapping[str, str] = MappingProxyType({})  # the one empty read-only map pods share
@@ -682,7 +686,10 @@ def _volume(v: ev_mod.VolumeClaim) -> Volume:
 
 def disks_from_event(disks: Iterable[ev_mod.InlineDisk]) -> tuple[Disk, ...]:
     """The inline disks of a pod event."""
-    return tuple(Disk(d.kind, d.name, d.read_only, d.pool, tuple(d.monitors)) for d in disks)
+    return tuple(
+        Disk(d.kind, d.name, d.read_only, d.pool, tuple(d.monitors), d.attach_driver, d.attach_handle)
+        for d in disks
+    )
 
 
 def subgroups_from_event(subgroups: Iterable[ev_mod.SubGroup]) -> tuple[SubGroup, ...]:

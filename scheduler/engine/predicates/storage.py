@@ -13,7 +13,8 @@ NodeVolumeLimits (``nodevolumelimits/csi.go``, ``CSILimits.Filter``): the unique
 the node (``driver/handle``; an unbound claim counts as one volume of its class's provisioner, however many
 pods mount it) plus the incoming pod's new ones must not exceed the node's CSINode ``allocatable.count`` of
 each driver. A driver without a count, or a node without a CSINode, has no limit. The CSI volumes
-VolumeAttachments attach to the node that no pod there accounts for count as well.
+VolumeAttachments attach to the node that no pod there accounts for count as well. In-tree volumes (a
+claim's or inline) count as the CSI volume CSI migration translates them to; ingest translates them.
 
 Pods being deleted (releasing) still hold their claims and disks, as they do in kube-scheduler's cache.
 """
@@ -40,6 +41,19 @@ MAX_VOLUME_COUNT = "node(s) exceed max volume count"
 _USED = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING, PodStatus.RELEASING})
 
 AttachKey = tuple[str, ...]
+
+
+def _attached(namespace: str, volumes: Iterable[Volume], disks: Iterable[Disk]) -> dict[AttachKey, str]:
+    """The CSI volumes a pod attaches (unique name -> driver): its claims' and its migrated inline disks'."""
+    out: dict[AttachKey, str] = {}
+    for v in volumes:
+        key = attach_key(namespace, v)
+        if key is not None:
+            out[key] = v.attach_driver
+    for d in disks:
+        if d.attach_driver:
+            out[(d.attach_driver, d.attach_handle)] = d.attach_driver
+    return out
 
 
 def attach_key(namespace: str, v: Volume) -> AttachKey | None:
@@ -80,11 +94,7 @@ class StorageIndex:
         """Index one placed pod."""
         vols = tuple(volumes)
         mine = frozenset((namespace, v.claim) for v in vols if not v.missing)
-        attached = {}
-        for v in vols:
-            key = attach_key(namespace, v)
-            if key is not None:
-                attached[key] = v.attach_driver
+        attached = _attached(namespace, vols, disks)
         self.entries[uid] = (node, mine, attached, disks)
         self.claims.update(mine)
         if not (disks or attached):
@@ -188,11 +198,7 @@ def _limit_reason(
     node: NodeInfo,
 ) -> str | None:
     pod = task.pod
-    new: dict[AttachKey, str] = {}
-    for v in pod.volumes:
-        key = attach_key(pod.namespace, v)
-        if key is not None:
-            new[key] = v.attach_driver
+    new = _attached(pod.namespace, pod.volumes, pod.disks)
     if not new:
         return None
     node_limits, by_attachment = limits(ssn).get(node.name, ({}, {}))
@@ -219,9 +225,13 @@ def _limit_reason(
     return None
 
 
+_CONFLICT_KINDS = frozenset({"gce_pd", "aws_ebs", "rbd", "iscsi"})
+
+
 def conflict(a: Disk, b: Disk) -> bool:
-    """Two inline disks cannot be on one node together (``isVolumeConflict``)."""
-    if a.kind != b.kind or a.name != b.name:
+    """Two inline disks cannot be on one node together (``isVolumeConflict``: GCE PD, AWS EBS, RBD and
+    iSCSI only)."""
+    if a.kind != b.kind or a.name != b.name or a.kind not in _CONFLICT_KINDS:
         return False
     both_ro = a.read_only and b.read_only
     if a.kind == "aws_ebs":

@@ -15,12 +15,15 @@ from ingest.kube import translate as kube
 from ingest.kube import volumes
 from scheduler.engine.state import CSINode, PodStatus, StateBuilder
 
+EBS = "ebs.csi.aws.com"
+GCE = "pd.csi.storage.gke.io"
+
 
 def _pvc(**spec: Any) -> dict[str, Any]:
     return {"metadata": {"name": "data", "namespace": "ns", "uid": "u1"}, "spec": spec}
 
 
-def test_inline_disks_are_read_from_the_four_sources() -> None:
+def test_inline_disks_are_read_with_the_csi_volume_they_migrate_to() -> None:
     spec = {
         "volumes": [
             {"name": "a", "gcePersistentDisk": {"pdName": "pd", "readOnly": True}},
@@ -29,15 +32,23 @@ def test_inline_disks_are_read_from_the_four_sources() -> None:
             {"name": "d", "iscsi": {"iqn": "iqn.2016-12.server:t1", "targetPortal": "p", "lun": 0}},
             {"name": "e", "configMap": {"name": "x"}},
             {"name": "f", "csi": {"driver": "inline.csi.example.com"}},
+            {"name": "g", "azureDisk": {"diskName": "d", "diskURI": "/subscriptions/s/disks/d"}},
+            {"name": "h", "cinder": {"volumeID": "c-1"}},
+            {"name": "i", "portworxVolume": {"volumeID": "px-1"}},
         ]
     }
-    got = [d.model_dump() for d in kube.inline_disks("ns/p", spec)]
+    got = [d.model_dump(exclude_defaults=True) for d in kube.inline_disks("ns/p", spec)]
+    gce = "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/pd"
     assert got == [
-        {"kind": "gce_pd", "name": "pd", "read_only": True, "pool": "", "monitors": []},
-        {"kind": "aws_ebs", "name": "vol-1", "read_only": False, "pool": "", "monitors": []},
-        {"kind": "rbd", "name": "img", "read_only": False, "pool": "rbd", "monitors": ["m1", "m2"]},
-        {"kind": "iscsi", "name": "iqn.2016-12.server:t1", "read_only": False, "pool": "", "monitors": []},
-    ]
+        {"kind": "gce_pd", "name": "pd", "read_only": True, "attach_driver": GCE, "attach_handle": gce},
+        {"kind": "aws_ebs", "name": "vol-1", "attach_driver": EBS, "attach_handle": "vol-1"},
+        {"kind": "rbd", "name": "img", "pool": "rbd", "monitors": ["m1", "m2"]},
+        {"kind": "iscsi", "name": "iqn.2016-12.server:t1"},
+        {"kind": "azure_disk", "name": "/subscriptions/s/disks/d", "attach_driver": "disk.csi.azure.com",
+         "attach_handle": "/subscriptions/s/disks/d"},
+        {"kind": "cinder", "name": "c-1", "attach_driver": "cinder.csi.openstack.org", "attach_handle": "c-1"},
+        {"kind": "portworx", "name": "px-1", "attach_driver": "pxd.portworx.com", "attach_handle": "px-1"},
+    ]  # fmt: skip
 
 
 def test_an_inline_disk_without_its_name_is_an_invalid_pod_naming_the_field() -> None:
@@ -81,8 +92,18 @@ def test_an_ephemeral_claim_is_the_pods_only_when_the_pod_is_its_controller() ->
             None,
             ("ebs.csi.aws.com", "vol-1"),
         ),
-        # Bound to an in-tree volume: not counted (CSI migration is not modelled).
+        # Bound to an in-tree volume no CSI driver replaces: not counted.
         (_pvc(volumeName="pv1"), {"spec": {"hostPath": {"path": "/tmp"}}}, None, ("", "")),
+        # Bound to a migrated in-tree volume: the CSI volume it translates to.
+        (
+            _pvc(volumeName="pv1"),
+            {"spec": {"awsElasticBlockStore": {"volumeID": "aws://us-west-2a/vol-02399794d890f9375"}}},
+            None,
+            (EBS, "vol-02399794d890f9375"),
+        ),
+        # Unbound, with an in-tree provisioner: its CSI driver; one whose migration is not counted: nothing.
+        (_pvc(storageClassName="sc"), None, {"provisioner": "kubernetes.io/aws-ebs"}, (EBS, "")),
+        (_pvc(storageClassName="sc"), None, {"provisioner": "kubernetes.io/azure-file"}, ("", "")),
         # Bound to a missing volume, or unbound: the class's provisioner, the claim itself the volume.
         (
             _pvc(volumeName="gone", storageClassName="sc"),
@@ -207,3 +228,53 @@ def test_the_fold_keeps_csinode_limits_and_updates_only_pending_pods_volumes() -
     b.apply(PodBound(at_ms=5, name="p", namespace="ns", node="n1"))
     b.apply(PodVolumesChanged(at_ms=6, name="p", namespace="ns"))  # placed: keeps what it was placed with
     assert b.pods["ns/p"].volumes[0].attach_driver == "d"
+
+
+# csi-translation-lib v0.36.3: plugins/aws_ebs_test.go TestKubernetesVolumeIDToEBSVolumeID,
+# plugins/gce_pd_test.go TestTranslateInTreePVToCSIVolIDFmt, plugins/azure_disk_test.go
+# TestTranslateAzureDiskInTreePVToCSI ("azure disk volume with non-managed kind" fails).
+@pytest.mark.parametrize(
+    ("field", "src", "labels", "want"),
+    [
+        ("awsElasticBlockStore", {"volumeID": "vol-02399794d890f9375"}, None, (EBS, "vol-02399794d890f9375")),
+        ("awsElasticBlockStore", {"volumeID": "aws:///vol-02399794d890f9375"}, None, (EBS, "vol-02399794d890f9375")),
+        (
+            "awsElasticBlockStore",
+            {"volumeID": "aws://us-west-2a/vol-02399794d890f9375"},
+            None,
+            (EBS, "vol-02399794d890f9375"),
+        ),
+        ("awsElasticBlockStore", {"volumeID": "aws://us-west-2a/02399794d890f9375"}, None, None),
+        (
+            "gcePersistentDisk",
+            {"pdName": "pd-name"},
+            {"failure-domain.beta.kubernetes.io/zone": "us-east1-a"},
+            (GCE, "projects/UNSPECIFIED/zones/us-east1-a/disks/pd-name"),
+        ),
+        (
+            "gcePersistentDisk",
+            {"pdName": "pd-name"},
+            {"topology.kubernetes.io/zone": "us-east1-a"},
+            (GCE, "projects/UNSPECIFIED/zones/us-east1-a/disks/pd-name"),
+        ),
+        (
+            "gcePersistentDisk",
+            {"pdName": "pd-name"},
+            {"topology.kubernetes.io/zone": "us-central1-a__us-central1-c"},
+            (GCE, "projects/UNSPECIFIED/regions/us-central1/disks/pd-name"),
+        ),
+        ("gcePersistentDisk", {"pdName": "pd-name"}, None, (GCE, "projects/UNSPECIFIED/zones/UNSPECIFIED/disks/pd-name")),
+        ("azureDisk", {"diskName": "d", "diskURI": "datadiskuri"}, None, ("disk.csi.azure.com", "datadiskuri")),
+        ("azureDisk", {"diskName": "d", "diskURI": "datadiskuri", "kind": "Managed"}, None, ("disk.csi.azure.com", "datadiskuri")),
+        ("azureDisk", {"diskName": "d", "diskURI": "datadiskuri", "kind": "Dedicated"}, None, None),
+        ("cinder", {"volumeID": "c-1"}, None, ("cinder.csi.openstack.org", "c-1")),
+        ("portworxVolume", {"volumeID": "px-1"}, None, ("pxd.portworx.com", "px-1")),
+        # Migratable, but NodeVolumeLimits does not count their migration (``isCSIMigrationOn``).
+        ("azureFile", {"shareName": "s", "secretName": "x"}, None, None),
+        ("vsphereVolume", {"volumePath": "[ds] v.vmdk"}, None, None),
+    ],
+)  # fmt: skip
+def test_csi_migration_translates_in_tree_sources_as_csi_translation_lib(
+    field: str, src: dict[str, Any], labels: dict[str, str] | None, want: tuple[str, str] | None
+) -> None:
+    assert volumes.migrated_attachment(field, src, labels) == want
