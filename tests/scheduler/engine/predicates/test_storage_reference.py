@@ -27,7 +27,8 @@ disk = st.fixed_dictionaries(
         "monitors": st.lists(st.sampled_from(("m1", "m2", "m3")), max_size=2, unique=True),
         # The CSI volume ingest translated the disk to ("", "": not counted); shared with the claims' so
         # an inline disk and a claim of the same volume count once.
-        "attach": st.sampled_from((("", ""), ("d1", "h1"), ("d1", "h3"), ("d2", "h2"))),
+        # ("d1", ""): its translation failed.
+        "attach": st.sampled_from((("", ""), ("d1", "h1"), ("d1", "h3"), ("d2", "h2"), ("d1", ""))),
     }
 )
 claim = st.fixed_dictionaries(
@@ -89,7 +90,7 @@ def _unique(ns: str, name: str, c: dict[str, Any]) -> tuple[str, str] | None:
 
 def _inline(p: dict[str, Any]) -> dict[tuple[str, str], str]:
     """``checkAttachableInlineVolume``: a migrated inline volume is ``driver/handle`` of its translation."""
-    return {_attach(d): _attach(d)[0] for d in p["disks"] if _attach(d)[0]}
+    return {_attach(d): _attach(d)[0] for d in p["disks"] if _attach(d)[0] and _attach(d)[1]}
 
 
 def _attach(d: dict[str, Any]) -> tuple[str, str]:
@@ -117,7 +118,11 @@ def reference(
         if rwop_conflict:
             out[node] = "ReadWriteOncePodConflict"
             continue
-        # CSILimits.Filter.
+        # CSILimits.Filter: an inline volume that does not translate is an error on a node with a CSINode
+        # (kube-scheduler's whole attempt fails; per node here).
+        if node in node_limits and any(_attach(d)[0] and not _attach(d)[1] for d in incoming["disks"]):
+            out[node] = "CSIMigrationFailed"
+            continue
         new = {k: claims[c]["driver"] for c in incoming["claims"] if (k := _unique("default", c, claims[c]))}
         new |= _inline(incoming)
         limits_here = {d: n for d, n in node_limits.get(node, {}).items() if n is not None}
@@ -250,7 +255,7 @@ def test_the_reference_and_the_engine_agree_on_a_hand_case() -> None:
         "c3": {"rwop": True, "driver": "", "handle": ""},
     }
     pods = [("n1", {"disks": [], "claims": ["c0"]}), ("n1", {"disks": [], "claims": ["c0", "c1"]})]
-    limits_ = {"n1": {"d1": 2}}
+    limits_: dict[str, dict[str, int | None]] = {"n1": {"d1": 2}}
     new = {"disks": [], "claims": ["c2"]}
     again = {"disks": [], "claims": ["c1"]}
     want_new = {"n1": "MaxVolumeCount", "n2": None}
