@@ -822,7 +822,8 @@ class InlineDisk(_Record):
     (volumeID), an RBD image (``name`` = image, ``pool``, ``monitors``) or an iSCSI target (``name`` =
     IQN). ``read_only`` as the volume source states it. An Azure Disk (diskURI), Cinder or Portworx
     volume (volumeID) is listed only for NodeVolumeLimits: ``attach_driver`` / ``attach_handle`` are the
-    CSI volume CSI migration translates an in-tree disk to (empty when it does not count)."""
+    CSI volume CSI migration translates an in-tree disk to (empty when it does not count; a driver without
+    a handle when the translation fails: kube-scheduler cannot place the pod on a node with a CSINode)."""
 
     kind: Literal["gce_pd", "aws_ebs", "rbd", "iscsi", "azure_disk", "cinder", "portworx"]
     name: Annotated[Text, Field(min_length=1)]

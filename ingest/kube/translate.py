@@ -1344,6 +1344,10 @@ def inline_disks(key: str, spec: dict[str, Any]) -> list[InlineDisk]:
             migrated = kube_volumes.migrated_attachment(field, src)
             if migrated is not None:
                 raw["attach_driver"], raw["attach_handle"] = migrated
+            elif field in kube_volumes.MIGRATED_SOURCES:
+                # Its translation fails (kube-scheduler's filter errors on a node with a CSINode): the
+                # driver without a handle lets the engine refuse it there.
+                raw["attach_driver"] = kube_volumes.MIGRATED_SOURCES[field][1]
             try:
                 out.append(InlineDisk.model_validate(raw))
             except ValidationError as exc:

@@ -159,6 +159,7 @@ REASON_CODES: dict[str, str] = {
     storage.DISK_CONFLICT: "VolumeDiskConflict",
     storage.RWOP_CONFLICT: "ReadWriteOncePodConflict",
     storage.MAX_VOLUME_COUNT: "MaxVolumeCount",
+    storage.MIGRATION_FAILED: "CSIMigrationFailed",
     "node(s) were not ready": "NodeNotReady",
     "node(s) were unschedulable": "NodeUnschedulable",
     "node(s) didn't match Pod's node affinity/selector": "NodeAffinity",

@@ -37,6 +37,7 @@ RWOP_CONFLICT = (
     " another pod"
 )
 MAX_VOLUME_COUNT = "node(s) exceed max volume count"
+MIGRATION_FAILED = "node(s) have a CSINode and the pod's in-tree volume cannot be translated to CSI"
 
 _USED = frozenset({PodStatus.ALLOCATED, PodStatus.PIPELINED, PodStatus.RUNNING, PodStatus.RELEASING})
 
@@ -51,7 +52,7 @@ def _attached(namespace: str, volumes: Iterable[Volume], disks: Iterable[Disk]) 
         if key is not None:
             out[key] = v.attach_driver
     for d in disks:
-        if d.attach_driver:
+        if d.attach_driver and d.attach_handle:
             out[(d.attach_driver, d.attach_handle)] = d.attach_driver
     return out
 
@@ -198,6 +199,9 @@ def _limit_reason(
     node: NodeInfo,
 ) -> str | None:
     pod = task.pod
+    # ``checkAttachableInlineVolume`` fails the filter on a node with a CSINode, limits or not.
+    if node.name in limits(ssn) and any(d.attach_driver and not d.attach_handle for d in pod.disks):
+        return MIGRATION_FAILED
     new = _attached(pod.namespace, pod.volumes, pod.disks)
     if not new:
         return None

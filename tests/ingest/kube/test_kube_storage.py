@@ -51,6 +51,22 @@ def test_inline_disks_are_read_with_the_csi_volume_they_migrate_to() -> None:
     ]  # fmt: skip
 
 
+def test_an_inline_disk_whose_migration_fails_keeps_its_driver_without_a_handle() -> None:
+    # csi-translation-lib: an ``aws://`` id not ending in ``vol-…`` and an Azure disk of another kind than
+    # Managed (the API server defaults kind to Shared) do not translate; kube-scheduler's filter errors.
+    spec = {
+        "volumes": [
+            {"name": "a", "awsElasticBlockStore": {"volumeID": "aws://us-east-1a/disk-1"}},
+            {"name": "b", "azureDisk": {"diskName": "d", "diskURI": "https://blob/d", "kind": "Shared"}},
+        ]
+    }
+    got = [d.model_dump(exclude_defaults=True) for d in kube.inline_disks("ns/p", spec)]
+    assert got == [
+        {"kind": "aws_ebs", "name": "aws://us-east-1a/disk-1", "attach_driver": EBS},
+        {"kind": "azure_disk", "name": "https://blob/d", "attach_driver": "disk.csi.azure.com"},
+    ]
+
+
 def test_an_inline_disk_without_its_name_is_an_invalid_pod_naming_the_field() -> None:
     with pytest.raises(kube.InvalidObject) as err:
         kube.inline_disks("ns/p", {"volumes": [{"name": "x"}, {"name": "y", "awsElasticBlockStore": {}}]})

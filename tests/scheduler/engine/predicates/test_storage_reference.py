@@ -1,8 +1,9 @@
 """VolumeRestrictions and NodeVolumeLimits against a reference transcribed from kube-scheduler v1.36.3's Go
 code (``volumerestrictions/volume_restrictions.go``: ``isVolumeConflict``, ``haveOverlap``,
 ``IsPVCUsedByPods``; ``nodevolumelimits/csi.go``: ``CSILimits.Filter``, ``getVolumeUniqueName``,
-``getNodeVolumeAttachmentInfo``), on random
-pods, claims and nodes: the engine's verdict on every node equals the reference's, with the pods on the nodes
+``getNodeVolumeAttachmentInfo``, ``checkAttachableInlineVolume``), on random
+pods, claims and nodes (inline in-tree disks included, with the CSI volume CSI migration translates them to,
+or none when their migration is not counted): the engine's verdict on every node equals the reference's, with the pods on the nodes
 as our running tasks or as pods of another scheduler."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from scheduler.conformance.runner import filter_verdicts
 
 NODES = ("n1", "n2")
-DISK_KINDS = ("gce_pd", "aws_ebs", "rbd", "iscsi")
+DISK_KINDS = ("gce_pd", "aws_ebs", "rbd", "iscsi", "azure_disk", "cinder")
 
 disk = st.fixed_dictionaries(
     {
@@ -24,6 +25,10 @@ disk = st.fixed_dictionaries(
         "read_only": st.booleans(),
         "pool": st.sampled_from(("p", "q")),
         "monitors": st.lists(st.sampled_from(("m1", "m2", "m3")), max_size=2, unique=True),
+        # The CSI volume ingest translated the disk to ("", "": not counted); shared with the claims' so
+        # an inline disk and a claim of the same volume count once.
+        # ("d1", ""): its translation failed.
+        "attach": st.sampled_from((("", ""), ("d1", "h1"), ("d1", "h3"), ("d2", "h2"), ("d1", ""))),
     }
 )
 claim = st.fixed_dictionaries(
@@ -83,6 +88,16 @@ def _unique(ns: str, name: str, c: dict[str, Any]) -> tuple[str, str] | None:
     return (c["driver"], c["handle"] or f"RANDOM-{ns}/{name}")
 
 
+def _inline(p: dict[str, Any]) -> dict[tuple[str, str], str]:
+    """``checkAttachableInlineVolume``: a migrated inline volume is ``driver/handle`` of its translation."""
+    return {_attach(d): _attach(d)[0] for d in p["disks"] if _attach(d)[0] and _attach(d)[1]}
+
+
+def _attach(d: dict[str, Any]) -> tuple[str, str]:
+    """The disk's migrated CSI volume; RBD and iSCSI do not migrate, ingest never gives them one."""
+    return ("", "") if d["kind"] in ("rbd", "iscsi") else d["attach"]
+
+
 def reference(
     incoming: dict[str, Any],
     pods: list[tuple[str, dict[str, Any]]],
@@ -103,8 +118,13 @@ def reference(
         if rwop_conflict:
             out[node] = "ReadWriteOncePodConflict"
             continue
-        # CSILimits.Filter.
+        # CSILimits.Filter: an inline volume that does not translate is an error on a node with a CSINode
+        # (kube-scheduler's whole attempt fails; per node here).
+        if node in node_limits and any(_attach(d)[0] and not _attach(d)[1] for d in incoming["disks"]):
+            out[node] = "CSIMigrationFailed"
+            continue
         new = {k: claims[c]["driver"] for c in incoming["claims"] if (k := _unique("default", c, claims[c]))}
+        new |= _inline(incoming)
         limits_here = {d: n for d, n in node_limits.get(node, {}).items() if n is not None}
         if not new or not limits_here:
             out[node] = None
@@ -115,6 +135,7 @@ def reference(
                 k = _unique("default", c, claims[c])
                 if k:
                     attached[k] = claims[c]["driver"]
+            attached |= _inline(p)
         count: dict[str, int] = {}
         for k, d in attached.items():
             new.pop(k, None)
@@ -146,8 +167,15 @@ def _volume(name: str, c: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _disk(d: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in d.items() if k != "attach"}
+    if _attach(d)[0]:
+        out["attach_driver"], out["attach_handle"] = _attach(d)
+    return out
+
+
 def _fields(p: dict[str, Any], claims: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"disks": p["disks"], "volumes": [_volume(c, claims[c]) for c in p["claims"]]}
+    return {"disks": [_disk(d) for d in p["disks"]], "volumes": [_volume(c, claims[c]) for c in p["claims"]]}
 
 
 def scenario(
@@ -227,7 +255,7 @@ def test_the_reference_and_the_engine_agree_on_a_hand_case() -> None:
         "c3": {"rwop": True, "driver": "", "handle": ""},
     }
     pods = [("n1", {"disks": [], "claims": ["c0"]}), ("n1", {"disks": [], "claims": ["c0", "c1"]})]
-    limits_ = {"n1": {"d1": 2}}
+    limits_: dict[str, dict[str, int | None]] = {"n1": {"d1": 2}}
     new = {"disks": [], "claims": ["c2"]}
     again = {"disks": [], "claims": ["c1"]}
     want_new = {"n1": "MaxVolumeCount", "n2": None}
