@@ -110,7 +110,9 @@ def _play(tmp: Path, scoring: str) -> tuple[Path, Path, list[dict[str, Any]]]:
         reactions: list[ev.EventBase] = []
         for rec in records[seen:]:
             for d in rec["decisions"]:
-                ns, name = d["pod"].split("/") if d.get("pod") else (None, None)
+                if d["kind"] not in ("Bind", "Evict"):
+                    continue
+                ns, name = str(d["pod"]).split("/")
                 if d["kind"] == "Bind":
                     reactions.append(
                         ev.PodBound(
@@ -133,8 +135,16 @@ def _play(tmp: Path, scoring: str) -> tuple[Path, Path, list[dict[str, Any]]]:
 
 def _outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
     """What ran where at the end, checking the rules cycle by cycle on the way."""
-    where: dict[str, tuple[str, int]] = {}  # pod -> (node, GPUs)
-    gpus = {"wide": 8, "gang": 8, "small0": 7, "small1": 0.5, "small2": 3, "small3": 1, "small4": 2}
+    where: dict[str, tuple[str, float]] = {}  # pod -> (node, GPUs)
+    gpus: dict[str, float] = {
+        "wide": 8,
+        "gang": 8,
+        "small0": 7,
+        "small1": 0.5,
+        "small2": 3,
+        "small3": 1,
+        "small4": 2,
+    }
     evicted: list[str] = []
     for rec in records:
         bound_now: dict[str, list[str]] = defaultdict(list)
@@ -150,16 +160,16 @@ def _outcome(records: list[dict[str, Any]]) -> dict[str, Any]:
             assert len(bound_now.get(job, [])) in (0, 2), (job, bound_now)
         if "gang" in bound_now:  # the required rack
             assert len({RACK_OF[n] for n in bound_now["gang"]}) == 1, bound_now["gang"]
-        per_queue: dict[str, int] = defaultdict(int)
+        per_queue: dict[str, float] = defaultdict(float)
         for pod, (_, g) in where.items():
             per_queue[pod.split("/")[0]] += g
         for q, limit in LIMIT.items():
             assert per_queue[q] <= limit, (q, per_queue[q])
-        per_node: dict[str, int] = defaultdict(int)
+        per_node: dict[str, float] = defaultdict(float)
         for node, g in where.values():
             per_node[node] += g
         assert all(v <= 8 for v in per_node.values()), per_node
-    per_queue = defaultdict(int)
+    per_queue = defaultdict(float)
     for pod, (_, g) in where.items():
         per_queue[pod.split("/")[0]] += g
     first = {d["pod"]: d["node"] for d in records[0]["decisions"] if d["kind"] == "Bind"}
