@@ -32,7 +32,7 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from scheduler.engine.scoring.fit import Fit
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
@@ -385,6 +385,10 @@ def bestfit_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[fl
     return [float(bestfit_score(ssn, task, f)) for f in fits]
 
 
+#: Added to the score of a fit on idle capacity: more than any FGD / frag-aware score (at most 1,001).
+IDLE_FIRST: Final = 10_000.0
+
+
 def _sigmoid_score(delta_f: float) -> int:
     """The simulator's integer FGD score: ``floor(100 * sigmoid(-dF / 1000))``."""
     x = -delta_f / 1000
@@ -495,7 +499,11 @@ class FgdPolicy:
             if got is None:
                 got = memo[key] = self.node_score(ssn, task, f)
             assert isinstance(got, float)
-            out.append(got)
+            # KAI's rule above any placement preference: a fit on idle capacity beats one that waits for
+            # releasing pods (pipelining), or a reclaim would place a pod on its victims' node while an
+            # idle one is free and starve the gang's other pods of that node. A fraction is left to the
+            # policy's device choice: KAI ranks joining a shared GPU above idle capacity for it.
+            out.append(got + IDLE_FIRST if f.idle and not shared else got)
         return out
 
 
