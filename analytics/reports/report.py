@@ -172,6 +172,8 @@ class Report:
     # Per node pool, the task types fgd / frag-aware score against at the window's end
     # (analytics/reports/workload.py).
     workload: list[dict[str, Any]] = field(default_factory=list)
+    # Per node pool, fragmented GPUs over the window and per bucket (analytics/reports/pool_fragmentation.py).
+    pool_fragmentation: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -646,7 +648,10 @@ def _build(
     from analytics.reports.workload import workload_distribution
 
     workload = workload_distribution(con, hi)
-    return Report(db, win, cluster, rows, trend, bucket_name, notes, focus, placements, workload)
+    from analytics.reports.pool_fragmentation import pool_fragmentation
+
+    pools = pool_fragmentation(con, lo, hi, bucket_ms)
+    return Report(db, win, cluster, rows, trend, bucket_name, notes, focus, placements, workload, pools)
 
 
 def _placements(con: duckdb.DuckDBPyConnection, w: Sequence[Any]) -> list[dict[str, Any]]:
@@ -1026,6 +1031,35 @@ def _render_table(report: Report, out: IO[str]) -> None:
                 for p in report.placements
             ],
             "Topology: gangs with a constraint, first placed in the window",
+        )
+    if report.pool_fragmentation:
+        from analytics.reports.pool_fragmentation import sparkline
+
+        pf = report.pool_fragmentation
+        top = max((b["fragmented_gpus"] for p in pf for b in p["buckets"]), default=0.0)
+        fixed = [
+            [
+                p["pool"] or "(default)",
+                f"{p['nodes']:,}",
+                f"{p['fragmented_gpus']:,.2f}",
+                f"{p['fragmented_gpus_at_end']:,.2f}",
+            ]
+            for p in pf
+        ]
+        # The curve takes what the other columns leave (rich draws 3 characters a column plus one).
+        room = (
+            width
+            - 1
+            - sum(3 + max(len(r[i]) for r in [*fixed, ["pool", "nodes", "mean", "at end"]]) for i in range(4))
+            - 3
+        )
+        show(
+            (Col("pool", "left"), Col("nodes"), Col("mean"), Col("at end"), Col("over time", "left", drop=1)),
+            [
+                [*r, sparkline([b["fragmented_gpus"] for b in p["buckets"]], top, max(room, 8))]
+                for r, p in zip(fixed, pf, strict=True)
+            ],
+            f"Fragmented GPUs per node pool (curve: mean per {report.bucket}, full bar = {top:,.1f} GPUs)",
         )
     if report.workload:
         from analytics.reports.workload import SHOWN, shape_text

@@ -356,6 +356,30 @@ def _figures(report: Report, data: dict[str, Any]) -> dict[str, tuple[str, str]]
     return out
 
 
+def _pool_figure(report: Report) -> tuple[str, str]:
+    """Title and inline SVG of the fragmented GPUs per node pool, one step line per pool."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.hashsalt": "hourglass", "font.size": 9})
+    div, unit = _time_axis(report)
+    fig, ax = plt.subplots(figsize=(10, 2.8))
+    for p in report.pool_fragmentation:
+        bk = p["buckets"]
+        xs = [*(b["from_ms"] / div for b in bk), bk[-1]["to_ms"] / div]
+        ys = [b["fragmented_gpus"] for b in bk]
+        ax.step(xs, [*ys, ys[-1]], where="post", linewidth=1.2, label=f"pool {p['pool'] or '(default)'}")
+    ax.set_xlabel(unit)
+    ax.set_ylabel(f"GPUs (mean per {report.bucket})")
+    rows = htmlkit.legend_above(ax, _LEGEND_COLUMNS)
+    return (
+        "Fragmented GPUs per node pool: idle GPUs on the pool's nodes where the probe request does not fit",
+        htmlkit.svg(fig, legend_rows=rows),
+    )
+
+
 def _post_steps(xs: list[float], values: list[float]) -> tuple[list[float], list[float]]:
     """Bucket values as explicit steps: (x0, v0), (x1, v0), (x1, v1), (x2, v1), ... for ``len(values) + 1``
     bucket edges *xs*. matplotlib's ``step="post"`` areas drop the whole bucket before a NaN (a bucket with no
@@ -513,6 +537,27 @@ def render_html(report: Report, data: dict[str, Any]) -> str:
                     for t in p["types"]
                 ],
             ),
+        ]
+    # One pool's curve is the cluster's, already drawn in the allocation figure.
+    if len(report.pool_fragmentation) > 1:
+        title, svg = _pool_figure(report)
+        parts += [
+            "<h2>Fragmented GPUs per node pool</h2>",
+            htmlkit.table(
+                ["pool", "nodes", "GPUs", "fragmented GPUs (mean)", "at end"],
+                [
+                    [
+                        p["pool"] or "(default)",
+                        f"{p['nodes']:,}",
+                        f"{p['gpus']:,}",
+                        f"{p['fragmented_gpus']:,.2f}",
+                        f"{p['fragmented_gpus_at_end']:,.2f}",
+                    ]
+                    for p in report.pool_fragmentation
+                ],
+            ),
+            # Not one of PLOTS: those are the cluster's and the queues' figures, drawn for every report.
+            f'<figure id="pool-fragmentation"><figcaption>{html.escape(title)}</figcaption>{svg}</figure>',
         ]
     parts += [f'<p class="note">Note: {html.escape(n)}</p>' for n in report.notes]
     for pid in PLOTS:

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from scheduler.engine import scoring
 from scheduler.engine.cycle import open_session, result_state, run_actions, settle
 from scheduler.engine.proportion import ResourceQuota
 from scheduler.engine.session import Session, SessionConfig
@@ -104,6 +105,7 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
         gpu_sharing_placement=cfg.get("gpu_sharing_placement", "binpack"),
         fair_share_enabled=fs_enabled,
         stale_grace_ms=int(doc["run"].get("stale_grace_period_seconds", 60) * 1000),
+        node_scoring=scoring.check_name(cfg.get("node_scoring", "kai")),
     )
     nodes = tuple(
         Node(

@@ -291,9 +291,10 @@ def _scan_columns(
         # One fit per node kind, on its first node by name (ties in score go to the name); the static
         # checks, the only ones that read labels and taints, are already behind us.
         passed.sort(key=lambda i: nodes[i].name)
-        seen: dict[object, Fit | str] = {}
+        seen: dict[int, Fit | str] = {}
+        kind = fragmentation.node_kinds(ssn)
         for i in passed:
-            key = (fragmentation.node_key(ssn, nodes[i]), nodes[i].spec.cpu, nodes[i].spec.memory)
+            key = kind(nodes[i])
             got = seen.get(key)
             if got is None:
                 got = seen[key] = fit(ssn, task, nodes[i], allow_idle)

@@ -30,9 +30,9 @@ import math
 import weakref
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from scheduler.engine.scoring.fit import Fit
 from scheduler.engine.session import GPU_MILLI, NodeInfo, Session, TaskInfo
@@ -385,6 +385,10 @@ def bestfit_scores(ssn: Session, task: TaskInfo, fits: Sequence[Fit]) -> list[fl
     return [float(bestfit_score(ssn, task, f)) for f in fits]
 
 
+#: Added to the score of a fit on idle capacity: more than any FGD / frag-aware score (at most 1,001).
+IDLE_FIRST: Final = 10_000.0
+
+
 def _sigmoid_score(delta_f: float) -> int:
     """The simulator's integer FGD score: ``floor(100 * sigmoid(-dF / 1000))``."""
     x = -delta_f / 1000
@@ -427,6 +431,37 @@ def node_key(ssn: Session, node: NodeInfo) -> NodeKey:
     )
     cache[node.index] = (node.stamp, key)
     return key
+
+
+_KINDS: weakref.WeakKeyDictionary[Session, tuple[dict[int, tuple[int, int]], dict[object, int]]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Kinds a session keeps numbered before starting over (a kept session lives for many cycles and its nodes
+#: pass through many states): a bound on memory, far above what one scan meets.
+MAX_KINDS: Final = 1 << 16
+
+
+def node_kinds(ssn: Session) -> Callable[[NodeInfo], int]:
+    """A function numbering nodes by kind for one scan: equal numbers exactly when :func:`node_key` and the
+    node's CPU and memory are equal. The number is kept per node until its ``stamp`` changes, so a scan
+    over every node for every task hashes each node's long key once per change, not once per task."""
+    got = _KINDS.get(ssn)
+    if got is None or len(got[1]) > MAX_KINDS:
+        got = _KINDS[ssn] = ({}, {})
+    per_node, ids = got
+
+    def kind(node: NodeInfo) -> int:
+        hit = per_node.get(node.index)
+        if hit is not None and hit[0] == node.stamp:
+            return hit[1]
+        key = (node_key(ssn, node), node.spec.cpu, node.spec.memory)
+        k = ids.get(key)
+        if k is None:
+            k = ids[key] = len(ids)
+        per_node[node.index] = (node.stamp, k)
+        return k
+
+    return kind
 
 
 class FgdPolicy:
@@ -495,7 +530,11 @@ class FgdPolicy:
             if got is None:
                 got = memo[key] = self.node_score(ssn, task, f)
             assert isinstance(got, float)
-            out.append(got)
+            # KAI's rule above any placement preference: a fit on idle capacity beats one that waits for
+            # releasing pods (pipelining), or a reclaim would place a pod on its victims' node while an
+            # idle one is free and starve the gang's other pods of that node. A fraction is left to the
+            # policy's device choice: KAI ranks joining a shared GPU above idle capacity for it.
+            out.append(got + IDLE_FIRST if f.idle and not shared else got)
         return out
 
 
