@@ -525,8 +525,8 @@ def main(argv: list[str] | None = None) -> int:
             bench = Bench(args, cluster, api, obs, stack, work)
             for workload in wanted:
                 bench.load()
+                requests_before = bench.requests()  # first: scraping /metrics costs CPU outside the window
                 before = bench.cpu()
-                requests_before = bench.requests()
                 pods_before = len(obs.submitted)
                 RUNNERS[workload](bench)
                 bench.cpu_report(workload, before)
