@@ -329,7 +329,9 @@ class Bench:
             f"requests_per_pod={total / per:.2f}",
             flush=True,
         )
-        parts = " ".join(f"{k}={v / per:.2f}" for k, v in sorted(used.items(), key=lambda kv: -kv[1]))
+        # Watches, discovery and the like round to 0.00 per pod: left out, they are not per-pod calls.
+        ranked = sorted(used.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = " ".join(f"{k}={v / per:.2f}" for k, v in ranked if v / per >= 0.005)
         print(f"bench: e2e requests-by-resource workload={workload} per_pod {parts}", flush=True)
 
     def load(self) -> None:
