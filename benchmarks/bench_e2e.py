@@ -20,7 +20,11 @@ Hourglass and kube-scheduler can alternate under the same load), the namespace e
 
 A ``bench: e2e load1=…`` line before each workload gives the machine's load averages at its start, and a
 ``bench: e2e cpu …`` line after it the CPU seconds each process used (control plane, KWOK, the three
-Hourglass processes, the benchmark's own client), including the namespace's emptying.
+Hourglass processes, the benchmark's own client), including the namespace's emptying. Two ``bench: e2e requests``
+lines count the kube-apiserver's requests during the workload (its ``apiserver_request_total``, from every
+client: the benchmark's creates, deletes and watch included, which are the same for both schedulers):
+``requests_per_pod=`` in total, then by ``verb:resource[/subresource]``, so the calls a scheduler adds per
+pod show against kube-scheduler's bind and Event.
 
 Submit time is taken by the client when the create call returns; Running is when the benchmark's watch sees
 the pod Running. One line per workload:
@@ -291,6 +295,45 @@ class Bench:
         parts = " ".join(f"{k}={v:.1f}" for k, v in used.items())
         print(f"bench: e2e cpu workload={workload} total_s={sum(used.values()):.1f} {parts}", flush=True)
 
+    def requests(self) -> dict[str, float]:
+        """The kube-apiserver's request count so far by ``verb:resource[/subresource]`` (its ``/metrics``)."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        # The generated client's own request path, for its credentials; /metrics is plain text, not JSON.
+        r = self.api.call_api(*self.api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"]))
+        r.read()
+        if r.status != 200:
+            raise RuntimeError(f"kube-apiserver /metrics answered {r.status}: {r.data[:200]!r}")
+        text = r.data.decode()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            if family.name != "apiserver_request":  # the parser drops a counter's ``_total``
+                continue
+            for sample in family.samples:
+                if sample.name != "apiserver_request_total":
+                    continue
+                labels = sample.labels
+                sub = f"/{labels['subresource']}" if labels.get("subresource") else ""
+                key = f"{labels.get('verb', '?')}:{labels.get('resource', '?')}{sub}"
+                out[key] = out.get(key, 0.0) + sample.value
+        return out
+
+    def requests_report(self, workload: str, pods: int, before: dict[str, float]) -> None:
+        """Two lines: the apiserver requests per pod during ``workload``, in total and by verb and resource."""
+        used = {k: v - before.get(k, 0.0) for k, v in self.requests().items()}
+        used = {k: v for k, v in used.items() if v > 0}
+        total = sum(used.values())
+        per = max(pods, 1)
+        print(
+            f"bench: e2e requests workload={workload} pods={pods} requests={total:.0f} "
+            f"requests_per_pod={total / per:.2f}",
+            flush=True,
+        )
+        # Watches, discovery and the like round to 0.00 per pod: left out, they are not per-pod calls.
+        ranked = sorted(used.items(), key=lambda kv: (-kv[1], kv[0]))
+        parts = " ".join(f"{k}={v / per:.2f}" for k, v in ranked if v / per >= 0.005)
+        print(f"bench: e2e requests-by-resource workload={workload} per_pod {parts}", flush=True)
+
     def load(self) -> None:
         """Print the machine's load averages: the cores are shared, so every figure needs its load."""
         one, five, fifteen = os.getloadavg()
@@ -484,9 +527,12 @@ def main(argv: list[str] | None = None) -> int:
             bench = Bench(args, cluster, api, obs, stack, work)
             for workload in wanted:
                 bench.load()
+                requests_before = bench.requests()  # first: scraping /metrics costs CPU outside the window
                 before = bench.cpu()
+                pods_before = len(obs.submitted)
                 RUNNERS[workload](bench)
                 bench.cpu_report(workload, before)
+                bench.requests_report(workload, len(obs.submitted) - pods_before, requests_before)
             obs.stop()
     finally:
         stack.stop()
