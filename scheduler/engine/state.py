@@ -321,6 +321,9 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     volumes: tuple[Volume, ...] = ()
     gated: bool = False  # spec.schedulingGates not empty: not pending yet, the engine skips it
     disks: tuple[Disk, ...] = ()  # inline disks (VolumeRestrictions)
+    # When its PodReleasing event came (the logical time ingest saw the deletionTimestamp): how long it has
+    # been releasing decides whether pods may still be pipelined onto what it holds (KAI's StuckInReleasing).
+    releasing_ms: int | None = None
 
     @property
     def has_preferences(self) -> bool:
@@ -363,6 +366,7 @@ class ForeignPod:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     host_ports: tuple[HostPort, ...] = ()
     releasing: bool = False
+    releasing_ms: int | None = None  # logical time it was first seen releasing (see Pod.releasing_ms)
     # Its inter-pod terms, required (weight 0) and preferred: its required anti-affinity repels our pods.
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
@@ -1045,6 +1049,10 @@ class StateBuilder:
 
     def _on_foreign_pod_upserted(self, e: Any) -> None:
         fp = foreign_pod_from_event(e)
+        if fp.releasing:
+            before = self.foreign.get(fp.uid)
+            since = before.releasing_ms if before is not None and before.releasing else None
+            fp = replace(fp, releasing_ms=e.at_ms if since is None else since)
         self.foreign[fp.uid] = fp
 
     def _on_pod_ungated(self, e: Any) -> None:
@@ -1055,11 +1063,13 @@ class StateBuilder:
 
     def _on_pod_releasing(self, e: Any) -> None:
         uid = f"{e.namespace}/{e.name}"
-        if uid in self.foreign:
-            self.foreign[uid] = replace(self.foreign[uid], releasing=True)
+        if uid in self.foreign and not self.foreign[uid].releasing:
+            self.foreign[uid] = replace(self.foreign[uid], releasing=True, releasing_ms=e.at_ms)
         rel = self.pods.get(uid)
         if rel is not None and rel.node is not None:
-            self.pods[uid] = evolve(rel, status=PodStatus.RELEASING)
+            # The first PodReleasing dates the release; a repeated one does not restart the clock.
+            since = rel.releasing_ms if rel.status is PodStatus.RELEASING and rel.releasing_ms is not None else e.at_ms
+            self.pods[uid] = evolve(rel, status=PodStatus.RELEASING, releasing_ms=since)
             self._touch_job(rel.job, e.at_ms)
 
     def _on_pod_finished(self, e: Any) -> None:
