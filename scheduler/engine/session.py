@@ -696,7 +696,9 @@ class SessionConfig:
             )
         v = self.stuck_in_releasing_ms
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise ValueError(f"stuck_in_releasing_ms must be a whole number of milliseconds >= 1 or null, not {v!r}")
+            raise ValueError(
+                f"stuck_in_releasing_ms must be a whole number of milliseconds >= 1 or null, not {v!r}"
+            )
         for name in ("workload_half_life_s", "workload_window_s", "workload_refresh_s"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

@@ -1068,7 +1068,11 @@ class StateBuilder:
         rel = self.pods.get(uid)
         if rel is not None and rel.node is not None:
             # The first PodReleasing dates the release; a repeated one does not restart the clock.
-            since = rel.releasing_ms if rel.status is PodStatus.RELEASING and rel.releasing_ms is not None else e.at_ms
+            since = (
+                rel.releasing_ms
+                if rel.status is PodStatus.RELEASING and rel.releasing_ms is not None
+                else e.at_ms
+            )
             self.pods[uid] = evolve(rel, status=PodStatus.RELEASING, releasing_ms=since)
             self._touch_job(rel.job, e.at_ms)
 

@@ -9,6 +9,8 @@ stays pending. The deletion time is the PodReleasing event's ``at_ms`` and "now"
 
 from __future__ import annotations
 
+import pytest
+
 import ingest.events as ev
 from scheduler.engine.cycle import run_cycle
 from scheduler.engine.kept import KeptRun
@@ -22,7 +24,9 @@ GPU = ev.PodRequests(cpu_millicores=100, memory_bytes=2**20, gpus=1)
 
 def _events(foreign: bool = False) -> list[ev.Event]:
     out: list[ev.Event] = [
-        ev.QueueUpserted(at_ms=0, name="queue0", resources=ev.QueueResources(gpu=ev.QueueResource(quota=1000))),
+        ev.QueueUpserted(
+            at_ms=0, name="queue0", resources=ev.QueueResources(gpu=ev.QueueResource(quota=1000))
+        ),
         ev.NodeUpserted(at_ms=0, name="node0", cpu_millicores=8000, memory_bytes=2**34, gpus=1),
     ]
     if foreign:
@@ -31,7 +35,12 @@ def _events(foreign: bool = False) -> list[ev.Event]:
         out += [
             ev.PodGroupUpserted(at_ms=1, name="victim", namespace="d", queue="queue0", created_at_ms=1),
             ev.PodSubmitted(
-                at_ms=1, name="victim-0", namespace="d", pod_group="victim", queue="queue0", requests=GPU,
+                at_ms=1,
+                name="victim-0",
+                namespace="d",
+                pod_group="victim",
+                queue="queue0",
+                requests=GPU,
                 created_at_ms=1,
             ),
             ev.PodBound(at_ms=1, name="victim-0", namespace="d", node="node0"),
@@ -39,10 +48,17 @@ def _events(foreign: bool = False) -> list[ev.Event]:
     released = "other" if foreign else "victim-0"
     out += [
         ev.PodReleasing(at_ms=RELEASED_AT, name=released, namespace="d", reason="deletionTimestamp set"),
-        ev.PodGroupUpserted(at_ms=RELEASED_AT, name="pending", namespace="d", queue="queue0", created_at_ms=5),
+        ev.PodGroupUpserted(
+            at_ms=RELEASED_AT, name="pending", namespace="d", queue="queue0", created_at_ms=5
+        ),
         ev.PodSubmitted(
-            at_ms=RELEASED_AT, name="pending-0", namespace="d", pod_group="pending", queue="queue0",
-            requests=GPU, created_at_ms=5,
+            at_ms=RELEASED_AT,
+            name="pending-0",
+            namespace="d",
+            pod_group="pending",
+            queue="queue0",
+            requests=GPU,
+            created_at_ms=5,
         ),
     ]
     return out
@@ -55,7 +71,9 @@ def _state(foreign: bool = False) -> ClusterState:
     return b.snapshot()
 
 
-def _kinds(now_ms: int, config: SessionConfig | None = None, foreign: bool = False) -> list[tuple[str, str | None]]:
+def _kinds(
+    now_ms: int, config: SessionConfig | None = None, foreign: bool = False
+) -> list[tuple[str, str | None]]:
     record, _ = run_cycle(_state(foreign), config or SessionConfig(), now_ms)
     return [(d.kind, d.node) for d in record.decisions]
 
@@ -85,7 +103,9 @@ def test_a_foreign_pod_stuck_in_releasing_is_not_pipelined_onto() -> None:
 def test_a_repeated_podreleasing_does_not_restart_the_clock() -> None:
     b = StateBuilder()
     events = _events()
-    events.append(ev.PodReleasing(at_ms=RELEASED_AT + 100_000, name="victim-0", namespace="d", reason="again"))
+    events.append(
+        ev.PodReleasing(at_ms=RELEASED_AT + 100_000, name="victim-0", namespace="d", reason="again")
+    )
     for i, e in enumerate(events):
         b.apply(e, i)
     record, _ = run_cycle(b.snapshot(), SessionConfig(), RELEASED_AT + 120_001)
@@ -112,3 +132,14 @@ def test_config_hash_leaves_an_absent_threshold_out() -> None:
     config's hash before the field, computed on the commit before it)."""
     assert config_hash(SessionConfig(stuck_in_releasing_ms=None)) == "a083284ccfc2f752"
     assert config_hash(SessionConfig()) != "a083284ccfc2f752"
+
+
+def test_the_run_flag_reads_a_go_duration() -> None:
+    """``hourglass run --stuck-in-releasing-threshold`` takes KAI's flag value (a Go duration)."""
+    from scheduler.command import stuck_threshold_ms
+
+    assert stuck_threshold_ms("2m") == 120_000
+    assert stuck_threshold_ms("1m30s") == 90_000
+    for bad in ("0", "-1m", "soon"):
+        with pytest.raises(ValueError, match="stuck-in-releasing-threshold"):
+            stuck_threshold_ms(bad)
