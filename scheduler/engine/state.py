@@ -91,6 +91,7 @@ class Queue:
     preempt_min_runtime_ms: int | None = None
     reclaim_min_runtime_ms: int | None = None
     display_name: str | None = None  # spec.displayName, for KAI's metric labels only (no decision reads it)
+    node_pool: str | None = None  # its kai.scheduler/node-pool label: only that shard sees it (pool_view)
 
 
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # the pod label that puts a pod in a subgroup (KAI)
@@ -524,8 +525,12 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
     PodGroup carries none (or when `label` is not the key ingest reads from PodGroups) goes by its own.
 
     Pods of other pools bound to this pool's nodes still hold capacity there: they become foreign pods.
-    Pod groups without a pod in the pool are left out; queues stay (a queue without pods here asks for
-    nothing, so fair share divides this pool's capacity among the queues that have work in it).
+    Pod groups without a pod in the pool are left out. A queue labelled with a pool (KAI's queue label,
+    read with `label` the key ingest reads) is seen by that pool's shard only, as KAI's shards list queues
+    by their partition selector; a queue without the label stays in every shard (a queue without pods here
+    asks for nothing, so fair share divides this pool's capacity among the queues that have work in it).
+    KAI shows unlabelled queues to the default shard only; Hourglass keeps them visible so a pool's pods
+    in an unlabelled queue are still scheduled (docs/kai-compatibility.md).
     """
     nodes = tuple(n for n in state.nodes if n.labels.get(label, "") == pool)
     names = {n.name for n in nodes}
@@ -555,13 +560,24 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
                 )
             )
     jobs_here = {p.job for p in pods}
+    queues = state.queues
+    if label == NODE_POOL_LABEL and any(q.node_pool is not None for q in queues):
+        queues = _pool_queues(queues, pool)
     return replace(
         state,
+        queues=queues,
         nodes=nodes,
         jobs=tuple(j for j in state.jobs if j.uid in jobs_here),
         pods=tuple(pods),
         foreign_pods=tuple(foreign),
     )
+
+
+def _pool_queues(queues: tuple[Queue, ...], pool: str) -> tuple[Queue, ...]:
+    """The queues shard `pool` sees: unlabelled ones and those labelled `pool`. A child whose parent is
+    labelled for another pool loses its parent here, so the session drops it with its subtree (KAI's rule
+    for a missing parent; KAI's shard does not list that parent either)."""
+    return tuple(q for q in queues if q.node_pool is None or q.node_pool == pool)
 
 
 def default_queue_resources(
@@ -1036,6 +1052,7 @@ class StateBuilder:
             preempt_min_runtime_ms=e.preempt_min_runtime_ms,
             reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
             display_name=e.display_name,
+            node_pool=getattr(e, "node_pool", None),
         )
 
     def _on_queue_deleted(self, e: Any) -> None:
