@@ -555,6 +555,7 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
                     p.labels,
                     p.host_ports,
                     releasing=p.status is PodStatus.RELEASING,
+                    releasing_ms=p.releasing_ms if p.status is PodStatus.RELEASING else None,
                     pod_affinity=p.pod_affinity,
                     pod_anti_affinity=p.pod_anti_affinity,
                 )

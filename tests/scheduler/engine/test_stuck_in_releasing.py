@@ -143,3 +143,48 @@ def test_the_run_flag_reads_a_go_duration() -> None:
     for bad in ("0", "-1m", "soon"):
         with pytest.raises(ValueError, match="stuck-in-releasing-threshold"):
             stuck_threshold_ms(bad)
+
+
+def test_another_pools_pod_stuck_in_releasing_is_not_pipelined_onto_in_a_shard() -> None:
+    """In a shard, a pod of another pool on this pool's nodes is held as a pod of another scheduler; its
+    release keeps its date, so it turns stuck there too."""
+    from scheduler.engine.state import NODE_POOL_LABEL
+
+    events: list[ev.Event] = [
+        ev.QueueUpserted(at_ms=0, name="queue0"),
+        ev.NodeUpserted(
+            at_ms=0,
+            name="node0",
+            cpu_millicores=8000,
+            memory_bytes=2**34,
+            gpus=1,
+            labels={NODE_POOL_LABEL: "a"},
+        ),
+    ]
+    for name, pool in (("victim", "b"), ("pending", "a")):
+        events += [
+            ev.PodGroupUpserted(
+                v=2, at_ms=1, name=name, namespace="d", queue="queue0", created_at_ms=1, node_pool=pool
+            ),
+            ev.PodSubmitted(
+                at_ms=1,
+                name=f"{name}-0",
+                namespace="d",
+                pod_group=name,
+                queue="queue0",
+                requests=GPU,
+                created_at_ms=1,
+            ),
+        ]
+    events += [
+        ev.PodBound(at_ms=1, name="victim-0", namespace="d", node="node0"),
+        ev.PodReleasing(at_ms=RELEASED_AT, name="victim-0", namespace="d", reason="deletionTimestamp set"),
+    ]
+    b = StateBuilder()
+    for i, e in enumerate(events):
+        b.apply(e, i)
+    shard = SessionConfig(node_pool="a")
+    fresh, _ = run_cycle(b.snapshot(), shard, RELEASED_AT + 1_000)
+    assert [(d.kind, d.node) for d in fresh.decisions] == [("Pipeline", "node0")]
+    stuck, _ = run_cycle(b.snapshot(), shard, RELEASED_AT + 120_001)
+    assert [d.kind for d in stuck.decisions] == ["Unschedulable"]
