@@ -350,7 +350,10 @@ class QueueResources(_Record):
 
 
 class QueueUpserted(EventBase):
-    """A queue (KAI Queue CRD) was created or changed. Only leaf queues hold jobs."""
+    """A queue (KAI Queue CRD) was created or changed. Only leaf queues hold jobs.
+
+    v2: ``node_pool`` is its ``kai.scheduler/node-pool`` label: the one scheduling shard that sees it.
+    """
 
     type: Literal["QueueUpserted"] = "QueueUpserted"
     name: QueueName
@@ -360,6 +363,10 @@ class QueueUpserted(EventBase):
     resources: QueueResources = Field(default_factory=QueueResources)
     preempt_min_runtime_ms: TimeMs | None = None
     reclaim_min_runtime_ms: TimeMs | None = None
+    node_pool: NamedValue | None = None
+
+    # Written only when set, so a queue without the label serialises as before the field existed.
+    V2_FIELDS: ClassVar[frozenset[str]] = frozenset({"node_pool"})
 
     @model_validator(mode="after")
     def _not_own_parent(self) -> Self:

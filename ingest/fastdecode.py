@@ -190,6 +190,7 @@ class QueueUpserted(_Ev, tag="QueueUpserted", frozen=True, kw_only=True):
     resources: QueueResources = field(default_factory=QueueResources)
     preempt_min_runtime_ms: TimeMs | None = None
     reclaim_min_runtime_ms: TimeMs | None = None
+    node_pool: ClassVar[str | None] = None  # contract v2: events that set it take the pydantic path
 
 
 class QueueDeleted(_Ev, tag="QueueDeleted", frozen=True, kw_only=True):

@@ -50,6 +50,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         " the same file",
     )
     p.add_argument(
+        "--stuck-in-releasing-threshold",
+        default=None,
+        metavar="DURATION",
+        help="KAI's flag: how long (e.g. 2m, 90s) after a Running pod's deletion started its resources stop"
+        " being releasing capacity pending pods may be pipelined onto; overrides the engine config's"
+        " stuck_in_releasing_ms (default 2m, as KAI)",
+    )
+    p.add_argument(
         "--period",
         type=float,
         default=10.0,
@@ -82,6 +90,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_kubeconfig_argument(p)  # only the Lease is read or written through it
 
 
+def stuck_threshold_ms(text: str) -> int:
+    """``--stuck-in-releasing-threshold`` (a Go duration such as ``2m``) in milliseconds; ValueError if not
+    a positive duration (KAI keeps its default for <= 0, which a flag given on purpose should not hide)."""
+    from ingest.kube.kai_shard import ShardError, _seconds
+
+    try:
+        ms = round(_seconds("--stuck-in-releasing-threshold", text) * 1000)
+    except ShardError as e:
+        raise ValueError(str(e)) from None
+    if ms <= 0:
+        raise ValueError(f"--stuck-in-releasing-threshold: {text!r} must be a positive duration such as 2m")
+    return ms
+
+
 def _engine_config_sets(path: str, name: str) -> bool:
     """Whether the engine config file names ``name`` explicitly (it was readable: load_engine_config passed)."""
     import yaml
@@ -111,6 +133,10 @@ def run_cli(args: argparse.Namespace) -> int:
         config = load_engine_config(args.engine_config) if args.engine_config else SessionConfig()
         if args.node_pool is not None:
             config = dataclasses.replace(config, node_pool=args.node_pool)
+        if args.stuck_in_releasing_threshold is not None:
+            config = dataclasses.replace(
+                config, stuck_in_releasing_ms=stuck_threshold_ms(args.stuck_in_releasing_threshold)
+            )
     except (EngineConfigError, ValueError) as e:
         print(f"run: {e}", file=sys.stderr)
         return 2

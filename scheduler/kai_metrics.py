@@ -58,6 +58,14 @@ KAI_QUEUE_LABELS = ("queue_name", "queue_metadata_name", "queue_display_name")
 #: ``.filtered``.
 SOLVER_ACTIONS: tuple[str, ...] = ("consolidation", "reclaim", "preempt")
 
+#: The actions whose victim search is bounded by ``solver_job_budget`` / ``solver_action_budget``
+#: (scheduler/engine/actions/budget.py): KAI's ``scenario_search_*`` metrics are reported for these.
+SEARCH_ACTIONS: tuple[str, ...] = ("reclaim", "preempt")
+
+#: The ``generator`` label of ``scenario_search_scenarios_total``: Hourglass's solver has one scenario
+#: generator (KAI v0.17 runs several, each with its own budget).
+SEARCH_GENERATOR = "solver"
+
 #: KAI's node pool of a PodGroup without the ``kai.scheduler/node-pool`` label.
 DEFAULT_NODE_POOL = "default"
 
@@ -147,6 +155,10 @@ class KaiCycleMetrics:
     _simulated: dict[str, int] = field(default_factory=dict)
     _filtered: dict[str, int] = field(default_factory=dict)
     _preemption_attempts: int = 0
+    # KAI's scenario_search_* counters (pkg/scheduler/metrics/metrics.go), by (action, result) / action.
+    _search_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
+    _search_exhausted: dict[str, int] = field(default_factory=dict)
+    _search_simulated: dict[str, int] = field(default_factory=dict)
 
     def observe(
         self,
@@ -160,6 +172,7 @@ class KaiCycleMetrics:
         work: Mapping[str, int] | None = None,
         plugin_s: Mapping[tuple[str, str], float] | None = None,
         podgroups: Mapping[str, tuple[str, str]] | None = None,
+        action_budget: int | None = None,
     ) -> None:
         """Account one cycle: its timings (``durations`` as in :func:`scheduler.metrics.observe_cycle`,
         ``total_s`` the whole cycle), its decisions, and ``task_latencies_ms``, pod creation to bind per
@@ -167,7 +180,8 @@ class KaiCycleMetrics:
         attempts, simulated and filtered scenarios per action); ``plugin_s`` maps (KAI plugin name, ``OnSession``
         label) to seconds. ``podgroups`` maps a job (``namespace/name``) to its PodGroup's ``metadata.uid`` and
         node pool, the ``uid`` and ``nodepool`` labels of ``pod_group_evicted_pods_total`` (unknown jobs:
-        empty uid, KAI's default pool)."""
+        empty uid, KAI's default pool). ``action_budget`` is the cycle's ``solver_action_budget`` (an
+        action whose failed simulations reached it exhausted its budget this cycle)."""
         actions = {k: v for k, v in durations.items() if k not in (open_session_key, cycle_key)}
         # The phases partition the cycle, so what is left after opening the session and running the
         # actions is closing it (building the cycle record), KAI's close-session step.
@@ -203,6 +217,25 @@ class KaiCycleMetrics:
                     n = int(work.get(f"{action}.{kind}", 0))
                     if n or action in into:
                         into[action] = into.get(action, 0) + n
+            for action in SEARCH_ACTIONS:
+                attempts = int(work.get(f"{action}.attempts", 0))
+                cut = int(work.get(f"{action}.cut", 0))
+                solved = min(len(scheduled.get(action, ())), attempts)
+                results = (
+                    ("solved", solved),
+                    ("deadline_exhausted", cut),  # stopped by a budget (KAI's are deadlines)
+                    ("generators_exhausted", max(attempts - solved - cut, 0)),
+                )
+                for result, n in results:
+                    if n or (action, result) in self._search_jobs:
+                        self._search_jobs[(action, result)] = self._search_jobs.get((action, result), 0) + n
+                wasted = int(work.get(f"{action}.wasted", 0))
+                spent = action_budget is not None and attempts > 0 and wasted >= action_budget
+                if spent or attempts or action in self._search_exhausted:
+                    self._search_exhausted[action] = self._search_exhausted.get(action, 0) + int(spent)
+                sims = int(work.get(f"{action}.simulations", 0))
+                if sims or action in self._search_simulated:
+                    self._search_simulated[action] = self._search_simulated.get(action, 0) + sims
             # KAI counts a preemption attempt only when the preempt action found victims for a job.
             self._preemption_attempts += len(preempted)
             self._e2e_ms = whole_ms(total_s)
@@ -240,6 +273,9 @@ class KaiCycleMetrics:
                 ),
             )
             preemption_attempts = self._preemption_attempts
+            search_jobs = dict(self._search_jobs)
+            search_exhausted = dict(self._search_exhausted)
+            search_simulated = dict(self._search_simulated)
         for name, value, doc in (
             (
                 "e2e_scheduling_latency_milliseconds",
@@ -302,4 +338,29 @@ class KaiCycleMetrics:
         for key in sorted(evicted):
             ev.add_metric(list(key), float(evicted[key]))
         yield ev
+        jobs = CounterMetricFamily(
+            _n("scenario_search_jobs_total"),
+            "Count of jobs considered by bounded scenario search.",
+            labels=["action", "result", "reduced_budget"],
+        )
+        for (action, result), n in sorted(search_jobs.items()):
+            # Hourglass's budgets never shrink within a cycle: no job runs on a reduced budget.
+            jobs.add_metric([action, result, "false"], float(n))
+        yield jobs
+        exhausted = CounterMetricFamily(
+            _n("scenario_search_action_budget_exhausted_total"),
+            "Count of action-level scenario search budget exhaustion events.",
+            labels=["action"],
+        )
+        for action in sorted(search_exhausted):
+            exhausted.add_metric([action], float(search_exhausted[action]))
+        yield exhausted
+        scenarios = CounterMetricFamily(
+            _n("scenario_search_scenarios_total"),
+            "Count of bounded-search scenarios by state.",
+            labels=["action", "generator", "state"],
+        )
+        for action in sorted(search_simulated):
+            scenarios.add_metric([action, SEARCH_GENERATOR, "simulated"], float(search_simulated[action]))
+        yield scenarios
         yield from self._task.collect()

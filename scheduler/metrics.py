@@ -323,6 +323,7 @@ def observe_cycle(
         work=session.work if session is not None else None,
         plugin_s=getattr(session, "plugin_seconds", None),  # a _TimedSession's, or what its opener set
         podgroups=_evicted_podgroups(record, session),
+        action_budget=session.config.solver_action_budget if session is not None else None,
     )
     for d in record.decisions:
         action = d.action or ""

@@ -133,6 +133,8 @@ def engine_config(manifest: dict[str, Any]) -> SessionConfig:
         fields.setdefault("topology_details", False)
         # ... and one recorded before the learnt workload scored against the shipped prior.
         fields.setdefault("workload_types", "prior")
+        # ... and one recorded before the stuck-in-releasing threshold pipelined onto every releasing pod.
+        fields.setdefault("stuck_in_releasing_ms", None)
         config = SessionConfig(**fields)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"manifest has no usable engine_config: {exc}") from exc
@@ -156,7 +158,9 @@ def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
     older = config.without_topology_details()
     variants = (config, config.unbudgeted(), older, older.unbudgeted())
     typed = (*(v.with_learnt_types() for v in variants), *(v.with_prior_types() for v in variants))
-    for candidate in (*variants, *typed):
+    # Cycles recorded before the stuck-in-releasing threshold existed pipelined onto every releasing pod.
+    unstuck = tuple(v.never_stuck() for v in (*variants, *typed))
+    for candidate in (*variants, *typed, *unstuck):
         if config_hash(candidate) == recorded_hash:
             return candidate
     return config

@@ -20,6 +20,7 @@ KAI field                                              Hourglass
 ``spec.minRuntime.preemptMinRuntime`` / ``reclaim...``  ``default_preempt_min_runtime_ms`` / ``reclaim``
 ``spec.args["max-consolidation-preemptees"]``          ``max_consolidation_preemptees``
 ``spec.args["default-staleness-grace-period"]``        ``stale_grace_ms``
+``spec.args["stuck-in-releasing-threshold"]``         ``stuck_in_releasing_ms`` (> 0, as KAI's flag)
 ``spec.partitionLabelValue`` / ``partitionLabelKey``     ``node_pool`` / ``node_pool_label`` (the shard's pool)
 ``spec.plugins.proportion.arguments.``                 ``saturation_multiplier`` (KAI's spelling, sic;
 ``relcaimerSaturationMultiplier``                      below 1 is 1, as KAI)
@@ -248,6 +249,13 @@ def read_shard(doc: dict[str, Any]) -> ShardConfig:
         elif key == "default-staleness-grace-period":
             grace = _seconds(where, value)
             engine["stale_grace_ms"] = -1 if grace < 0 else round(grace * 1000)
+        elif key == "stuck-in-releasing-threshold":
+            threshold = round(_seconds(where, value) * 1000)
+            if threshold <= 0:
+                # KAI keeps its 2m default for a threshold <= 0 (pod_info.go ApplyOptions).
+                engine.pop("stuck_in_releasing_ms", None)
+            else:
+                engine["stuck_in_releasing_ms"] = threshold
         elif key == "queue-label-key":
             if value != _QUEUE_LABEL:
                 raise ShardError(

@@ -440,6 +440,7 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
         except ValueError as exc:
             raise InvalidObject("Queue", name, f"spec.{key}", raw, str(exc)) from None
     display = spec.get("displayName")
+    pool = _dict(_meta(obj).get("labels")).get(LABEL_NODE_POOL)
     try:
         event = QueueUpserted(
             name=name,
@@ -450,6 +451,7 @@ def queue_upserted(obj: dict[str, Any], at_ms: int) -> tuple[QueueUpserted, list
             resources=QueueResources(**resources),
             preempt_min_runtime_ms=runtimes["preemptMinRuntime"],
             reclaim_min_runtime_ms=runtimes["reclaimMinRuntime"],
+            node_pool=pool if isinstance(pool, str) and pool else None,
         )
     except ValidationError as exc:
         raise _fail_model("Queue", name, exc) from None

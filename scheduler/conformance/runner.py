@@ -213,6 +213,10 @@ def load_state(doc: dict[str, Any]) -> tuple[ClusterState, SessionConfig]:
                     task_priority=t.get("order_priority", 0),
                     index=idx,
                     created_ms=NOW_MS - int(j.get("age_minutes", 0) * 60_000),
+                    # How long a releasing task's deletion has been going on (KAI's deletionTimestamp age).
+                    releasing_ms=None
+                    if t.get("releasing_for_seconds") is None
+                    else NOW_MS - int(t["releasing_for_seconds"] * 1000),
                     allowed_nodes=tuple(t["allowed_nodes"]) if t.get("allowed_nodes") is not None else None,
                     **_placement(_with_subgroup_label(t)),
                 )

@@ -91,6 +91,7 @@ _KNOWN: Final = frozenset(
         "_ready_gpu_milli",
         "shares",
         "_node_maxima",  # kept: it depends on the node specs only, unchanged by reopen
+        "stuck_next_ms",  # kept, lowered for the tasks put on; reopen refuses once a pod would turn stuck
     }
 )
 _INIT_ATTRS: Final = frozenset(vars(Session(ClusterState())))
@@ -405,6 +406,11 @@ def reopen(
         return None, "nodes changed"
     if old.queues != state.queues:
         return None, "queues changed"
+    if config.stuck_in_releasing_ms is not None and (
+        now_ms < ssn.now_ms or (ssn.stuck_next_ms is not None and now_ms >= ssn.stuck_next_ms)
+    ):
+        # A releasing pod kept on its node would now be charged otherwise (stuck, or no longer stuck).
+        return None, "a releasing pod's stuck-in-releasing state changed"
     touched = _revert(ssn)
     queues = ssn.queues
     job_by_uid = ssn.job_by_uid
@@ -486,6 +492,8 @@ def reopen(
     node_by_name = ssn.node_by_name
     for p in arriving:
         t = tasks_of[p.uid] = TaskInfo(p, job_by_uid[p.job])
+        if p.status is PodStatus.RELEASING:
+            t.stuck = ssn.is_stuck(p.releasing_ms, now_ms)
         if _holds_anti(p):
             index.anti.add(p.uid)
         if _holds_soft(p):
@@ -561,7 +569,7 @@ def reopen(
             t.node.assign_unknown_devices(t)
         for fp in state.foreign_pods:
             if fp.node in rebuild:
-                node_by_name[fp.node].add_foreign(fp)
+                node_by_name[fp.node].add_foreign(fp, fp.releasing and ssn.is_stuck(fp.releasing_ms, now_ms))
         for name in rebuild:
             touched[name] = node_by_name[name]
     for name in sorted(touched):

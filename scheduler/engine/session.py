@@ -172,6 +172,8 @@ class NodeInfo:
     def add(self, task: TaskInfo, status: PodStatus, sign: int) -> None:
         self.stamp += 1
         req = task.request
+        if task.stuck and status is PodStatus.RELEASING:
+            status = PodStatus.RUNNING  # stuck in releasing: its capacity is not releasing (KAI)
         bucket = (
             self.alloc
             if status in QUEUE_ALLOCATED
@@ -249,14 +251,14 @@ class NodeInfo:
         task.devices = task.orig_devices = tuple(sorted(chosen))
         self.add(task, task.status, +1)
 
-    def add_foreign(self, fp: ForeignPod) -> None:
+    def add_foreign(self, fp: ForeignPod, stuck: bool = False) -> None:
         """Charge a pod of another scheduler: it holds CPU, memory, a pod slot, devices, extended
         resources and ports like one of ours. Device indices are not known for it: whole GPUs take free
         devices from the highest index down (ours are recorded from the lowest), a shared request joins a
         shared device with room, else a free one."""
         self.stamp += 1
         req = fp.request
-        rel = fp.releasing
+        rel = fp.releasing and not stuck  # stuck in releasing: held like a running pod's (KAI)
         bucket = self.rel if rel else self.alloc
         bucket[0] += req.cpu
         bucket[1] += req.memory
@@ -314,6 +316,7 @@ class TaskInfo:
         "request",
         "shared",
         "status",
+        "stuck",
         "uid",
         "virtual",
     )
@@ -334,6 +337,9 @@ class TaskInfo:
         self.orig_node: str | None = pod.node
         self.orig_devices = pod.gpu_devices
         self.virtual = False  # evicted inside a what-if simulation
+        # Releasing longer than the config's threshold when the session opened (KAI's StuckInReleasing):
+        # it holds its node like a running pod, so nothing is pipelined onto what it holds.
+        self.stuck = False
         # Filters beyond capacity apply (extended resources, ports, volumes, inter-pod terms, spread).
         self.constrained = pod.has_pod_constraints
         self.preferences = self.constrained and pod.has_preferences
@@ -673,6 +679,11 @@ class SessionConfig:
     workload_half_life_s: int = 86_400
     workload_window_s: int = 7 * 86_400
     workload_refresh_s: int = 600
+    # KAI's --stuck-in-releasing-threshold (pkg/scheduler/api/pod_info/pod_info.go getTaskStatus, default
+    # 2m): a pod releasing for longer than this at the cycle's logical time is StuckInReleasing, and what
+    # it holds is not releasing capacity that pending pods may be pipelined onto. None: never stuck -- what
+    # a config recorded before the field existed means (config_hash leaves None out).
+    stuck_in_releasing_ms: int | None = 120_000
 
     def __post_init__(self) -> None:
         for name in ("solver_job_budget", "solver_action_budget"):
@@ -688,6 +699,11 @@ class SessionConfig:
         if self.workload_types not in ("decayed", "learnt", "prior"):
             raise ValueError(
                 f"workload_types must be 'decayed', 'learnt' or 'prior', not {self.workload_types!r}"
+            )
+        v = self.stuck_in_releasing_ms
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise ValueError(
+                f"stuck_in_releasing_ms must be a whole number of milliseconds >= 1 or null, not {v!r}"
             )
         for name in ("workload_half_life_s", "workload_window_s", "workload_refresh_s"):
             v = getattr(self, name)
@@ -707,6 +723,11 @@ class SessionConfig:
         """This config scoring against the whole cluster's last 4,096 pods blended with the prior: the
         behaviour of a config recorded before ``decayed`` existed (``learnt`` was then the default)."""
         return replace(self, workload_types="learnt")
+
+    def never_stuck(self) -> SessionConfig:
+        """This config with no stuck-in-releasing threshold: the behaviour of a config recorded without
+        the ``stuck_in_releasing_ms`` field (every releasing pod's capacity may be pipelined onto)."""
+        return replace(self, stuck_in_releasing_ms=None)
 
     def with_prior_types(self) -> SessionConfig:
         """This config scoring against the shipped prior alone: the behaviour of a config recorded without
@@ -792,6 +813,9 @@ class Session:
         # Work counters ("reclaim.attempts", "reclaim.simulations", "reclaim.filtered", ...) for benchmarks and
         # KAI's solver metrics (scheduler/kai_metrics.py); no decision reads them.
         self.work: Counter[str] = Counter()
+        # The earliest logical time at which a pod charged here as releasing would be stuck: a kept
+        # session reused at or after it would charge that pod wrongly (scheduler/engine/kept.py).
+        self.stuck_next_ms: int | None = None
         unknown_devices: list[TaskInfo] = []
         for p in state.pods:
             if p.gated and p.status is PodStatus.PENDING:
@@ -809,6 +833,8 @@ class Session:
                 self.soft_present = True
             job = self.job_by_uid[p.job]
             t = TaskInfo(p, job)
+            if p.status is PodStatus.RELEASING:
+                t.stuck = self.is_stuck(p.releasing_ms, now_ms)
             job.tasks.append(t)
             self.tasks.append(t)
             if p.node is not None and p.status in ACTIVE_USED:
@@ -825,7 +851,7 @@ class Session:
         for fp in state.foreign_pods:
             fnode = self.node_by_name.get(fp.node)
             if fnode is not None:
-                fnode.add_foreign(fp)
+                fnode.add_foreign(fp, fp.releasing and self.is_stuck(fp.releasing_ms, now_ms))
                 if any(not t.weight for t in fp.pod_anti_affinity):
                     self.anti_present = True
                 if has_soft_terms(fp.pod_affinity, fp.pod_anti_affinity):
@@ -843,6 +869,19 @@ class Session:
         self._ready_gpu_milli = 0
         self._account_queues()
         self.shares = self._divide(usage or {})
+
+    def is_stuck(self, releasing_ms: int | None, now_ms: int) -> bool:
+        """Whether a pod releasing since ``releasing_ms`` is stuck in releasing at ``now_ms`` (KAI's
+        ``time.Since(deletionTimestamp) > threshold``); notes when a pod not stuck yet would become so."""
+        limit = self.config.stuck_in_releasing_ms
+        if limit is None or releasing_ms is None:
+            return False
+        if now_ms - releasing_ms > limit:
+            return True
+        turns = releasing_ms + limit + 1
+        if self.stuck_next_ms is None or turns < self.stuck_next_ms:
+            self.stuck_next_ms = turns
+        return False
 
     # -- accounting -----------------------------------------------------------------------------------
     def task_vec(self, t: TaskInfo) -> Vec:

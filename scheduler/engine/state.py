@@ -91,6 +91,7 @@ class Queue:
     preempt_min_runtime_ms: int | None = None
     reclaim_min_runtime_ms: int | None = None
     display_name: str | None = None  # spec.displayName, for KAI's metric labels only (no decision reads it)
+    node_pool: str | None = None  # its kai.scheduler/node-pool label: only that shard sees it (pool_view)
 
 
 SUBGROUP_LABEL = "kai.scheduler/subgroup-name"  # the pod label that puts a pod in a subgroup (KAI)
@@ -325,6 +326,9 @@ class Pod(msgspec.Struct, frozen=True, gc=False):
     volumes: tuple[Volume, ...] = ()
     gated: bool = False  # spec.schedulingGates not empty: not pending yet, the engine skips it
     disks: tuple[Disk, ...] = ()  # inline disks (VolumeRestrictions)
+    # When its PodReleasing event came (the logical time ingest saw the deletionTimestamp): how long it has
+    # been releasing decides whether pods may still be pipelined onto what it holds (KAI's StuckInReleasing).
+    releasing_ms: int | None = None
 
     @property
     def has_preferences(self) -> bool:
@@ -367,6 +371,7 @@ class ForeignPod:
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     host_ports: tuple[HostPort, ...] = ()
     releasing: bool = False
+    releasing_ms: int | None = None  # logical time it was first seen releasing (see Pod.releasing_ms)
     # Its inter-pod terms, required (weight 0) and preferred: its required anti-affinity repels our pods.
     pod_affinity: tuple[PodAffinityTerm, ...] = ()
     pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
@@ -524,8 +529,12 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
     PodGroup carries none (or when `label` is not the key ingest reads from PodGroups) goes by its own.
 
     Pods of other pools bound to this pool's nodes still hold capacity there: they become foreign pods.
-    Pod groups without a pod in the pool are left out; queues stay (a queue without pods here asks for
-    nothing, so fair share divides this pool's capacity among the queues that have work in it).
+    Pod groups without a pod in the pool are left out. A queue labelled with a pool (KAI's queue label,
+    read with `label` the key ingest reads) is seen by that pool's shard only, as KAI's shards list queues
+    by their partition selector; a queue without the label stays in every shard (a queue without pods here
+    asks for nothing, so fair share divides this pool's capacity among the queues that have work in it).
+    KAI shows unlabelled queues to the default shard only; Hourglass keeps them visible so a pool's pods
+    in an unlabelled queue are still scheduled (docs/kai-compatibility.md).
     """
     nodes = tuple(n for n in state.nodes if n.labels.get(label, "") == pool)
     names = {n.name for n in nodes}
@@ -550,18 +559,30 @@ def pool_view(state: ClusterState, pool: str, label: str = NODE_POOL_LABEL) -> C
                     p.labels,
                     p.host_ports,
                     releasing=p.status is PodStatus.RELEASING,
+                    releasing_ms=p.releasing_ms if p.status is PodStatus.RELEASING else None,
                     pod_affinity=p.pod_affinity,
                     pod_anti_affinity=p.pod_anti_affinity,
                 )
             )
     jobs_here = {p.job for p in pods}
+    queues = state.queues
+    if label == NODE_POOL_LABEL and any(q.node_pool is not None for q in queues):
+        queues = _pool_queues(queues, pool)
     return replace(
         state,
+        queues=queues,
         nodes=nodes,
         jobs=tuple(j for j in state.jobs if j.uid in jobs_here),
         pods=tuple(pods),
         foreign_pods=tuple(foreign),
     )
+
+
+def _pool_queues(queues: tuple[Queue, ...], pool: str) -> tuple[Queue, ...]:
+    """The queues shard `pool` sees: unlabelled ones and those labelled `pool`. A child whose parent is
+    labelled for another pool loses its parent here, so the session drops it with its subtree (KAI's rule
+    for a missing parent; KAI's shard does not list that parent either)."""
+    return tuple(q for q in queues if q.node_pool is None or q.node_pool == pool)
 
 
 def default_queue_resources(
@@ -1039,6 +1060,7 @@ class StateBuilder:
             preempt_min_runtime_ms=e.preempt_min_runtime_ms,
             reclaim_min_runtime_ms=e.reclaim_min_runtime_ms,
             display_name=e.display_name,
+            node_pool=getattr(e, "node_pool", None),
         )
 
     def _on_queue_deleted(self, e: Any) -> None:
@@ -1052,6 +1074,10 @@ class StateBuilder:
 
     def _on_foreign_pod_upserted(self, e: Any) -> None:
         fp = foreign_pod_from_event(e)
+        if fp.releasing:
+            before = self.foreign.get(fp.uid)
+            since = before.releasing_ms if before is not None and before.releasing else None
+            fp = replace(fp, releasing_ms=e.at_ms if since is None else since)
         self.foreign[fp.uid] = fp
 
     def _on_pod_ungated(self, e: Any) -> None:
@@ -1062,11 +1088,17 @@ class StateBuilder:
 
     def _on_pod_releasing(self, e: Any) -> None:
         uid = f"{e.namespace}/{e.name}"
-        if uid in self.foreign:
-            self.foreign[uid] = replace(self.foreign[uid], releasing=True)
+        if uid in self.foreign and not self.foreign[uid].releasing:
+            self.foreign[uid] = replace(self.foreign[uid], releasing=True, releasing_ms=e.at_ms)
         rel = self.pods.get(uid)
         if rel is not None and rel.node is not None:
-            self.pods[uid] = evolve(rel, status=PodStatus.RELEASING)
+            # The first PodReleasing dates the release; a repeated one does not restart the clock.
+            since = (
+                rel.releasing_ms
+                if rel.status is PodStatus.RELEASING and rel.releasing_ms is not None
+                else e.at_ms
+            )
+            self.pods[uid] = evolve(rel, status=PodStatus.RELEASING, releasing_ms=since)
             self._touch_job(rel.job, e.at_ms)
 
     def _on_pod_finished(self, e: Any) -> None:

@@ -172,3 +172,58 @@ def test_each_shard_sinks_into_a_store_of_its_own_for_sql(
         assert main(["sql", "--store", store, "--format", "json", "SELECT count(*) AS n FROM events"]) == 0
         assert json.loads(capsys.readouterr().out) == [{"n": len(_cluster())}]
     assert binds == {"a": ["ns/pa"], "b": ["ns/pb"]}
+
+
+def _pool_queues() -> list[ev.EventBase]:
+    """Queue qa labelled for pool a, qb for pool b, q without the label; one pool-a pod in each queue."""
+    out: list[ev.EventBase] = [
+        ev.QueueUpserted(at_ms=0, name="q"),
+        ev.QueueUpserted(at_ms=0, name="qa", node_pool="a"),
+        ev.QueueUpserted(at_ms=0, name="qb", node_pool="b"),
+        ev.NodeUpserted(
+            at_ms=0, name="a1", cpu_millicores=64_000, memory_bytes=2**38, gpus=8,
+            labels={NODE_POOL_LABEL: "a"},
+        ),
+    ]
+    for name, queue in (("in-q", "q"), ("in-qa", "qa"), ("in-qb", "qb")):
+        out += [
+            ev.PodGroupUpserted(
+                v=2, at_ms=S, name=name, namespace="ns", queue=queue, created_at_ms=S, node_pool="a"
+            ),
+            ev.PodSubmitted(
+                at_ms=S, name=name, namespace="ns", pod_group=name, requests=ev.PodRequests(gpus=1),
+                created_at_ms=S,
+            ),
+        ]
+    return out
+
+
+def test_a_queue_labelled_for_a_pool_is_seen_by_that_shard_only() -> None:
+    """KAI's shard lists queues with its partition selector (``pkg/scheduler/cache/cluster_info/
+    data_lister/kubernetes_lister.go`` ListQueues, ``pkg/scheduler/conf/scheduler_conf.go``
+    GetLabelSelector): a queue labelled ``kai.scheduler/node-pool: b`` does not exist for shard a, so
+    shard a's pod in it is not placed and the queue is not divided there. Unlabelled queues stay."""
+    b = StateBuilder()
+    for e in _pool_queues():
+        b.apply(e)
+    record, _ = run_cycle(b.snapshot(), SessionConfig(node_pool="a"), 2 * S)
+    binds = {d.pod for d in record.decisions if d.kind == "Bind"}
+    assert binds == {"ns/in-q", "ns/in-qa"}
+    assert {q.name for q in record.queues} == {"q", "qa"}
+    unsharded, _ = run_cycle(b.snapshot(), SessionConfig(), 2 * S)
+    assert {q.name for q in unsharded.queues} == {"q", "qa", "qb"}
+
+
+def test_the_queue_label_is_read_from_the_queue_object() -> None:
+    from ingest.kube import translate as kube
+
+    unlimited = {"quota": -1, "limit": -1, "overQuotaWeight": 1}
+    meta: dict[str, object] = {"name": "gpu-queue", "labels": {NODE_POOL_LABEL: "gpu-nodes"}}
+    spec = {"resources": {r: unlimited for r in ("gpu", "cpu", "memory")}}
+    obj = {"apiVersion": "scheduling.run.ai/v2", "kind": "Queue", "metadata": meta, "spec": spec}
+    event, _ = kube.queue_upserted(obj, 0)
+    assert event.node_pool == "gpu-nodes"
+    assert b'"node_pool"' in ev.dump_event(event)
+    del meta["labels"]
+    plain, _ = kube.queue_upserted(obj, 0)
+    assert plain.node_pool is None and b"node_pool" not in ev.dump_event(plain)

@@ -204,7 +204,7 @@ def config_hash(config: SessionConfig) -> str:
     """A short stable hash of the engine configuration."""
     fields = asdict(config)
     # Fields added later are left out at their "absent" value, so older configs keep their hash.
-    for name in ("solver_job_budget", "solver_action_budget"):
+    for name in ("solver_job_budget", "solver_action_budget", "stuck_in_releasing_ms"):
         if fields[name] is None:
             del fields[name]
     if not fields["topology_details"]:

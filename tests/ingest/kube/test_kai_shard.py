@@ -155,3 +155,18 @@ def test_reclaim_sensitivity_is_the_argument_kais_proportion_plugin_reads(
         "spec.plugins.topology",
     )
     assert load_engine_config(_file(tmp_path, yaml.safe_dump(doc))).saturation_multiplier == expect
+
+
+def test_stuck_in_releasing_threshold_is_read_from_the_shard_args(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``args.stuck-in-releasing-threshold`` (KAI ``cmd/scheduler/app/options/options.go``) sets the
+    engine's threshold and is not in the unknown-fields warning; <= 0 keeps KAI's 2m default
+    (``pkg/scheduler/api/pod_info/pod_info.go`` ApplyOptions)."""
+    text = TIME_BASED + "    stuck-in-releasing-threshold: 5m\n"
+    with caplog.at_level(logging.WARNING):
+        cfg = load_engine_config(_file(tmp_path, text))
+    assert cfg.stuck_in_releasing_ms == 300_000
+    assert not any("stuck-in-releasing" in r.getMessage() for r in caplog.records)
+    zero = load_engine_config(_file(tmp_path, TIME_BASED + '    stuck-in-releasing-threshold: "0"\n'))
+    assert zero.stuck_in_releasing_ms == 120_000
