@@ -8,11 +8,15 @@ node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as i
 (sha256 of the record) lets two builds' decisions be compared.
 
     python benchmarks/bench_kai_shapes.py [--shapes reclaim-large,consolidation] [--nodes 100,500,1000]
-                                          [--kai]
+                                          [--kai] [--kai-src DIR] [--kai-only]
 
-``--kai``: also run KAI's own Go benchmark for the same shapes, built from the Go module proxy
-(``go test -bench`` on module ``github.com/NVIDIA/KAI-scheduler`` in a temporary module), when ``go`` is on
-PATH; otherwise say it was skipped. Nothing of KAI's code is kept in this repository.
+``--kai``: after each Hourglass run, KAI's own Go benchmark for the same shape and size (alternating, so both
+see the same load), from the Go module proxy (KAI's module under its current and former path, in a
+temporary module); ``--kai-src DIR`` takes KAI from a source tree on disk instead (the proxy refuses KAI's
+module; its dependencies it serves). One line each: ``bench: kai shape=S nodes=N seconds=X decisions=D``,
+where D says what KAI's benchmark checks (it prints no decisions), or ``bench: kai skipped=REASON``. Sizes are
+asked for through a one-function benchmark file given to ``go test -overlay``; nothing of KAI's code is kept
+in this repository and KAI's tree is not written to.
 """
 
 from __future__ import annotations
