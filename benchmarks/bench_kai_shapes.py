@@ -8,17 +8,22 @@ node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as i
 (sha256 of the record) lets two builds' decisions be compared.
 
     python benchmarks/bench_kai_shapes.py [--shapes reclaim-large,consolidation] [--nodes 100,500,1000]
-                                          [--kai]
+                                          [--kai] [--kai-src DIR] [--kai-only]
 
-``--kai``: also run KAI's own Go benchmark for the same shapes, built from the Go module proxy
-(``go test -bench`` on module ``github.com/NVIDIA/KAI-scheduler`` in a temporary module), when ``go`` is on
-PATH; otherwise say it was skipped. Nothing of KAI's code is kept in this repository.
+``--kai``: after each Hourglass run, KAI's own Go benchmark for the same shape and size (alternating, so both
+see the same load), from the Go module proxy (KAI's module under its current and former path, in a
+temporary module); ``--kai-src DIR`` takes KAI from a source tree on disk instead (the proxy refuses KAI's
+module; its dependencies it serves). One line each: ``bench: kai shape=S nodes=N seconds=X decisions=D``,
+where D says what KAI's benchmark checks (it prints no decisions), or ``bench: kai skipped=REASON``. Sizes are
+asked for through a one-function benchmark file given to ``go test -overlay``; nothing of KAI's code is kept
+in this repository and KAI's tree is not written to.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -35,9 +40,8 @@ from scheduler.engine.state import fold
 from tests.support.synthetic import a100_nodes, contention_events, one_pod_job
 
 SHAPES = ("reclaim-large", "consolidation")
-KAI_MODULE = "github.com/NVIDIA/KAI-scheduler"
-# KAI's benchmark functions for each shape (pkg/scheduler/actions/benchmark_test.go).
-KAI_BENCH = {"reclaim-large": "BenchmarkReclaimLargeJobs", "consolidation": "BenchmarkConsolidation"}
+# KAI's module under its current and its former path, tried in turn on the Go module proxy.
+KAI_MODULES = ("github.com/kai-scheduler/KAI-scheduler", "github.com/NVIDIA/KAI-scheduler")
 
 
 def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
@@ -118,55 +122,147 @@ def run(shape: str, nodes: int) -> float:
     return cpu
 
 
-def run_kai(shapes: list[str]) -> None:
-    """KAI's Go benchmarks for `shapes`, built from the Go module proxy in a throw-away module; skipped
-    (with a line saying so) when Go is not installed or the build fails."""
-    go = shutil.which("go")
+# KAI's benchmark helpers each shape calls, and the package (relative to KAI's module root) that holds them:
+# reclaim-large is BenchmarkReclaimLargeJobs_<N>Node (integration_tests/reclaim), consolidation is
+# BenchmarkConsolidationAction_* (pkg/scheduler/actions). Both come as fixed tables of sizes, so a size is
+# asked for through a one-line benchmark added with `go test -overlay` (KAI's tree on disk is not touched).
+KAI_HELPER = {
+    "reclaim-large": (
+        "pkg/scheduler/actions/integration_tests/reclaim",
+        "reclaim",
+        "benchmarkReclaimLargeJobs(b, {n})",
+    ),
+    # KAI's consolidation benchmark at 8 jobs per node, the 1,000 x 8,000 shape of the issue's table.
+    "consolidation": ("pkg/scheduler/actions", "actions_test", "benchmarkConsolidation(b, {n}, {jobs})"),
+}
+# What KAI's benchmark itself checks about the decisions (it prints none, so no digest can be compared).
+KAI_CHECKS = {
+    "reclaim-large": "asserted",  # b.Fatalf unless the gang pipelines every task and N/2*8 victims release
+    "consolidation": "not-exposed",
+}
+
+
+def kai_overlay(src: str, shape: str, nodes: int, tmp: str) -> tuple[str, str, str]:
+    """Write a one-benchmark test file for `shape` at `nodes` into `tmp` and the ``go test -overlay`` JSON
+    that places it in KAI's package; returns (package dir, benchmark name, overlay json path)."""
+    pkg, name, call = KAI_HELPER[shape]
+    bench = f"BenchmarkHourglass{shape.title().replace('-', '')}_{nodes}Node"
+    body = f'package {name}\n\nimport "testing"\n\nfunc {bench}(b *testing.B) {{\n\t{call.format(n=nodes, jobs=8 * nodes)}\n}}\n'
+    path = os.path.join(tmp, f"{bench}.go")
+    with open(path, "w") as f:
+        f.write(body)
+    pkg_dir = os.path.join(os.path.abspath(src), pkg)
+    overlay = os.path.join(tmp, f"{bench}.json")
+    with open(overlay, "w") as f:
+        json.dump({"Replace": {os.path.join(pkg_dir, "zz_hourglass_size_test.go"): path}}, f)
+    return pkg_dir, bench, overlay
+
+
+def parse_go_bench(stdout: str, bench: str) -> float | None:
+    """Seconds per op of `bench` from ``go test -bench`` output (``BenchmarkX-2  1  123 ns/op``), or None."""
+    for line in stdout.splitlines():
+        fields = line.split()
+        if fields and fields[0].split("-")[0] == bench and "ns/op" in fields:
+            return int(float(fields[fields.index("ns/op") - 1])) / 1e9
+    return None
+
+
+def kai_skip_reason(go: str | None, src: str | None) -> str | None:
+    """Why KAI's benchmark cannot run from `src` with the Go binary `go`, or None when it can be tried."""
     if go is None:
-        print("bench: kai skipped=go-not-found", flush=True)
-        return
+        return "go-not-found"
+    if src is None:
+        return "no-kai-source"
+    if not os.path.isfile(os.path.join(src, "go.mod")):
+        return f"kai-src-has-no-go.mod dir={src}"
+    for shape in SHAPES:
+        pkg = os.path.join(src, KAI_HELPER[shape][0])
+        if not os.path.isdir(pkg):
+            return f"kai-src-lacks-package pkg={KAI_HELPER[shape][0]}"
+    return None
+
+
+def run_kai_one(go: str, src: str, shape: str, nodes: int) -> float | None:
+    """Run KAI's benchmark for `shape` at `nodes` once from the source tree `src`; print one line."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}  # the module proxy: Go's own setting (go env GOPROXY)
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "GOFLAGS": "-mod=mod"}  # the module proxy: Go's own setting (go env GOPROXY)
-        steps = [
-            [go, "mod", "init", "hourglass-kai-bench"],
-            [go, "get", f"{KAI_MODULE}@latest"],
-        ]
+        pkg_dir, bench, overlay = kai_overlay(src, shape, nodes, tmp)
+        cmd = [go, "test", "-overlay", overlay, "-run", "^$", "-bench", f"^{bench}$", "-benchtime", "1x"]
+        cmd += ["-count", "1", "-timeout", "0", "."]
+        r = subprocess.run(cmd, cwd=pkg_dir, env=env, capture_output=True, text=True)
+    secs = parse_go_bench(r.stdout, bench)
+    if r.returncode != 0 or secs is None:
+        err = (r.stderr.strip() or r.stdout.strip())[-300:]
+        print(f"bench: kai shape={shape} nodes={nodes} failed rc={r.returncode} error={err!r}", flush=True)
+        return None
+    print(
+        f"bench: kai shape={shape} nodes={nodes} seconds={secs:.3f} decisions={KAI_CHECKS[shape]} bench={bench}",
+        flush=True,
+    )
+    return secs
+
+
+def kai_source_from_proxy(go: str, tmp: str) -> tuple[str | None, str]:
+    """Download KAI's module from the Go module proxy into the module cache; (its dir or None, reason)."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod"}
+    for mod in KAI_MODULES:
+        steps = [[go, "mod", "init", "hourglass-kai-bench"], [go, "get", f"{mod}@latest"]]
+        steps.append([go, "list", "-m", "-f", "{{.Dir}}", mod])
+        out = ""
         for cmd in steps:
             r = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True)
             if r.returncode != 0:
-                print(
-                    f"bench: kai skipped=build-failed step={cmd[1]} error={r.stderr.strip()[:200]!r}",
-                    flush=True,
-                )
-                return
-        pattern = "|".join(KAI_BENCH[s] for s in shapes if s in KAI_BENCH)
-        r = subprocess.run(
-            [go, "test", "-run", "^$", "-bench", pattern, f"{KAI_MODULE}/pkg/scheduler/actions"],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        for line in r.stdout.splitlines():
-            if line.startswith("Benchmark"):
-                print(f"bench: kai {line}", flush=True)
-        if r.returncode != 0:
-            print(f"bench: kai failed error={r.stderr.strip()[:200]!r}", flush=True)
+                out = f"build-failed module={mod} step={cmd[1]} error={r.stderr.strip()[:200]!r}"
+                break
+            out = r.stdout.strip()
+        if os.path.isdir(out):
+            return out, ""
+        if os.path.exists(os.path.join(tmp, "go.mod")):
+            os.remove(os.path.join(tmp, "go.mod"))
+    return None, out
+
+
+def kai_source(go: str | None, src: str | None, use_proxy: bool, tmp: str) -> tuple[str | None, str]:
+    """The KAI source tree to benchmark: `src` when given, else the Go module proxy's copy; (dir, skip)."""
+    if go is not None and src is None and use_proxy:
+        src, why = kai_source_from_proxy(go, tmp)
+        if src is None:
+            return None, why
+    why2 = kai_skip_reason(go, src)
+    return (None, why2) if why2 else (src, "")
 
 
 def main() -> None:
-    """Parse shapes and sizes, print one ``bench:`` line each."""
+    """Parse shapes and sizes; per size, Hourglass then (when asked) KAI, one ``bench:`` line each."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--nodes", default="100,500,1000")
-    ap.add_argument("--kai", action="store_true", help="also run KAI's Go benchmark when Go is installed")
+    ap.add_argument(
+        "--kai", action="store_true", help="also run KAI's Go benchmark, from the Go module proxy"
+    )
+    ap.add_argument(
+        "--kai-src", metavar="DIR", help="KAI source tree (e.g. `git archive` of a clone) for --kai"
+    )
+    ap.add_argument("--kai-only", action="store_true", help="run KAI's side only (no Hourglass runs)")
     a = ap.parse_args()
     shapes = [s for s in a.shapes.split(",") if s]
     for shape in shapes:
-        for n in (int(x) for x in a.nodes.split(",")):
-            run(shape, n)
-    if a.kai:
-        run_kai(shapes)
+        if shape not in SHAPES:
+            ap.error(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
+    sizes = [int(x) for x in a.nodes.split(",") if x]
+    with_kai = a.kai or a.kai_src is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        src, why = kai_source(shutil.which("go"), a.kai_src, a.kai, tmp) if with_kai else (None, "")
+        if with_kai and src is None:
+            print(f"bench: kai skipped={why}", flush=True)
+        go = shutil.which("go")
+        # Alternating Hourglass and KAI per shape and size, so both see the same machine load.
+        for shape in shapes:
+            for n in sizes:
+                if not a.kai_only:
+                    run(shape, n)
+                if src is not None and go is not None:
+                    run_kai_one(go, src, shape, n)
     sys.stdout.flush()
 
 

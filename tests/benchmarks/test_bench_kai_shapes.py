@@ -1,0 +1,67 @@
+"""bench_kai_shapes' KAI side: its arguments, the line it prints when KAI cannot be run, and the reading of
+``go test -bench`` output. KAI itself is not built here (minutes of compiling); the script's docs say how."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "benchmarks" / "bench_kai_shapes.py"
+
+
+def _run(args: list[str], path: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATH": path}
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--nodes", "", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _fake_go(tmp_path: Path) -> str:
+    go = tmp_path / "go"
+    go.write_text("#!/bin/sh\nexit 1\n")
+    go.chmod(go.stat().st_mode | stat.S_IEXEC)
+    return str(tmp_path)
+
+
+def test_kai_without_go_says_skipped(tmp_path: Path) -> None:
+    r = _run(["--kai"], str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["bench: kai skipped=go-not-found"]
+
+
+def test_kai_src_that_is_not_a_kai_tree_says_why(tmp_path: Path) -> None:
+    r = _run(["--kai-src", str(tmp_path / "nowhere")], _fake_go(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [f"bench: kai skipped=kai-src-has-no-go.mod dir={tmp_path / 'nowhere'}"]
+
+
+def test_kai_from_proxy_refused_says_module_and_step(tmp_path: Path) -> None:
+    r = _run(["--kai"], _fake_go(tmp_path))
+    (line,) = r.stdout.splitlines()
+    assert line.startswith("bench: kai skipped=build-failed module=github.com/NVIDIA/KAI-scheduler step=mod")
+
+
+def test_unknown_shape_is_refused(tmp_path: Path) -> None:
+    r = _run(["--shapes", "reclaim-huge"], str(tmp_path))
+    assert r.returncode == 2
+    assert "unknown shape 'reclaim-huge'" in r.stderr
+
+
+def test_go_bench_line_is_read_as_seconds() -> None:
+    parse = runpy.run_path(str(SCRIPT))["parse_go_bench"]
+    out = (
+        "goos: linux\nBenchmarkHourglassReclaimLarge_100Node-2   \t       1\t3402117890 ns/op\n"
+        "BenchmarkHourglassReclaimLarge_1000Node-2 1 9 ns/op\nPASS\n"
+    )
+    assert parse(out, "BenchmarkHourglassReclaimLarge_100Node") == 3.40211789
+    assert parse(out, "BenchmarkHourglassConsolidation_100Node") is None
