@@ -30,6 +30,19 @@ Doc = dict[str, Any]
 CASES: list[tuple[str, Doc]] = []  # (plugin directory, scenario)
 
 
+def one_queue() -> list[Doc]:
+    """The queues of every filter-mode scenario (this module's and the volume, storage and selector
+    generators'): one queue, ``q``, with a GPU quota no case reaches."""
+    return [
+        {
+            "name": "q",
+            "parent": None,
+            "priority": 100,
+            "gpu": {"quota": 100, "limit": None, "over_quota_weight": 1},
+        }
+    ]
+
+
 # --- builders -------------------------------------------------------------------------------------------
 
 
@@ -184,14 +197,7 @@ def case(
         "strict": True,
         "run": {"mode": "filter", "task": "incoming"},
         "cluster": {"nodes": nodes},
-        "queues": [
-            {
-                "name": "q",
-                "parent": None,
-                "priority": 100,
-                "gpu": {"quota": 100, "limit": None, "over_quota_weight": 1},
-            }
-        ],
+        "queues": one_queue(),
         "jobs": jobs,
         "expect": {"filter": expect},
     }

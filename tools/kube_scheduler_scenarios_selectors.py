@@ -355,14 +355,7 @@ def _scheduling_gates() -> None:
             "strict": True,
             "run": {"mode": "single_pass", "phase": "allocate"},
             "cluster": {"nodes": [N("node1")]},
-            "queues": [
-                {
-                    "name": "q",
-                    "parent": None,
-                    "priority": 100,
-                    "gpu": {"quota": 100, "limit": None, "over_quota_weight": 1},
-                }
-            ],
+            "queues": ks.one_queue(),
             "jobs": [{"name": "p", "queue": "q", "priority": 50, "min_available": 1, "tasks": [task]}],
             "expect": expect,
         }

@@ -23,11 +23,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from kube_scheduler_scenarios import one_queue
+from kube_scheduler_volume_scenarios import CASES, PLUGINS, VERSION, write
+
 from ingest.events import VolumeClaim
 from ingest.kube.translate import inline_disks
 from ingest.kube.volumes import claim as resolve_claim
 from ingest.kube.volumes import is_for_pod, storage_fields
-from tools.kube_scheduler_volume_scenarios import CASES, PLUGINS, VERSION, write
 
 Doc = dict[str, Any]
 
@@ -181,14 +183,7 @@ def case(
         "strict": True,
         "run": {"mode": "filter", "task": "incoming"},
         "cluster": cluster,
-        "queues": [
-            {
-                "name": "q",
-                "parent": None,
-                "priority": 100,
-                "gpu": {"quota": 100, "limit": None, "over_quota_weight": 1},
-            }
-        ],
+        "queues": one_queue(),
         "jobs": jobs,
         "expect": {"filter": {"node": expect}},
     }

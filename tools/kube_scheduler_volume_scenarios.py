@@ -19,15 +19,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from pathlib import Path
 from typing import Any
+
+from kube_scheduler_scenarios import OUT, PLUGINS, VERSION, one_queue
 
 from ingest.events import VolumeClaim
 from ingest.kube.volumes import claim as resolve_claim
-
-OUT = Path(__file__).resolve().parent.parent / "scheduler" / "conformance" / "scenarios" / "kube-scheduler"
-VERSION = "k8s.io/kubernetes v1.36.3"
-PLUGINS = "pkg/scheduler/framework/plugins"
 
 Doc = dict[str, Any]
 CASES: list[tuple[str, Doc]] = []
@@ -148,14 +145,7 @@ def case(
         "strict": True,
         "run": {"mode": "filter", "task": "incoming"},
         "cluster": {"nodes": nodes},
-        "queues": [
-            {
-                "name": "q",
-                "parent": None,
-                "priority": 100,
-                "gpu": {"quota": 100, "limit": None, "over_quota_weight": 1},
-            }
-        ],
+        "queues": one_queue(),
         "jobs": [{"name": "incoming", "queue": "q", "priority": 50, "min_available": 1, "tasks": [task]}],
         "expect": want,
     }
