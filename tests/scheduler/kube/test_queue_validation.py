@@ -169,3 +169,25 @@ def test_queues_that_cannot_be_read_deny_with_the_reason() -> None:
 def test_a_body_that_is_not_an_admission_review_is_refused() -> None:
     with pytest.raises(ReviewError):
         queue_review({"request": {"kind": {"kind": "Queue"}}}, lambda: Queues())
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--enable-quota-validation"], "--enable-quota-validation needs --validate-queues"),
+        (
+            ["--validate-queues", "--kubeconfig", "/nonexistent/kubeconfig"],
+            "no kubeconfig file at /nonexistent",
+        ),
+    ],
+    ids=["quota-without-queues", "no-kubeconfig"],
+)
+def test_the_command_refuses_queue_options_it_cannot_serve(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from scheduler.kube.webhook import run_cli
+    from tests.support.helm_chart import parse_cli
+
+    args = parse_cli(["webhook", "--tls-cert", "c.pem", "--tls-key", "k.pem", *argv])
+    assert run_cli(args) == 2
+    assert message in capsys.readouterr().err
