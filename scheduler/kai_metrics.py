@@ -401,4 +401,27 @@ class KaiCycleMetrics:
                 total,
             )
         yield duration
+        # KAI's search budgets are durations, 0 meaning none ("unlimited"). Hourglass's search has no time
+        # budget (a cycle reads no clock): it is bounded by counts of scenarios (solver_job_budget,
+        # solver_action_budget), so in KAI's terms each configured time budget is 0.
+        action_budget = GaugeMetricFamily(
+            _n("scenario_search_action_budget_configured_seconds"),
+            "Configured action scenario search budget in seconds.",
+            labels=["action"],
+        )
+        for action in SEARCH_ACTIONS:
+            action_budget.add_metric([action], 0.0)
+        yield action_budget
+        yield GaugeMetricFamily(
+            _n("scenario_search_job_budget_configured_seconds"),
+            "Configured per-job scenario search budget in seconds.",
+            value=0.0,
+        )
+        generator_budget = GaugeMetricFamily(
+            _n("scenario_search_generator_budget_configured_seconds"),
+            "Configured generator scenario search budget in seconds.",
+            labels=["generator"],
+        )
+        generator_budget.add_metric([SEARCH_GENERATOR], 0.0)
+        yield generator_budget
         yield from self._task.collect()

@@ -152,3 +152,19 @@ def test_each_search_is_timed_by_its_result_without_changing_the_record(
             assert samples[("kai_scenario_search_duration_seconds_bucket", le)] == (bound >= first), bound
         # the action's own time still runs from the previous step to its end, searches included
         assert timer.durations[action] >= seconds
+
+
+def test_the_configured_time_budgets_read_as_none_in_kais_terms() -> None:
+    """KAI's budgets are durations with 0 for none; Hourglass's search has no time budget (it counts
+    scenarios), so each configured-seconds gauge is 0 whatever the scenario budgets are."""
+    for config in ({}, {"solver_action_budget": 0, "solver_job_budget": 3}):
+        m = SchedulerMetrics.create()
+        _cycle(m, **config)
+        samples, types = _scrape(m)
+        assert types["kai_scenario_search_job_budget_configured_seconds"] == "gauge"
+        assert samples[("kai_scenario_search_job_budget_configured_seconds", ())] == 0
+        for action in ("reclaim", "preempt"):
+            key = ("kai_scenario_search_action_budget_configured_seconds", (("action", action),))
+            assert samples[key] == 0
+        key = ("kai_scenario_search_generator_budget_configured_seconds", (("generator", "solver"),))
+        assert samples[key] == 0
