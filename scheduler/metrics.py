@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter as TallyCounter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -287,6 +287,7 @@ def observe_cycle(
     *,
     capacity: Mapping[str, int] | None = None,
     session: Session | None = None,
+    searches: Sequence[tuple[str, str, float]] = (),
 ) -> None:
     """Update the metrics from one finished cycle.
 
@@ -295,6 +296,7 @@ def observe_cycle(
     (see :func:`capacity_of`); when omitted the last known capacity stays exported. Queues missing from
     ``record`` disappear from the per-queue gauges. With ``session`` (the cycle's), each bound pod's wait
     from its creation to the cycle's logical time feeds KAI's ``kai_task_scheduling_latency_milliseconds``.
+    ``searches`` (a :class:`CycleTimer`'s) feed KAI's ``kai_scenario_search_duration_seconds``.
     """
     for name, seconds in durations.items():
         if seconds < 0:
@@ -325,6 +327,7 @@ def observe_cycle(
         podgroups=_evicted_podgroups(record, session),
         action_budget=session.config.solver_action_budget if session is not None else None,
     )
+    metrics.kai.observe_searches(searches)
     for d in record.decisions:
         action = d.action or ""
         if d.kind == "Bind":
@@ -432,11 +435,21 @@ class CycleTimer:
     def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
         self._clock = clock
         self._start = self._last = clock()
+        self._search_start = self._start
         self.durations: dict[str, float] = {}
+        #: Each job's victim search: ``(action, result, seconds)``, in the order they ran.
+        self.searches: list[tuple[str, str, float]] = []
 
     def step(self, name: str) -> None:
         """One step of the cycle ended (see :data:`scheduler.engine.cycle.StepHook`)."""
         now = self._clock()
+        if "/" in name:  # a victim search inside an action: timed on its own, the action's time unchanged
+            action, _, result = name.partition("/search")
+            if result:
+                self.searches.append((action, result.lstrip("/"), max(now - self._search_start, 0.0)))
+            else:
+                self._search_start = now
+            return
         if name == "record":
             self.durations[CYCLE_KEY] = now - self._start
             return

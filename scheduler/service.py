@@ -499,7 +499,14 @@ class Service:
         if self.metrics is not None and timer is not None:
             if "divide" in self.kept.timings:  # patched: time the division as a fresh timed session does
                 ssn.plugin_seconds = proportion_seconds(self.kept.timings["divide"])  # type: ignore[attr-defined]
-            observe_cycle(self.metrics, record, timer.durations, capacity=capacity_of(ssn), session=ssn)
+            observe_cycle(
+                self.metrics,
+                record,
+                timer.durations,
+                capacity=capacity_of(ssn),
+                session=ssn,
+                searches=timer.searches,
+            )
         return record
 
     def tick(self) -> bool:

@@ -39,25 +39,36 @@ def open_session(
 
 
 StepHook = Callable[[str], None]
-"""Told the name of each step of a cycle as it ends: ``open_session``, each action, then ``record``.
+"""Told the name of each step of a cycle as it ends: ``open_session``, each action, then ``record``; and,
+inside the actions whose victim search is budgeted (reclaim, preempt), ``<action>/search`` as each job's
+search begins and ``<action>/search/<result>`` as it ends (:data:`SEARCH_RESULTS`).
 
 How metrics observe a cycle (they time the steps) without a second cycle runner; a hook is told, it never
 feeds the cycle, so a cycle with a hook records what one without does."""
+
+#: How a job's victim search ended, in KAI's words (its ``scenario_search_*`` metrics' ``result`` label):
+#: the action scheduled the job; a search budget cut it; every scenario was tried and none passed.
+SEARCH_RESULTS: tuple[str, ...] = ("solved", "deadline_exhausted", "generators_exhausted")
 
 
 def run_actions(
     ssn: Session, actions: tuple[str, ...] = DEFAULT_ORDER, on_step: StepHook | None = None
 ) -> Session:
-    """Run the named actions, in order, on `ssn`; `on_step` is told each action's name as it ends."""
-    for name in actions:
-        skip = name == "consolidation" and (
-            ssn.config.max_consolidation_preemptees == 0
-            or "spread" in (ssn.config.gpu_placement, ssn.config.cpu_placement)
-        )
-        if not skip:  # KAI disables consolidation with a spread strategy or a zero preemptee budget
-            ACTIONS[name](ssn)
-        if on_step is not None:
-            on_step(name)
+    """Run the named actions, in order, on `ssn`; `on_step` is told each action's name as it ends (and
+    the victim searches inside them, :data:`StepHook`)."""
+    ssn.on_step = on_step
+    try:
+        for name in actions:
+            skip = name == "consolidation" and (
+                ssn.config.max_consolidation_preemptees == 0
+                or "spread" in (ssn.config.gpu_placement, ssn.config.cpu_placement)
+            )
+            if not skip:  # KAI disables consolidation with a spread strategy or a zero preemptee budget
+                ACTIONS[name](ssn)
+            if on_step is not None:
+                on_step(name)
+    finally:
+        ssn.on_step = None  # a kept session outlives this cycle's observer
     return ssn
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import subgroups
@@ -737,6 +737,10 @@ class SessionConfig:
 
 class Session:
     """The mutable state of one scheduling cycle."""
+
+    # The cycle's observer while its actions run (scheduler.engine.cycle.StepHook): told as each job's victim
+    # search begins and ends, for metrics; it never feeds the cycle.
+    on_step: Callable[[str], None] | None = None
 
     def __init__(
         self,

@@ -44,22 +44,27 @@ import logging
 import socket
 import ssl
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final
 
+from ingest.backends import StartupError
+from ingest.kube.client import add_kubeconfig_argument, api_client_for
 from ingest.kube.names import ANNOTATION_GPU_CONFIGMAP, ANNOTATION_GPU_FRACTION, ANNOTATION_GPU_MEMORY
+from scheduler.kube.queue_validation import VALIDATE_PATH, ApiQueueLookup, QueueLookup, Verdict, validate
 from scheduler.kube.reservation import VISIBILITY_KEYS
 
 __all__ = [
     "ANNOTATION_CONTAINER",
     "MUTATE_PATH",
     "MutationRefused",
+    "QueueValidation",
     "ReviewError",
     "ServerLimits",
     "configmap_name",
     "mutation",
+    "queue_review",
     "review",
     "serve",
     "sharing_pod",
@@ -169,13 +174,8 @@ def mutation(
     return ops
 
 
-def review(body: Mapping[str, Any], scheduler_name: str, runtime_class: str | None = None) -> dict[str, Any]:
-    """The AdmissionReview answer to one request: allowed, with the patch when the pod shares a GPU; denied
-    (with the reason) when a sharing pod's ``gpu-fraction-container-name`` names no container.
-
-    :class:`ReviewError` when ``body`` is not an AdmissionReview with a request and its uid: such a body
-    was not sent by an API server, and "allowed" is not an answer to it.
-    """
+def _request(body: Any) -> tuple[Mapping[str, Any], str]:
+    """The AdmissionReview's request and its uid (:class:`ReviewError` when there is none)."""
     if not isinstance(body, Mapping):
         raise ReviewError(f"expected a JSON object, got {type(body).__name__}")
     request = body.get("request")
@@ -184,6 +184,58 @@ def review(body: Mapping[str, Any], scheduler_name: str, runtime_class: str | No
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError("the AdmissionReview request has no uid")
+    return request, uid
+
+
+def _answer(body: Mapping[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": body.get("apiVersion", "admission.k8s.io/v1"),
+        "kind": "AdmissionReview",
+        "response": response,
+    }
+
+
+def queue_review(
+    body: Mapping[str, Any], lookup: Callable[[], QueueLookup], quota_validation: bool = False
+) -> dict[str, Any]:
+    """The AdmissionReview answer to one Queue request, by KAI's queue webhook rules
+    (:mod:`scheduler.kube.queue_validation`): denied with the reason, or allowed with any warnings.
+
+    ``lookup`` gives the other Queues. When they cannot be read the request is denied, naming why, as KAI's
+    webhook denies a child whose parent it cannot read: allowing it would skip the checks unseen."""
+    request, uid = _request(body)
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if (request.get("kind") or {}).get("kind") == "Queue":
+        obj, old = request.get("object"), request.get("oldObject")
+        try:
+            verdict = validate(
+                str(request.get("operation") or ""),
+                obj if isinstance(obj, Mapping) else None,
+                old if isinstance(old, Mapping) else None,
+                lookup(),
+                quota_validation=quota_validation,
+            )
+        except Exception as e:  # the API server's answer: any failure to read the Queues
+            log.warning("webhook: cannot read the Queues: %s", e)
+            verdict = Verdict(
+                False, f"hourglass webhook: cannot read the Queues to validate this one: {str(e)[:300]}"
+            )
+        response["allowed"] = verdict.allowed
+        if not verdict.allowed:
+            response["status"] = {"code": 400, "reason": "BadRequest", "message": verdict.message}
+        if verdict.warnings:
+            response["warnings"] = list(verdict.warnings)
+    return _answer(body, response)
+
+
+def review(body: Mapping[str, Any], scheduler_name: str, runtime_class: str | None = None) -> dict[str, Any]:
+    """The AdmissionReview answer to one request: allowed, with the patch when the pod shares a GPU; denied
+    (with the reason) when a sharing pod's ``gpu-fraction-container-name`` names no container.
+
+    :class:`ReviewError` when ``body`` is not an AdmissionReview with a request and its uid: such a body
+    was not sent by an API server, and "allowed" is not an answer to it.
+    """
+    request, uid = _request(body)
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     pod = request.get("object") or {}
     if request.get("operation") == "CREATE" and request.get("kind", {}).get("kind") == "Pod":
@@ -201,15 +253,23 @@ def review(body: Mapping[str, Any], scheduler_name: str, runtime_class: str | No
                 request.get("namespace"),
                 (pod.get("metadata") or {}).get("name") or (pod.get("metadata") or {}).get("generateName"),
             )
-    return {
-        "apiVersion": body.get("apiVersion", "admission.k8s.io/v1"),
-        "kind": "AdmissionReview",
-        "response": response,
-    }
+    return _answer(body, response)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueValidation:
+    """Serve KAI's Queue admission rules on :data:`VALIDATE_PATH`: ``lookup`` reads the Queues for one
+    request (a fresh listing each time); ``quota_validation`` adds the parent/child quota warnings."""
+
+    lookup: Callable[[], QueueLookup]
+    quota_validation: bool = False
 
 
 def _handler(
-    scheduler_name: str, limits: ServerLimits, runtime_class: str | None = None
+    scheduler_name: str,
+    limits: ServerLimits,
+    runtime_class: str | None = None,
+    queues: QueueValidation | None = None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         timeout = limits.read_timeout_s  # StreamRequestHandler sets it on the socket: every read is bounded
@@ -251,7 +311,8 @@ def _handler(
             if length > limits.max_body_bytes:
                 self._refuse(413, f"the body exceeds {limits.max_body_bytes} bytes")
                 return
-            if self.path.split("?")[0] != MUTATE_PATH:
+            path = self.path.split("?")[0]
+            if path != MUTATE_PATH and (queues is None or path != VALIDATE_PATH):
                 self._refuse(404, "not found", drain=length)
                 return
             if self.headers.get_content_type() != "application/json":
@@ -263,7 +324,11 @@ def _handler(
                 return
             try:
                 body = json.loads(data)
-                answer = review(body, scheduler_name, runtime_class)
+                if path == MUTATE_PATH:
+                    answer = review(body, scheduler_name, runtime_class)
+                else:
+                    assert queues is not None
+                    answer = queue_review(body, queues.lookup, queues.quota_validation)
             except RecursionError:
                 self._refuse(400, "not an AdmissionReview: JSON nested too deeply")
                 return
@@ -353,13 +418,17 @@ def serve(
     scheduler_name: str = "hourglass",
     limits: ServerLimits | None = None,
     runtime_class: str | None = None,
+    queues: QueueValidation | None = None,
 ) -> ThreadingHTTPServer:
-    """An HTTPS server answering AdmissionReviews on :data:`MUTATE_PATH` (not started: call serve_forever)."""
+    """An HTTPS server answering AdmissionReviews on :data:`MUTATE_PATH`, and on :data:`VALIDATE_PATH` when
+    ``queues`` is given (not started: call serve_forever)."""
     limits = limits or ServerLimits()
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.load_cert_chain(certfile, keyfile)
-    return _AdmissionServer((host, port), _handler(scheduler_name, limits, runtime_class), ctx, limits)
+    return _AdmissionServer(
+        (host, port), _handler(scheduler_name, limits, runtime_class, queues), ctx, limits
+    )
 
 
 def add_arguments(p: Any) -> None:
@@ -375,6 +444,19 @@ def add_arguments(p: Any) -> None:
         help="runtimeClassName set on GPU-sharing pods that name none (KAI's gpuPodRuntimeClassName, e.g."
         " nvidia); empty (the default) leaves pods unchanged",
     )
+    p.add_argument(
+        "--validate-queues",
+        action="store_true",
+        help=f"also answer Queue admission on {VALIDATE_PATH} with KAI's queue webhook rules (resources"
+        " required; no deleting a queue that has children); reads Queues through --kubeconfig",
+    )
+    p.add_argument(
+        "--enable-quota-validation",
+        action="store_true",
+        help="with --validate-queues: warn when a child queue's quota, or its siblings' summed quota, exceeds"
+        " its parent's (KAI's queue-controller flag; off by default, warnings only)",
+    )
+    add_kubeconfig_argument(p)
 
 
 def run_cli(args: Any) -> int:
@@ -384,6 +466,17 @@ def run_cli(args: Any) -> int:
     import threading
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    queues: QueueValidation | None = None
+    if args.enable_quota_validation and not args.validate_queues:
+        print("webhook: --enable-quota-validation needs --validate-queues", file=sys.stderr)
+        return 2
+    if args.validate_queues:
+        try:
+            client = api_client_for("webhook", args.kubeconfig)
+        except StartupError as e:
+            print(e, file=sys.stderr)
+            return 2
+        queues = QueueValidation(lambda: ApiQueueLookup(client), args.enable_quota_validation)
     try:
         server = serve(
             args.host,
@@ -392,12 +485,14 @@ def run_cli(args: Any) -> int:
             args.tls_key,
             args.scheduler_name,
             runtime_class=args.gpu_pod_runtime_class or None,
+            queues=queues,
         )
     except (OSError, ssl.SSLError) as e:
         print(f"webhook: cannot serve on {args.host}:{args.port} with {args.tls_cert}: {e}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
-    log.info("webhook: serving %s on https://%s:%d", MUTATE_PATH, args.host, args.port)
+    paths = MUTATE_PATH + (f" and {VALIDATE_PATH}" if queues else "")
+    log.info("webhook: serving %s on https://%s:%d", paths, args.host, args.port)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -75,4 +75,4 @@ def within_quota(ssn: Session, job: JobInfo) -> bool:
 def run(ssn: Session) -> None:
     """The preempt action."""
     budget = SearchBudget.of(ssn, NAME)
-    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, JobIndex.of(s)), budget)
+    run_per_job(ssn, within_quota, lambda s, job: _solve(s, job, JobIndex.of(s)), budget, NAME)

@@ -125,4 +125,5 @@ def run(ssn: Session) -> None:
         lambda s, job: can_reclaim(s, job, job_init_resources(s, job)),
         lambda s, job: attempt(s, job, JobIndex.of(s)),
         budget,
+        NAME,
     )

@@ -170,6 +170,7 @@ def run_per_job(
     gate: Callable[[Session, JobInfo], bool],
     attempt: Callable[[Session, JobInfo], bool],
     budget: SearchBudget | None = None,
+    action: str = "",
 ) -> None:
     """The reclaim / preempt loop: candidate jobs in queue order, each tried once.
 
@@ -178,6 +179,9 @@ def run_per_job(
     signature is hopeless. Nor is a job whose search the `budget` cut: it was not proven hopeless. It is
     kept in a table of its own instead, and a later job of its queue no easier than it is not searched
     either (the budget would be spent on the same search) but told why, naming the job that was cut.
+
+    The session's observer (``ssn.on_step``, :data:`scheduler.engine.cycle.StepHook`) is told, under
+    `action`'s name, as each search begins and how it ended.
     """
     order = JobsByQueue(ssn, candidate_jobs(ssn, evicting=True))
     failed = FailedJobs(ssn, per_queue=True)
@@ -188,9 +192,17 @@ def run_per_job(
         if budget is not None and cut and (rep := cut.representative(job)) is not None:
             budget.explain_like(job, rep)
             continue
-        if attempt(ssn, job):
+        observe = ssn.on_step if action else None
+        if observe is not None:
+            observe(f"{action}/search")
+        solved = attempt(ssn, job)
+        stopped = not solved and budget is not None and budget.stopped
+        if observe is not None:
+            result = "solved" if solved else "deadline_exhausted" if stopped else "generators_exhausted"
+            observe(f"{action}/search/{result}")
+        if solved:
             continue
-        if budget is not None and budget.stopped:
+        if stopped:
             cut.record(job)
         else:
             failed.record(job)
