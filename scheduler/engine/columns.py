@@ -60,6 +60,10 @@ class Columns:
         self.static: dict[tuple[object, ...], tuple[BoolArray, list[str | None]]] = {}
         self._ranks_for: tuple[Sequence[NodeInfo], int, IntArray] | None = None
         self.session_nodes: Sequence[NodeInfo] | None = None  # Session.nodes, set by columns()
+        # Each row's node-kind number (placement's one-fit-per-kind scan) and the numbering it is from; rows
+        # rewritten since are in `kind_dirty`, renumbered on the next read.
+        self.kinds: tuple[object, IntArray] | None = None
+        self.kind_dirty: set[int] = set()
 
     def _row(self, r: int) -> None:
         x = self.nodes[r]
@@ -100,6 +104,8 @@ class Columns:
         if dirty:
             for r in dirty:
                 self._row(r)
+            if self.kinds is not None:
+                self.kind_dirty |= dirty
             dirty.clear()
 
     def ranks(self, nodes: Sequence[NodeInfo]) -> IntArray:

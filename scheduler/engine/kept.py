@@ -555,7 +555,10 @@ def reopen(
     if rebuild:
         for name in sorted(rebuild):
             n = node_by_name[name]
+            stamp = n.stamp
             NodeInfo.__init__(n, n.spec, n.index)
+            # A new state: views kept by stamp (scoring's node keys and kinds) must not match an old one.
+            n.stamp = stamp + 1
         unknown: list[TaskInfo] = []
         for t in ssn.tasks:
             on = t.node

@@ -286,24 +286,23 @@ def _scan_columns(
     """
     ranks = cols.ranks(nodes)
     code, reasons = _first_failed(ssn, cols, task, ranks)
-    passed = np.flatnonzero(code == 0).tolist()
     if kinds:
         # One fit per node kind, on its first node by name (ties in score go to the name); the static
-        # checks, the only ones that read labels and taints, are already behind us.
-        passed.sort(key=lambda i: nodes[i].name)
-        seen: dict[int, Fit | str] = {}
-        kind = fragmentation.node_kinds(ssn)
-        for i in passed:
-            key = kind(nodes[i])
-            got = seen.get(key)
-            if got is None:
-                got = seen[key] = fit(ssn, task, nodes[i], allow_idle)
-                if isinstance(got, Fit):
-                    fits.append(got)
-            if isinstance(got, str):
-                why[got] += 1
+        # checks, the only ones that read labels and taints, are already behind us. Rows are in name
+        # order, so a kind's first node by name is its passing node of lowest rank.
+        at = np.flatnonzero(code == 0)
+        by_name = at[np.argsort(ranks[at], kind="stable")]
+        _, first, count = np.unique(
+            _kind_column(ssn, cols)[ranks[by_name]], return_index=True, return_counts=True
+        )
+        for j in np.argsort(first, kind="stable").tolist():
+            got = fit(ssn, task, nodes[int(by_name[first[j]])], allow_idle)
+            if isinstance(got, Fit):
+                fits.append(got)
+            else:
+                why[got] += int(count[j])
     else:
-        for i in passed:
+        for i in np.flatnonzero(code == 0).tolist():
             r = fit(ssn, task, nodes[i], allow_idle)
             if isinstance(r, Fit):
                 fits.append(r)
@@ -316,6 +315,23 @@ def _scan_columns(
     for c, reason in ((2, _NO_CPU), (3, _NO_MEMORY), (4, _TOO_MANY_PODS), (5, _NO_GPUS), (6, _NO_GPU_MEMORY)):
         if counts[c]:
             why[reason] += counts[c]
+
+
+def _kind_column(ssn: Session, cols: Columns) -> IntArray:
+    """Each row's :func:`scoring.fragmentation.node_kinds` number, renumbering only the rows rewritten since
+    the last read (a node's kind changes only with the node, which marks its row)."""
+    numbering = fragmentation.kind_numbering(ssn)
+    kind = fragmentation.node_kinds(ssn)
+    got = cols.kinds
+    if got is None or got[0] is not numbering:
+        column = np.fromiter((kind(n) for n in cols.nodes), dtype=np.int64, count=cols.size)
+        cols.kinds = (numbering, column)
+    else:
+        column = got[1]
+        for r in cols.kind_dirty:
+            column[r] = kind(cols.nodes[r])
+    cols.kind_dirty.clear()
+    return column
 
 
 def _first_failed(

@@ -441,14 +441,24 @@ _KINDS: weakref.WeakKeyDictionary[Session, tuple[dict[int, tuple[int, int]], dic
 MAX_KINDS: Final = 1 << 16
 
 
+def _kind_tables(ssn: Session) -> tuple[dict[int, tuple[int, int]], dict[object, int]]:
+    got = _KINDS.get(ssn)
+    if got is None or len(got[1]) > MAX_KINDS:
+        got = _KINDS[ssn] = ({}, {})
+    return got
+
+
+def kind_numbering(ssn: Session) -> object:
+    """The table :func:`node_kinds` numbers kinds by in `ssn` (numbers from different tables differ in
+    meaning: a kept session starts a new table after :data:`MAX_KINDS` kinds)."""
+    return _kind_tables(ssn)[1]
+
+
 def node_kinds(ssn: Session) -> Callable[[NodeInfo], int]:
     """A function numbering nodes by kind for one scan: equal numbers exactly when :func:`node_key` and the
     node's CPU and memory are equal. The number is kept per node until its ``stamp`` changes, so a scan
     over every node for every task hashes each node's long key once per change, not once per task."""
-    got = _KINDS.get(ssn)
-    if got is None or len(got[1]) > MAX_KINDS:
-        got = _KINDS[ssn] = ({}, {})
-    per_node, ids = got
+    per_node, ids = _kind_tables(ssn)
 
     def kind(node: NodeInfo) -> int:
         hit = per_node.get(node.index)

@@ -367,6 +367,20 @@ specs = st.builds(
 @settings(max_examples=30, deadline=None)
 @given(specs, st.integers(0, 2**32), st.integers(3, 8))
 def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: int, cycles: int) -> None:
+    _kept_equals_fresh(spec, seed, cycles, SessionConfig())
+
+
+@settings(max_examples=30, deadline=None)
+@given(specs, st.integers(0, 2**32), st.integers(3, 8), st.sampled_from(["frag-aware", "fgd"]))
+def test_kept_session_equals_a_fresh_one_under_fragmentation_scoring(
+    spec: SyntheticSpec, seed: int, cycles: int, scoring: str
+) -> None:
+    """The fragmentation rules keep per-node views by the node's stamp across a kept session's cycles; a
+    node rebuilt whole (a foreign GPU pod changed) must not meet a view of its earlier self."""
+    _kept_equals_fresh(spec, seed, cycles, SessionConfig(node_scoring=scoring))
+
+
+def _kept_equals_fresh(spec: SyntheticSpec, seed: int, cycles: int, config: SessionConfig) -> None:
     rng = random.Random(seed)
     events = synthetic_events(spec)
     b = StateBuilder()
@@ -376,7 +390,6 @@ def test_kept_session_equals_a_fresh_one_every_cycle(spec: SyntheticSpec, seed: 
     pending = events[cut:]
     kept = KeptSession()
     changes = Changes(b.offset)
-    config = SessionConfig()
     t = 1_000_000
     for k in range(cycles):
         state = b.snapshot()
@@ -518,3 +531,38 @@ def test_a_removed_node_or_a_changed_queue_opens_afresh_and_the_next_cycle_patch
         changes, _ = _same_record_both_ways(kept, b, changes, 1000 + k)
         reasons.append(kept.last_reason.split(" ")[0] if kept.last_reason else "patched")
     assert reasons == ["no", "an", "patched", "queues", "patched"]
+
+
+def test_a_node_rebuilt_whole_never_takes_back_an_earlier_stamp() -> None:
+    """Per-node views (fragmentation's node keys and kinds, placement's kind column) are kept by the node's
+    ``stamp`` for the life of a kept session. A node rebuilt whole because a foreign GPU pod on it changed
+    is a new state, so its stamp must be one it never had: restarting from 0 could meet a view of an earlier
+    state at the same count."""
+    b = _built(SyntheticSpec(nodes=4, gpus_per_node=8, pending_pods=8, foreign_fraction=0.5, seed=1))
+    config = SessionConfig(node_scoring="frag-aware")
+    kept = KeptSession()
+    changes = Changes(b.offset)
+    ssn = kept.open(b.snapshot(), config, 1_000_000, None, builder=b, changes=changes)
+    node = ssn.node_by_name["node-00000"]
+    before = node.stamp
+    kept.close()
+    (other,) = [fp for fp in b.snapshot().foreign_pods if fp.node == node.name]
+    changes = Changes(b.offset)
+    _arrive(
+        b,
+        changes,
+        [
+            ev.ForeignPodUpserted(
+                at_ms=1_000_500,
+                name=other.name,
+                namespace=other.namespace,
+                node=node.name,
+                requests=ev.PodRequests(cpu_millicores=1000, memory_bytes=2**30, gpus=other.request.gpus + 1),
+                labels={"app": "other"},
+            )
+        ],
+    )
+    again = kept.open(b.snapshot(), config, 1_001_000, None, builder=b, changes=changes)
+    assert kept.patched == 1, kept.last_reason  # patched, with the node rebuilt
+    assert again.node_by_name[node.name].stamp > before
+    kept.close()
