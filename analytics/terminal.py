@@ -3,14 +3,16 @@ number whole.
 
 Width: a terminal's own width; when the output is not a terminal (a pipe, a file), ``COLUMNS`` if it is set,
 else :data:`DEFAULT_WIDTH` (rich alone would assume 80 and cut numbers). A table wider than that first folds
-its text cells (reasons, labels); numbers and queue names are never broken (such a column is at least as
-wide as its widest cell); if those alone do not fit, the least important columns are left out and the caller
+its text cells (reasons, labels), breaking a word too long for its column between the words of its
+CamelCase (``PodScheduling`` / ``Errors``) rather than mid-word; numbers and queue names are never broken
+(such a column is at least as wide as its widest cell); if those alone do not fit, the least important columns are left out and the caller
 prints a note naming them (:func:`dropped_note`).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Literal
@@ -125,6 +127,12 @@ def fitted_table(
 
     while need() > width and any(cols[i].drop for i in keep):
         keep.remove(max((i for i in keep if cols[i].drop), key=lambda i: (cols[i].drop, i)))
+    text = [i for i in keep if not cols[i].whole]
+    if text:
+        # The most a text column can get once the whole columns have theirs: longer words are broken
+        # between their CamelCase words here, where rich would fold them at the edge.
+        room = (width - 1 - sum(mins[i] + 3 for i in keep if cols[i].whole)) // len(text) - 3
+        rows = [[_break_words(cell, room) if i in text else cell for i, cell in enumerate(r)] for r in rows]
     table = Table(title=title, title_justify="left", show_header=show_header)
     for i in keep:
         c = cols[i]
@@ -142,6 +150,29 @@ def fitted_table(
             end_section=bool(section_ends[n]) if section_ends is not None else False,
         )
     return table, [cols[i].header for i in range(len(cols)) if i not in keep]
+
+
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
+
+
+def _break_words(cell: str, limit: int) -> str:
+    """*cell* with each word longer than *limit* split (by a space) between the words of its CamelCase,
+    packed greedily into pieces of at most *limit*; a word with no such place is left for rich to fold."""
+    if limit < 1 or all(len(w) <= limit for w in cell.split()):
+        return cell
+    out = []
+    for word in cell.split(" "):
+        if len(word) <= limit:
+            out.append(word)
+            continue
+        pieces: list[str] = []
+        for part in _CAMEL.split(word):
+            if pieces and len(pieces[-1]) + len(part) <= limit:
+                pieces[-1] += part
+            else:
+                pieces.append(part)
+        out.append(" ".join(pieces))
+    return " ".join(out)
 
 
 def dropped_note(dropped: Sequence[str], width: int, where: str) -> str | None:

@@ -240,3 +240,31 @@ def test_whatif_tables_fit_80_columns(
                 if f'"{HEAD[key]}"' not in left_out:
                     assert fmt(key, side.get(key)) in cells, (name, key, line)
     assert "never finished by themselves" in " ".join(text.split())
+
+
+def test_a_long_reason_breaks_between_its_camelcase_words() -> None:
+    """A reason code wider than its column is broken where its CamelCase words meet (``PodScheduling`` /
+    ``Errors``), not at the column's edge (``PodSchedulingErr`` / ``ors``): each piece is whole words of
+    the code, and a search for any of them finds it."""
+    from analytics.terminal import Col, fitted_table
+
+    cols = (Col("queue", "left"), Col("GPU-h"), Col("typical pending reason", "left", whole=False))
+    codes = ["PodSchedulingErrors", "NonPreemptibleOverQuota"]
+    rows = [["production-inference", "12,345.6", codes[0]], ["b", "1.0", codes[1]]]
+    for width in (52, 56, 80):  # the reason column gets 14, 18 and all it needs
+        table, dropped = fitted_table(cols, rows, width)
+        out = io.StringIO()
+        console(out).print(table, width=width)
+        text = out.getvalue()
+        assert not dropped and all(cell_len(line) <= width for line in text.splitlines()), text
+        body = text[text.index("┡") :]
+        lines = [line.split("│") for line in body.splitlines() if line.count("│") == 4]
+        pieces: list[list[str]] = []
+        for line in lines:
+            if line[1].strip():  # a row's first line names its queue
+                pieces.append([])
+            pieces[-1].append(line[3].strip())
+        assert ["".join(p) for p in pieces] == codes, text
+        for p in pieces:
+            assert all(piece[:1].isupper() for piece in p), text  # each piece starts a CamelCase word
+            assert (len(p) == 1) == (width == 80), text
