@@ -23,7 +23,16 @@ import pytest
 
 from scheduler.kube.webhook import MUTATE_PATH
 from tests.support.gpu_sharing import MATCH_CONDITIONS
-from tests.support.helm_chart import CHART, by_kind, component, helm_run, parse_cli, render, require_helm
+from tests.support.helm_chart import (
+    CHART,
+    by_kind,
+    component,
+    dry_run_create,
+    helm_run,
+    parse_cli,
+    render,
+    require_helm,
+)
 
 ON = ["--set", "gpuSharing.enabled=true"]
 
@@ -141,8 +150,6 @@ def test_cert_manager_option(helm: str) -> None:
 def test_the_api_server_accepts_the_rendered_gpu_sharing_objects(
     helm: str, kube_api: Any, kube_namespace: str
 ) -> None:
-    from kubernetes.dynamic import DynamicClient
-
     ns = kube_namespace
     objs = render(
         helm, *ON, "--set", f"gpuSharing.reservationNamespace={ns}", "--set", "gpuSharing.createNamespace=false",
@@ -164,11 +171,7 @@ def test_the_api_server_accepts_the_rendered_gpu_sharing_objects(
         "Role",
     }
     with kube_api.api_client() as api:
-        dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
-        for o in mine:
-            res = dyn.resources.get(api_version=o["apiVersion"], kind=o["kind"])
-            namespace = o["metadata"].get("namespace") if res.namespaced else None
-            res.create(body=o, namespace=namespace, query_params=[("dryRun", "All")])
+        dry_run_create(api, mine)
 
 
 @pytest.mark.parametrize(

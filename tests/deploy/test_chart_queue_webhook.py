@@ -16,7 +16,16 @@ from typing import Any
 import pytest
 
 from scheduler.kube.queue_validation import VALIDATE_PATH
-from tests.support.helm_chart import CHART, by_kind, component, helm_run, parse_cli, render, require_helm
+from tests.support.helm_chart import (
+    CHART,
+    by_kind,
+    component,
+    dry_run_create,
+    helm_run,
+    parse_cli,
+    render,
+    require_helm,
+)
 
 ON = ["--set", "queueWebhook.enabled=true"]
 
@@ -90,19 +99,13 @@ def test_both_webhooks_share_one_server(helm: str) -> None:
 def test_the_api_server_accepts_the_rendered_queue_webhook(
     helm: str, kube_api: Any, kube_namespace: str
 ) -> None:
-    from kubernetes.dynamic import DynamicClient
-
     objs = render(helm, *ON, namespace=kube_namespace)
     mine = [
         o for o in objs if o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "webhook"
     ]
     assert {o["kind"] for o in mine} >= {"ValidatingWebhookConfiguration", "Deployment", "ClusterRole"}
     with kube_api.api_client() as api:
-        dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
-        for o in mine:
-            res = dyn.resources.get(api_version=o["apiVersion"], kind=o["kind"])
-            namespace = o["metadata"].get("namespace") if res.namespaced else None
-            res.create(body=o, namespace=namespace, query_params=[("dryRun", "All")])
+        dry_run_create(api, mine)
 
 
 @pytest.mark.parametrize(

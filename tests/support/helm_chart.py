@@ -79,3 +79,15 @@ def parse_cli(argv: list[str]) -> Any:
             return build_parser().parse_args(argv)
     except SystemExit:
         pytest.fail(f"`hourglass {' '.join(argv)}` is rejected by the CLI: {err.getvalue().strip()}")
+
+
+def dry_run_create(api: Any, objs: list[dict[str, Any]]) -> None:
+    """Create each of ``objs`` on the API server with ``dryRun=All``: the server validates it (schema,
+    admission, CEL) and stores nothing."""
+    from kubernetes.dynamic import DynamicClient
+
+    dyn = DynamicClient(api)  # type: ignore[no-untyped-call]
+    for o in objs:
+        res = dyn.resources.get(api_version=o["apiVersion"], kind=o["kind"])
+        namespace = o["metadata"].get("namespace") if res.namespaced else None
+        res.create(body=o, namespace=namespace, query_params=[("dryRun", "All")])
