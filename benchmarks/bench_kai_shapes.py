@@ -1,8 +1,11 @@
 """The victim-search shapes of KAI's benchmarks, written as Hourglass clusters; optionally KAI side by side.
 
-``reclaim-large`` (KAI's ReclaimLargeJobs): N nodes x 8 GPUs, two queues with half the cluster deserved
-each; queue ``a`` holds every GPU with 1-GPU single-pod jobs, queue ``b`` has one pending gang of N/10
-8-GPU pods (minMember = N/10) that must reclaim whole nodes. ``consolidation``: bench_actions' shape (each
+``reclaim-large`` (KAI v0.17.0's ReclaimLargeJobs, pkg/scheduler/actions/integration_tests/reclaim/
+reclaim_benchmark_test.go:182-199 and reclaim_large_job_topology_test.go:33-102): N nodes x 8 GPUs; queue ``a``
+(KAI's queue-0) deserves 0 GPUs with over-quota weight 0 and holds every GPU with 8N 1-GPU single-pod jobs,
+job i on node i mod N; queue ``b`` (queue-1) deserves all 8N GPUs, weight 0, and has one pending gang of N/2
+8-GPU pods (minMember = N/2, jobs_fake's default of all tasks) that must reclaim whole nodes. KAI's benchmark
+asserts N/2 pipelined pods and 4N releasing victims. ``consolidation``: bench_actions' shape (each
 node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as in KAI's benchmark. One line per run:
 ``bench: kai-shape shape=S nodes=N cpu_seconds=C seconds=S simulations=K decisions=D digest=H``; the digest
 (sha256 of the record) lets two builds' decisions be compared.
@@ -45,23 +48,30 @@ KAI_MODULES = ("github.com/kai-scheduler/KAI-scheduler", "github.com/NVIDIA/KAI-
 
 
 def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
-    """KAI's ReclaimLargeJobs cluster (see the module docstring)."""
+    """KAI's ReclaimLargeJobs cluster (see the module docstring), built like KAI's topology builder."""
     out: list[ev.Event] = list(a100_nodes(nodes, gpus_per_node))
     total = nodes * gpus_per_node * 1000
-    for q in ("a", "b"):
+    # reclaim_benchmark_test.go:194-195 (Queue0DeservedGPUs 0, Queue1DeservedGPUs N*8) and
+    # reclaim_large_job_topology_test.go:42,47 (GPUOverQuotaWeight 0 on both queues).
+    for q, quota in (("a", 0), ("b", total)):
         out.append(
             ev.QueueUpserted(
-                uid=q, at_ms=0, name=q, resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 2))
+                uid=q,
+                at_ms=0,
+                name=q,
+                resources=ev.QueueResources(gpu=ev.QueueResource(quota=quota, over_quota_weight=0)),
             )
         )
     one = ev.PodRequests(cpu_millicores=1000, memory_bytes=4 * 2**30, gpus=1)
     eight = ev.PodRequests(cpu_millicores=8000, memory_bytes=32 * 2**30, gpus=gpus_per_node)
     t = 1
-    for i in range(nodes):
-        for dev in range(gpus_per_node):
-            t += 1
-            out.extend(one_pod_job(f"run-{i:05d}-{dev}", t, "a", one, 50, f"node-{i:05d}", [dev]))
-    size = max(1, nodes // 10)
+    # reclaim_large_job_topology_test.go:72-84: running job i sits on node i mod N, created in index order.
+    for i in range(nodes * gpus_per_node):
+        node, dev = i % nodes, i // nodes
+        t += 1
+        out.extend(one_pod_job(f"run-{i:06d}", t, "a", one, 50, f"node-{node:05d}", [dev]))
+    # reclaim_benchmark_test.go:193 (PendingJobTasks N/2); the gang's minimum is all its tasks.
+    size = max(1, nodes // 2)
     t += 1
     out.append(
         ev.PodGroupUpserted(

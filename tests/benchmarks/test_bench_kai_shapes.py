@@ -65,3 +65,20 @@ def test_go_bench_line_is_read_as_seconds() -> None:
     )
     assert parse(out, "BenchmarkHourglassReclaimLarge_100Node") == 3.40211789
     assert parse(out, "BenchmarkHourglassConsolidation_100Node") is None
+
+
+def test_reclaim_large_is_kais_cluster_and_makes_kais_decisions(tmp_path: Path) -> None:
+    # KAI's ReclaimLargeJobs asserts N/2 pipelined pods of the gang and 4N releasing victims
+    # (integration_tests/reclaim/reclaim_benchmark_test.go:248-271); at 10 nodes: 5 and 40.
+    r = _run(["--shapes", "reclaim-large", "--nodes", "10"], os.environ["PATH"])
+    assert r.returncode == 0, r.stderr
+    (line,) = r.stdout.splitlines()
+    assert " nodes=10 evict=40 pipeline=5 " in line, line
+
+
+def test_reclaim_large_queues_match_kai() -> None:
+    events = runpy.run_path(str(SCRIPT))["reclaim_large_events"](4)
+    queues = {e.name: e.resources.gpu for e in events if type(e).__name__ == "QueueUpserted"}
+    assert {q: (g.quota, g.over_quota_weight) for q, g in queues.items()} == {"a": (0, 0), "b": (32000, 0)}
+    gangs = [e for e in events if type(e).__name__ == "PodGroupUpserted" and e.name == "large"]
+    assert [g.min_member for g in gangs] == [2]
