@@ -30,13 +30,8 @@ import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from prometheus_client.core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    Metric,
-    UnknownMetricFamily,
-)
+from prometheus_client import Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, UnknownMetricFamily
 
 from fairshare.metrics import KAI_LATENCY_BUCKETS_MS, KaiLatencyHistogram, whole_ms
 from scheduler.engine.record.decisions import CycleRecord
@@ -168,21 +163,23 @@ class KaiCycleMetrics:
     _search_jobs: dict[tuple[str, str], int] = field(default_factory=dict)
     _search_exhausted: dict[str, int] = field(default_factory=dict)
     _search_simulated: dict[str, int] = field(default_factory=dict)
-    # scenario_search_duration_seconds by (action, result): bucket counts, count, sum.
-    _search_seconds: dict[tuple[str, str], tuple[list[int], int, float]] = field(default_factory=dict)
+    _search_seconds: Histogram = field(
+        default_factory=lambda: Histogram(
+            _n("scenario_search_duration_seconds"),
+            "Elapsed generator-search duration in seconds.",
+            ["action", "generator", "result"],
+            buckets=SEARCH_DURATION_BUCKETS_S,
+            registry=None,  # collected with this collector's families
+        )
+    )
 
     def observe_searches(self, searches: Sequence[tuple[str, str, float]]) -> None:
         """Count each job's victim search of a cycle, ``(action, result, wall seconds)``, in KAI's
         ``scenario_search_duration_seconds`` (Hourglass's one generator: ``solver``)."""
-        with self._lock:
-            for action, result, seconds in searches:
-                if seconds < 0:
-                    raise ValueError(f"search of {action!r} took a negative {seconds} s")
-                buckets, count, total = self._search_seconds.get((action, result), ([0] * 16, 0, 0.0))
-                for i, bound in enumerate(SEARCH_DURATION_BUCKETS_S):
-                    if seconds <= bound:
-                        buckets[i] += 1
-                self._search_seconds[(action, result)] = (buckets, count + 1, total + seconds)
+        for action, result, seconds in searches:
+            if seconds < 0:
+                raise ValueError(f"search of {action!r} took a negative {seconds} s")
+            self._search_seconds.labels(action, SEARCH_GENERATOR, result).observe(seconds)
 
     def observe(
         self,
@@ -300,7 +297,6 @@ class KaiCycleMetrics:
             search_jobs = dict(self._search_jobs)
             search_exhausted = dict(self._search_exhausted)
             search_simulated = dict(self._search_simulated)
-            search_seconds = {k: (list(b), n, t) for k, (b, n, t) in self._search_seconds.items()}
         for name, value, doc in (
             (
                 "e2e_scheduling_latency_milliseconds",
@@ -388,19 +384,7 @@ class KaiCycleMetrics:
         for action in sorted(search_simulated):
             scenarios.add_metric([action, SEARCH_GENERATOR, "simulated"], float(search_simulated[action]))
         yield scenarios
-        duration = HistogramMetricFamily(
-            _n("scenario_search_duration_seconds"),
-            "Elapsed generator-search duration in seconds.",
-            labels=["action", "generator", "result"],
-        )
-        for (action, result), (buckets, count, total) in sorted(search_seconds.items()):
-            duration.add_metric(
-                [action, SEARCH_GENERATOR, result],
-                [(repr(b), float(n)) for b, n in zip(SEARCH_DURATION_BUCKETS_S, buckets, strict=True)]
-                + [("+Inf", float(count))],
-                total,
-            )
-        yield duration
+        yield from self._search_seconds.collect()
         # KAI's search budgets are durations, 0 meaning none ("unlimited"). Hourglass's search has no time
         # budget (a cycle reads no clock): it is bounded by counts of scenarios (solver_job_budget,
         # solver_action_budget), so in KAI's terms each configured time budget is 0.

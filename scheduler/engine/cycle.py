@@ -41,14 +41,11 @@ def open_session(
 StepHook = Callable[[str], None]
 """Told the name of each step of a cycle as it ends: ``open_session``, each action, then ``record``; and,
 inside the actions whose victim search is budgeted (reclaim, preempt), ``<action>/search`` as each job's
-search begins and ``<action>/search/<result>`` as it ends (:data:`SEARCH_RESULTS`).
+search begins and ``<action>/search/<result>`` as it ends
+(:data:`scheduler.engine.actions.signatures.SEARCH_RESULTS`).
 
 How metrics observe a cycle (they time the steps) without a second cycle runner; a hook is told, it never
 feeds the cycle, so a cycle with a hook records what one without does."""
-
-#: How a job's victim search ended, in KAI's words (its ``scenario_search_*`` metrics' ``result`` label):
-#: the action scheduled the job; a search budget cut it; every scenario was tried and none passed.
-SEARCH_RESULTS: tuple[str, ...] = ("solved", "deadline_exhausted", "generators_exhausted")
 
 
 def run_actions(

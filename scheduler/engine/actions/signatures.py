@@ -165,6 +165,12 @@ class FailedJobs:
             self._reps[key] = job
 
 
+#: How a job's victim search ended, in KAI's words (its ``scenario_search_*`` metrics' ``result`` label):
+#: the action scheduled the job; a search budget cut it; every scenario was tried and none passed.
+SEARCH_RESULTS: tuple[str, str, str] = ("solved", "deadline_exhausted", "generators_exhausted")
+SOLVED, CUT, EXHAUSTED = SEARCH_RESULTS
+
+
 def run_per_job(
     ssn: Session,
     gate: Callable[[Session, JobInfo], bool],
@@ -198,7 +204,7 @@ def run_per_job(
         solved = attempt(ssn, job)
         stopped = not solved and budget is not None and budget.stopped
         if observe is not None:
-            result = "solved" if solved else "deadline_exhausted" if stopped else "generators_exhausted"
+            result = SOLVED if solved else CUT if stopped else EXHAUSTED
             observe(f"{action}/search/{result}")
         if solved:
             continue
