@@ -488,7 +488,11 @@ class JobsByQueue:
                     break
             if self._has_jobs(node):
                 lo, hi = 0, len(siblings)
-                if not self._keyed and not (self._victim_keyed and self.fast):
+                if not siblings:
+                    # Nothing to compare with: no key is needed now. A kept key would go stale (a victim
+                    # key also reads what was popped), so it is dropped and taken afresh when next read.
+                    self._keys.pop(node.name, None)
+                elif not self._keyed and not (self._victim_keyed and self.fast):
                     while lo < hi:
                         mid = (lo + hi) // 2
                         if self._before(node, siblings[mid]):

@@ -568,12 +568,22 @@ def _fast_binpack(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
 def _fast_binpack_scan(
     ssn: Session, task: TaskInfo, allow_idle: bool, buckets: list[list[int]], need: int
 ) -> Fit | None:
-    """The first idle fit scanning free-device buckets upward from `need`, else the first fit."""
-    by_rank = ssn.free_index.by_rank
+    """The first idle fit scanning free-device buckets upward from `need`, else the first fit.
+
+    Once a fit is in hand only an idle one can beat it, so nodes with fewer whole idle devices than
+    `need` (no idle fit possible there) are passed over without being fitted -- for whole-GPU tasks only:
+    a shared task may fit idle on a device it shares."""
+    idx = ssn.free_index
+    by_rank = idx.by_rank
+    idle_level = idx.idle_level
+    whole = not task.shared
     fallback: Fit | None = None
     for k in range(max(need, 0), len(buckets)):
         for r in buckets[k]:
-            f = fit(ssn, task, by_rank[r], allow_idle)
+            n = by_rank[r]
+            if fallback is not None and whole and idle_level[n.name] < need:
+                continue
+            f = fit(ssn, task, n, allow_idle)
             if isinstance(f, Fit):
                 if f.idle:
                     return f

@@ -216,10 +216,13 @@ def refused_whatever_else(
     req: Vec,
     lost: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
     evicted: Sequence[TaskInfo],
+    chunks: dict[str, list[Vec]] | None = None,
 ) -> bool:
     """True when :func:`reclaimable` refuses the scenario whatever else it loses: `lost` are the victims
     whose turn has passed, each with its evicted tasks as the validator will see them (final), in the
     order the validator will take them; every other loss is among the tasks of `evicted` still releasing.
+    `chunks` may keep each lost victim's :func:`victim_chunks` by job uid across calls about one
+    simulation (they are final).
 
     More losses only lower what the victim sides keep, so a chunk refused now stays refused (its check
     reads what its side kept before it), and the reclaimer's fair-share boundary, checked with what the
@@ -229,22 +232,30 @@ def refused_whatever_else(
     rq = reclaimer_job.queue
     if rq is None:
         return True
-    kept = _kept_after(ssn, snap, rq, req, lost)
+    kept = _kept_after(ssn, snap, rq, req, lost, chunks)
     if kept is None:
         return True
     remaining, involved = kept
     mult = max(ssn.config.saturation_multiplier, 1.0)
-    releasing = [t for t in evicted if t.status is PodStatus.RELEASING and t.job.queue is not None]
+    # What is still releasing, summed per queue first: each level then reads a few queues, not every task.
+    releasing: dict[str, tuple[QueueInfo, Vec]] = {}
+    for t in evicted:
+        tq = t.job.queue
+        if t.status is PodStatus.RELEASING and tq is not None:
+            acc = releasing.get(tq.name)
+            if acc is None:
+                acc = releasing[tq.name] = (tq, [0, 0, 0])
+            tv = ssn.task_vec(t)
+            for r in range(3):
+                acc[1][r] += tv[r]
     for level in rq.ancestors():
         if not reclaimer_job.preemptible and not non_preemptible_fits(level, snap.allocated_np[level.name], req):
             return True
         mine = _add(snap.allocated[level.name], req)
-        for t in releasing:
-            tq = t.job.queue
-            if tq is not None and any(a is level for a in tq.ancestors()):
-                tv = ssn.task_vec(t)
+        for tq, held in releasing.values():
+            if any(a is level for a in tq.ancestors()):
                 for r in range(3):
-                    mine[r] -= tv[r]
+                    mine[r] -= held[r]
         if _over_a_sibling(ssn, level, mine, remaining, involved, mult):
             return True
     return False
@@ -325,10 +336,12 @@ def _kept_after(
     rq: QueueInfo,
     req: Vec,
     victims: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
+    known: dict[str, list[Vec]] | None = None,
 ) -> tuple[dict[str, Vec], list[bool]] | None:
     """The victims' losses chunk by chunk, each checked against its side's fair share or the reclaimer's
     deserved quota (KAI's per-victim check): None when a chunk is refused, else what each queue of the
-    victims' sides keeps and which resources the scenario involves (the request's and any lost)."""
+    victims' sides keeps and which resources the scenario involves (the request's and any lost). `known`
+    keeps each victim's chunks by job uid, for victims whose tasks no longer move."""
     remaining: dict[str, Vec] = {}
     involved = [req[r] > 0 for r in range(3)]
     leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}  # per victim queue: many victims share one
@@ -336,7 +349,13 @@ def _kept_after(
         vq = job.queue
         if vq is None:
             continue
-        chunks = victim_chunks(ssn, job, tasks)
+        if known is None:
+            chunks = victim_chunks(ssn, job, tasks)
+        else:
+            found = known.get(job.uid)
+            if found is None:
+                found = known[job.uid] = victim_chunks(ssn, job, tasks)
+            chunks = found
         if not chunks:
             continue
         pair = leveled.get(vq.name)

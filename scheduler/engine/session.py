@@ -579,6 +579,9 @@ class FreeIndex:
         top = max((n.gpus for n in nodes), default=0)
         self.buckets: list[list[int]] = [[] for _ in range(top + 1)]
         self.level: dict[str, int] = {}
+        # Whole idle devices per node (no allocated, releasing or pipelined pod): at least the task's count
+        # is necessary for a fit on idle capacity, which lets a binpack scan skip nodes cheaply.
+        self.idle_level: dict[str, int] = {}
         self.shared: list[int] = []  # ranks of nodes holding at least one shared device
         # CPU-only placement: nodes without GPUs [0] and with GPUs [1], each by (future CPU, rank).
         self.cpu: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
@@ -590,6 +593,7 @@ class FreeIndex:
         for n in self.by_rank:
             k = len(n.whole_future_devices())
             self.level[n.name] = k
+            self.idle_level[n.name] = len(n.whole_idle_devices())
             self.buckets[k].append(self.rank[n.name])
             if n.shared_devices():
                 self.shared.append(self.rank[n.name])
@@ -603,6 +607,7 @@ class FreeIndex:
         if self.dirty is not None:
             self.dirty.add(r)
         k = len(n.whole_future_devices())
+        self.idle_level[n.name] = len(n.whole_idle_devices())
         old = self.level[n.name]
         if k != old:
             self.buckets[old].remove(r)

@@ -89,14 +89,32 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
         return out
 
     totals: list[EvictedTotals] = []  # of the evicted list asked about last (each simulation asks many times)
+    # loss_refused_at_boundary reads of a victim only its queue and the least of its evicted tasks per
+    # resource: its answers for one evicted list and request, by those.
+    answers: dict[tuple[object, ...], bool] = {}
 
     def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
         if not totals or totals[0].evicted is not evicted:
             totals[:] = [EvictedTotals(ssn, evicted)]
-        return loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
+            answers.clear()
+        own = totals[0].own(v)
+        if v.queue is None or not own:
+            return loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
+        key = (v.queue.name, *req, *(min(x[r] for x in own) for r in range(3)))
+        out = answers.get(key)
+        if out is None:
+            out = answers[key] = loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
+        return out
+
+    chunked: list[object] = []  # the evicted list of the simulation `chunks` is about
+    chunks: dict[str, list[list[int]]] = {}
 
     def doomed(lost: list[tuple[JobInfo, list[TaskInfo]]], evicted: list[TaskInfo], req: list[int]) -> bool:
-        return refused_whatever_else(ssn, snap, job, req, lost, evicted)
+        # A lost victim's tasks are final for the rest of its simulation: its chunks are read once.
+        if not chunked or chunked[0] is not evicted:
+            chunked[:] = [evicted]
+            chunks.clear()
+        return refused_whatever_else(ssn, snap, job, req, lost, evicted, chunks)
 
     solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in, doomed)
     stmt = solver.solve(job, victims(index, ssn, job))

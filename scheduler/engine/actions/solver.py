@@ -148,32 +148,108 @@ def job_view(job: JobInfo, tasks: Sequence[TaskInfo]) -> JobInfo:
     return view
 
 
-class _VictimStream:
-    """Feeds victim task groups in victim order, splitting elastic victims one task at a time."""
+class _VictimOrder:
+    """The victim order of one solve, popped once and shared by its partial jobs.
 
-    def __init__(self, ssn: Session, index: JobIndex, victims: Victims, recorded: set[str]) -> None:
-        runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
+    Each partial job reads the victims from the top of an ordering over the solve's base state (every
+    simulation is rolled back before the next read), and pops them in the same order until it first pushes
+    a job back (a victim it offers only part of, see :class:`_VictimStream`): a pop changes the ordering
+    the same way whichever partial job makes it. So the popped jobs are kept, each with what
+    :func:`tasks_to_evict` says of it, for every partial job to replay instead of popping them again.
+    """
+
+    def __init__(self, ssn: Session, index: JobIndex, victims: Victims) -> None:
+        self._runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
+        self._ssn = ssn
+        self._order = self.fresh()
+        self._popped: list[tuple[JobInfo, list[TaskInfo], bool]] = []
+        self._done = False
+
+    def fresh(self) -> JobsByQueue:
+        """A new ordering over the same victims, at the top."""
         # Read only between simulations, each rolled back first: victims' allocations stay as built.
-        self.order = JobsByQueue(ssn, (), victim=True, runs=runs, fixed_victims=True)
+        return JobsByQueue(self._ssn, (), victim=True, runs=self._runs, fixed_victims=True)
+
+    def at(self, i: int) -> tuple[JobInfo, list[TaskInfo], bool] | None:
+        """The `i`-th job popped from the top, with its tasks to evict and whether it has more to give; None
+        past the last victim."""
+        while len(self._popped) <= i:
+            view = None if self._done else self._order.pop()
+            if view is None:
+                self._done = True
+                return None
+            group, more = tasks_to_evict(view)
+            self._popped.append((view, group, more))
+        return self._popped[i]
+
+
+class _VictimStream:
+    """Feeds victim task groups in victim order, splitting elastic victims one task at a time.
+
+    It replays the solve's shared :class:`_VictimOrder` until it has to push a job back, then goes on with
+    an ordering of its own, brought to the same point by popping as many jobs."""
+
+    def __init__(self, shared: _VictimOrder, recorded: set[str]) -> None:
+        self.shared = shared
+        self.pos = 0  # jobs read from the shared order
+        self.order: JobsByQueue | None = None  # own ordering, once a job was pushed back
         self.recorded = recorded
+
+    def _own(self) -> JobsByQueue:
+        order = self.shared.fresh()
+        for i in range(self.pos):
+            view = order.pop()
+            entry = self.shared.at(i)
+            assert entry is not None and view is entry[0], "victim order diverged from the shared one"
+        self.order = order
+        return order
+
+    def _pushing(self) -> JobsByQueue:
+        return self.order if self.order is not None else self._own()
+
+    def _offer(self, view: JobInfo, group: list[TaskInfo], more: bool) -> list[TaskInfo] | None:
+        """What one popped victim offers (None: nothing, read on); may push the rest of it back."""
+        if not group:
+            return None
+        if any(t.uid in self.recorded for t in group):
+            # Already a victim through an earlier partial job: offer only what is left of it.
+            rest = [t for t in view.tasks if t.uid not in self.recorded]
+            if rest:
+                self._pushing().push(job_view(view, rest))
+            return None
+        if more:
+            taken = {t.uid for t in group}
+            self._pushing().push(job_view(view, [t for t in view.tasks if t.uid not in taken]))
+        return group
 
     def next_group(self) -> list[TaskInfo] | None:
         """The next group of victim tasks, or None when the victims are exhausted."""
+        while self.order is None:
+            entry = self.shared.at(self.pos)
+            if entry is None:
+                return None
+            self.pos += 1
+            group = self._offer(*entry)
+            if group is not None:
+                return group
         while (view := self.order.pop()) is not None:
-            group, more = tasks_to_evict(view)
-            if not group:
-                continue
-            if any(t.uid in self.recorded for t in group):
-                # Already a victim through an earlier partial job: offer only what is left of it.
-                rest = [t for t in view.tasks if t.uid not in self.recorded]
-                if rest:
-                    self.order.push(job_view(view, rest))
-                continue
-            if more:
-                taken = {t.uid for t in group}
-                self.order.push(job_view(view, [t for t in view.tasks if t.uid not in taken]))
-            return group
+            group = self._offer(view, *tasks_to_evict(view))
+            if group is not None:
+                return group
         return None
+
+
+def _remembered(skip: Callable[[JobInfo], bool]) -> Callable[[JobInfo], bool]:
+    """`skip` answered once per job uid (for one solve, whose victim stream reads only its base state)."""
+    seen: dict[str, bool] = {}
+
+    def remembered(job: JobInfo) -> bool:
+        out = seen.get(job.uid)
+        if out is None:
+            out = seen[job.uid] = skip(job)
+        return out
+
+    return remembered
 
 
 def _gpu_need(t: TaskInfo) -> int:
@@ -334,8 +410,12 @@ class Solver:
         stmt = self.ssn.statement()
         recorded: list[TaskInfo] = []
         solved = False
+        # Every partial job reads the victims again from the top, always in the state the solve began in:
+        # the filter's answer for a victim is asked once.
+        victims = Victims(victims.leaves, _remembered(victims.skip))
+        order = _VictimOrder(self.ssn, self.index, victims)
         for k in range(1, len(tasks) + 1):
-            scenario = self._solve_partial(stmt, job, tasks[:k], recorded, victims)
+            scenario = self._solve_partial(stmt, job, tasks[:k], recorded, order)
             if self.budget.stopped:
                 break  # the search budget ran out (the statement holds only discarded work)
             if scenario is None:
@@ -358,11 +438,11 @@ class Solver:
         job: JobInfo,
         pending: list[TaskInfo],
         recorded: list[TaskInfo],
-        victims: Victims,
+        shared: _VictimOrder,
     ) -> Scenario | None:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
         self._shared_nodes = None  # computed before the first simulation (see _simulate_scenario)
-        stream = _VictimStream(self.ssn, self.index, victims, {t.uid for t in recorded})
+        stream = _VictimStream(shared, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
         slots = _Slots(self.ssn, pending)
@@ -546,13 +626,17 @@ class Solver:
             # whose fit depends on other pods is left to them).
             return False
         waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
+        # The waiting victims the stranded checks must still read: one they found they can skip for good
+        # (its loss is allowed, or its tasks are of a kind they do not test) is dropped, so each turn reads
+        # only the victims it can prove something about rather than every waiting one.
+        watch = dict(waiting)
         keeps: dict[str, bool] = {}
         # The evicted tasks of each victim, in `evicted` order: the checks after each turn read one victim's
         # tasks at a time, which would otherwise scan every evicted task per victim per turn.
         by_job: dict[str, list[TaskInfo]] = {}
         for t in evicted:
             by_job.setdefault(t.job.uid, []).append(t)
-        if self._pair_stranded(scenario, waiting.values(), by_job, keeps, evicted):
+        if self._pair_stranded(scenario, watch.values(), by_job, keeps, evicted):
             return False  # nothing moved yet
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
@@ -564,6 +648,9 @@ class Solver:
             runs=self._ordering_peers(involved),
         )
         placed = False
+        # Until the simulation ends capacity only shrinks (the preemptor and victims are placed, never
+        # removed), so a victim task that fitted nowhere answers for every identical one after it.
+        failed: dict[tuple[object, ...], str] = {}
         # `_doomed` reads every lost victim, so it is asked only as the number of victims whose turn has
         # passed grows by a quarter: what it proves, it proves at any turn (the simulation fails either way),
         # so this changes no outcome, only how late a doomed simulation stops.
@@ -577,7 +664,8 @@ class Solver:
                 placed = True
             else:
                 waiting.pop(nxt.uid, None)
-                if self._replace_victim(stmt, nxt):
+                watch.pop(nxt.uid, None)
+                if self._replace_victim(stmt, nxt, failed):
                     self._restore_unmoved(stmt, nxt, cp)
                     if not placed and monotone and self._preemptor_shut_out(scenario, freed):
                         stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
@@ -586,10 +674,10 @@ class Solver:
                 if self._loses_kept(scenario, nxt, by_job, evicted):
                     stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
-            if waiting and self._kept_stranded(scenario, waiting.values(), by_job, keeps, evicted):
+            if watch and self._kept_stranded(scenario, watch, by_job, keeps, evicted):
                 stmt.rollback(cp)  # a victim the validator may not lose can no longer be re-placed
                 return False
-            if waiting and not placed and self._pair_stranded(scenario, waiting.values(), by_job, keeps, evicted):
+            if watch and not placed and self._pair_stranded(scenario, watch.values(), by_job, keeps, evicted):
                 stmt.rollback(cp)  # the preemptor and a victim it may not lose no longer fit together
                 return False
             if waiting and nxt is not preemptor and passed >= next_doomed:
@@ -688,7 +776,7 @@ class Solver:
     def _kept_stranded(
         self,
         scenario: Scenario,
-        waiting: Iterable[JobInfo],
+        watch: dict[str, JobInfo],
         by_job: dict[str, list[TaskInfo]],
         keeps: dict[str, bool],
         evicted: list[TaskInfo],
@@ -701,20 +789,35 @@ class Solver:
         :meth:`_preemptor_shut_out`). Only whole-GPU and CPU tasks whose fit does not depend on other pods'
         placement of their own (affinity, spread, ports, volumes) are tested. `keeps` caches, per victim,
         whether its loss is refused.
+
+        `watch` holds the waiting victims still worth reading. A victim's evicted tasks do not change
+        before its turn and `keeps` is fixed for the simulation, so one skipped here for its loss being
+        allowed or for the kind of its tasks would be skipped at every later turn: it is removed from
+        `watch`. :meth:`_pair_stranded` skips every victim removed so (its skips include these).
         """
         if self.must_keep is None and self.keep_in is None:
             return False
         ssn = self.ssn
         req = scenario.requested
-        for v in waiting:
-            if keeps.get(v.uid) is False:
-                continue  # its loss is allowed: nothing to prove (cheaper than gathering its tasks)
-            tasks = [t for t in by_job.get(v.uid, ()) if t.status is PodStatus.RELEASING]
-            if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
+        done: list[str] = []
+        stranded = False
+        for uid, v in watch.items():
+            if keeps.get(uid) is False:
+                done.append(uid)  # its loss is allowed: nothing to prove (cheaper than gathering its tasks)
                 continue
-            if self._keeps(v, req, evicted, keeps) and any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
-                return True
-        return False
+            tasks = [t for t in by_job.get(uid, ()) if t.status is PodStatus.RELEASING]
+            if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
+                done.append(uid)
+                continue
+            if not self._keeps(v, req, evicted, keeps):
+                done.append(uid)
+                continue
+            if any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
+                stranded = True
+                break
+        for uid in done:
+            del watch[uid]
+        return stranded
 
     def _keeps(self, v: JobInfo, req: Vec, evicted: list[TaskInfo], keeps: dict[str, bool]) -> bool:
         """Whether the validator refuses every scenario that loses a task of victim `v` (`must_keep`, or
@@ -726,8 +829,11 @@ class Solver:
             )
         return keep
 
-    def _replace_victim(self, stmt: Statement, job: JobInfo) -> bool:
-        """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain."""
+    def _replace_victim(self, stmt: Statement, job: JobInfo, failed: dict[tuple[object, ...], str]) -> bool:
+        """Re-place a victim job, pipeline only; a job with a topology constraint domain by domain.
+
+        `failed` is :func:`allocate_job`'s memo of tasks that fitted nowhere, valid while capacity only
+        shrinks (one simulation); it is used on the plain path only."""
         ssn = self.ssn
         if has_subgroup_constraints(job):
             return place_subgroups(
@@ -738,7 +844,9 @@ class Solver:
                 lambda t, nodes: allocate_task(ssn, stmt, t, nodes, self.action, pipeline_only=True, explain=False),
             )
         if not topology.constrained(job) or topology.constraint_error(ssn, job) is not None:
-            return allocate_job(ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False)
+            return allocate_job(
+                ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False, failed=failed
+            )
         tasks = job.tasks_to_allocate(include_virtual=True)
         p = topology.plan(ssn, job, tasks, live=True) if tasks else None
         if p is None:
