@@ -261,6 +261,140 @@ def refused_whatever_else(
     return False
 
 
+class LossTracker:
+    """:func:`refused_whatever_else` for one simulation, kept up to date as victims' turns pass instead of
+    recomputed over every lost victim at each question.
+
+    Built right after the simulation evicted `evicted` (every victim still waiting for its turn); the
+    solver then calls :meth:`lose` once per victim whose turn has passed, with its tasks as they stay.
+
+    Chunk checks without an order: a chunk's check asks that its leveled queue ``lv`` keep, before the
+    chunk, more than a fixed line in some resource, and only chunks of victims with the same ``lv`` lower
+    what ``lv`` keeps (a victim queue below ``lv`` meets the reclaimer's path at ``lv`` too). What ``lv``
+    keeps only falls along the validator's order, so every chunk of ``lv`` passes exactly when its last
+    one does -- the last chunk of the lost victim latest in `evicted` order, checked against the snapshot
+    less all of ``lv``'s lost chunks but that one. So only a total and the latest victim's last chunk are
+    kept per ``lv``; a lost victim only lowers what is kept, so a refusal stands for the rest of the
+    simulation. The boundary reads what each queue keeps and what is still releasing under each of the
+    reclaimer's levels, both kept as sums."""
+
+    def __init__(
+        self, ssn: Session, snap: QueueSnapshot, reclaimer_job: JobInfo, req: Vec, evicted: Sequence[TaskInfo]
+    ) -> None:
+        self.ssn, self.snap, self.job, self.req = ssn, snap, reclaimer_job, req
+        self.rq = reclaimer_job.queue
+        self._position: dict[str, int] = {}  # victim job uid -> its place in the validator's order
+        self._releasing: dict[str, TaskInfo] = {}  # evicted tasks releasing when the tracker was built
+        self._release_under: dict[str, Vec] = {}  # releasing, summed under each queue
+        for t in evicted:
+            self._position.setdefault(t.job.uid, len(self._position))
+            tq = t.job.queue
+            if t.status is PodStatus.RELEASING and tq is not None and t.uid not in self._releasing:
+                self._releasing[t.uid] = t
+                self._shift(self._release_under, tq, ssn.task_vec(t), 1)
+        self._lost_under: dict[str, Vec] = {}  # lost chunks, summed under each queue
+        self._by_lv: dict[str, tuple[QueueInfo, QueueInfo, Vec, int, Vec]] = {}  # lr, lv, total, pos, last
+        self._leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}
+        self.involved = [req[r] > 0 for r in range(3)]
+        self.lost_releasing = 0  # lost tasks still releasing
+        self.chunk_refused = self.rq is None
+        self._lost: list[tuple[int, JobInfo, list[TaskInfo]]] = []  # for the general computation
+        self._exact = True  # False: refused() falls back to refused_whatever_else
+        self._evicted = evicted
+
+    @staticmethod
+    def _shift(sums: dict[str, Vec], q: QueueInfo, v: Vec, sign: int) -> None:
+        for a in q.ancestors():
+            cur = sums.get(a.name)
+            if cur is None:
+                cur = sums[a.name] = [0, 0, 0]
+            for r in range(3):
+                cur[r] += sign * v[r]
+
+    def lose(self, job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
+        """`job`'s turn has passed: `tasks` are its evicted tasks as they now stay (releasing, pipelined
+        elsewhere, or put back where they were)."""
+        ssn = self.ssn
+        mine: list[TaskInfo] = []
+        for t in tasks:
+            if t.status is PodStatus.RELEASING:
+                self.lost_releasing += 1
+                mine.append(t)
+                continue
+            if t.status is PodStatus.PIPELINED:
+                mine.append(t)
+            if t.uid in self._releasing and t.job.queue is not None:
+                del self._releasing[t.uid]
+                self._shift(self._release_under, t.job.queue, ssn.task_vec(t), -1)
+        if not mine:
+            return  # put back: not a victim any more
+        pos = self._position.get(job.uid, len(self._position))
+        self._lost.append((pos, job, mine))
+        vq, rq = job.queue, self.rq
+        if vq is None or rq is None:
+            return
+        chunks = victim_chunks(ssn, job, mine)
+        if not chunks:
+            return
+        pair = self._leveled.get(vq.name)
+        if pair is None:
+            pair = self._leveled[vq.name] = leveled_queues(rq, vq)
+        lr, lv = pair
+        if lr is lv:
+            self._exact = False  # paths that do not part: the order-free argument does not apply
+        total = [0, 0, 0]
+        for chunk in chunks:
+            self._shift(self._lost_under, vq, chunk, 1)
+            for r in range(3):
+                total[r] += chunk[r]
+                if chunk[r] > 0:
+                    self.involved[r] = True
+        had = self._by_lv.get(lv.name)
+        if had is None:
+            entry = (lr, lv, total, pos, chunks[-1])
+        else:
+            both = [had[2][r] + total[r] for r in range(3)]
+            entry = (lr, lv, both, pos, chunks[-1]) if pos > had[3] else (lr, lv, both, had[3], had[4])
+        self._by_lv[lv.name] = entry
+        if not self.chunk_refused:
+            lr, lv, lost, _, last = entry
+            before = [self.snap.allocated[lv.name][r] - lost[r] + last[r] for r in range(3)]
+            if not (
+                maintain_fair_share(lv, before)
+                or guarantee_deserved_quota(lr, self.snap.allocated[lr.name], self.req, lv, before)
+            ):
+                self.chunk_refused = True
+
+    def refused(self) -> bool:
+        """:func:`refused_whatever_else` over the victims lost so far (False unless a lost task is still
+        releasing, as the solver asks it)."""
+        if self.lost_releasing == 0:
+            return False
+        if not self._exact:
+            lost = [(job, mine) for _, job, mine in sorted(self._lost, key=lambda e: e[0])]
+            return refused_whatever_else(self.ssn, self.snap, self.job, self.req, lost, self._evicted)
+        if self.chunk_refused:
+            return True
+        rq = self.rq
+        assert rq is not None
+        snap, req, job = self.snap, self.req, self.job
+        remaining = {
+            name: [snap.allocated[name][r] - v[r] for r in range(3)] for name, v in self._lost_under.items()
+        }
+        mult = max(self.ssn.config.saturation_multiplier, 1.0)
+        for level in rq.ancestors():
+            if not job.preemptible and not non_preemptible_fits(level, snap.allocated_np[level.name], req):
+                return True
+            mine = _add(snap.allocated[level.name], req)
+            held = self._release_under.get(level.name)
+            if held is not None:
+                for r in range(3):
+                    mine[r] -= held[r]
+            if _over_a_sibling(self.ssn, level, mine, remaining, self.involved, mult):
+                return True
+        return False
+
+
 def victim_chunks(ssn: Session, job: JobInfo, tasks: Sequence[TaskInfo]) -> list[Vec]:
     """Resources a victim job loses, as chunks: each task beyond minAvailable alone, the rest together.
 

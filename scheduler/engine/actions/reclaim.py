@@ -21,12 +21,12 @@ from scheduler.engine.actions.solver import Scenario, Solver, Victims, finish
 from scheduler.engine.ordering import job_init_resources
 from scheduler.engine.reclaimable import (
     EvictedTotals,
+    LossTracker,
     QueueSnapshot,
     can_reclaim,
     loss_always_refused,
     loss_refused_at_boundary,
     reclaimable,
-    refused_whatever_else,
     snapshot,
 )
 from scheduler.engine.session import JobInfo, Session, TaskInfo
@@ -106,15 +106,8 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
             out = answers[key] = loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
         return out
 
-    chunked: list[object] = []  # the evicted list of the simulation `chunks` is about
-    chunks: dict[str, list[list[int]]] = {}
-
-    def doomed(lost: list[tuple[JobInfo, list[TaskInfo]]], evicted: list[TaskInfo], req: list[int]) -> bool:
-        # A lost victim's tasks are final for the rest of its simulation: its chunks are read once.
-        if not chunked or chunked[0] is not evicted:
-            chunked[:] = [evicted]
-            chunks.clear()
-        return refused_whatever_else(ssn, snap, job, req, lost, evicted, chunks)
+    def doomed(evicted: list[TaskInfo], req: list[int]) -> LossTracker:
+        return LossTracker(ssn, snap, job, req, evicted)
 
     solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in, doomed)
     stmt = solver.solve(job, victims(index, ssn, job))

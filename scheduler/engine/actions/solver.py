@@ -33,8 +33,9 @@ before; on success the caller commits the returned statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from scheduler.engine import topology
 from scheduler.engine.actions.allocate import allocate_job, task_signature
@@ -110,6 +111,17 @@ class Scenario:
 
 
 Validator = Callable[[Session, Scenario], bool]
+
+
+class Doom(Protocol):
+    """What one simulation's victims lose, told as their turns pass: whether the validator must refuse
+    the simulation whatever the victims still to come lose."""
+
+    def lose(self, job: JobInfo, tasks: Sequence[TaskInfo]) -> None:
+        """`job`'s turn has passed; `tasks` are its evicted tasks as they now stay."""
+
+    def refused(self) -> bool:
+        """True when the validator refuses the simulation whatever else is lost."""
 
 
 @dataclass(frozen=True)
@@ -349,7 +361,7 @@ class Solver:
         index: JobIndex,
         must_keep: Callable[[JobInfo, Vec], bool] | None = None,
         keep_in: Callable[[JobInfo, Vec, Sequence[TaskInfo]], bool] | None = None,
-        doomed: Callable[[list[tuple[JobInfo, list[TaskInfo]]], list[TaskInfo], Vec], bool] | None = None,
+        doomed: Callable[[list[TaskInfo], Vec], Doom] | None = None,
     ) -> None:
         """`must_keep(victim, requested)` may say that the validator refuses any scenario in which the
         victim loses a task (it must then be re-placed): such victims free no capacity for good, which
@@ -359,9 +371,9 @@ class Solver:
         `evicted` (read in the session's state before they are evicted): it is used only to prove a
         simulation's failure before re-placing anything (see :meth:`_hopeless`).
 
-        `doomed(lost, evicted, requested)` may say, during a simulation, that the validator will refuse it
-        whatever else is lost: `lost` are the victims whose turn has passed with their evicted tasks as the
-        validator will see them, `evicted` what the simulation evicted (see :meth:`_doomed`)."""
+        `doomed(evicted, requested)` gives, as a simulation that evicted `evicted` begins, a :class:`Doom`
+        told of each victim whose turn has passed; it may then say that the validator will refuse the
+        simulation whatever else is lost (see :meth:`_doomed`)."""
         self.ssn = ssn
         self.must_keep = must_keep
         self.keep_in = keep_in
@@ -651,9 +663,10 @@ class Solver:
         # Until the simulation ends capacity only shrinks (the preemptor and victims are placed, never
         # removed), so a victim task that fitted nowhere answers for every identical one after it.
         failed: dict[tuple[object, ...], str] = {}
-        # `_doomed` reads every lost victim, so it is asked only as the number of victims whose turn has
-        # passed grows by a quarter: what it proves, it proves at any turn (the simulation fails either way),
-        # so this changes no outcome, only how late a doomed simulation stops.
+        # What the victims whose turn has passed lose, kept as they pass (see `doomed`). `_doomed` is asked
+        # only as their number grows by a quarter: what it proves, it proves at any turn (the simulation
+        # fails either way), so this changes no outcome, only how late a doomed simulation stops.
+        doom = self.doomed(evicted, scenario.requested) if self.doomed is not None else None
         passed = 0
         next_doomed = 1
         for nxt in turns(order, involved):
@@ -670,6 +683,8 @@ class Solver:
                     if not placed and monotone and self._preemptor_shut_out(scenario, freed):
                         stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
                         return False
+                if doom is not None:
+                    doom.lose(nxt, by_job.get(nxt.uid, ()))
                 passed += 1
                 if self._loses_kept(scenario, nxt, by_job, evicted):
                     stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
@@ -682,7 +697,7 @@ class Solver:
                 return False
             if waiting and nxt is not preemptor and passed >= next_doomed:
                 next_doomed = passed + max(1, passed // 4)
-                if self._doomed(scenario, waiting, by_job, evicted):
+                if self._doomed(doom):
                     stmt.rollback(cp)  # what is lost already makes the validator refuse
                     return False
         # Victims put back where they were are no longer victims.
@@ -708,28 +723,11 @@ class Solver:
             return True
         return self.keep_in is not None and self.keep_in(victim, req, evicted)
 
-    def _doomed(
-        self,
-        scenario: Scenario,
-        waiting: Container[str],
-        by_job: dict[str, list[TaskInfo]],
-        evicted: list[TaskInfo],
-    ) -> bool:
-        """True when `doomed` says the validator refuses the scenario whatever the victims still `waiting`
-        for their turn lose: the victims whose turn has passed are final (no later turn moves them).
-        `by_job` is `evicted` grouped by job uid (jobs in order of first appearance, tasks in order)."""
-        if self.doomed is None:
-            return False
-        lost: list[tuple[JobInfo, list[TaskInfo]]] = []
-        for uid, tasks in by_job.items():
-            if uid in waiting:
-                continue
-            mine = [t for t in tasks if t.status in (PodStatus.RELEASING, PodStatus.PIPELINED)]
-            if mine:
-                lost.append((mine[0].job, mine))
-        if not any(t.status is PodStatus.RELEASING for _, ts in lost for t in ts):
-            return False
-        return self.doomed(lost, evicted, scenario.requested)
+    def _doomed(self, doom: Doom | None) -> bool:
+        """True when the tracker of this simulation's losses (`doomed`) says the validator refuses it
+        whatever the victims still waiting for their turn lose: the victims whose turn has passed are
+        final (no later turn moves them)."""
+        return doom is not None and doom.refused()
 
     def _pair_stranded(
         self,
