@@ -62,7 +62,8 @@ def task_signature(task: TaskInfo) -> tuple[object, ...]:
     )
 
 
-def _memoisable(task: TaskInfo) -> bool:
+def memoisable(task: TaskInfo) -> bool:
+    """Whether a task that fitted nowhere answers for identical ones while capacity only shrinks."""
     # Placing other pods can satisfy a required affinity or even out a spread: no "fits nowhere" memo.
     return not (task.pod.pod_affinity or task.pod.topology_spread)
 
@@ -93,7 +94,7 @@ def allocate_job(
     cp = stmt.checkpoint()
     for placed, task in enumerate(tasks):
         first = failed is not None and placed == 0
-        sig = task_signature(task) if first and _memoisable(task) else None
+        sig = task_signature(task) if first and memoisable(task) else None
         cap = capacity_signature(task) if first else None
         err = None
         ssn.last_why = Counter()  # filled by allocate_task when the task fits nowhere

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from scheduler.engine import topology
-from scheduler.engine.actions.allocate import allocate_job, task_signature
+from scheduler.engine.actions.allocate import allocate_job, memoisable, task_signature
 from scheduler.engine.actions.budget import SearchBudget
 from scheduler.engine.actions.common import over_capacity, tasks_vec
 from scheduler.engine.actions.jobindex import JobIndex
@@ -311,42 +311,63 @@ class _Slots:
     Shared-GPU tasks of the preemptor are not counted (no bound for them).
     """
 
-    def __init__(self, ssn: Session, tasks: Sequence[TaskInfo]) -> None:
+    def __init__(
+        self, ssn: Session, tasks: Sequence[TaskInfo], busy: dict[str, tuple[str, tuple[int, ...]]] | None = None
+    ) -> None:
         sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
         self.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
         self.whole_need = sum(sizes)
         self.idx = ssn.free_index
         buckets = self.idx.buckets
         self.slots = {g: sum(len(b) * (k // g) for k, b in enumerate(buckets)) for g in self.demand}
+        self.short = sum(1 for g, k in self.demand.items() if self.slots[g] < k)  # GPU counts short of slots
         self.whole = sum(len(b) * k for k, b in enumerate(buckets))
         self.extra: dict[str, set[int]] = {}  # node -> its devices the victims would free
         self.freed: set[tuple[str, int]] = set()  # devices counted in `whole`
+        # Per victim task, its node and the devices it holds there (allocated or pipelined), as read in
+        # the base state; the solver passes one dict per solve (the base state does not change in it).
+        self.busy: dict[str, tuple[str, tuple[int, ...]]] = {} if busy is None else busy
+
+    @staticmethod
+    def _busy_devices(t: TaskInfo) -> tuple[str, tuple[int, ...]]:
+        n = t.node
+        if n is None or not t.devices or t.status not in ACTIVE_ALLOCATED:
+            return ("", ())
+        return (n.name, tuple(d for d in t.devices if n.dev_alloc[d] or n.dev_pipe[d]))
 
     def add(self, tasks: Sequence[TaskInfo], kept: bool = False) -> None:
         """Count the devices of these victim tasks (called while the session is in its base state)."""
         if not self.demand:
             return
+        busy = self.busy
         for t in tasks:
-            if t.node is not None and t.devices and t.status in ACTIVE_ALLOCATED and (t.shared or not kept):
-                for d in t.devices:
-                    if (t.node.dev_alloc[d] or t.node.dev_pipe[d]) and (t.node.name, d) not in self.freed:
-                        self.freed.add((t.node.name, d))
-                        self.whole += 1
-            n = t.node
-            if n is None or not t.devices or t.status not in ACTIVE_ALLOCATED:
+            held = busy.get(t.uid)
+            if held is None:
+                held = busy[t.uid] = self._busy_devices(t)
+            name, devs = held
+            if not name:
                 continue
-            got = self.extra.setdefault(n.name, set())
-            old = self.idx.level[n.name] + len(got)
-            for d in t.devices:
-                if n.dev_alloc[d] or n.dev_pipe[d]:
-                    got.add(d)
-            new = self.idx.level[n.name] + len(got)
+            if devs and (t.shared or not kept):
+                freed = self.freed
+                for d in devs:
+                    if (name, d) not in freed:
+                        freed.add((name, d))
+                        self.whole += 1
+            got = self.extra.get(name)
+            if got is None:
+                got = self.extra[name] = set()
+            old = self.idx.level[name] + len(got)
+            got.update(devs)
+            new = self.idx.level[name] + len(got)
             if new != old:
-                for g in self.slots:
-                    self.slots[g] += new // g - old // g
+                slots = self.slots
+                for g, k in self.demand.items():
+                    before = slots[g]
+                    after = slots[g] = before + new // g - old // g
+                    self.short += (after < k) - (before < k)
 
     def ok(self) -> bool:
-        return self.whole >= self.whole_need and all(self.slots[g] >= k for g, k in self.demand.items())
+        return self.whole >= self.whole_need and self.short == 0
 
 
 class Solver:
@@ -390,11 +411,14 @@ class Solver:
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
         self._free_gpus: int | None = None  # free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve()
+        self._signatures: dict[str, tuple[object, ...]] = {}  # task_signature per task uid (fixed per task)
+        self._busy: dict[str, tuple[str, tuple[int, ...]]] = {}  # _Slots' device reads, per solve()
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
         self.budget.begin_job()
         self._free_gpus = None
+        self._busy = {}
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
@@ -457,7 +481,7 @@ class Solver:
         stream = _VictimStream(shared, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
-        slots = _Slots(self.ssn, pending)
+        slots = _Slots(self.ssn, pending, self._busy)
         room = self._domain_room(job, pending)
         for t in recorded:
             kept = self._kept(t, scenario.requested)
@@ -469,10 +493,11 @@ class Solver:
             return scenario
         if self.budget.stopped:
             return None
+        must: dict[str, bool] = {}  # must_keep per victim job, for this partial job's request
         while (group := stream.next_group()) is not None:
             self._shared_init.mark(group[0].job.uid)
             scenario.add_potential(group)
-            kept = all(self._kept(t, scenario.requested) for t in group)
+            kept = self._kept_group(group, scenario.requested, must)
             have += 0 if kept else sum(self.ssn.task_vec(t)[0] for t in group)
             slots.add(group, kept)
             if room is not None and not kept:
@@ -503,6 +528,21 @@ class Solver:
         if p is None or p.required is None or not p.gpu:
             return None
         return topology.DomainRoom(self.ssn, p)
+
+    def _kept_group(self, group: Sequence[TaskInfo], requested: Vec, must: dict[str, bool]) -> bool:
+        """Whether every task of `group` is :meth:`_kept`, with `must_keep` asked once per job (`must`)."""
+        if self.must_keep is None:
+            return False
+        for t in group:
+            r = t.request
+            if r.gpu_fraction_milli is None and r.gpu_memory_mib is not None:
+                return False
+            answer = must.get(t.job.uid)
+            if answer is None:
+                answer = must[t.job.uid] = self.must_keep(t.job, requested)
+            if not answer:
+                return False
+        return True
 
     def _kept(self, t: TaskInfo, requested: Vec) -> bool:
         """The victim task must be re-placed for the scenario to pass, with the same milli-GPU wherever it
@@ -586,15 +626,20 @@ class Solver:
                 for d in range(n.gpus)
             )
         have = self._free_gpus
-        slots = _Slots(ssn, pending)
+        slots = _Slots(ssn, pending, self._busy)
+        keep_in = self.keep_in
+        kept_in: dict[str, bool] = {}  # keep_in's answer per victim job (the same for each of its tasks)
         for t in evicted:
             if t.status not in ACTIVE_ALLOCATED:
                 continue
-            kept = self._kept(t, scenario.requested) or (
-                self.keep_in is not None
-                and not (t.request.gpu_fraction_milli is None and t.request.gpu_memory_mib is not None)
-                and self.keep_in(t.job, scenario.requested, evicted)
-            )
+            kept = self._kept(t, scenario.requested)
+            if not kept and keep_in is not None and not (
+                t.request.gpu_fraction_milli is None and t.request.gpu_memory_mib is not None
+            ):
+                answer = kept_in.get(t.job.uid)
+                if answer is None:
+                    answer = kept_in[t.job.uid] = keep_in(t.job, scenario.requested, evicted)
+                kept = answer
             have += 0 if kept else ssn.task_vec(t)[0]
             slots.add((t,), kept)
         return not (have >= need and slots.ok())
@@ -686,7 +731,7 @@ class Solver:
                 if doom is not None:
                     doom.lose(nxt, by_job.get(nxt.uid, ()))
                 passed += 1
-                if self._loses_kept(scenario, nxt, by_job, evicted):
+                if self._loses_kept(scenario, nxt, by_job, evicted, keeps):
                     stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
             if watch and self._kept_stranded(scenario, watch, by_job, keeps, evicted):
@@ -709,19 +754,22 @@ class Solver:
         return True
 
     def _loses_kept(
-        self, scenario: Scenario, victim: JobInfo, by_job: dict[str, list[TaskInfo]], evicted: list[TaskInfo]
+        self,
+        scenario: Scenario,
+        victim: JobInfo,
+        by_job: dict[str, list[TaskInfo]],
+        evicted: list[TaskInfo],
+        keeps: dict[str, bool],
     ) -> bool:
         """True when `victim`, whose turn just ended, keeps a task evicted (lost: no later turn moves it) and
         the validator refuses every scenario that loses a task of it (`must_keep`, or `keep_in` with what
-        this simulation evicted, grouped by job in `by_job`): the simulation can only fail."""
+        this simulation evicted, grouped by job in `by_job`; cached in `keeps`): the simulation can only
+        fail."""
         if self.must_keep is None and self.keep_in is None:
             return False
         if not any(t.status is PodStatus.RELEASING for t in by_job.get(victim.uid, ())):
             return False
-        req = scenario.requested
-        if self.must_keep is not None and self.must_keep(victim, req):
-            return True
-        return self.keep_in is not None and self.keep_in(victim, req, evicted)
+        return self._keeps(victim, scenario.requested, evicted, keeps)
 
     def _doomed(self, doom: Doom | None) -> bool:
         """True when the tracker of this simulation's losses (`doomed`) says the validator refuses it
@@ -842,6 +890,16 @@ class Solver:
                 lambda t, nodes: allocate_task(ssn, stmt, t, nodes, self.action, pipeline_only=True, explain=False),
             )
         if not topology.constrained(job) or topology.constraint_error(ssn, job) is not None:
+            if failed:
+                # allocate_job would find its first task in the memo and place nothing: ask the memo first,
+                # with the task's signature taken once per solve.
+                tasks = job.tasks_to_allocate(include_virtual=True)
+                if tasks and memoisable(tasks[0]):
+                    sig = self._signatures.get(tasks[0].uid)
+                    if sig is None:
+                        sig = self._signatures[tasks[0].uid] = task_signature(tasks[0])
+                    if sig in failed:
+                        return False
             return allocate_job(
                 ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False, failed=failed
             )
