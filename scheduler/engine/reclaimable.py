@@ -333,7 +333,10 @@ class LossTracker:
         vq, rq = job.queue, self.rq
         if vq is None or rq is None:
             return
-        chunks = victim_chunks(ssn, job, mine)
+        if len(mine) == 1:  # victim_chunks of one task: the task, if it is still releasing
+            chunks = [ssn.task_vec(mine[0])] if mine[0].status is PodStatus.RELEASING else []
+        else:
+            chunks = victim_chunks(ssn, job, mine)
         if not chunks:
             return
         pair = self._leveled.get(vq.name)

@@ -606,8 +606,14 @@ class FreeIndex:
         r = self.rank[n.name]
         if self.dirty is not None:
             self.dirty.add(r)
-        k = len(n.whole_future_devices())
-        self.idle_level[n.name] = len(n.whole_idle_devices())
+        k = idle = 0
+        alloc, pipe, rel = n.dev_alloc, n.dev_pipe, n.dev_rel
+        for d in range(n.gpus):
+            if alloc[d] == 0 and pipe[d] == 0:
+                k += 1
+                if rel[d] == 0:
+                    idle += 1
+        self.idle_level[n.name] = idle
         old = self.level[n.name]
         if k != old:
             self.buckets[old].remove(r)

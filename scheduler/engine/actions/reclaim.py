@@ -100,7 +100,11 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
         own = totals[0].own(v)
         if v.queue is None or not own:
             return loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
-        key = (v.queue.name, *req, *(min(x[r] for x in own) for r in range(3)))
+        if len(own) == 1:
+            least = own[0]
+            key: tuple[object, ...] = (v.queue.name, *req, least[0], least[1], least[2])
+        else:
+            key = (v.queue.name, *req, *(min(x[r] for x in own) for r in range(3)))
         out = answers.get(key)
         if out is None:
             out = answers[key] = loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
