@@ -135,6 +135,8 @@ def engine_config(manifest: dict[str, Any]) -> SessionConfig:
         fields.setdefault("workload_types", "prior")
         # ... and one recorded before the stuck-in-releasing threshold pipelined onto every releasing pod.
         fields.setdefault("stuck_in_releasing_ms", None)
+        # ... and one recorded before the job budget counted failed simulations only counted them all.
+        fields.setdefault("solver_job_budget_counts", "all")
         config = SessionConfig(**fields)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReplayError(f"manifest has no usable engine_config: {exc}") from exc
@@ -160,7 +162,10 @@ def as_recorded(config: SessionConfig, recorded_hash: str) -> SessionConfig:
     typed = (*(v.with_learnt_types() for v in variants), *(v.with_prior_types() for v in variants))
     # Cycles recorded before the stuck-in-releasing threshold existed pipelined onto every releasing pod.
     unstuck = tuple(v.never_stuck() for v in (*variants, *typed))
-    for candidate in (*variants, *typed, *unstuck):
+    # Cycles recorded before `solver_job_budget_counts` existed counted every simulation against the job
+    # budget.
+    counted = tuple(v.counting_every_scenario() for v in (*variants, *typed, *unstuck))
+    for candidate in (*variants, *typed, *unstuck, *counted):
         if config_hash(candidate) == recorded_hash:
             return candidate
     return config

@@ -665,6 +665,11 @@ class SessionConfig:
     # existed means (config_hash leaves a None budget out, so its hash is unchanged).
     solver_job_budget: int | None = 256
     solver_action_budget: int | None = 1024
+    # What `solver_job_budget` counts: ``failed`` = simulations that found no solution (as the action
+    # budget), so a gang solved partial job by partial job is never cut however many pods it has; ``all``
+    # = every simulation, what a config recorded before the field meant (config_hash leaves ``all`` out):
+    # a gang of more pods than the budget could then never reclaim.
+    solver_job_budget_counts: str = "failed"
     # Whether a constrained gang's Bind / Pipeline decisions carry ``details.topology`` (the domain it
     # landed in, scheduler/engine/topology.py ``landing``). False: what a config recorded before the field
     # existed means (config_hash leaves a False value out, so its hash is unchanged and its replay writes
@@ -701,6 +706,10 @@ class SessionConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
                 raise ValueError(f"{name} must be a whole number of scenarios >= 0 or null, not {v!r}")
+        if self.solver_job_budget_counts not in ("failed", "all"):
+            raise ValueError(
+                f"solver_job_budget_counts must be 'failed' or 'all', not {self.solver_job_budget_counts!r}"
+            )
         if not isinstance(self.topology_details, bool):
             raise ValueError(f"topology_details must be true or false, not {self.topology_details!r}")
         if self.node_pool is not None and (not isinstance(self.node_pool, str) or len(self.node_pool) > 63):
@@ -724,6 +733,11 @@ class SessionConfig:
     def unbudgeted(self) -> SessionConfig:
         """This config with no search budget: the behaviour of a config recorded without the fields."""
         return replace(self, solver_job_budget=None, solver_action_budget=None)
+
+    def counting_every_scenario(self) -> SessionConfig:
+        """This config with `solver_job_budget` counting every simulation: the behaviour of a config
+        recorded without the ``solver_job_budget_counts`` field."""
+        return replace(self, solver_job_budget_counts="all")
 
     def without_topology_details(self) -> SessionConfig:
         """This config writing no ``details.topology`` on Binds: the behaviour of a config recorded without

@@ -6,7 +6,10 @@ simulated, and the number of victim groups grows with the cluster. KAI upstream 
 time (``maxJobSearchDuration`` / ``maxActionSearchDuration`` of its scenario search budgets). A cycle of
 this engine must stay a pure function of its inputs, so the budget here counts simulated scenarios instead:
 
-* ``SessionConfig.solver_job_budget``: scenarios one job's attempt may simulate;
+* ``SessionConfig.solver_job_budget``: scenarios one job's attempt may simulate in vain (with
+  ``solver_job_budget_counts: failed``, the default: a gang solved partial job by partial job, one
+  simulation each, is not cut however many pods it has), or at all (``all``, what configs recorded before
+  the field meant);
 * ``SessionConfig.solver_action_budget``: scenarios one action (reclaim or preempt) may simulate *in vain*
   in a cycle -- simulations that found no solution, all its jobs together. A simulation that solves its
   job is never counted here, so an action that succeeds at once for thousands of jobs (KAI's benchmark
@@ -44,12 +47,15 @@ class SearchBudget:
         self.job_limit = ssn.config.solver_job_budget
         self.action_limit = ssn.config.solver_action_budget
         self.wasted = 0  # simulations of the action in this session that found no solution
-        self.job_used = 0  # ... by the current attempt
+        self.job_used = 0  # simulations of the current attempt
+        self.job_failed = 0  # ... that found no solution
+        self.count_failed = ssn.config.solver_job_budget_counts == "failed"
         self.stopped = False  # the current attempt was cut
 
     def begin_job(self) -> None:
         """Start counting a new attempt."""
         self.job_used = 0
+        self.job_failed = 0
         self.stopped = False
 
     def spent(self) -> bool:
@@ -58,7 +64,8 @@ class SearchBudget:
 
     def allow(self) -> bool:
         """Whether one more scenario may be simulated; counts it if so, marks the attempt cut if not."""
-        if self.spent() or (self.job_limit is not None and self.job_used >= self.job_limit):
+        counted = self.job_failed if self.count_failed else self.job_used
+        if self.spent() or (self.job_limit is not None and counted >= self.job_limit):
             self.stopped = True
             return False
         self.job_used += 1
@@ -67,6 +74,7 @@ class SearchBudget:
     def failed(self) -> None:
         """Count an allowed simulation that found no solution against the action's budget."""
         self.wasted += 1
+        self.job_failed += 1
         self.ssn.work[f"{self.action}.wasted"] += 1
 
     def explain(self, job: JobInfo) -> None:
@@ -77,7 +85,8 @@ class SearchBudget:
                 "(solver_action_budget) was used up"
             )
         else:
-            why = f"the per-job budget of {self.job_limit} scenarios (solver_job_budget) was reached"
+            kind = "failed scenarios" if self.count_failed else "scenarios"
+            why = f"the per-job budget of {self.job_limit} {kind} (solver_job_budget) was reached"
         self.ssn.work[f"{self.action}.cut"] += 1
         job.fit_error(
             REASON,

@@ -174,7 +174,7 @@ class _VictimOrder:
         self._runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
         self._ssn = ssn
         self._order = self.fresh()
-        self._popped: list[tuple[JobInfo, list[TaskInfo], bool]] = []
+        self.popped: list[tuple[JobInfo, list[TaskInfo], bool]] = []
         self._done = False
 
     def fresh(self) -> JobsByQueue:
@@ -185,14 +185,14 @@ class _VictimOrder:
     def at(self, i: int) -> tuple[JobInfo, list[TaskInfo], bool] | None:
         """The `i`-th job popped from the top, with its tasks to evict and whether it has more to give; None
         past the last victim."""
-        while len(self._popped) <= i:
+        while len(self.popped) <= i:
             view = None if self._done else self._order.pop()
             if view is None:
                 self._done = True
                 return None
             group, more = tasks_to_evict(view)
-            self._popped.append((view, group, more))
-        return self._popped[i]
+            self.popped.append((view, group, more))
+        return self.popped[i]
 
 
 class _VictimStream:
@@ -236,18 +236,24 @@ class _VictimStream:
 
     def next_group(self) -> list[TaskInfo] | None:
         """The next group of victim tasks, or None when the victims are exhausted."""
+        shared, recorded = self.shared, self.recorded
+        popped = shared.popped
         while self.order is None:
-            entry = self.shared.at(self.pos)
+            pos = self.pos
+            entry = popped[pos] if pos < len(popped) else shared.at(pos)
             if entry is None:
                 return None
-            self.pos += 1
-            group = self._offer(*entry)
-            if group is not None:
-                return group
+            self.pos = pos + 1
+            group = entry[1]
+            if len(group) == 1 and not entry[2] and group[0].uid not in recorded:
+                return group  # the common case of _offer: one task, nothing to push back
+            offered = self._offer(*entry)
+            if offered is not None:
+                return offered
         while (view := self.order.pop()) is not None:
-            group = self._offer(view, *tasks_to_evict(view))
-            if group is not None:
-                return group
+            offered = self._offer(view, *tasks_to_evict(view))
+            if offered is not None:
+                return offered
         return None
 
 
@@ -483,12 +489,16 @@ class Solver:
         have = self._idle_gpus()
         slots = _Slots(self.ssn, pending, self._busy)
         room = self._domain_room(job, pending)
+        # Slots count a set of devices: the recorded victims are added in two batches, by `kept`.
+        batches: tuple[list[TaskInfo], list[TaskInfo]] = ([], [])
         for t in recorded:
             kept = self._kept(t, scenario.requested)
             have += 0 if kept else self.ssn.task_vec(t)[0]
-            slots.add((t,), kept)
+            batches[kept].append(t)
             if room is not None and not kept:
                 room.add(t.node.name if t.node is not None else None, self.ssn.task_vec(t)[0])
+        slots.add(batches[False], False)
+        slots.add(batches[True], True)
         if recorded and self._bounds_ok(have, need, slots, room) and self._simulate_scenario(stmt, scenario):
             return scenario
         if self.budget.stopped:
@@ -629,6 +639,7 @@ class Solver:
         slots = _Slots(ssn, pending, self._busy)
         keep_in = self.keep_in
         kept_in: dict[str, bool] = {}  # keep_in's answer per victim job (the same for each of its tasks)
+        batches: tuple[list[TaskInfo], list[TaskInfo]] = ([], [])  # by kept: slots count a set of devices
         for t in evicted:
             if t.status not in ACTIVE_ALLOCATED:
                 continue
@@ -641,7 +652,9 @@ class Solver:
                     answer = kept_in[t.job.uid] = keep_in(t.job, scenario.requested, evicted)
                 kept = answer
             have += 0 if kept else ssn.task_vec(t)[0]
-            slots.add((t,), kept)
+            batches[kept].append(t)
+        slots.add(batches[False], False)
+        slots.add(batches[True], True)
         return not (have >= need and slots.ok())
 
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:

@@ -209,6 +209,8 @@ def config_hash(config: SessionConfig) -> str:
             del fields[name]
     if not fields["topology_details"]:
         del fields["topology_details"]
+    if fields["solver_job_budget_counts"] == "all" or config.solver_job_budget is None:
+        del fields["solver_job_budget_counts"]  # absent = every simulation counted; no job budget, no count
     if fields["node_pool"] is None and fields["node_pool_label"] == NODE_POOL_LABEL:
         del fields["node_pool"], fields["node_pool_label"]  # unsharded: the hash it always had
     if fields["workload_types"] != "decayed" or fields["node_scoring"] not in ("fgd", "frag-aware"):

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from analytics.reports.explain import advice
 from analytics.rerun.replay import as_recorded, engine_config
+from benchmarks.bench_kai_shapes import reclaim_large_events
 from ingest.tenants import EngineSpec
 from scheduler.config import EngineConfigError, load_engine_config, session_config
 from scheduler.engine.actions import solver
@@ -175,6 +176,7 @@ def test_configs_recorded_without_the_budget_keep_their_hash_and_replay_unbounde
     cfg = SessionConfig()
     old = asdict(cfg)
     del old["solver_job_budget"], old["solver_action_budget"], old["workload_types"]  # newer fields
+    del old["solver_job_budget_counts"]
     del old["node_pool"], old["node_pool_label"]
     del old["workload_half_life_s"], old["workload_window_s"], old["workload_refresh_s"]  # read only by fgd
     old_hash = config_hash(cfg.unbudgeted())
@@ -215,3 +217,40 @@ def test_tenants_engine_section_sets_the_budget() -> None:
     assert (cfg.solver_job_budget, cfg.solver_action_budget) == (8, None)
     with pytest.raises(ValueError, match="solver_job_budget"):
         EngineSpec(solver_job_budget=-1)
+
+
+def test_a_gang_larger_than_the_job_budget_reclaims_when_only_failed_scenarios_count() -> None:
+    """KAI's ReclaimLargeJobs at 10 nodes: a 5-pod gang solved partial job by partial job, one simulation
+    each. A job budget of 3 cut it when every simulation counted (a gang of more pods than the budget could
+    never reclaim); counting failed simulations only, as the action budget does, it reclaims as KAI does."""
+    state = fold(reclaim_large_events(10))
+
+    def reclaim(config: SessionConfig) -> tuple[dict[str, int], list[Decision]]:
+        ssn = open_session(state, config=config, now_ms=10**9)
+        run_actions(ssn, ("reclaim",))
+        decisions = make_record(ssn, 0).decisions
+        kinds: dict[str, int] = {}
+        for d in decisions:
+            kinds[d.kind] = kinds.get(d.kind, 0) + 1
+        return kinds, decisions
+
+    assert SessionConfig().solver_job_budget_counts == "failed"
+    kinds, decisions = reclaim(SessionConfig(solver_job_budget=3))
+    assert kinds.get("Pipeline") == 5 and kinds.get("Evict") == 40 and not _cut(decisions)
+    assert (kinds, decisions) == reclaim(SessionConfig(solver_job_budget=None))
+    kinds, decisions = reclaim(SessionConfig(solver_job_budget=3).counting_every_scenario())
+    assert "Pipeline" not in kinds and "Evict" not in kinds
+    (cut,) = _cut(decisions).values()
+    assert "stopped after 3 scenarios: the per-job budget of 3 scenarios" in cut.message
+
+
+def test_configs_recorded_before_failed_counting_replay_counting_every_scenario() -> None:
+    cfg = SessionConfig()
+    every = cfg.counting_every_scenario()
+    assert config_hash(every) != config_hash(cfg)
+    assert as_recorded(cfg, config_hash(every)) == every
+    old = asdict(every)
+    del old["solver_job_budget_counts"]
+    assert engine_config({"engine_config": old, "engine_config_hash": config_hash(every)}) == every
+    with pytest.raises(ValueError, match="solver_job_budget_counts must be 'failed' or 'all', not 'some'"):
+        SessionConfig(solver_job_budget_counts="some")
