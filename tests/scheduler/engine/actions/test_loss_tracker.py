@@ -21,7 +21,7 @@ from scheduler.engine.actions import reclaim
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session, run_actions
 from scheduler.engine.session import ACTIVE_ALLOCATED, JobInfo, SessionConfig, TaskInfo
 from scheduler.engine.state import PodStatus, fold
-from tests.scheduler.engine.actions.test_solver_proofs import CASES
+from tests.support.solver_workloads import CASES
 from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 

@@ -23,23 +23,8 @@ from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
+from tests.support.solver_workloads import CASES
 from tests.support.synthetic import SyntheticSpec, synthetic_events
-
-SMALL = dict(nodes=12, gpus_per_node=8, pending_pods=120, departments=3, queues_per_department=3)
-
-# (workload, solver_job_budget, solver_action_budget): contended synthetic mixes where reclaim searches
-# (each proves some of its simulations hopeless), with budgets that cut searches and budgets that do not.
-CASES = [
-    (SyntheticSpec(nodes=40, pending_pods=400, seed=0), 64, 256),
-    (SyntheticSpec(nodes=40, pending_pods=400, seed=1), 64, 256),
-    (SyntheticSpec(nodes=40, pending_pods=400, seed=2), 8, 32),
-    (SyntheticSpec(**SMALL, seed=0), None, None),  # type: ignore[arg-type]
-    (SyntheticSpec(**SMALL, seed=2), None, None),  # type: ignore[arg-type]
-    (SyntheticSpec(**SMALL, seed=2), 4, 16),  # type: ignore[arg-type]
-    # victims the validator may not lose stranded or lost during simulations (the shortcuts fire)
-    (SyntheticSpec(nodes=100, pending_pods=1000, seed=0), 64, 256),
-    (SyntheticSpec(nodes=40, pending_pods=400, departments=4, queues_per_department=4, seed=2), 64, 256),
-]
 
 
 def _cycle(spec: SyntheticSpec, job_budget: int | None, action_budget: int | None) -> tuple[bytes, dict[str, int]]:
