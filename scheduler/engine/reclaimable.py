@@ -216,13 +216,10 @@ def refused_whatever_else(
     req: Vec,
     lost: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
     evicted: Sequence[TaskInfo],
-    chunks: dict[str, list[Vec]] | None = None,
 ) -> bool:
     """True when :func:`reclaimable` refuses the scenario whatever else it loses: `lost` are the victims
     whose turn has passed, each with its evicted tasks as the validator will see them (final), in the
     order the validator will take them; every other loss is among the tasks of `evicted` still releasing.
-    `chunks` may keep each lost victim's :func:`victim_chunks` by job uid across calls about one
-    simulation (they are final).
 
     More losses only lower what the victim sides keep, so a chunk refused now stays refused (its check
     reads what its side kept before it), and the reclaimer's fair-share boundary, checked with what the
@@ -232,7 +229,7 @@ def refused_whatever_else(
     rq = reclaimer_job.queue
     if rq is None:
         return True
-    kept = _kept_after(ssn, snap, rq, req, lost, chunks)
+    kept = _kept_after(ssn, snap, rq, req, lost)
     if kept is None:
         return True
     remaining, involved = kept
@@ -473,12 +470,10 @@ def _kept_after(
     rq: QueueInfo,
     req: Vec,
     victims: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
-    known: dict[str, list[Vec]] | None = None,
 ) -> tuple[dict[str, Vec], list[bool]] | None:
     """The victims' losses chunk by chunk, each checked against its side's fair share or the reclaimer's
     deserved quota (KAI's per-victim check): None when a chunk is refused, else what each queue of the
-    victims' sides keeps and which resources the scenario involves (the request's and any lost). `known`
-    keeps each victim's chunks by job uid, for victims whose tasks no longer move."""
+    victims' sides keeps and which resources the scenario involves (the request's and any lost)."""
     remaining: dict[str, Vec] = {}
     involved = [req[r] > 0 for r in range(3)]
     leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}  # per victim queue: many victims share one
@@ -486,13 +481,7 @@ def _kept_after(
         vq = job.queue
         if vq is None:
             continue
-        if known is None:
-            chunks = victim_chunks(ssn, job, tasks)
-        else:
-            found = known.get(job.uid)
-            if found is None:
-                found = known[job.uid] = victim_chunks(ssn, job, tasks)
-            chunks = found
+        chunks = victim_chunks(ssn, job, tasks)
         if not chunks:
             continue
         pair = leveled.get(vq.name)
