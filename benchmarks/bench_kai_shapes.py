@@ -34,72 +34,16 @@ import sys
 import tempfile
 import time
 
-from ingest import events as ev
 from scheduler.engine.actions.consolidation_sim import UNLIMITED
 from scheduler.engine.cycle import ACTIONS, open_session
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from tests.support.synthetic import a100_nodes, contention_events, one_pod_job
+from tests.support.synthetic import contention_events, reclaim_large_events
 
 SHAPES = ("reclaim-large", "consolidation")
 # KAI's module under its current and its former path, tried in turn on the Go module proxy.
 KAI_MODULES = ("github.com/kai-scheduler/KAI-scheduler", "github.com/NVIDIA/KAI-scheduler")
-
-
-def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
-    """KAI's ReclaimLargeJobs cluster (see the module docstring), built like KAI's topology builder."""
-    out: list[ev.Event] = list(a100_nodes(nodes, gpus_per_node))
-    total = nodes * gpus_per_node * 1000
-    # reclaim_benchmark_test.go:194-195 (Queue0DeservedGPUs 0, Queue1DeservedGPUs N*8) and
-    # reclaim_large_job_topology_test.go:42,47 (GPUOverQuotaWeight 0 on both queues).
-    for q, quota in (("a", 0), ("b", total)):
-        out.append(
-            ev.QueueUpserted(
-                uid=q,
-                at_ms=0,
-                name=q,
-                resources=ev.QueueResources(gpu=ev.QueueResource(quota=quota, over_quota_weight=0)),
-            )
-        )
-    one = ev.PodRequests(cpu_millicores=1000, memory_bytes=4 * 2**30, gpus=1)
-    eight = ev.PodRequests(cpu_millicores=8000, memory_bytes=32 * 2**30, gpus=gpus_per_node)
-    t = 1
-    # reclaim_large_job_topology_test.go:72-84: running job i sits on node i mod N, created in index order.
-    for i in range(nodes * gpus_per_node):
-        node, dev = i % nodes, i // nodes
-        t += 1
-        out.extend(one_pod_job(f"run-{i:06d}", t, "a", one, 50, f"node-{node:05d}", [dev]))
-    # reclaim_benchmark_test.go:193 (PendingJobTasks N/2); the gang's minimum is all its tasks.
-    size = max(1, nodes // 2)
-    t += 1
-    out.append(
-        ev.PodGroupUpserted(
-            uid="default/large",
-            at_ms=t,
-            name="large",
-            namespace="default",
-            queue="b",
-            min_member=size,
-            priority=50,
-            preemptible=True,
-            created_at_ms=t,
-        )
-    )
-    for k in range(size):
-        out.append(
-            ev.PodSubmitted(
-                uid=f"default/large-{k}",
-                at_ms=t,
-                name=f"large-{k}",
-                namespace="default",
-                pod_group="large",
-                queue="b",
-                requests=eight,
-                created_at_ms=t,
-            )
-        )
-    return out
 
 
 def run(shape: str, nodes: int) -> float:

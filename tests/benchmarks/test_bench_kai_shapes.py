@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.support.paths import REPO_ROOT
+from tests.support.synthetic import reclaim_large_events
 
 SCRIPT = REPO_ROOT / "benchmarks" / "bench_kai_shapes.py"
 
@@ -77,7 +78,7 @@ def test_reclaim_large_is_kais_cluster_and_makes_kais_decisions(tmp_path: Path) 
 
 
 def test_reclaim_large_queues_match_kai() -> None:
-    events = runpy.run_path(str(SCRIPT))["reclaim_large_events"](4)
+    events = reclaim_large_events(4)
     queues = {e.name: e.resources.gpu for e in events if type(e).__name__ == "QueueUpserted"}
     assert {q: (g.quota, g.over_quota_weight) for q, g in queues.items()} == {"a": (0, 0), "b": (32000, 0)}
     gangs = [e for e in events if type(e).__name__ == "PodGroupUpserted" and e.name == "large"]

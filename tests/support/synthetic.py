@@ -378,3 +378,60 @@ def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev
         for n in range(nodes // 2):
             job(("b1", "b2")[n % 2], four, 50)
     return out
+
+
+def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
+    """KAI v0.17.0's ReclaimLargeJobs cluster, built like KAI's topology builder (the shape of
+    ``benchmarks/bench_kai_shapes.py``): N nodes x `gpus_per_node` GPUs all held by 1-GPU jobs of queue
+    ``a`` (deserves 0), and one pending gang of N/2 whole-node pods in queue ``b`` (deserves every GPU)."""
+    out: list[ev.Event] = list(a100_nodes(nodes, gpus_per_node))
+    total = nodes * gpus_per_node * 1000
+    # reclaim_benchmark_test.go:194-195 (Queue0DeservedGPUs 0, Queue1DeservedGPUs N*8) and
+    # reclaim_large_job_topology_test.go:42,47 (GPUOverQuotaWeight 0 on both queues).
+    for q, quota in (("a", 0), ("b", total)):
+        out.append(
+            ev.QueueUpserted(
+                uid=q,
+                at_ms=0,
+                name=q,
+                resources=ev.QueueResources(gpu=ev.QueueResource(quota=quota, over_quota_weight=0)),
+            )
+        )
+    one = ev.PodRequests(cpu_millicores=1000, memory_bytes=4 * 2**30, gpus=1)
+    eight = ev.PodRequests(cpu_millicores=8000, memory_bytes=32 * 2**30, gpus=gpus_per_node)
+    t = 1
+    # reclaim_large_job_topology_test.go:72-84: running job i sits on node i mod N, created in index order.
+    for i in range(nodes * gpus_per_node):
+        node, dev = i % nodes, i // nodes
+        t += 1
+        out.extend(one_pod_job(f"run-{i:06d}", t, "a", one, 50, f"node-{node:05d}", [dev]))
+    # reclaim_benchmark_test.go:193 (PendingJobTasks N/2); the gang's minimum is all its tasks.
+    size = max(1, nodes // 2)
+    t += 1
+    out.append(
+        ev.PodGroupUpserted(
+            uid="default/large",
+            at_ms=t,
+            name="large",
+            namespace="default",
+            queue="b",
+            min_member=size,
+            priority=50,
+            preemptible=True,
+            created_at_ms=t,
+        )
+    )
+    for k in range(size):
+        out.append(
+            ev.PodSubmitted(
+                uid=f"default/large-{k}",
+                at_ms=t,
+                name=f"large-{k}",
+                namespace="default",
+                pod_group="large",
+                queue="b",
+                requests=eight,
+                created_at_ms=t,
+            )
+        )
+    return out

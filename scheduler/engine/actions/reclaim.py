@@ -29,7 +29,7 @@ from scheduler.engine.reclaimable import (
     reclaimable,
     snapshot,
 )
-from scheduler.engine.session import JobInfo, Session, TaskInfo
+from scheduler.engine.session import JobInfo, QueueInfo, Session, TaskInfo
 
 NAME = "reclaim"
 
@@ -79,13 +79,13 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
 
     refused: dict[tuple[object, ...], bool] = {}
 
-    def must_keep(v: JobInfo, req: list[int]) -> bool:
-        if job.queue is None or v.queue is None:
+    def must_keep(vq: QueueInfo | None, req: list[int]) -> bool:
+        if job.queue is None or vq is None:
             return False
-        key = (v.queue.name, *req)
+        key = (vq.name, *req)
         out = refused.get(key)
         if out is None:
-            out = refused[key] = loss_always_refused(snap, job.queue, req, v.queue)
+            out = refused[key] = loss_always_refused(snap, job.queue, req, vq)
         return out
 
     totals: list[EvictedTotals] = []  # of the evicted list asked about last (each simulation asks many times)

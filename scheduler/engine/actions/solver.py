@@ -81,6 +81,12 @@ class Scenario:
     # in `potential`, task) of its potential tasks.
     node_jobs: dict[str, set[str]] = field(default_factory=dict)
     job_tasks: dict[str, list[tuple[int, TaskInfo]]] = field(default_factory=dict)
+    # Victims read before the partial job's own reads, when it skipped them (_Solver._skip_read): the
+    # solve's read prefix up to `base_end`, less the jobs of `recorded` (`base_skip`); they come before
+    # every task of `potential`.
+    base: _ReadPrefix | None = None
+    base_end: int = 0
+    base_skip: frozenset[str] = frozenset()
 
     def add_potential(self, group: Sequence[TaskInfo]) -> None:
         """Add victim tasks to :attr:`potential` (read while the session is in its base state)."""
@@ -93,10 +99,11 @@ class Scenario:
     def potential_on(self, node: str) -> list[TaskInfo]:
         """The potential victim tasks, on any node, of the jobs with a potential victim task on `node`, in
         the order they were added."""
+        out = [] if self.base is None else self.base.on(node, self.base_end, self.base_skip)
         jobs = self.node_jobs.get(node)
-        if not jobs:
-            return []
-        return [t for _, t in sorted(e for uid in jobs for e in self.job_tasks[uid])]
+        if jobs:
+            out.extend(t for _, t in sorted(e for uid in jobs for e in self.job_tasks[uid]))
+        return out
 
     def victims(self) -> dict[str, list[TaskInfo]]:
         """Evicted tasks grouped by job uid, in the order they were taken (a job's first task first)."""
@@ -193,6 +200,75 @@ class _VictimOrder:
             group, more = tasks_to_evict(view)
             self.popped.append((view, group, more))
         return self.popped[i]
+
+
+class _ReadPrefix:
+    """The victims of a solve's shared order, counted once for all its partial jobs.
+
+    Every partial job reads the shared order from the top, adding each victim to its bounds until they
+    pass; with recorded victims that all lie in what earlier partial jobs read, its state after reading
+    that far is the state of the whole prefix (sums and sets of devices, whatever the order). This keeps
+    that state as the prefix grows -- the milli-GPUs, the device slots for the complete task list, and
+    where each job's tasks lie -- so a partial job can start where the earlier ones stopped
+    (:meth:`Solver._skip_read`). It absorbs entries while they are plain (no job pushed back) and every
+    victim counts as freeing its devices (none kept).
+    """
+
+    def __init__(
+        self,
+        ssn: Session,
+        shared: _VictimOrder,
+        tasks: Sequence[TaskInfo],
+        busy: dict[str, tuple[str, tuple[int, ...]]],
+    ) -> None:
+        self._ssn = ssn
+        self._shared = shared
+        self.slots = _Slots(ssn, tasks, busy)
+        self.gpu = 0  # milli-GPUs the absorbed victims hold
+        self.end = 0  # shared entries absorbed
+        self.groups = 0  # of which with tasks to evict
+        self.open = True  # False once an entry could not be absorbed
+        self.entry_of: dict[str, int] = {}  # task uid -> its entry
+        self.queues: dict[str, QueueInfo | None] = {}  # the absorbed victims' queues, by name
+        self._node_entries: dict[str, list[int]] = {}  # node -> entries with a task on it, ascending
+
+    def extend(self) -> None:
+        """Absorb every entry popped so far (read in the solve's base state)."""
+        popped = self._shared.popped
+        task_vec = self._ssn.task_vec
+        while self.open and self.end < len(popped):
+            i = self.end
+            view, group, more = popped[i]
+            if more:
+                self.open = False
+                return
+            self.end = i + 1
+            if not group:
+                continue
+            self.groups += 1
+            q = view.queue
+            self.queues.setdefault("" if q is None else q.name, q)
+            seen: set[str] = set()
+            for t in group:
+                self.entry_of[t.uid] = i
+                self.gpu += task_vec(t)[0]
+                if t.node is not None and t.node.name not in seen:
+                    seen.add(t.node.name)
+                    self._node_entries.setdefault(t.node.name, []).append(i)
+            self.slots.add(group, False)
+
+    def on(self, node: str, end: int, skip: frozenset[str]) -> list[TaskInfo]:
+        """The tasks of the entries before `end` with a task on `node`, less the jobs in `skip`, in the
+        order a stream reads them."""
+        out: list[TaskInfo] = []
+        popped = self._shared.popped
+        for i in self._node_entries.get(node, ()):
+            if i >= end:
+                break
+            group = popped[i][1]
+            if group[0].job.uid not in skip:
+                out.extend(group)
+        return out
 
 
 class _VictimStream:
@@ -318,7 +394,10 @@ class _Slots:
     """
 
     def __init__(
-        self, ssn: Session, tasks: Sequence[TaskInfo], busy: dict[str, tuple[str, tuple[int, ...]]] | None = None
+        self,
+        ssn: Session,
+        tasks: Sequence[TaskInfo],
+        busy: dict[str, tuple[str, tuple[int, ...]]] | None = None,
     ) -> None:
         sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
         self.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
@@ -375,6 +454,21 @@ class _Slots:
     def ok(self) -> bool:
         return self.whole >= self.whole_need and self.short == 0
 
+    def narrowed(self, tasks: Sequence[TaskInfo]) -> _Slots:
+        """A copy counting the same victims for a subset of the tasks this was built for."""
+        out = _Slots.__new__(_Slots)
+        sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
+        out.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
+        out.whole_need = sum(sizes)
+        out.idx = self.idx
+        out.slots = {g: self.slots[g] for g in out.demand}
+        out.short = sum(1 for g, k in out.demand.items() if out.slots[g] < k)
+        out.whole = self.whole
+        out.extra = {n: set(d) for n, d in self.extra.items()}
+        out.freed = set(self.freed)
+        out.busy = self.busy
+        return out
+
 
 class Solver:
     """Finds victims for one preemptor at a time (see the module docstring)."""
@@ -386,13 +480,14 @@ class Solver:
         action: str,
         reason: Callable[[TaskInfo], str],
         index: JobIndex,
-        must_keep: Callable[[JobInfo, Vec], bool] | None = None,
+        must_keep: Callable[[QueueInfo | None, Vec], bool] | None = None,
         keep_in: Callable[[JobInfo, Vec, Sequence[TaskInfo]], bool] | None = None,
         doomed: Callable[[list[TaskInfo], Vec], Doom] | None = None,
     ) -> None:
-        """`must_keep(victim, requested)` may say that the validator refuses any scenario in which the
-        victim loses a task (it must then be re-placed): such victims free no capacity for good, which
-        tightens the bounds checked before simulating.
+        """`must_keep(queue, requested)` may say that the validator refuses any scenario in which a victim
+        of `queue` loses a task (it must then be re-placed): such victims free no capacity for good, which
+        tightens the bounds checked before simulating. It is asked per queue, so that the victims read
+        before a partial job's own reads can be cleared for it a queue at a time (:class:`_ReadPrefix`).
 
         `keep_in(victim, requested, evicted)` may say the same for one simulation that evicts exactly
         `evicted` (read in the session's state before they are evicted): it is used only to prove a
@@ -416,7 +511,9 @@ class Solver:
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
-        self._free_gpus: int | None = None  # free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve()
+        self._free_gpus: int | None = (
+            None  # free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve()
+        )
         self._signatures: dict[str, tuple[object, ...]] = {}  # task_signature per task uid (fixed per task)
         self._busy: dict[str, tuple[str, tuple[int, ...]]] = {}  # _Slots' device reads, per solve()
 
@@ -456,8 +553,9 @@ class Solver:
         # the filter's answer for a victim is asked once.
         victims = Victims(victims.leaves, _remembered(victims.skip))
         order = _VictimOrder(self.ssn, self.index, victims)
+        prefix = _ReadPrefix(self.ssn, order, tasks, self._busy)
         for k in range(1, len(tasks) + 1):
-            scenario = self._solve_partial(stmt, job, tasks[:k], recorded, order)
+            scenario = self._solve_partial(stmt, job, tasks[:k], recorded, order, prefix)
             if self.budget.stopped:
                 break  # the search budget ran out (the statement holds only discarded work)
             if scenario is None:
@@ -481,28 +579,37 @@ class Solver:
         pending: list[TaskInfo],
         recorded: list[TaskInfo],
         shared: _VictimOrder,
+        prefix: _ReadPrefix,
     ) -> Scenario | None:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
         self._shared_nodes = None  # computed before the first simulation (see _simulate_scenario)
         stream = _VictimStream(shared, {t.uid for t in recorded})
         need = sum(_gpu_need(t) for t in pending)
         have = self._idle_gpus()
-        slots = _Slots(self.ssn, pending, self._busy)
         room = self._domain_room(job, pending)
-        # Slots count a set of devices: the recorded victims are added in two batches, by `kept`.
-        batches: tuple[list[TaskInfo], list[TaskInfo]] = ([], [])
-        for t in recorded:
-            kept = self._kept(t, scenario.requested)
-            have += 0 if kept else self.ssn.task_vec(t)[0]
-            batches[kept].append(t)
-            if room is not None and not kept:
-                room.add(t.node.name if t.node is not None else None, self.ssn.task_vec(t)[0])
-        slots.add(batches[False], False)
-        slots.add(batches[True], True)
-        if recorded and self._bounds_ok(have, need, slots, room) and self._simulate_scenario(stmt, scenario):
-            return scenario
-        if self.budget.stopped:
-            return None
+        skipped = None if room is not None else self._skip_read(scenario, stream, prefix, need, have)
+        if skipped is not None:
+            have, slots = skipped
+        else:
+            slots = _Slots(self.ssn, pending, self._busy)
+            # Slots count a set of devices: the recorded victims are added in two batches, by `kept`.
+            batches: tuple[list[TaskInfo], list[TaskInfo]] = ([], [])
+            for t in recorded:
+                kept = self._kept(t, scenario.requested)
+                have += 0 if kept else self.ssn.task_vec(t)[0]
+                batches[kept].append(t)
+                if room is not None and not kept:
+                    room.add(t.node.name if t.node is not None else None, self.ssn.task_vec(t)[0])
+            slots.add(batches[False], False)
+            slots.add(batches[True], True)
+            if (
+                recorded
+                and self._bounds_ok(have, need, slots, room)
+                and self._simulate_scenario(stmt, scenario)
+            ):
+                return scenario
+            if self.budget.stopped:
+                return None
         must: dict[str, bool] = {}  # must_keep per victim job, for this partial job's request
         while (group := stream.next_group()) is not None:
             self._shared_init.mark(group[0].job.uid)
@@ -521,6 +628,48 @@ class Solver:
             if self.budget.stopped:
                 return None
         return None
+
+    def _skip_read(
+        self, scenario: Scenario, stream: _VictimStream, prefix: _ReadPrefix, need: int, have: int
+    ) -> tuple[int, _Slots] | None:
+        """Start the partial job's reads where the earlier partial jobs stopped, when that is exact.
+
+        A partial job reads the shared order from the top with its recorded victims added, and checks its
+        bounds after each read; nothing but the bounds is asked until they first pass, and they only
+        grow with the victims. When every recorded victim lies in the prefix read so far (its jobs wholly
+        recorded, so the stream skips them without pushing anything back), no victim there is kept for
+        this request, and the bounds fail on the whole prefix, every check up to its end fails: the
+        partial job takes the prefix's state, counts those checks as filtered, and reads on from its end.
+        Returns the milli-GPUs and slots there, or None to read from the top as usual."""
+        prefix.extend()
+        if prefix.end == 0:
+            return None
+        req = scenario.requested
+        if self.must_keep is not None and any(self.must_keep(q, req) for q in prefix.queues.values()):
+            return None
+        recorded = stream.recorded
+        entries: set[int] = set()
+        for t in scenario.recorded:
+            i = prefix.entry_of.get(t.uid)
+            if i is None:
+                return None
+            entries.add(i)
+        popped = stream.shared.popped
+        for i in entries:
+            if any(t.uid not in recorded for t in popped[i][0].tasks):
+                return None  # the stream would push the rest of this job back
+        have += prefix.gpu
+        slots = prefix.slots.narrowed(scenario.pending)
+        if have >= need and slots.ok():
+            return None  # the bounds may first pass inside the prefix
+        self.ssn.work[f"{self.action}.filtered"] += (
+            (1 if scenario.recorded else 0) + prefix.groups - len(entries)
+        )
+        stream.pos = prefix.end
+        scenario.base = prefix
+        scenario.base_end = prefix.end
+        scenario.base_skip = frozenset(t.job.uid for t in scenario.recorded)
+        return have, slots
 
     def _bounds_ok(self, have: int, need: int, slots: _Slots, room: topology.DomainRoom | None) -> bool:
         """The cheap bounds of a scenario; a scenario they refuse is counted as filtered (KAI's
@@ -549,7 +698,7 @@ class Solver:
                 return False
             answer = must.get(t.job.uid)
             if answer is None:
-                answer = must[t.job.uid] = self.must_keep(t.job, requested)
+                answer = must[t.job.uid] = self.must_keep(t.job.queue, requested)
             if not answer:
                 return False
         return True
@@ -560,7 +709,7 @@ class Solver:
         r = t.request
         if self.must_keep is None or (r.gpu_fraction_milli is None and r.gpu_memory_mib is not None):
             return False
-        return self.must_keep(t.job, requested)
+        return self.must_keep(t.job.queue, requested)
 
     def _idle_gpus(self) -> int:
         """Idle + releasing milli-GPUs over Ready nodes."""
@@ -644,8 +793,10 @@ class Solver:
             if t.status not in ACTIVE_ALLOCATED:
                 continue
             kept = self._kept(t, scenario.requested)
-            if not kept and keep_in is not None and not (
-                t.request.gpu_fraction_milli is None and t.request.gpu_memory_mib is not None
+            if (
+                not kept
+                and keep_in is not None
+                and not (t.request.gpu_fraction_milli is None and t.request.gpu_memory_mib is not None)
             ):
                 answer = kept_in.get(t.job.uid)
                 if answer is None:
@@ -883,7 +1034,7 @@ class Solver:
         `keep_in` with what this simulation evicted); cached per victim in `keeps`."""
         keep = keeps.get(v.uid)
         if keep is None:
-            keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v, req)) or (
+            keep = keeps[v.uid] = (self.must_keep is not None and self.must_keep(v.queue, req)) or (
                 self.keep_in is not None and self.keep_in(v, req, evicted)
             )
         return keep
@@ -900,7 +1051,9 @@ class Solver:
                 stmt,
                 job,
                 job.tasks_to_allocate(include_virtual=True),
-                lambda t, nodes: allocate_task(ssn, stmt, t, nodes, self.action, pipeline_only=True, explain=False),
+                lambda t, nodes: allocate_task(
+                    ssn, stmt, t, nodes, self.action, pipeline_only=True, explain=False
+                ),
             )
         if not topology.constrained(job) or topology.constraint_error(ssn, job) is not None:
             if failed:
@@ -919,7 +1072,9 @@ class Solver:
         tasks = job.tasks_to_allocate(include_virtual=True)
         p = topology.plan(ssn, job, tasks, live=True) if tasks else None
         if p is None:
-            return allocate_job(ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False)
+            return allocate_job(
+                ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False
+            )
         for nodes, _domain in p.node_sets(ssn):
             if allocate_job(ssn, stmt, job, nodes, self.action, pipeline_only=True, record_errors=False):
                 return True
@@ -1044,7 +1199,10 @@ class Solver:
         for nodes in node_sets:
             # Scored like any placement (a node where the task fits on idle capacity gets the idle bonus, as
             # in KAI's what-if allocation), then the whole job waits for the victims: pipelined.
-            if all(allocate_task(ssn, stmt, t, nodes, self.action, explain=False) is None for t in scenario.pending):
+            if all(
+                allocate_task(ssn, stmt, t, nodes, self.action, explain=False) is None
+                for t in scenario.pending
+            ):
                 stmt.convert_to_pipelined(scenario.preemptor, self.action)
                 return True
             stmt.rollback(cp)

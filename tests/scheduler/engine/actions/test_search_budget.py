@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from analytics.reports.explain import advice
 from analytics.rerun.replay import as_recorded, engine_config
-from benchmarks.bench_kai_shapes import reclaim_large_events
+from tests.support.synthetic import reclaim_large_events
 from ingest.tenants import EngineSpec
 from scheduler.config import EngineConfigError, load_engine_config, session_config
 from scheduler.engine.actions import solver
