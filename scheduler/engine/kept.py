@@ -88,6 +88,7 @@ _KNOWN: Final = frozenset(
         "total",
         "free_index",
         "_claimed",
+        "_batch",  # None between batches of moves, and a cycle ends between them
         "_ready_gpu_milli",
         "shares",
         "_node_maxima",  # kept: it depends on the node specs only, unchanged by reopen
@@ -600,6 +601,7 @@ def reopen(
     ssn.work = Counter()
     ssn.decisions = []
     ssn._claimed = None
+    ssn._batch = None
     ssn._ready_gpu_milli = 0
     # A new, plain Session object holding the same parts: caches other modules keep per session (weakly
     # keyed by the session, e.g. topology's domains and frees) must not carry over from the last cycle,

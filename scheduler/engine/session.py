@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 
 from scheduler.engine import subgroups
@@ -895,6 +895,10 @@ class Session:
         self.total = self._total()
         self.free_index = FreeIndex(self.nodes)
         self._claimed: int | None = None  # see unclaimed_gpu_milli; computed on first use, then kept current
+        # While a batch of moves runs (Statement.rollback, Statement.evict_all): node name -> the node and its
+        # claimed milli-GPU before the batch; the free index and `_claimed` are brought up to date once per
+        # node when it ends. Both depend only on the nodes' final state, so this changes nothing but cost.
+        self._batch: dict[str, tuple[NodeInfo, int]] | None = None
         self._ready_gpu_milli = 0
         self._account_queues()
         self.shares = self._divide(usage or {})
@@ -1043,7 +1047,14 @@ class Session:
         old_counted = t.node is not None and t.status in ACTIVE_ALLOCATED
         old_node = t.node
         self.version += 1
-        claimed = self._claimed
+        batch = self._batch
+        if batch is not None:
+            for n in (old_node, node):
+                if n is not None and n.name not in batch:
+                    batch[n.name] = (n, _claimed(n))
+            claimed = None
+        else:
+            claimed = self._claimed
         if claimed is not None:
             if old_node is not None:
                 claimed -= _claimed(old_node)
@@ -1067,10 +1078,11 @@ class Session:
                 self.soft_present = True
         if node is not None and status in ACTIVE_ALLOCATED:
             self.queue_charge(t, +1)
-        if old_node is not None:
-            self.free_index.update(old_node)
-        if node is not None and node is not old_node:
-            self.free_index.update(node)
+        if batch is None:
+            if old_node is not None:
+                self.free_index.update(old_node)
+            if node is not None and node is not old_node:
+                self.free_index.update(node)
         if claimed is not None:
             if old_node is not None:
                 claimed += _claimed(old_node)
@@ -1081,6 +1093,21 @@ class Session:
             volume_picks.moved(self, t)
         if self.storage_index is not None and (t.pod.volumes or t.pod.disks):
             storage_index.moved(self, t)
+
+    def _begin_batch(self) -> None:
+        """Defer the free index and `_claimed` until :meth:`_end_batch` (nothing may read them meanwhile)."""
+        assert self._batch is None, "batches do not nest"
+        self._batch = {}
+
+    def _end_batch(self) -> None:
+        batch, self._batch = self._batch, None
+        assert batch is not None
+        claimed = self._claimed
+        for n, before in batch.values():
+            self.free_index.update(n)
+            if claimed is not None:
+                claimed += _claimed(n) - before
+        self._claimed = claimed
 
     def statement(self) -> Statement:
         return Statement(self)
@@ -1105,12 +1132,17 @@ class Statement:
         return len(self.ops)
 
     def rollback(self, cp: int) -> None:
+        if len(self.ops) <= cp:
+            return
+        ssn = self.ssn
+        ssn._begin_batch()
         while len(self.ops) > cp:
             op = self.ops.pop()
             t = op.task
-            self.ssn._set(t, op.prev_status, op.prev_node, op.prev_devices, op.prev_portion)
+            ssn._set(t, op.prev_status, op.prev_node, op.prev_devices, op.prev_portion)
             if op.kind == "evict":
                 t.virtual = False
+        ssn._end_batch()
 
     def place(
         self,
@@ -1130,6 +1162,18 @@ class Statement:
         self.ops.append(Op("evict", t, t.status, t.node, t.devices, t.portion, action, reason))
         self.ssn._set(t, PodStatus.RELEASING, t.node, t.devices, t.portion)
         t.virtual = virtual
+
+    def evict_all(
+        self, tasks: Iterable[TaskInfo], action: str, reason: Callable[[TaskInfo], str], virtual: bool
+    ) -> None:
+        """:meth:`evict` each task, in order, as one batch of moves."""
+        ssn = self.ssn
+        ssn._begin_batch()
+        for t in tasks:
+            self.ops.append(Op("evict", t, t.status, t.node, t.devices, t.portion, action, reason(t)))
+            ssn._set(t, PodStatus.RELEASING, t.node, t.devices, t.portion)
+            t.virtual = virtual
+        ssn._end_batch()
 
     def restore(
         self,

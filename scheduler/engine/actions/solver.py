@@ -809,9 +809,8 @@ class Solver:
         return not (have >= need and slots.ok())
 
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
-        for t in tasks:
-            if t.status in ACTIVE_ALLOCATED:
-                stmt.evict(t, self.action, self.reason(t), virtual=True)
+        # A task listed twice is evicted once: the filter reads each status as the batch goes.
+        stmt.evict_all((t for t in tasks if t.status in ACTIVE_ALLOCATED), self.action, self.reason, True)
 
     def _simulate(
         self, stmt: Statement, scenario: Scenario, evicted: list[TaskInfo], hopeless: bool = False

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 
 from analytics.reports.explain import advice
 from analytics.rerun.replay import as_recorded, engine_config
-from tests.support.synthetic import reclaim_large_events
 from ingest.tenants import EngineSpec
 from scheduler.config import EngineConfigError, load_engine_config, session_config
 from scheduler.engine.actions import solver
@@ -27,7 +26,7 @@ from scheduler.engine.record.decisions import Decision, config_hash, make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import ClusterState, fold
 from tests.support.paths import FIXTURES
-from tests.support.synthetic import SyntheticSpec, synthetic_events
+from tests.support.synthetic import SyntheticSpec, reclaim_large_events, synthetic_events
 
 # A small contended workload whose reclaim succeeds for two jobs after 7 and 1 simulated scenarios and fails
 # two after 19 each (found by scanning seeds; the figures are asserted below).
