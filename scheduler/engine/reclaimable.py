@@ -295,6 +295,7 @@ class LossTracker:
         self.involved = [req[r] > 0 for r in range(3)]
         self.lost_releasing = 0  # lost tasks still releasing
         self.chunk_refused = self.rq is None
+        self._unchecked: set[str] = set()  # leveled queues whose entry changed since _check_chunks
         self._lost: list[tuple[int, JobInfo, list[TaskInfo]]] = []  # for the general computation
         self._exact = True  # False: refused() falls back to refused_whatever_else
         self._evicted = evicted
@@ -356,18 +357,29 @@ class LossTracker:
             both = [had[2][r] + total[r] for r in range(3)]
             entry = (lr, lv, both, pos, chunks[-1]) if pos > had[3] else (lr, lv, both, had[3], had[4])
         self._by_lv[lv.name] = entry
+        self._unchecked.add(lv.name)
+
+    def _check_chunks(self) -> None:
+        """The chunk check of each leveled queue that lost something since the last check. Checked only
+        when asked (:meth:`refused`), on the latest entry: a refusal stands once it holds, so the latest
+        entry refuses exactly when some earlier one did."""
         if not self.chunk_refused:
-            lr, lv, lost, _, last = entry
-            before = [self.snap.allocated[lv.name][r] - lost[r] + last[r] for r in range(3)]
-            if not (
-                maintain_fair_share(lv, before)
-                or guarantee_deserved_quota(lr, self.snap.allocated[lr.name], self.req, lv, before)
-            ):
-                self.chunk_refused = True
+            snap = self.snap
+            for name in sorted(self._unchecked):
+                lr, lv, lost, _, last = self._by_lv[name]
+                before = [snap.allocated[lv.name][r] - lost[r] + last[r] for r in range(3)]
+                if not (
+                    maintain_fair_share(lv, before)
+                    or guarantee_deserved_quota(lr, snap.allocated[lr.name], self.req, lv, before)
+                ):
+                    self.chunk_refused = True
+                    break
+        self._unchecked.clear()
 
     def refused(self) -> bool:
         """:func:`refused_whatever_else` over the victims lost so far (False unless a lost task is still
         releasing, as the solver asks it)."""
+        self._check_chunks()
         if self.lost_releasing == 0:
             return False
         if not self._exact:
