@@ -725,11 +725,14 @@ class Solver:
                     sig = task_signature(t)
                     if sig not in self._shared_nodes:
                         self._shared_nodes[sig] = [n for n in self.ssn.nodes if _shared_may_fit(t, n)]
+        # Each simulation's evicted list is one object, read by _hopeless and by the simulation: the action's
+        # keep_in remembers what it worked out for the list it was last asked about.
         if not scenario.potential:
-            hopeless = self._hopeless(scenario, scenario.recorded)
+            evicted = list(scenario.recorded)
+            hopeless = self._hopeless(scenario, evicted)
             cp = stmt.checkpoint()
             self._evict(stmt, scenario.recorded)
-            if self._simulate(stmt, scenario, list(scenario.recorded), hopeless):
+            if self._simulate(stmt, scenario, evicted, hopeless):
                 return True
             stmt.rollback(cp)
             return False
@@ -737,20 +740,21 @@ class Solver:
         # that each can first be tested against the bounds of exactly what it evicts (_hopeless).
         latest = scenario.potential[-1].job
         tried: set[tuple[str, ...]] = set()
-        plan: list[tuple[list[TaskInfo], bool]] = []
+        plan: list[tuple[list[TaskInfo], list[TaskInfo], bool]] = []
         for node in sorted({t.node.name for t in latest.tasks if t.node is not None}):
             group = scenario.potential_on(node)
             key = tuple(sorted(t.uid for t in group))
             if not group or key in tried:
                 continue
             tried.add(key)
-            plan.append((group, self._hopeless(scenario, [*scenario.recorded, *group])))
+            evicted = [*scenario.recorded, *group]
+            plan.append((group, evicted, self._hopeless(scenario, evicted)))
         cp = stmt.checkpoint()
         self._evict(stmt, scenario.recorded)
-        for group, hopeless in plan:
+        for group, evicted, hopeless in plan:
             node_cp = stmt.checkpoint()
             self._evict(stmt, group)
-            if self._simulate(stmt, scenario, [*scenario.recorded, *group], hopeless):
+            if self._simulate(stmt, scenario, evicted, hopeless):
                 return True
             stmt.rollback(node_cp)
             if self.budget.stopped:
