@@ -89,6 +89,7 @@ _KNOWN: Final = frozenset(
         "free_index",
         "_claimed",
         "_batch",  # None between batches of moves, and a cycle ends between them
+        "_batch_charges",  # empty between batches
         "_ready_gpu_milli",
         "shares",
         "_node_maxima",  # kept: it depends on the node specs only, unchanged by reopen
@@ -602,6 +603,7 @@ def reopen(
     ssn.decisions = []
     ssn._claimed = None
     ssn._batch = None
+    ssn._batch_charges = {}
     ssn._ready_gpu_milli = 0
     # A new, plain Session object holding the same parts: caches other modules keep per session (weakly
     # keyed by the session, e.g. topology's domains and frees) must not carry over from the last cycle,

@@ -899,6 +899,7 @@ class Session:
         # claimed milli-GPU before the batch; the free index and `_claimed` are brought up to date once per
         # node when it ends. Both depend only on the nodes' final state, so this changes nothing but cost.
         self._batch: dict[str, tuple[NodeInfo, int]] | None = None
+        self._batch_charges: dict[tuple[str, bool], tuple[QueueInfo, Vec]] = {}  # queue charges of the batch
         self._ready_gpu_milli = 0
         self._account_queues()
         self.shares = self._divide(usage or {})
@@ -1024,6 +1025,22 @@ class Session:
             return
         v = self.task_vec(t)
         np = not t.job.preemptible
+        charges = self._batch_charges
+        if self._batch is not None:
+            # Summed per leaf queue and flag, added to the ancestors once when the batch ends.
+            key = (q.name, np)
+            got = charges.get(key)
+            if got is None:
+                charges[key] = (q, [sign * v[0], sign * v[1], sign * v[2]])
+            else:
+                for r in range(3):
+                    got[1][r] += sign * v[r]
+            return
+        self._charge(q, v, np, sign)
+
+    @staticmethod
+    def _charge(q: QueueInfo, v: Vec, np: bool, sign: int) -> None:
+        """Add `sign` times `v` to what `q` and its ancestors hold (and to the non-preemptible part)."""
         for a in q.ancestors():
             for r in range(3):
                 a.allocated[r] += sign * v[r]
@@ -1102,6 +1119,9 @@ class Session:
     def _end_batch(self) -> None:
         batch, self._batch = self._batch, None
         assert batch is not None
+        for (_, np), (q, v) in self._batch_charges.items():
+            self._charge(q, v, np, 1)
+        self._batch_charges.clear()
         claimed = self._claimed
         for n, before in batch.values():
             self.free_index.update(n)

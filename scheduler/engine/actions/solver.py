@@ -333,6 +333,17 @@ class _VictimStream:
         return None
 
 
+def _first_to_place(job: JobInfo) -> TaskInfo | None:
+    """The first of ``job.tasks_to_allocate(include_virtual=True)``, without sorting them all."""
+    if job.subgroup_tree() is not None:
+        tasks = job.tasks_to_allocate(include_virtual=True)
+        return tasks[0] if tasks else None
+    pending = job.pending_tasks(include_virtual=True)
+    if len(pending) <= 1:
+        return pending[0] if pending else None
+    return min(pending, key=TaskInfo.sort_key)  # the first of equal keys, as a stable sort puts first
+
+
 def _remembered(skip: Callable[[JobInfo], bool]) -> Callable[[JobInfo], bool]:
     """`skip` answered once per job uid (for one solve, whose victim stream reads only its base state)."""
     seen: dict[str, bool] = {}
@@ -1062,11 +1073,11 @@ class Solver:
             if failed:
                 # allocate_job would find its first task in the memo and place nothing: ask the memo first,
                 # with the task's signature taken once per solve.
-                tasks = job.tasks_to_allocate(include_virtual=True)
-                if tasks and memoisable(tasks[0]):
-                    sig = self._signatures.get(tasks[0].uid)
+                first = _first_to_place(job)
+                if first is not None and memoisable(first):
+                    sig = self._signatures.get(first.uid)
                     if sig is None:
-                        sig = self._signatures[tasks[0].uid] = task_signature(tasks[0])
+                        sig = self._signatures[first.uid] = task_signature(first)
                     if sig in failed:
                         return False
             return allocate_job(
