@@ -92,11 +92,21 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     # loss_refused_at_boundary reads of a victim only its queue and the least of its evicted tasks per
     # resource: its answers for one evicted list and request, by those.
     answers: dict[tuple[object, ...], bool] = {}
+    per_job: dict[tuple[object, ...], bool] = {}  # the same answers by victim, for one evicted list
 
     def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
         if not totals or totals[0].evicted is not evicted:
             totals[:] = [EvictedTotals(ssn, evicted)]
             answers.clear()
+            per_job.clear()
+        mine = (v.uid, *req)
+        known = per_job.get(mine)
+        if known is not None:
+            return known
+        per_job[mine] = out = _keep_in(v, req, evicted)
+        return out
+
+    def _keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
         own = totals[0].own(v)
         if v.queue is None or not own:
             return loss_refused_at_boundary(ssn, snap, job, req, v, evicted, totals[0])
