@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from tests.support.synthetic import SyntheticSpec
+from collections.abc import Callable
+
+from ingest import events as ev
+from tests.support.synthetic import SyntheticSpec, reclaim_large_events
 
 SMALL = dict(nodes=12, gpus_per_node=8, pending_pods=120, departments=3, queues_per_department=3)
 
@@ -19,3 +22,37 @@ CASES = [
     (SyntheticSpec(nodes=100, pending_pods=1000, seed=0), 64, 256),
     (SyntheticSpec(nodes=40, pending_pods=400, departments=4, queues_per_department=4, seed=2), 64, 256),
 ]
+
+
+def grouped_victims(nodes: int, elastic: Callable[[int], bool], across: bool = False) -> list[ev.Event]:
+    """reclaim-large with the running 1-GPU jobs grouped into jobs: four by four on one node (devices 0-3
+    or 4-7), or with `across` two by two on neighbouring nodes. Group g is elastic (minimum 1: it gives
+    one task at a time and goes back into the order, so the stream pushes it back) when `elastic(g)`,
+    else a gang (all its tasks go together)."""
+    out: list[ev.Event] = []
+    made: set[str] = set()
+    for e in reclaim_large_events(nodes):
+        if isinstance(e, ev.PodGroupUpserted) and e.queue == "a":
+            continue
+        if isinstance(e, ev.PodSubmitted) and e.queue == "a":
+            i = int(e.name.split("-")[1])
+            g = i // 2 if across else 2 * (i % nodes) + (i // nodes) // 4
+            name = f"group-{g:06d}"
+            if name not in made:
+                made.add(name)
+                out.append(
+                    ev.PodGroupUpserted(
+                        uid=f"default/{name}",
+                        at_ms=e.at_ms,
+                        name=name,
+                        namespace="default",
+                        queue="a",
+                        min_member=1 if elastic(g) else 2 if across else 4,
+                        priority=50,
+                        preemptible=True,
+                        created_at_ms=e.at_ms,
+                    )
+                )
+            e = e.model_copy(update={"pod_group": name})
+        out.append(e)
+    return out

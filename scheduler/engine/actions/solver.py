@@ -53,6 +53,7 @@ from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
     ACTIVE_USED,
     GPU_MILLI,
+    FreeIndex,
     JobInfo,
     NodeInfo,
     Op,
@@ -179,6 +180,7 @@ class _VictimOrder:
 
     def __init__(self, ssn: Session, index: JobIndex, victims: Victims) -> None:
         self._runs = {n: (index.victims[n], victims.skip) for n in victims.leaves if index.victims.get(n)}
+        self.leaves = tuple(self._runs)  # the leaf queues with victims
         self._ssn = ssn
         self._order = self.fresh()
         self.popped: list[tuple[JobInfo, list[TaskInfo], bool]] = []
@@ -220,10 +222,11 @@ class _ReadPrefix:
         shared: _VictimOrder,
         tasks: Sequence[TaskInfo],
         busy: dict[str, tuple[str, tuple[int, ...]]],
+        levels: _Levels,
     ) -> None:
         self._ssn = ssn
         self._shared = shared
-        self.slots = _Slots(ssn, tasks, busy)
+        self.slots = _Slots(ssn, tasks, busy, levels)
         self.gpu = 0  # milli-GPUs the absorbed victims hold
         self.end = 0  # shared entries absorbed
         self.groups = 0  # of which with tasks to evict
@@ -277,13 +280,18 @@ class _VictimStream:
     It replays the solve's shared :class:`_VictimOrder` until it has to push a job back, then goes on with
     an ordering of its own, brought to the same point by popping as many jobs."""
 
-    def __init__(self, shared: _VictimOrder, recorded: set[str]) -> None:
+    def __init__(
+        self, shared: _VictimOrder, recorded: set[str], before_own: Callable[[], None] | None = None
+    ) -> None:
         self.shared = shared
         self.pos = 0  # jobs read from the shared order
         self.order: JobsByQueue | None = None  # own ordering, once a job was pushed back
         self.recorded = recorded
+        self.before_own = before_own  # called before an own ordering is built (it reads the session)
 
     def _own(self) -> JobsByQueue:
+        if self.before_own is not None:
+            self.before_own()
         order = self.shared.fresh()
         for i in range(self.pos):
             view = order.pop()
@@ -388,6 +396,20 @@ def _shared_may_fit(t: TaskInfo, node: NodeInfo) -> bool:
     return sum(1 for d in range(node.gpus) if node.dev_future(d) >= portion) >= req.gpu_fraction_devices
 
 
+@dataclass(frozen=True)
+class _Levels:
+    """The free index's whole free devices per node as a solve found them (what :class:`_Slots` reads), so
+    that the slot bounds read the solve's base state while evictions carried between partial jobs stand."""
+
+    level: dict[str, int]
+    buckets: list[list[int]]
+
+    @staticmethod
+    def of(idx: FreeIndex) -> _Levels:
+        """A copy of what `idx` holds now."""
+        return _Levels(dict(idx.level), [list(b) for b in idx.buckets])
+
+
 class _Slots:
     """Necessary conditions for a scenario, kept as victims are added: room for the whole-GPU tasks.
 
@@ -409,11 +431,12 @@ class _Slots:
         ssn: Session,
         tasks: Sequence[TaskInfo],
         busy: dict[str, tuple[str, tuple[int, ...]]] | None = None,
+        levels: _Levels | None = None,
     ) -> None:
         sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
         self.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
         self.whole_need = sum(sizes)
-        self.idx = ssn.free_index
+        self.idx: _Levels | FreeIndex = ssn.free_index if levels is None else levels
         buckets = self.idx.buckets
         self.slots = {g: sum(len(b) * (k // g) for k, b in enumerate(buckets)) for g in self.demand}
         self.short = sum(1 for g, k in self.demand.items() if self.slots[g] < k)  # GPU counts short of slots
@@ -527,12 +550,22 @@ class Solver:
         )
         self._signatures: dict[str, tuple[object, ...]] = {}  # task_signature per task uid (fixed per task)
         self._busy: dict[str, tuple[str, tuple[int, ...]]] = {}  # _Slots' device reads, per solve()
+        # Evictions carried from one partial job to the next (see _carry): the uids of the recorded victims
+        # the statement holds evicted, and what the partial jobs read of the solve's base state meanwhile.
+        self._carried: set[str] = set()
+        self._may_carry = False
+        self._turns_from = 0  # where the last successful simulation's turns began in the statement
+        self._levels: _Levels | None = None
+        self._base_idle: int | None = None
 
     def solve(self, job: JobInfo, victims: Victims) -> Statement | None:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
         self.budget.begin_job()
         self._free_gpus = None
         self._busy = {}
+        self._carried = set()
+        self._levels = _Levels.of(self.ssn.free_index)
+        self._base_idle = None
         tasks = job.tasks_to_allocate()
         if not tasks:
             return None
@@ -564,7 +597,14 @@ class Solver:
         # the filter's answer for a victim is asked once.
         victims = Victims(victims.leaves, _remembered(victims.skip))
         order = _VictimOrder(self.ssn, self.index, victims)
-        prefix = _ReadPrefix(self.ssn, order, tasks, self._busy)
+        prefix = _ReadPrefix(self.ssn, order, tasks, self._busy, self._levels)
+        # Carrying reads a few things of the base state from copies; the rest (shared-GPU node lists,
+        # topology rooms, orderings over several victim queues) it is not used with.
+        self._may_carry = (
+            not any(t.shared for t in tasks)
+            and (job.spec.required_level is None or not topology.constrained(job))
+            and len(order.leaves) <= 1
+        )
         for k in range(1, len(tasks) + 1):
             scenario = self._solve_partial(stmt, job, tasks[:k], recorded, order, prefix)
             if self.budget.stopped:
@@ -574,13 +614,39 @@ class Solver:
             recorded = list(scenario.evicted)
             solved = k == len(tasks)
             if not solved:
-                stmt.discard()
+                self._carry(stmt, recorded)
         if solved and job.active_allocated() >= job.min_available and job.count(ACTIVE_USED) > before:
             return stmt
         stmt.discard()
         if self.budget.stopped:
             self.budget.explain(job)
         return None
+
+    def _carry(self, stmt: Statement, recorded: list[TaskInfo]) -> None:
+        """Between two partial jobs: keep the solved one's victims evicted for the next, or discard.
+
+        Every partial job begins by evicting the victims the previous one recorded, in their order. When
+        the statement, once the solved simulation's turns are rolled back, holds exactly those evictions
+        in that order, they are kept instead of rolled back and made again (the state and the statement
+        are the same either way). The partial jobs read the solve's base state only through copies taken
+        when it began (:class:`_Levels`, the idle and free milli-GPUs) or of victims the carry did not
+        move; :meth:`_uncarry` rolls back first where they would read more."""
+        if self._may_carry and self._free_gpus is not None and self._base_idle is not None:
+            stmt.rollback(self._turns_from)
+            ops = stmt.ops
+            if len(ops) == len(recorded) and all(
+                op.kind == "evict" and op.task is t for op, t in zip(ops, recorded, strict=True)
+            ):
+                self._carried = {t.uid for t in recorded}
+                return
+        stmt.discard()
+        self._carried = set()
+
+    def _uncarry(self, stmt: Statement) -> None:
+        """Back to the base state (between simulations): the recorded victims are evicted again as usual."""
+        if self._carried:
+            stmt.discard()
+            self._carried = set()
 
     # -- scenarios for one partial job -------------------------------------------------------------------
     def _solve_partial(
@@ -594,15 +660,17 @@ class Solver:
     ) -> Scenario | None:
         scenario = Scenario(job, pending, tasks_vec(self.ssn, pending), list(recorded))
         self._shared_nodes = None  # computed before the first simulation (see _simulate_scenario)
-        stream = _VictimStream(shared, {t.uid for t in recorded})
+        stream = _VictimStream(shared, {t.uid for t in recorded}, lambda: self._uncarry(stmt))
         need = sum(_gpu_need(t) for t in pending)
-        have = self._idle_gpus()
+        if self._base_idle is None:
+            self._base_idle = self._idle_gpus()  # nothing is carried before the first partial job is solved
+        have = self._base_idle
         room = self._domain_room(job, pending)
         skipped = None if room is not None else self._skip_read(scenario, stream, prefix, need, have)
         if skipped is not None:
             have, slots = skipped
         else:
-            slots = _Slots(self.ssn, pending, self._busy)
+            slots = _Slots(self.ssn, pending, self._busy, self._levels)
             # Slots count a set of devices: the recorded victims are added in two batches, by `kept`.
             batches: tuple[list[TaskInfo], list[TaskInfo]] = ([], [])
             for t in recorded:
@@ -742,7 +810,8 @@ class Solver:
             evicted = list(scenario.recorded)
             hopeless = self._hopeless(scenario, evicted)
             cp = stmt.checkpoint()
-            self._evict(stmt, scenario.recorded)
+            if not self._carried:
+                self._evict(stmt, scenario.recorded)
             if self._simulate(stmt, scenario, evicted, hopeless):
                 return True
             stmt.rollback(cp)
@@ -761,7 +830,8 @@ class Solver:
             evicted = [*scenario.recorded, *group]
             plan.append((group, evicted, self._hopeless(scenario, evicted)))
         cp = stmt.checkpoint()
-        self._evict(stmt, scenario.recorded)
+        if not self._carried:
+            self._evict(stmt, scenario.recorded)
         for group, evicted, hopeless in plan:
             node_cp = stmt.checkpoint()
             self._evict(stmt, group)
@@ -800,13 +870,14 @@ class Solver:
                 for d in range(n.gpus)
             )
         have = self._free_gpus
-        slots = _Slots(ssn, pending, self._busy)
+        slots = _Slots(ssn, pending, self._busy, self._levels)
         keep_in = self.keep_in
         kept_in: dict[str, bool] = {}  # keep_in's answer per victim job (the same for each of its tasks)
         batches: tuple[list[TaskInfo], list[TaskInfo]] = ([], [])  # by kept: slots count a set of devices
+        carried = self._carried
         for t in evicted:
-            if t.status not in ACTIVE_ALLOCATED:
-                continue
+            if t.status not in ACTIVE_ALLOCATED and t.uid not in carried:
+                continue  # (a carried victim was active in the base state: only the carry evicted it)
             kept = self._kept(t, scenario.requested)
             if (
                 not kept
@@ -929,6 +1000,7 @@ class Solver:
             scenario.evicted = []
             stmt.rollback(cp)
             return False
+        self._turns_from = cp
         return True
 
     def _loses_kept(

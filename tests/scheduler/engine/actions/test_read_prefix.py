@@ -20,7 +20,7 @@ from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from tests.support.solver_workloads import CASES
+from tests.support.solver_workloads import CASES, grouped_victims
 from tests.support.synthetic import reclaim_large_events, synthetic_events
 
 
@@ -73,40 +73,6 @@ def test_kai_reclaim_large_decides_the_same_with_reads_skipped(
     assert _both(monkeypatch, reclaim_large_events(nodes), SessionConfig()) == nodes // 2 - 1
 
 
-def _grouped_victims(nodes: int, elastic: Callable[[int], bool], across: bool = False) -> list[ev.Event]:
-    """reclaim-large with the running 1-GPU jobs grouped into jobs: four by four on one node (devices 0-3
-    or 4-7), or with `across` two by two on neighbouring nodes. Group g is elastic (minimum 1: it gives
-    one task at a time and goes back into the order, so the stream pushes it back) when `elastic(g)`,
-    else a gang (all its tasks go together)."""
-    out: list[ev.Event] = []
-    made: set[str] = set()
-    for e in reclaim_large_events(nodes):
-        if isinstance(e, ev.PodGroupUpserted) and e.queue == "a":
-            continue
-        if isinstance(e, ev.PodSubmitted) and e.queue == "a":
-            i = int(e.name.split("-")[1])
-            g = i // 2 if across else 2 * (i % nodes) + (i // nodes) // 4
-            name = f"group-{g:06d}"
-            if name not in made:
-                made.add(name)
-                out.append(
-                    ev.PodGroupUpserted(
-                        uid=f"default/{name}",
-                        at_ms=e.at_ms,
-                        name=name,
-                        namespace="default",
-                        queue="a",
-                        min_member=1 if elastic(g) else 2 if across else 4,
-                        priority=50,
-                        preemptible=True,
-                        created_at_ms=e.at_ms,
-                    )
-                )
-            e = e.model_copy(update={"pod_group": name})
-        out.append(e)
-    return out
-
-
 @pytest.mark.parametrize(
     ("name", "elastic", "across", "fires"),
     [
@@ -124,7 +90,7 @@ def _grouped_victims(nodes: int, elastic: Callable[[int], bool], across: bool = 
 def test_grouped_victims_decide_the_same(
     monkeypatch: pytest.MonkeyPatch, name: str, elastic: Callable[[int], bool], across: bool, fires: bool
 ) -> None:
-    fired = _both(monkeypatch, _grouped_victims(8, elastic, across), SessionConfig())
+    fired = _both(monkeypatch, grouped_victims(8, elastic, across), SessionConfig())
     assert (fired > 0) is fires, name
 
 
