@@ -82,7 +82,7 @@ class Scenario:
     # in `potential`, task) of its potential tasks.
     node_jobs: dict[str, set[str]] = field(default_factory=dict)
     job_tasks: dict[str, list[tuple[int, TaskInfo]]] = field(default_factory=dict)
-    # Victims read before the partial job's own reads, when it skipped them (_Solver._skip_read): the
+    # Victims read before the partial job's own reads, when it skipped them (Solver._skip_read): the
     # solve's read prefix up to `base_end`, less the jobs of `recorded` (`base_skip`); they come before
     # every task of `potential`.
     base: _ReadPrefix | None = None
@@ -236,7 +236,8 @@ class _ReadPrefix:
         self._node_entries: dict[str, list[int]] = {}  # node -> entries with a task on it, ascending
 
     def extend(self) -> None:
-        """Absorb every entry popped so far (read in the solve's base state)."""
+        """Absorb every entry popped so far (the victims' devices as they hold them, which a carry leaves
+        alone; the free-device levels from the solve's copy)."""
         popped = self._shared.popped
         task_vec = self._ssn.task_vec
         while self.open and self.end < len(popped):

@@ -16,53 +16,23 @@ import pytest
 
 from ingest import events as ev
 from scheduler.engine.actions import solver
-from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
-from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig, Statement
-from scheduler.engine.state import fold
-from tests.support.solver_workloads import CASES, grouped_victims
+from tests.support.solver_workloads import CASES, grouped_victims, same_with_and_without
 from tests.support.synthetic import reclaim_large_events, synthetic_events
 
 
-def _cycle(events: list[ev.Event], config: SessionConfig) -> tuple[bytes, dict[str, int]]:
-    ssn = open_session(fold(events), config=config, now_ms=10**9)
-    run_actions(ssn, DEFAULT_ORDER)
-    return make_record(ssn, 0).dumps(), dict(ssn.work)
+def _plain(s: solver.Solver, stmt: Statement, recorded: list[Any]) -> None:
+    """Every solved partial job rolled back whole, as before carrying."""
+    stmt.discard()
+    s._carried = set()
 
 
 def _both(monkeypatch: pytest.MonkeyPatch, events: list[ev.Event], config: SessionConfig) -> int:
-    """Run with and without carrying, assert they agree, and return how many partial jobs began carried."""
-    carried: list[bool] = []
-    offered: list[list[list[tuple[str, ...]]]] = [[], []]
-    carry: Callable[..., Any] = solver.Solver._carry
-    simulate: Callable[..., Any] = solver.Solver._simulate_scenario
-
-    def counted(s: solver.Solver, stmt: Statement, recorded: list[Any]) -> None:
-        carry(s, stmt, recorded)
-        carried.append(bool(s._carried))
-
-    def plain(s: solver.Solver, stmt: Statement, recorded: list[Any]) -> None:
-        stmt.discard()
-        s._carried = set()
-
-    def noted(run: int) -> Callable[..., Any]:
-        def note(s: solver.Solver, stmt: Any, scenario: solver.Scenario) -> Any:
-            offered[run].append([tuple(t.uid for t in scenario.potential_on(n.name)) for n in s.ssn.nodes])
-            return simulate(s, stmt, scenario)
-
-        return note
-
-    monkeypatch.setattr(solver.Solver, "_carry", counted)
-    monkeypatch.setattr(solver.Solver, "_simulate_scenario", noted(0))
-    with_carry = _cycle(events, config)
-    monkeypatch.setattr(solver.Solver, "_carry", plain)
-    monkeypatch.setattr(solver.Solver, "_simulate_scenario", noted(1))
-    without = _cycle(events, config)
-    monkeypatch.undo()
-    assert with_carry[0] == without[0]
-    assert with_carry[1] == without[1]
-    assert offered[0] == offered[1]
-    return sum(carried)
+    """Run with and without carrying (the same records, counters and victims offered per node); how many
+    partial jobs began carried."""
+    return same_with_and_without(
+        monkeypatch, events, config, "_carry", lambda s, out: bool(s._carried), _plain
+    )
 
 
 @pytest.mark.parametrize("nodes", [4, 10, 24])

@@ -15,54 +15,17 @@ from typing import Any
 import pytest
 
 from ingest import events as ev
-from scheduler.engine.actions import solver
-from scheduler.engine.cycle import DEFAULT_ORDER, open_session, run_actions
-from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
-from scheduler.engine.state import fold
-from tests.support.solver_workloads import CASES, grouped_victims
+from tests.support.solver_workloads import CASES, grouped_victims, same_with_and_without
 from tests.support.synthetic import reclaim_large_events, synthetic_events
 
 
-def _cycle(events: list[ev.Event], config: SessionConfig) -> tuple[bytes, dict[str, int]]:
-    ssn = open_session(fold(events), config=config, now_ms=10**9)
-    run_actions(ssn, DEFAULT_ORDER)
-    return make_record(ssn, 0).dumps(), dict(ssn.work)
-
-
 def _both(monkeypatch: pytest.MonkeyPatch, events: list[ev.Event], config: SessionConfig) -> int:
-    """Run with and without the skip, assert they agree, and return how often the skip fired.
-
-    Besides the records and counters, the victims each simulation could take from every node (what the
-    skipped reads must still offer, less the recorded jobs) must be the same in both runs."""
-    fired: list[int] = []
-    offered: list[list[list[tuple[str, ...]]]] = [[], []]
-    skip: Callable[..., Any] = solver.Solver._skip_read
-    simulate: Callable[..., Any] = solver.Solver._simulate_scenario
-
-    def counted(s: solver.Solver, *args: Any) -> Any:
-        out = skip(s, *args)
-        fired.append(out is not None)
-        return out
-
-    def noted(run: int) -> Callable[..., Any]:
-        def note(s: solver.Solver, stmt: Any, scenario: solver.Scenario) -> Any:
-            offered[run].append([tuple(t.uid for t in scenario.potential_on(n.name)) for n in s.ssn.nodes])
-            return simulate(s, stmt, scenario)
-
-        return note
-
-    monkeypatch.setattr(solver.Solver, "_skip_read", counted)
-    monkeypatch.setattr(solver.Solver, "_simulate_scenario", noted(0))
-    with_skip = _cycle(events, config)
-    monkeypatch.setattr(solver.Solver, "_skip_read", lambda s, *args: None)
-    monkeypatch.setattr(solver.Solver, "_simulate_scenario", noted(1))
-    without = _cycle(events, config)
-    monkeypatch.undo()
-    assert with_skip[0] == without[0]
-    assert with_skip[1] == without[1]
-    assert offered[0] == offered[1]
-    return sum(fired)
+    """Run with and without the skip (the same records, counters and victims offered per node: what the
+    skipped reads must still offer, less the recorded jobs); how often the skip fired."""
+    return same_with_and_without(
+        monkeypatch, events, config, "_skip_read", lambda s, out: out is not None, lambda s, *args: None
+    )
 
 
 @pytest.mark.parametrize("nodes", [4, 10, 24])
