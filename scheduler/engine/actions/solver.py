@@ -5,7 +5,10 @@ tasks (to minAvailable, or one elastic extra) fit:
 
 * It grows the preemptor one task at a time. Each partial job is solved on its own; the victims of the last
   solved partial job are *recorded* and every later scenario starts by evicting them. Only the scenario for
-  the complete task list can succeed.
+  the complete task list can succeed. Two shortcuts keep the partial jobs from repeating each other's work
+  and change nothing else: a partial job starts reading victims where the earlier ones stopped when its
+  bounds provably fail before that (:meth:`Solver._skip_read`), and the recorded victims stay evicted from
+  one partial job to the next when the statement holds exactly their evictions (:meth:`Solver._carry`).
 * For one partial job, scenarios are built by taking victim jobs one at a time in victim order (the most
   over-share queue first, the lowest-ranked job first). A gang victim at or below minAvailable gives all of
   its active tasks; an elastic victim above its minimum gives one task (the last in task order) and goes back
