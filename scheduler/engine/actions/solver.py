@@ -963,8 +963,11 @@ class Solver:
         failed: dict[tuple[object, ...], str] = {}
         # What the victims whose turn has passed lose, kept as they pass (see `doomed`). `_doomed` is asked
         # only as their number grows by a quarter: what it proves, it proves at any turn (the simulation
-        # fails either way), so this changes no outcome, only how late a doomed simulation stops.
-        doom = self.doomed(evicted, scenario.requested) if self.doomed is not None else None
+        # fails either way), so this changes no outcome, only how late a doomed simulation stops. It is fed
+        # only until the preemptor's turn: after it a doomed simulation costs the victims' remaining turns,
+        # about what telling the tracker of each of them costs, so the tracker is built at the first victim
+        # turn before the preemptor's, if there is one.
+        doom: Doom | None = None
         passed = 0
         next_doomed = 1
         for nxt in turns(order, involved):
@@ -976,12 +979,14 @@ class Solver:
             else:
                 waiting.pop(nxt.uid, None)
                 watch.pop(nxt.uid, None)
+                if doom is None and not placed and self.doomed is not None:
+                    doom = self.doomed(evicted, scenario.requested)  # before any victim has moved
                 if self._replace_victim(stmt, nxt, failed):
                     self._restore_unmoved(stmt, nxt, cp)
                     if not placed and monotone and self._preemptor_shut_out(scenario, freed):
                         stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
                         return False
-                if doom is not None:
+                if doom is not None and not placed:
                     doom.lose(nxt, by_job.get(nxt.uid, ()))
                 passed += 1
                 if self._loses_kept(scenario, nxt, by_job, evicted, keeps):
@@ -993,7 +998,7 @@ class Solver:
             if watch and not placed and self._pair_stranded(scenario, watch.values(), by_job, keeps, evicted):
                 stmt.rollback(cp)  # the preemptor and a victim it may not lose no longer fit together
                 return False
-            if waiting and nxt is not preemptor and passed >= next_doomed:
+            if waiting and not placed and nxt is not preemptor and passed >= next_doomed:
                 next_doomed = passed + max(1, passed // 4)
                 if self._doomed(doom):
                     stmt.rollback(cp)  # what is lost already makes the validator refuse
