@@ -527,6 +527,16 @@ class JobInfo:
         need = self.min_available - self.active_allocated()
         return pending[:need] if need > 0 else pending[:1]
 
+    def first_to_allocate(self, include_virtual: bool = False) -> TaskInfo | None:
+        """The first of :meth:`tasks_to_allocate`, without sorting every pending task."""
+        if self.subgroup_tree() is not None:
+            tasks = self.tasks_to_allocate(include_virtual)
+            return tasks[0] if tasks else None
+        pending = self.pending_tasks(include_virtual)
+        if len(pending) <= 1:
+            return pending[0] if pending else None
+        return min(pending, key=TaskInfo.sort_key)  # the first of equal keys, as a stable sort puts first
+
     def has_tasks_to_allocate(self) -> bool:
         """A pending task is left to place (per subgroup when the job has them)."""
         tree = self.subgroup_tree()
@@ -1025,9 +1035,9 @@ class Session:
             return
         v = self.task_vec(t)
         np = not t.job.preemptible
-        charges = self._batch_charges
         if self._batch is not None:
             # Summed per leaf queue and flag, added to the ancestors once when the batch ends.
+            charges = self._batch_charges
             key = (q.name, np)
             got = charges.get(key)
             if got is None:
@@ -1066,9 +1076,10 @@ class Session:
         self.version += 1
         batch = self._batch
         if batch is not None:
+            known = self._claimed is not None  # else nothing to keep current
             for n in (old_node, node):
                 if n is not None and n.name not in batch:
-                    batch[n.name] = (n, _claimed(n))
+                    batch[n.name] = (n, _claimed(n) if known else 0)
             claimed = None
         else:
             claimed = self._claimed
@@ -1190,9 +1201,7 @@ class Statement:
         ssn = self.ssn
         ssn._begin_batch()
         for t in tasks:
-            self.ops.append(Op("evict", t, t.status, t.node, t.devices, t.portion, action, reason(t)))
-            ssn._set(t, PodStatus.RELEASING, t.node, t.devices, t.portion)
-            t.virtual = virtual
+            self.evict(t, action, reason(t), virtual)
         ssn._end_batch()
 
     def restore(

@@ -345,17 +345,6 @@ class _VictimStream:
         return None
 
 
-def _first_to_place(job: JobInfo) -> TaskInfo | None:
-    """The first of ``job.tasks_to_allocate(include_virtual=True)``, without sorting them all."""
-    if job.subgroup_tree() is not None:
-        tasks = job.tasks_to_allocate(include_virtual=True)
-        return tasks[0] if tasks else None
-    pending = job.pending_tasks(include_virtual=True)
-    if len(pending) <= 1:
-        return pending[0] if pending else None
-    return min(pending, key=TaskInfo.sort_key)  # the first of equal keys, as a stable sort puts first
-
-
 def _remembered(skip: Callable[[JobInfo], bool]) -> Callable[[JobInfo], bool]:
     """`skip` answered once per job uid (for one solve, whose victim stream reads only its base state)."""
     seen: dict[str, bool] = {}
@@ -437,9 +426,7 @@ class _Slots:
         busy: dict[str, tuple[str, tuple[int, ...]]] | None = None,
         levels: _Levels | None = None,
     ) -> None:
-        sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
-        self.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
-        self.whole_need = sum(sizes)
+        self.demand, self.whole_need = _Slots._demand(tasks)
         self.idx: _Levels | FreeIndex = ssn.free_index if levels is None else levels
         buckets = self.idx.buckets
         self.slots = {g: sum(len(b) * (k // g) for k, b in enumerate(buckets)) for g in self.demand}
@@ -450,6 +437,12 @@ class _Slots:
         # Per victim task, its node and the devices it holds there (allocated or pipelined), as read in
         # the base state; the solver passes one dict per solve (the base state does not change in it).
         self.busy: dict[str, tuple[str, tuple[int, ...]]] = {} if busy is None else busy
+
+    @staticmethod
+    def _demand(tasks: Sequence[TaskInfo]) -> tuple[dict[int, int], int]:
+        """Per GPU count g among the whole-GPU tasks, how many ask for g or more; and their GPUs in all."""
+        sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
+        return {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}, sum(sizes)
 
     @staticmethod
     def _busy_devices(t: TaskInfo) -> tuple[str, tuple[int, ...]]:
@@ -495,9 +488,7 @@ class _Slots:
     def narrowed(self, tasks: Sequence[TaskInfo]) -> _Slots:
         """A copy counting the same victims for a subset of the tasks this was built for."""
         out = _Slots.__new__(_Slots)
-        sizes = [t.request.gpus for t in tasks if not t.shared and t.request.gpus > 0]
-        out.demand = {g: sum(1 for x in sizes if x >= g) for g in sorted(set(sizes))}
-        out.whole_need = sum(sizes)
+        out.demand, out.whole_need = _Slots._demand(tasks)
         out.idx = self.idx
         out.slots = {g: self.slots[g] for g in out.demand}
         out.short = sum(1 for g, k in out.demand.items() if out.slots[g] < k)
@@ -549,9 +540,8 @@ class Solver:
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
-        self._free_gpus: int | None = (
-            None  # free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve()
-        )
+        # Free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve().
+        self._free_gpus: int | None = None
         self._signatures: dict[str, tuple[object, ...]] = {}  # task_signature per task uid (fixed per task)
         self._busy: dict[str, tuple[str, tuple[int, ...]]] = {}  # _Slots' device reads, per solve()
         # Evictions carried from one partial job to the next (see _carry): the uids of the recorded victims
@@ -1154,7 +1144,7 @@ class Solver:
             if failed:
                 # allocate_job would find its first task in the memo and place nothing: ask the memo first,
                 # with the task's signature taken once per solve.
-                first = _first_to_place(job)
+                first = job.first_to_allocate(include_virtual=True)
                 if first is not None and memoisable(first):
                     sig = self._signatures.get(first.uid)
                     if sig is None:
