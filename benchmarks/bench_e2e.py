@@ -11,9 +11,12 @@ Hourglass and kube-scheduler can alternate under the same load), the namespace e
   kube-scheduler takes them to Running on the same cluster, the floor this machine allows;
 * ``reclaim``: ``bench-a`` fills every GPU, then queue ``bench-b`` (entitled to half the cluster) submits
   200 1-GPU pods: 200 of ``bench-a``'s pods are evicted and ``bench-b``'s take their place;
-* ``gang``: one PodGroup of 500 1-GPU pods (``minMember`` 500); halfway through its submission one
-  unrelated 1-GPU pod of another queue (``unrelated-during-gang``), whose latency should not depend on
-  the gang;
+* ``gang``: one PodGroup of 500 1-GPU pods (``minMember`` 500); from halfway through its submission,
+  ``--lone`` unrelated 1-GPU pods of another queue one by one, 0.25 s apart, from a second client thread
+  (``unrelated-during-gang``), whose latency should not depend on the gang;
+* ``lone-default`` and ``burst-default``: ``lone`` and ``gang`` with ``schedulerName: default-scheduler``
+  (the 500 pods without a PodGroup: kube-scheduler has no gangs): how much the stock scheduler's unrelated
+  pods slow down while 500 pods arrive, the floor for ``unrelated-during-gang`` on this machine;
 * ``unrelated-during-reservation``: a half-GPU pod whose reservation pod never reports its GPU (KWOK runs
   no ``hourglass reserve``), so its bind waits; meanwhile ``--lone`` unrelated 1-GPU pods one by one. Only
   this workload starts the binder with ``--gpu-sharing``.
@@ -46,6 +49,7 @@ Needs ``tools/kube/build.sh`` and ``tools/kwok/build.sh`` (cached after the firs
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -77,6 +81,7 @@ from tests.support.kwok import (
 )
 
 NS = "bench"
+UNRELATED_SPACING_S = 0.25  # between the unrelated pods submitted while a gang arrives
 
 
 def _pod(name: str, queue: str, group: str | None = None, scheduler: str = "hourglass") -> dict[str, Any]:
@@ -235,6 +240,10 @@ def _report(workload: str, nodes: int, obs: Observer, names: list[str], t0: floa
     if hops["ingest_s"]:
         med = " ".join(f"{k}={statistics.median(v):.3f}" for k, v in hops.items())
         print(f"bench: e2e-profile workload={workload} pods={len(hops['ingest_s'])} median {med}", flush=True)
+        # The slowest pod's hops: where a tail comes from, which medians hide.
+        i = max(range(len(hops["ingest_s"])), key=lambda k: sum(v[k] for v in hops.values()))
+        worst = " ".join(f"{k}={v[i]:.3f}" for k, v in hops.items())
+        print(f"bench: e2e-profile workload={workload} slowest {worst}", flush=True)
 
 
 def _empty_namespace(api: Any, obs: Observer) -> None:
@@ -340,17 +349,21 @@ class Bench:
         print(f"bench: e2e load1={one:.2f} load5={five:.2f} load15={fifteen:.2f}", flush=True)
 
 
-def _lone(b: Bench) -> None:
+def _lone(b: Bench, scheduler: str = "hourglass", workload: str = "lone") -> None:
     lone = []
-    pre = b.prefix("lone")
+    pre = b.prefix(workload)
     for i in range(b.args.lone):
         name = f"{pre}{i}"
-        _submit(b.api, [_pod(name, "bench-a")], b.obs, threads=1)
+        _submit(b.api, [_pod(name, "bench-a", scheduler=scheduler)], b.obs, threads=1)
         _wait_running(b.obs, [name], 60, b.stack)
         lone.append(name)
         time.sleep(1)
-    _report("lone", b.args.nodes, b.obs, lone)
+    _report(workload, b.args.nodes, b.obs, lone)
     _empty_namespace(b.api, b.obs)
+
+
+def _lone_default(b: Bench) -> None:
+    _lone(b, scheduler="default-scheduler", workload="lone-default")
 
 
 def _independent(b: Bench, scheduler: str = "hourglass", workload: str = "independent") -> None:
@@ -383,35 +396,50 @@ def _reclaim(b: Bench) -> None:
     _empty_namespace(b.api, b.obs)
 
 
-def _gang(b: Bench) -> None:
+def _gang(b: Bench, scheduler: str = "hourglass") -> None:
     from kubernetes import client
 
-    pre = b.prefix("g")
-    group = f"{pre}gang"
-    client.CustomObjectsApi(b.api).create_namespaced_custom_object(
-        "scheduling.run.ai",
-        "v2alpha2",
-        NS,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.run.ai/v2alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": group},
-            "spec": {"minMember": b.args.gang, "queue": "bench-b"},
-        },
-    )
+    default = scheduler == "default-scheduler"
+    pre = b.prefix("gd" if default else "g")
+    group = None if default else f"{pre}gang"
+    if group is not None:
+        client.CustomObjectsApi(b.api).create_namespaced_custom_object(
+            "scheduling.run.ai",
+            "v2alpha2",
+            NS,
+            "podgroups",
+            {
+                "apiVersion": "scheduling.run.ai/v2alpha2",
+                "kind": "PodGroup",
+                "metadata": {"name": group},
+                "spec": {"minMember": b.args.gang, "queue": "bench-b"},
+            },
+        )
     g = [f"{pre}{i}" for i in range(b.args.gang)]
     half = len(g) // 2
-    unrelated = f"{pre}unrelated"
+    unrelated = [f"{pre}unrelated{i}" for i in range(max(1, b.args.lone))]
+
+    def one_by_one() -> None:
+        for name in unrelated:
+            _submit(b.api, [_pod(name, "bench-a", scheduler=scheduler)], b.obs, threads=1)
+            time.sleep(UNRELATED_SPACING_S)
+
     t0 = time.time()
-    _submit(b.api, [_pod(n, "bench-b", group=group) for n in g[:half]], b.obs)
-    # An unrelated pod of another queue, submitted while the gang is still arriving: its latency
+    _submit(b.api, [_pod(n, "bench-b", group=group, scheduler=scheduler) for n in g[:half]], b.obs)
+    # Unrelated pods of another queue, one by one while the gang's second half arrives: their latency
     # should not depend on the gang.
-    _submit(b.api, [_pod(unrelated, "bench-a")], b.obs, threads=1)
-    _submit(b.api, [_pod(n, "bench-b", group=group) for n in g[half:]], b.obs)
-    _wait_running(b.obs, [*g, unrelated], 900, b.stack)
-    _report("gang", b.args.nodes, b.obs, g, t0)
-    _report("unrelated-during-gang", b.args.nodes, b.obs, [unrelated])
+    side = threading.Thread(target=one_by_one)
+    side.start()
+    _submit(b.api, [_pod(n, "bench-b", group=group, scheduler=scheduler) for n in g[half:]], b.obs)
+    side.join()
+    _wait_running(b.obs, [*g, *unrelated], 900, b.stack)
+    _report("burst-default" if default else "gang", b.args.nodes, b.obs, g, t0)
+    _report(
+        "unrelated-during-burst-default" if default else "unrelated-during-gang",
+        b.args.nodes,
+        b.obs,
+        unrelated,
+    )
     _empty_namespace(b.api, b.obs)
 
 
@@ -447,6 +475,8 @@ RUNNERS: dict[str, Callable[[Bench], None]] = {
     "independent-default": _independent_default,
     "reclaim": _reclaim,
     "gang": _gang,
+    "lone-default": _lone_default,
+    "burst-default": functools.partial(_gang, scheduler="default-scheduler"),
     "unrelated-during-reservation": _unrelated_during_reservation,
 }
 WORKLOADS = tuple(RUNNERS)

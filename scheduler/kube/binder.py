@@ -51,6 +51,9 @@ from scheduler.engine.record.decisions import CycleRecord, Decision, QueueRecord
 from scheduler.engine.record.delta import render
 from scheduler.kube.claims import ClaimAllocator, ClaimError
 from scheduler.kube.podgroup_status import (
+    PODGROUP_GROUP,
+    PODGROUP_PLURAL,
+    PODGROUP_VERSION,
     ClearConditions,
     ConditionMemory,
     ConditionWriter,
@@ -59,7 +62,7 @@ from scheduler.kube.podgroup_status import (
 )
 from scheduler.kube.reservation import DEFAULT_NAMESPACE as DEFAULT_RESERVATION_NAMESPACE
 from scheduler.kube.reservation import GpuSharing, SharingConfig, SharingError
-from scheduler.kube.workers import KeyedPool
+from scheduler.kube.workers import KeyedPool, Lane
 from scheduler.metrics import BinderMetrics
 
 __all__ = [
@@ -78,6 +81,7 @@ __all__ = [
     "EvictPod",
     "Invalid",
     "Kube",
+    "MarkNotReady",
     "MarkPending",
     "Memory",
     "PendingMark",
@@ -108,6 +112,7 @@ QUEUE_PLURAL: Final = "queues"
 EVENT_MESSAGE_MAX: Final = 1024  # core/v1 Events reject longer messages on some servers; keep the head
 DISRUPTION_REASON: Final = "PreemptionByScheduler"  # v1.PodReasonPreemptionByScheduler, as KAI's evictor
 CLUSTER_EVENT_NAMESPACE: Final = "default"  # events about cluster-scoped objects (Queues) live here
+NOT_READY: Final = "NotReady"  # the reason of a gang with fewer pods than its minimum (KAI's Event reason)
 
 
 # --------------------------------------------------------------------------- actions (pure data)
@@ -126,6 +131,7 @@ class BindPod:
     # the claim, or (volume "") have the claim's class provision one on `node`.
     volumes: tuple[tuple[str, str], ...] = ()
     dra: bool = False  # the pod claims DRA GPUs: allocate its ResourceClaims before binding it
+    job: str = ""  # the pod's job: each job of a record takes its own turns for the workers
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,7 @@ class EvictPod:
     action: str | None
     message: str | None
     grace_seconds: int | None
+    job: str = ""  # the victim's job, as BindPod's
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +157,19 @@ class MarkPending:
     message: str
     condition: bool
     event: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MarkNotReady:
+    """Tell a gang that waits for members why: a Normal ``NotReady`` Event on its PodGroup.
+
+    KAI (``default_status_updater.go``, ``RecordJobStatusEvent``) writes only this Event for a job with fewer
+    pods than its minimum, nothing on the pods: each pod write is an update every watcher sees, and a large
+    gang arriving pod by pod would make one per member."""
+
+    namespace: str
+    name: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +190,7 @@ class Invalid:
     raw: str
 
 
-Action = EvictPod | BindPod | MarkPending | WriteQueueStatus
+Action = EvictPod | BindPod | MarkPending | MarkNotReady | WriteQueueStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +210,7 @@ class Memory:
 
     pending: Mapping[str, PendingMark] = field(default_factory=dict)
     queues: Mapping[str, str] = field(default_factory=dict)  # canonical JSON of the last written status
+    not_ready: Mapping[str, PendingMark] = field(default_factory=dict)  # by job: its last NotReady Event
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +350,7 @@ def plan(
     pendings: list[Action] = []
     invalid: list[Invalid] = []
     pending_next: dict[str, PendingMark] = {}
+    not_ready_next: dict[str, PendingMark] = {}
 
     def pod_ref(d: Decision, uid: str | None) -> tuple[str, str] | None:
         ref = _split_pod(uid or "")
@@ -347,7 +369,7 @@ def plan(
         if d.kind == "Evict":
             ref = pod_ref(d, d.pod)
             if ref is not None:
-                evicts.append(EvictPod(ref[0], ref[1], d.node, d.action, d.message, grace_seconds))
+                evicts.append(EvictPod(ref[0], ref[1], d.node, d.action, d.message, grace_seconds, d.job))
         elif d.kind == "Bind":
             ref = pod_ref(d, d.pod)
             if ref is not None and d.node is None:
@@ -364,8 +386,26 @@ def plan(
                         d.action,
                         _bind_volumes(d),
                         dra=bool(d.details.get("dra")),
+                        job=d.job,
                     )
                 )
+        elif d.kind == "Unschedulable" and d.reason == NOT_READY:
+            # A gang waiting for members: one Event on its PodGroup, nothing on its pods (KAI). The pods
+            # are remembered as NotReady, so a later reason (the gang complete, no room) is told at once.
+            message = d.message or NOT_READY
+            for uid in d.pods:
+                prev = memory.pending.get(uid)
+                if pod_ref(d, uid) is not None and uid not in pending_next:
+                    at = prev.condition_at if prev is not None else 0.0
+                    pending_next[uid] = PendingMark(NOT_READY, message, now, d.job, at)
+            group = _split_pod(d.job)
+            if group is None or d.job in not_ready_next:
+                continue
+            told = memory.not_ready.get(d.job)
+            if told is None or now - told.event_at >= event_interval_s:
+                pendings.append(MarkNotReady(group[0], group[1], message))
+                told = PendingMark(NOT_READY, message, now, d.job)
+            not_ready_next[d.job] = told
         elif d.kind == "Unschedulable":
             reason = d.reason or "Unschedulable"
             message = d.message or reason
@@ -402,10 +442,19 @@ def plan(
             ref = _split_pod(uid)
             if ref is None:
                 continue
-            if now - mark.event_at >= event_interval_s:
+            if mark.reason != NOT_READY and now - mark.event_at >= event_interval_s:
                 mark = PendingMark(mark.reason, mark.message, now, mark.job, mark.condition_at)
                 pendings.append(MarkPending(ref[0], ref[1], mark.reason, mark.message, False, True))
             pending_next[uid] = mark
+        placed_jobs = {d.job for d in record.decisions if d.kind != "Unschedulable"}
+        for job, mark in memory.not_ready.items():
+            if job in not_ready_next or job in cleared or job in changed or job in placed_jobs:
+                continue
+            group = _split_pod(job)
+            if group is not None and now - mark.event_at >= event_interval_s:
+                pendings.append(MarkNotReady(group[0], group[1], mark.message))
+                mark = PendingMark(NOT_READY, mark.message, now, job)
+            not_ready_next[job] = mark
 
     statuses: list[Action] = []
     queues_next: dict[str, str] = {}
@@ -433,7 +482,7 @@ def plan(
     return Plan(
         actions=(*evicts, *binds, *pendings, *statuses),
         invalid=tuple(invalid),
-        memory=Memory(pending=pending_next, queues=merged_queues),
+        memory=Memory(pending=pending_next, queues=merged_queues, not_ready=not_ready_next),
     )
 
 
@@ -444,7 +493,7 @@ def plan(
 class EventSpec:
     """A core/v1 Event about one object; one Event object per (object, reason), its count bumped."""
 
-    kind: str  # "Pod" or "Queue"
+    kind: str  # "Pod", "PodGroup" or "Queue"
     namespace: str | None  # None for cluster-scoped objects
     name: str
     type: str  # "Normal" or "Warning"
@@ -645,6 +694,19 @@ class BinderApi:
         uid = (got or {}).get("metadata", {}).get("uid")
         return str(uid) if uid else None
 
+    def podgroup_uid(self, namespace: str, name: str) -> str | None:
+        """The PodGroup's uid (for its Events' ``involvedObject``), None when it is gone; read as
+        :meth:`pod_uid` reads a pod's."""
+        path = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/namespaces/{namespace}/{PODGROUP_PLURAL}/{name}"
+        try:
+            got = self._metadata.read_metadata(path, cached=True)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+        uid = (got or {}).get("metadata", {}).get("uid")
+        return str(uid) if uid else None
+
     def pod_node(self, namespace: str, name: str) -> str | None:
         r = self.call(self.core.read_namespaced_pod, name, namespace)
         node = json.loads(r.data).get("spec", {}).get("nodeName")
@@ -672,6 +734,8 @@ class BinderApi:
         uid = ev.uid
         if uid is None and ev.kind == "Pod" and ev.namespace:
             uid = self.pod_uid(ev.namespace, ev.name)
+        elif uid is None and ev.kind == "PodGroup" and ev.namespace:
+            uid = self.podgroup_uid(ev.namespace, ev.name)
         now = _now_rfc3339()
         message = ev.message[:EVENT_MESSAGE_MAX]
         body = {
@@ -750,6 +814,7 @@ class BinderStats:
     already_gone: int = 0
     pending_conditions: int = 0
     pending_events: int = 0
+    not_ready_events: int = 0  # NotReady Events on PodGroups of gangs waiting for members
     queue_statuses: int = 0
     queue_statuses_merged: int = 0  # a Queue status folded into the write of an earlier one still waiting
     queues_missing: int = 0
@@ -780,7 +845,8 @@ class _RecordRun:
     crash: BaseException | None = None  # anything else: raised in the main thread
 
 
-_STATUS_LANE: Final = -1  # the worker pool's lane of every record's status writes (records use their offset)
+#: The worker pool's lane of every record's status writes (binds and evictions use (record offset, job)).
+_STATUS_LANE: Final = (-1, "")
 
 
 def merge_patches(patches: Collection[Mapping[str, Any]]) -> dict[str, Any]:
@@ -804,6 +870,8 @@ def _action_key(a: Action) -> str:
     """The object an action changes: calls with the same key run in order on one worker."""
     if isinstance(a, WriteQueueStatus):
         return f"queue/{a.name}"
+    if isinstance(a, MarkNotReady):
+        return f"podgroup/{a.namespace}/{a.name}"
     return f"pod/{a.namespace}/{a.name}"
 
 
@@ -1133,6 +1201,12 @@ class Binder:
             self._event(EventSpec("Pod", a.namespace, a.name, "Warning", "Unschedulable", text, uid=pod_uid))
             self._count("pending_events")
 
+    def _apply_not_ready(self, offset: int, a: MarkNotReady, cycle_id: str) -> None:
+        """The Normal ``NotReady`` Event on a waiting gang's PodGroup; best effort, like every Event."""
+        api_version = f"{PODGROUP_GROUP}/{PODGROUP_VERSION}"
+        self._event(EventSpec("PodGroup", a.namespace, a.name, "Normal", NOT_READY, a.message, api_version))
+        self._count("not_ready_events")
+
     def _apply_queue(self, offset: int, a: WriteQueueStatus, cycle_id: str) -> None:
         """Merge-patch a Queue's status; a refusal is dead-lettered with a FailedStatusUpdate Event.
 
@@ -1238,14 +1312,15 @@ class Binder:
         self.memory = p.memory
         self.conditions = conditions
         run.evicted_on = frozenset(a.node for a in p.actions if isinstance(a, EvictPod) and a.node)
-        # Binds and evictions: a lane per record. What users only read (pending conditions and their Events,
-        # Queue statuses, PodGroup conditions): one lane shared by all records, so a burst of them takes one
-        # turn among the records' binds instead of one per record.
-        tasks: list[tuple[str, Callable[[], None], int]] = [
+        # Binds and evictions: a lane per job of each record, so an unrelated pod decided in the same cycle
+        # as a 500-pod gang is not bound after the gang's binds. What users only read (pending conditions and
+        # their Events, Queue statuses, PodGroup conditions): one lane shared by all records, so a burst of
+        # them takes one turn among the binds instead of one per record.
+        tasks: list[tuple[str, Callable[[], None], Lane]] = [
             (
                 _action_key(a),
                 functools.partial(self._timed_apply, offset, a, record.cycle_id),
-                offset if isinstance(a, BindPod | EvictPod) else _STATUS_LANE,
+                (offset, a.job) if isinstance(a, BindPod | EvictPod) else _STATUS_LANE,
             )
             for a in p.actions
         ]
@@ -1415,6 +1490,7 @@ _HANDLERS: dict[type, Callable[[Binder, int, Any, str], None]] = {
     BindPod: Binder._apply_bind,
     EvictPod: Binder._apply_evict,
     MarkPending: Binder._apply_pending,
+    MarkNotReady: Binder._apply_not_ready,
     WriteQueueStatus: Binder._apply_queue,
 }
 """Each planned action's handler, by its kind (the binder applies a record's actions in plan order)."""
@@ -1594,7 +1670,8 @@ def run_cli(args: Any) -> int:
     print(
         f"bind: {st.records} records applied, {st.bound} bound ({st.already_bound} already), {st.evicted}"
         f" evicted ({st.already_gone} already gone), {st.conflicts} conflicts, {st.pending_conditions}"
-        f" pending conditions, {st.pending_events} pending events, {st.queue_statuses} queue statuses,"
+        f" pending conditions, {st.pending_events} pending events, {st.not_ready_events} not-ready events,"
+        f" {st.queue_statuses} queue statuses,"
         f" {st.dead_letters} dead letters, decisions position {binder.position}"
     )
     if tenure.lost():

@@ -5,8 +5,8 @@ a pod's eviction of one record and its bind of a later one never overtake each o
 are bound side by side. A slow key (a GPU-sharing bind waiting for its reservation pod) holds one worker and
 its own key only; the other workers go on with other keys.
 
-Calls also carry a *lane* (the binder uses the record's offset): free workers take ready calls from the lanes in
-turn, so a record of one bind is not queued behind the hundreds of calls of a large record submitted before it
+Calls also carry a *lane* (the binder uses the record's offset and the job): free workers take ready calls from
+the lanes in turn, so one job's bind is not queued behind the hundreds of calls of a large job submitted before it
 (a 500-pod gang, or a burst of pending-pod conditions); within a lane, calls start in submission order.
 
 With one worker nothing runs on a thread: :meth:`KeyedPool.submit` runs the call at once in the caller, so a
@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import TypeAlias
 
-__all__ = ["KeyedPool"]
+__all__ = ["KeyedPool", "Lane"]
+
+Lane: TypeAlias = Hashable  # any hashable name: calls of one lane start in order, lanes take turns
 
 
 class KeyedPool:
@@ -30,9 +33,9 @@ class KeyedPool:
             raise ValueError(f"workers must be at least 1, not {workers}")
         self.workers = workers
         self._cv = threading.Condition()
-        self._queues: dict[str, deque[tuple[int, Callable[[], None]]]] = {}  # key -> its calls (lane, call)
-        self._ready: dict[int, deque[str]] = {}  # lane -> keys whose next call is in that lane, none running
-        self._turns: deque[int] = deque()  # lanes with a ready key, in the order they get the next worker
+        self._queues: dict[str, deque[tuple[Lane, Callable[[], None]]]] = {}  # key -> its calls (lane, call)
+        self._ready: dict[Lane, deque[str]] = {}  # lane -> keys whose next call is in that lane, none running
+        self._turns: deque[Lane] = deque()  # lanes with a ready key, in the order they get the next worker
         self._busy = 0  # calls submitted and not finished
         self._closed = False
         self._threads = (
@@ -43,7 +46,7 @@ class KeyedPool:
         for t in self._threads:
             t.start()
 
-    def submit(self, key: str, fn: Callable[[], None], lane: int = 0) -> None:
+    def submit(self, key: str, fn: Callable[[], None], lane: Lane = 0) -> None:
         """Run ``fn`` after every call submitted earlier with ``key``; ``fn`` must not raise. Ready calls of
         different lanes take turns for the workers."""
         if not self._threads:
@@ -61,7 +64,7 @@ class KeyedPool:
             else:
                 q.append((lane, fn))  # the key is running or already ready: its worker takes this next
 
-    def _make_ready(self, key: str, lane: int) -> None:
+    def _make_ready(self, key: str, lane: Lane) -> None:
         ready = self._ready.get(lane)
         if ready is None:
             ready = self._ready[lane] = deque()

@@ -60,11 +60,15 @@ def evict(
 
 
 def pending(
-    pods: list[str], reason: str = "PodSchedulingErrors", message: str = "no nodes with enough GPUs"
+    pods: list[str],
+    reason: str = "PodSchedulingErrors",
+    message: str = "no nodes with enough GPUs",
+    job: str | None = None,
 ) -> Decision:
-    """An Unschedulable decision for ``pods`` with its reason and message."""
+    """An Unschedulable decision for ``pods`` of ``job`` (default: the first pod's) with its reason and
+    message."""
     return Decision(
-        kind="Unschedulable", job=pods[0], queue="team-a", pods=pods, reason=reason, message=message
+        kind="Unschedulable", job=job or pods[0], queue="team-a", pods=pods, reason=reason, message=message
     )
 
 

@@ -27,6 +27,7 @@ from scheduler.kube.binder import (
     BindPod,
     EventSpec,
     EvictPod,
+    MarkNotReady,
     MarkPending,
     Memory,
     RetryPolicy,
@@ -42,6 +43,7 @@ from tests.support.kube_objects import (
     apply_crds,
     make_node,
     make_pod,
+    make_podgroup,
     make_queue,
     pod_events,
     read_pod,
@@ -122,21 +124,49 @@ def test_pending_pods_are_told_once_per_interval_and_at_once_when_the_reason_cha
     assert [(a.condition, a.event) for a in acts] == [(True, True)]
 
 
-def test_a_gang_arriving_pod_by_pod_does_not_rewrite_its_pods_each_cycle() -> None:
+def test_a_gang_waiting_for_members_is_told_on_its_podgroup_not_on_its_pods() -> None:
+    # KAI's default_status_updater_test.go, TestRecordJobStatusEvent: "No ready job" (minMember 2, one pod)
+    # records only "Normal NotReady Job is not ready for scheduling. ..." on the PodGroup; "Unscheduleable
+    # job" records "Warning Unschedulable" on its pod (default_status_updater.go returns before any pod
+    # write while the job is not ready).
     gang = [f"ns/w{i}" for i in range(50)]
-    mem, writes = Memory(), 0
-    for k in range(1, 31):  # one cycle a second, one more member each time
-        msg = f"Waiting for 300 pods, currently {k} exist"
-        p = plan(record([pending(gang, "NotReady", msg)]), mem, float(k), event_interval_s=60)
-        writes += sum(a.condition for a in p.actions if isinstance(a, MarkPending))
-        mem = p.memory
-    assert writes == len(gang)  # each pod's condition once, not once per cycle
-    p = plan(record([pending(gang, "NotReady", "Waiting for 300 pods, currently 40 exist")]), mem, 61.0)
-    assert sum(a.condition for a in p.actions if isinstance(a, MarkPending)) == len(gang)  # interval up
-    p = plan(record([pending(gang, "PodSchedulingErrors", "no node")]), p.memory, 62.0)
-    assert sum(a.condition for a in p.actions if isinstance(a, MarkPending)) == len(
+
+    def step(mem: Memory, now: float, reason: str, msg: str) -> tuple[Memory, list[Any]]:
+        p = plan(record([pending(gang, reason, msg, job="ns/pg")]), mem, now, event_interval_s=60)
+        return p.memory, list(p.actions)
+
+    mem, acts = step(Memory(), 1.0, "NotReady", "Waiting for 300 pods, currently 1 exist")
+    assert acts == [MarkNotReady("ns", "pg", "Waiting for 300 pods, currently 1 exist")]
+    told = 1
+    for k in range(2, 31):  # one cycle a second, one more member each time: nothing more within the interval
+        mem, acts = step(mem, float(k), "NotReady", f"Waiting for 300 pods, currently {k} exist")
+        told += len(acts)
+    assert told == 1
+    mem, acts = step(mem, 61.0, "NotReady", "Waiting for 300 pods, currently 40 exist")
+    assert acts == [MarkNotReady("ns", "pg", "Waiting for 300 pods, currently 40 exist")]  # interval up
+    # Complete but without room: every pod is told at once, condition and Warning Event.
+    mem, acts = step(mem, 62.0, "PodSchedulingErrors", "no node")
+    assert [(type(a).__name__, a.condition, a.event) for a in acts] == [("MarkPending", True, True)] * len(
         gang
-    )  # new reason: at once
+    )
+    assert mem.not_ready == {}
+
+
+def test_a_delta_that_leaves_a_waiting_gang_out_repeats_its_podgroup_event_per_interval() -> None:
+    gang = ["ns/w0", "ns/w1"]
+    full = record([pending(gang, "NotReady", "Waiting for 3 pods, currently 2 exist", job="ns/pg")], t=1)
+    p1 = plan(full, Memory(), 0.0, event_interval_s=60)
+    assert [type(a).__name__ for a in p1.actions] == ["MarkNotReady"]
+    delta = delta_of(full, record(full.decisions, t=2))  # the same pending job: not listed again
+    assert delta.decisions == []
+    p2 = plan(delta, p1.memory, 30.0, event_interval_s=60)
+    assert p2.actions == () and set(p2.memory.pending) == set(gang) and "ns/pg" in p2.memory.not_ready
+    p3 = plan(delta, p2.memory, 61.0, event_interval_s=60)
+    assert p3.actions == (MarkNotReady("ns", "pg", "Waiting for 3 pods, currently 2 exist"),)
+    # the gang is bound: nothing more is told, and its memory goes
+    p4 = plan(delta_of(full, record([bind(u, "n1", job="ns/pg") for u in gang], t=3)), p3.memory, 200.0)
+    assert not any(isinstance(a, MarkNotReady | MarkPending) for a in p4.actions)
+    assert p4.memory.not_ready == {} and p4.memory.pending == {}
 
 
 def test_queue_status_as_kai_quantities_written_only_when_changed() -> None:
@@ -341,6 +371,55 @@ def test_pending_events_are_rate_limited_and_updated_when_the_reason_changes(
     assert (ev["count"], ev["message"]) == (2, "OverLimit: over")
     cond = next(c for c in read_pod(api, ns, "p")["status"]["conditions"] if c["type"] == "PodScheduled")
     assert cond["message"] == "OverLimit: over"
+
+
+def test_a_waiting_gang_gets_one_notready_event_on_its_podgroup_and_its_pods_none(
+    api: Any, kube_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    ns = kube_namespace
+    apply_crds(api)
+    make_podgroup(api, ns, "pg", f"{ns}-a", 3)
+    for i in range(2):
+        make_pod(api, ns, f"w{i}", queue=f"{ns}-a")
+    gang = [f"{ns}/w0", f"{ns}/w1"]
+    log = FileLog(tmp_path / "log")
+    clock = [0.0]
+    b = Binder(log, BinderApi(api), event_interval_s=60, retry=FAST, clock=lambda: clock[0])
+    for t, msg in enumerate(["currently 1 exist", "currently 2 exist"]):
+        clock[0] = float(t)
+        rec = record(
+            [
+                pending(
+                    gang,
+                    "NotReady",
+                    f"Job is not ready for scheduling. Waiting for 3 pods, {msg}",
+                    job=f"{ns}/pg",
+                )
+            ],
+            t=t + 1,
+        )
+        log.append(DEFAULT_TOPICS.decisions, None, rec.dumps())
+        b.run(stop_when_idle=True)
+    assert (b.stats.not_ready_events, b.stats.pending_conditions, b.stats.pending_events) == (1, 0, 0)
+    [ev] = pod_events(api, ns, "pg")
+    pg = client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "scheduling.run.ai", "v2alpha2", ns, "podgroups", "pg"
+    )
+    assert ev["involvedObject"] == {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "name": "pg",
+        "namespace": ns,
+        "uid": pg["metadata"]["uid"],
+    }
+    assert (ev["type"], ev["reason"]) == ("Normal", "NotReady")
+    assert ev["message"] == "Job is not ready for scheduling. Waiting for 3 pods, currently 1 exist"
+    for i in range(2):
+        assert pod_events(api, ns, f"w{i}") == []
+        conds = read_pod(api, ns, f"w{i}").get("status", {}).get("conditions") or []
+        assert not [c for c in conds if c["type"] == "PodScheduled"]
 
 
 def test_permanent_failures_are_dead_lettered_and_an_unreachable_server_blocks_the_commit(

@@ -89,6 +89,18 @@ def test_an_unrelated_pods_bind_goes_ahead_of_a_large_gang_record(tmp_path: Path
     assert kube.started.index("ns/unrelated") < 10
 
 
+def test_an_unrelated_pod_decided_in_the_gangs_cycle_is_not_bound_after_the_gang(tmp_path: Path) -> None:
+    # One cycle binds a 100-pod gang and, after it in the record, an unrelated pod of another job.
+    gang = [bind(f"ns/g{i}", "n1", job="ns/gang") for i in range(100)]
+    log = FileLog(tmp_path / "log")
+    log.append(DEFAULT_TOPICS.decisions, None, record([*gang, bind("ns/unrelated", "n2")], t=1).dumps())
+    kube = _Kube()
+    st = Binder(log, kube, retry=FAST, workers=4).run(stop_when_idle=True)  # type: ignore[arg-type]
+    assert st.bound == 101
+    # In record order it would start 101st; its job's lane takes turns with the gang's.
+    assert kube.started.index("ns/unrelated") < 10
+
+
 def test_a_bind_goes_ahead_of_the_status_writes_of_many_earlier_records(tmp_path: Path) -> None:
     # Twenty records each marking five pods pending (a gang arriving), then one record binding an unrelated pod:
     # the pending marks of all records share one turn, so the bind starts with the first free worker.
