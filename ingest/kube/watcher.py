@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import msgspec
 import urllib3
 
 from ingest.events import (
@@ -1454,7 +1455,8 @@ class KubeIngest:
         self._dirty_since = None
         if self.state_path is None or self._failed:
             return
-        data = json.dumps(self._state(pending), sort_keys=True, separators=(",", ":")).encode()
+        # Written whole once per batch, so the encoder's speed is ingest's: msgspec's is ~10x json's.
+        data = msgspec.json.encode(self._state(pending), order="sorted")
         tmp = self.state_path.with_name(self.state_path.name + ".tmp")
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

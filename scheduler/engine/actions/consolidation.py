@@ -50,7 +50,9 @@ def run(ssn: Session) -> None:
         return
     limit = ssn.config.max_consolidation_preemptees
     order = JobsByQueue(ssn, candidate_jobs(ssn, preemptible_only=True, evicting=True))
-    index = ConsolidationIndex(ssn)
+    # Built at the first search: nothing is committed before it, so it is the index of the session as
+    # opened, and a cycle whose pending jobs all found room (most live cycles) never scans the running jobs.
+    index: ConsolidationIndex | None = None
     failed = FailedJobs(ssn)
     have: int | None = None  # scanned on first need; only a committed consolidation changes it
     while (job := order.pop()) is not None:
@@ -58,7 +60,12 @@ def run(ssn: Session) -> None:
             continue
         if have is None:
             have = allocatable_gpus(ssn)
-        stmt = solve(ssn, job, limit, index) if enough_gpus(ssn, job, have) else None
+        if not enough_gpus(ssn, job, have):
+            failed.record(job)
+            continue
+        if index is None:
+            index = ConsolidationIndex(ssn)
+        stmt = solve(ssn, job, limit, index)
         if stmt is None:
             failed.record(job)
             continue
