@@ -680,24 +680,20 @@ class BinderApi:
         self.claims.undo(namespace, name, claims)
 
     def pod_uid(self, namespace: str, name: str) -> str | None:
-        """The pod's uid, None when it is gone (its Event is then written without one).
-
-        Read as metadata only (``PartialObjectMetadata``) from the API server's watch cache
-        (``resourceVersion=0``): a pod's uid never changes, the pod was in that cache before the scheduler
-        saw it, and neither etcd nor the whole pod's encoding is needed for one field, once per bind."""
-        try:
-            got = self._metadata.read_metadata(f"/api/v1/namespaces/{namespace}/pods/{name}", cached=True)
-        except KubeError as e:
-            if e.status == 404:
-                return None
-            raise
-        uid = (got or {}).get("metadata", {}).get("uid")
-        return str(uid) if uid else None
+        """The pod's uid, None when it is gone (its Event is then written without one)."""
+        return self._cached_uid(f"/api/v1/namespaces/{namespace}/pods/{name}")
 
     def podgroup_uid(self, namespace: str, name: str) -> str | None:
-        """The PodGroup's uid (for its Events' ``involvedObject``), None when it is gone; read as
-        :meth:`pod_uid` reads a pod's."""
-        path = f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/namespaces/{namespace}/{PODGROUP_PLURAL}/{name}"
+        """The PodGroup's uid (for its Events' ``involvedObject``), None when it is gone."""
+        return self._cached_uid(
+            f"/apis/{PODGROUP_GROUP}/{PODGROUP_VERSION}/namespaces/{namespace}/{PODGROUP_PLURAL}/{name}"
+        )
+
+    def _cached_uid(self, path: str) -> str | None:
+        """An object's uid, None when it is gone. Read as metadata only (``PartialObjectMetadata``) from the
+        API server's watch cache (``resourceVersion=0``): a uid never changes, the object was in that cache
+        before the scheduler saw it, and neither etcd nor the whole object's encoding is needed for one
+        field."""
         try:
             got = self._metadata.read_metadata(path, cached=True)
         except KubeError as e:
