@@ -54,6 +54,7 @@ from scheduler.kube.podgroup_status import (
     PODGROUP_GROUP,
     PODGROUP_PLURAL,
     PODGROUP_VERSION,
+    REASON_UNSCHEDULABLE,
     ClearConditions,
     ConditionMemory,
     ConditionWriter,
@@ -1386,6 +1387,12 @@ class Binder:
             return
         if changed and isinstance(c, SetCondition):
             self._count("podgroup_conditions")
+            # KAI's markPodGroupUnschedulable records the condition's message as a Normal Event too.
+            ns, _, name = c.job.partition("/")
+            api_version = f"{PODGROUP_GROUP}/{PODGROUP_VERSION}"
+            self._event(
+                EventSpec("PodGroup", ns, name, "Normal", REASON_UNSCHEDULABLE, c.message, api_version)
+            )
         elif changed:
             self._count("podgroup_conditions_cleared")
 

@@ -28,6 +28,7 @@ from scheduler.kube.podgroup_status import (
     scheduling_condition,
 )
 from tests.support.crds import deploy_crds, server_side_apply
+from tests.support.kube_objects import pod_events
 
 FAST = RetryPolicy(attempts=3, base_s=0.01)
 NOW = "2026-11-25T12:00:00Z"
@@ -239,6 +240,16 @@ def test_binder_writes_and_clears_kais_scheduling_condition(
     ]
     assert c["lastTransitionTime"].endswith("Z")
     assert b.stats.podgroups_missing == 1  # ns/gone has no PodGroup object: skipped, not dead-lettered
+    # KAI's record_job_status_event_test.go ("job over capacity"): the PodGroup's Event carries the
+    # condition's message (markPodGroupUnschedulable: Normal, reason Unschedulable), on the PodGroup itself.
+    [ev] = pod_events(api, ns, "train")
+    assert (ev["type"], ev["reason"], ev["message"]) == (
+        "Normal",
+        "Unschedulable",
+        "queue team-a would exceed its GPU limit",
+    )
+    assert ev["involvedObject"]["kind"] == "PodGroup"
+    assert ev["involvedObject"]["uid"] == _pg(api, ns, "train")["metadata"]["uid"]
 
     apply(record([pending(job, "OverLimit", "queue team-a would exceed its GPU limit")], 2))
     assert b.stats.podgroup_conditions == 1  # unchanged: no second write
@@ -252,6 +263,8 @@ def test_binder_writes_and_clears_kais_scheduling_condition(
     apply(record([pending(job, "PodSchedulingErrors", "no node has 4 free GPUs")], 4))
     [c] = _pg(api, ns, "train")["status"]["schedulingConditions"]
     assert (c["transitionID"], c["reasons"][0]["reason"]) == ("2", "PodSchedulingErrors")
+    [ev] = pod_events(api, ns, "train")  # one Event per (object, reason): its message follows the condition
+    assert (ev["message"], ev["count"]) == ("no node has 4 free GPUs", 2)
 
     # The job is placed: once a record no longer lists it as pending, its conditions are removed.
     apply(record([bind(job)], 5))
