@@ -8,6 +8,8 @@
   Event, count 1), not again every cycle until its deletion is seen.
 * A gang that lost a member on a quiet cluster (nothing else arriving) is evicted once its staleness grace
   period has passed.
+* A gang waiting for members gets one Normal ``NotReady`` Event on its PodGroup and nothing on its pods
+  (KAI's ``RecordJobStatusEvent``); once complete it runs.
 * A misspelt PodGroup field (KAI's docs' own ``subgroups`` for ``subGroups``) gets a Warning Event naming it.
 * An elastic PyTorchJob starts with ``elasticPolicy.minReplicas`` pods when not all of its replicas fit.
 """
@@ -157,6 +159,48 @@ def test_a_gang_that_lost_a_member_is_evicted_on_a_quiet_cluster(
         assert stack.alive(), stack.logs()
         reasons = [e.reason for e in _events(api, ns, "Pod", "m-0")]
         assert "Evicted" in reasons or "Preempted" in reasons, reasons
+
+
+def test_a_gang_waiting_for_members_is_told_on_its_podgroup_then_runs(
+    kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
+) -> None:
+    from kubernetes import client
+
+    ns = kwok_namespace
+    group = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "trio"},
+        "spec": {"minMember": 3, "queue": "kwok-trio"},
+    }
+    members = []
+    for n in ("t-0", "t-1", "t-2"):
+        p = gpu_pod(n, "kwok-trio", "train")
+        p["metadata"]["annotations"] = {"pod-group-name": "trio"}
+        members.append(p)
+    with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
+        apply_queue(api, queue_manifest("kwok-trio", GPUS))
+        create_objects(api, [group, *members[:2]], ns)
+
+        def not_ready() -> list[Any]:
+            return [e for e in _events(api, ns, "PodGroup", "trio") if e.reason == "NotReady"]
+
+        wait_until(lambda: not_ready() or not stack.alive(), 60, "a NotReady Event on the PodGroup")
+        assert stack.alive(), stack.logs()
+        [ev] = not_ready()
+        pg = client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "scheduling.run.ai", "v2alpha2", ns, "podgroups", "trio"
+        )
+        assert (ev.type, ev.involved_object.uid) == ("Normal", pg["metadata"]["uid"])
+        assert "Waiting for 3 pods, currently 2 exist" in ev.message, ev.message
+        for n in ("t-0", "t-1"):  # nothing on the pods: no condition, no Event
+            assert not [e for e in _events(api, ns, "Pod", n) if e.reason == "Unschedulable"]
+            conditions = pods(api, ns)[n].status.conditions or []
+            assert not [c for c in conditions if c.type == "PodScheduled" and c.status == "False"], conditions
+        create_objects(api, members[2:], ns)
+        names = ["t-0", "t-1", "t-2"]
+        wait_until(lambda: running(api, ns, names) or not stack.alive(), 90, "the complete gang Running")
+        assert stack.alive(), stack.logs()
 
 
 def test_a_misspelt_podgroup_field_gets_a_warning_event(
