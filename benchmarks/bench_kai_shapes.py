@@ -6,7 +6,10 @@ reclaim_benchmark_test.go:182-199 and reclaim_large_job_topology_test.go:33-102)
 job i on node i mod N; queue ``b`` (queue-1) deserves all 8N GPUs, weight 0, and has one pending gang of N/2
 8-GPU pods (minMember = N/2, jobs_fake's default of all tasks) that must reclaim whole nodes. KAI's benchmark
 asserts N/2 pipelined pods and 4N releasing victims. ``consolidation``: bench_actions' shape (each
-node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as in KAI's benchmark. One line per run:
+node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as in KAI's benchmark.
+``consolidation-mixed``: the cluster KAI's consolidation benchmark itself builds
+(``createBenchmarkTopologyWithMixedJobs``, 8N 1-GPU jobs in 4 queues, half running, half pending;
+``tests/support/synthetic.mixed_jobs_events``), so both sides run the same cluster. One line per run:
 ``bench: kai-shape shape=S nodes=N cpu_seconds=C seconds=S simulations=K decisions=D digest=H``; the digest
 (sha256 of the record) lets two builds' decisions be compared.
 
@@ -39,9 +42,9 @@ from scheduler.engine.cycle import ACTIONS, open_session
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import SessionConfig
 from scheduler.engine.state import fold
-from tests.support.synthetic import contention_events, reclaim_large_events
+from tests.support.synthetic import contention_events, mixed_jobs_events, reclaim_large_events
 
-SHAPES = ("reclaim-large", "consolidation")
+SHAPES = ("reclaim-large", "consolidation", "consolidation-mixed")
 # KAI's module under its current and its former path, tried in turn on the Go module proxy.
 KAI_MODULES = ("github.com/kai-scheduler/KAI-scheduler", "github.com/NVIDIA/KAI-scheduler")
 
@@ -52,6 +55,8 @@ def run(shape: str, nodes: int) -> float:
         events, action = reclaim_large_events(nodes), "reclaim"
     elif shape == "consolidation":
         events, action = contention_events(nodes, "consolidation"), "consolidation"
+    elif shape == "consolidation-mixed":
+        events, action = mixed_jobs_events(nodes, 8 * nodes), "consolidation"
     else:
         raise SystemExit(f"unknown shape {shape!r}: one of {', '.join(SHAPES)}")
     state = fold(events)
@@ -88,11 +93,17 @@ KAI_HELPER = {
     ),
     # KAI's consolidation benchmark at 8 jobs per node, the 1,000 x 8,000 shape of the issue's table.
     "consolidation": ("pkg/scheduler/actions", "actions_test", "benchmarkConsolidation(b, {n}, {jobs})"),
+    "consolidation-mixed": (
+        "pkg/scheduler/actions",
+        "actions_test",
+        "benchmarkConsolidation(b, {n}, {jobs})",
+    ),
 }
 # What KAI's benchmark itself checks about the decisions (it prints none, so no digest can be compared).
 KAI_CHECKS = {
     "reclaim-large": "asserted",  # b.Fatalf unless the gang pipelines every task and N/2*8 victims release
     "consolidation": "not-exposed",
+    "consolidation-mixed": "not-exposed",
 }
 
 

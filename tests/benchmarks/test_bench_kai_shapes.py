@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.support.paths import REPO_ROOT
-from tests.support.synthetic import reclaim_large_events
+from tests.support.synthetic import mixed_jobs_events, reclaim_large_events
 
 SCRIPT = REPO_ROOT / "benchmarks" / "bench_kai_shapes.py"
 
@@ -83,3 +83,25 @@ def test_reclaim_large_queues_match_kai() -> None:
     assert {q: (g.quota, g.over_quota_weight) for q, g in queues.items()} == {"a": (0, 0), "b": (32000, 0)}
     gangs = [e for e in events if type(e).__name__ == "PodGroupUpserted" and e.name == "large"]
     assert [g.min_member for g in gangs] == [2]
+
+
+def test_consolidation_mixed_is_kais_mixed_jobs_topology() -> None:
+    # benchmark_test.go createBenchmarkTopologyWithMixedJobs at 4 nodes x 8 GPUs, 16 jobs: queue i % 4 under
+    # dept-a (0, 1) / dept-b (2, 3), a quarter of the GPUs deserved each (weight 1), departments half; job i
+    # runs on node i % 4 when i is even, else pends.
+    events = mixed_jobs_events(4, 16)
+    queues = {e.name: e for e in events if type(e).__name__ == "QueueUpserted"}
+    assert {
+        n: (q.parent, q.resources.gpu.quota, q.resources.gpu.over_quota_weight) for n, q in queues.items()
+    } == {
+        "dept-a": (None, 16000, 1),
+        "dept-b": (None, 16000, 1),
+        "queue-0": ("dept-a", 8000, 1),
+        "queue-1": ("dept-a", 8000, 1),
+        "queue-2": ("dept-b", 8000, 1),
+        "queue-3": ("dept-b", 8000, 1),
+    }
+    submitted = [e for e in events if type(e).__name__ == "PodSubmitted"]
+    assert [e.queue for e in submitted] == [f"queue-{i % 4}" for i in range(16)]
+    bound = {e.name: e.node for e in events if type(e).__name__ == "PodBound"}
+    assert bound == {f"job-{i:07d}-0": f"node-{i % 4}" for i in range(0, 16, 2)}

@@ -435,3 +435,51 @@ def reclaim_large_events(nodes: int, gpus_per_node: int = 8) -> list[ev.Event]:
             )
         )
     return out
+
+
+def mixed_jobs_events(nodes: int, jobs: int, gpus_per_node: int = 8) -> list[ev.Event]:
+    """KAI's ``createBenchmarkTopologyWithMixedJobs`` (pkg/scheduler/actions/benchmark_test.go), the cluster of
+    its consolidation benchmark: `nodes` x 8 GPUs; queues ``queue-0`` .. ``queue-3`` (deserved a quarter of
+    the GPUs each, over-quota weight 1) under ``dept-a`` (0, 1) and ``dept-b`` (2, 3), each deserving half;
+    `jobs` one-pod 1-GPU jobs of priority 50 (KAI's train priority), job i in ``queue-{i % 4}``, the even ones
+    running on node i mod N (devices in job order), the odd ones pending."""
+    g = gpus_per_node
+    # KAI's names (node-0, node-1, ...): its tie-breaks between equal nodes follow them.
+    out: list[ev.Event] = [
+        n.model_copy(update={"uid": f"node-{k}", "name": f"node-{k}"})
+        for k, n in enumerate(a100_nodes(nodes, g))
+    ]
+    total = nodes * g * 1000
+    for d in ("a", "b"):
+        out.append(
+            ev.QueueUpserted(
+                uid=f"dept-{d}",
+                at_ms=0,
+                name=f"dept-{d}",
+                resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 2)),
+            )
+        )
+    for q in range(4):
+        out.append(
+            ev.QueueUpserted(
+                uid=f"queue-{q}",
+                at_ms=0,
+                name=f"queue-{q}",
+                parent="dept-a" if q < 2 else "dept-b",
+                resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 4, over_quota_weight=1)),
+            )
+        )
+    one = ev.PodRequests(cpu_millicores=1000, memory_bytes=4 * 2**30, gpus=1)
+    used = [0] * nodes
+    for i in range(jobs):
+        node = dev = None
+        if i % 2 == 0:
+            k = i % nodes
+            node, dev = f"node-{k}", used[k]
+            used[k] += 1
+        out.extend(
+            one_pod_job(
+                f"job-{i:07d}", 2 + i, f"queue-{i % 4}", one, 50, node, None if dev is None else [dev]
+            )
+        )
+    return out
