@@ -20,7 +20,10 @@ node holds five 1-GPU jobs, N/2 4-GPU jobs pend), with no cap on preemptees as i
 see the same load), from the Go module proxy (KAI's module under its current and former path, in a
 temporary module); ``--kai-src DIR`` takes KAI from a source tree on disk instead (the proxy refuses KAI's
 module; its dependencies it serves). One line each: ``bench: kai shape=S nodes=N seconds=X decisions=D``,
-where D says what KAI's benchmark checks (it prints no decisions), or ``bench: kai skipped=REASON``. Sizes are
+where D says what KAI's benchmark checks (it prints no decisions), or ``bench: kai skipped=REASON``. For
+``consolidation-mixed`` the benchmark file also prints, untimed, every task KAI's session left
+``Pipelined`` with its node, and D compares them with Hourglass's Pipeline decisions of the same run
+(``pods=same|differ nodes=same|differ same_node=K/N``, :func:`compare_placements`). Sizes are
 asked for through a one-function benchmark file given to ``go test -overlay``; nothing of KAI's code is kept
 in this repository and KAI's tree is not written to.
 """
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 
 from scheduler.engine.actions.consolidation_sim import UNLIMITED
 from scheduler.engine.cycle import ACTIONS, open_session
@@ -49,8 +53,9 @@ SHAPES = ("reclaim-large", "consolidation", "consolidation-mixed")
 KAI_MODULES = ("github.com/kai-scheduler/KAI-scheduler", "github.com/NVIDIA/KAI-scheduler")
 
 
-def run(shape: str, nodes: int) -> float:
-    """Fold the shape's cluster, run its action once, print the figure; returns the action's CPU seconds."""
+def run(shape: str, nodes: int) -> dict[str, str]:
+    """Fold the shape's cluster, run its action once, print the figure; returns where each pod the action
+    pipelined went, in KAI's task names (``job-7-0``), for :func:`compare_placements`."""
     if shape == "reclaim-large":
         events, action = reclaim_large_events(nodes), "reclaim"
     elif shape == "consolidation":
@@ -78,7 +83,26 @@ def run(shape: str, nodes: int) -> float:
         f"cpu_seconds={cpu:.3f} seconds={dt:.3f} digest={digest}",
         flush=True,
     )
-    return cpu
+    return {_kai_task_name(d.pod or ""): d.node or "" for d in rec.decisions if d.kind == "Pipeline"}
+
+
+def _kai_task_name(pod: str) -> str:
+    """``default/job-0000007-0`` -> KAI's fake task name ``job-7-0``."""
+    job, _, task = pod.rpartition("/")[2].rpartition("-")
+    head, _, num = job.rpartition("-")
+    return f"{head}-{int(num)}-{task}" if num.isdigit() else pod
+
+
+def compare_placements(ours: dict[str, str], kai: dict[str, str]) -> str:
+    """How Hourglass's pipelined pods compare with the tasks KAI's session ends with ``Pipelined``.
+
+    KAI shows a moved victim as ``Pipelined`` on its new node, where Hourglass records an Evict and a
+    Pipeline, so both sides list the same kind of thing. Returns ``pods=same|differ``, ``nodes=same|differ``
+    (the multiset of pods per node) and ``same_node=K/N``."""
+    pods = "same" if set(ours) == set(kai) else "differ"
+    per_node = sorted(Counter(ours.values()).items()) == sorted(Counter(kai.values()).items())
+    same = sum(1 for p, n in ours.items() if kai.get(p) == n)
+    return f"pods={pods} nodes={'same' if per_node else 'differ'} same_node={same}/{len(ours)}"
 
 
 # KAI's benchmark helpers each shape calls, and the package (relative to KAI's module root) that holds them:
@@ -103,8 +127,44 @@ KAI_HELPER = {
 KAI_CHECKS = {
     "reclaim-large": "asserted",  # b.Fatalf unless the gang pipelines every task and N/2*8 victims release
     "consolidation": "not-exposed",
-    "consolidation-mixed": "not-exposed",
+    "consolidation-mixed": "compared",  # the overlay prints KAI's pipelined tasks (KAI_DUMP below)
 }
+# consolidation-mixed's benchmark body: benchmarkConsolidation's, then every task the session left Pipelined
+# (a moved victim included), with its node; printed outside the timed part.
+KAI_DUMP = """package actions_test
+
+import (
+	"fmt"
+	"testing"
+
+	"go.uber.org/mock/gomock"
+
+	"{module}/pkg/scheduler/actions/consolidation"
+	"{module}/pkg/scheduler/api/pod_status"
+	"{module}/pkg/scheduler/test_utils"
+)
+
+func {bench}(b *testing.B) {{
+	ctrl := gomock.NewController(b)
+	defer ctrl.Finish()
+	topology := createBenchmarkTopologyWithMixedJobs({n}, {jobs})
+	action := consolidation.New()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {{
+		ssn := test_utils.BuildSession(topology, ctrl)
+		action.Execute(ssn)
+		b.StopTimer()
+		for _, job := range ssn.ClusterInfo.PodGroupInfos {{
+			for _, t := range job.GetAllPodsMap() {{
+				if t.Status == pod_status.Pipelined {{
+					fmt.Println("hourglass-placement", t.Name, t.NodeName)
+				}}
+			}}
+		}}
+		b.StartTimer()
+	}}
+}}
+"""
 
 
 def kai_overlay(src: str, shape: str, nodes: int, tmp: str) -> tuple[str, str, str]:
@@ -113,6 +173,8 @@ def kai_overlay(src: str, shape: str, nodes: int, tmp: str) -> tuple[str, str, s
     pkg, name, call = KAI_HELPER[shape]
     bench = f"BenchmarkHourglass{shape.title().replace('-', '')}_{nodes}Node"
     body = f'package {name}\n\nimport "testing"\n\nfunc {bench}(b *testing.B) {{\n\t{call.format(n=nodes, jobs=8 * nodes)}\n}}\n'
+    if KAI_CHECKS[shape] == "compared":
+        body = KAI_DUMP.format(module=_module(src), bench=bench, n=nodes, jobs=8 * nodes)
     path = os.path.join(tmp, f"{bench}.go")
     with open(path, "w") as f:
         f.write(body)
@@ -121,6 +183,25 @@ def kai_overlay(src: str, shape: str, nodes: int, tmp: str) -> tuple[str, str, s
     with open(overlay, "w") as f:
         json.dump({"Replace": {os.path.join(pkg_dir, "zz_hourglass_size_test.go"): path}}, f)
     return pkg_dir, bench, overlay
+
+
+def _module(src: str) -> str:
+    """The module path KAI's tree declares (its ``go.mod``'s first ``module`` line)."""
+    with open(os.path.join(src, "go.mod")) as f:
+        for line in f:
+            if line.startswith("module "):
+                return line.split()[1]
+    raise ValueError(f"{src}/go.mod names no module")
+
+
+def parse_placements(stdout: str) -> dict[str, str]:
+    """The ``hourglass-placement TASK NODE`` lines of KAI_DUMP's output."""
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0] == "hourglass-placement":
+            out[fields[1]] = fields[2]
+    return out
 
 
 def parse_go_bench(stdout: str, bench: str) -> float | None:
@@ -147,8 +228,11 @@ def kai_skip_reason(go: str | None, src: str | None) -> str | None:
     return None
 
 
-def run_kai_one(go: str, src: str, shape: str, nodes: int) -> float | None:
-    """Run KAI's benchmark for `shape` at `nodes` once from the source tree `src`; print one line."""
+def run_kai_one(
+    go: str, src: str, shape: str, nodes: int, ours: dict[str, str] | None = None
+) -> float | None:
+    """Run KAI's benchmark for `shape` at `nodes` once from the source tree `src`; print one line. For a
+    compared shape, `ours` (Hourglass's placements of the same size) is set against KAI's."""
     env = {**os.environ, "GOFLAGS": "-mod=mod"}  # the module proxy: Go's own setting (go env GOPROXY)
     with tempfile.TemporaryDirectory() as tmp:
         pkg_dir, bench, overlay = kai_overlay(src, shape, nodes, tmp)
@@ -160,8 +244,11 @@ def run_kai_one(go: str, src: str, shape: str, nodes: int) -> float | None:
         err = (r.stderr.strip() or r.stdout.strip())[-300:]
         print(f"bench: kai shape={shape} nodes={nodes} failed rc={r.returncode} error={err!r}", flush=True)
         return None
+    checks = KAI_CHECKS[shape]
+    if checks == "compared":
+        checks = compare_placements(ours, parse_placements(r.stdout)) if ours is not None else "not-run"
     print(
-        f"bench: kai shape={shape} nodes={nodes} seconds={secs:.3f} decisions={KAI_CHECKS[shape]} bench={bench}",
+        f"bench: kai shape={shape} nodes={nodes} seconds={secs:.3f} decisions={checks} bench={bench}",
         flush=True,
     )
     return secs
@@ -224,10 +311,9 @@ def main() -> None:
         # Alternating Hourglass and KAI per shape and size, so both see the same machine load.
         for shape in shapes:
             for n in sizes:
-                if not a.kai_only:
-                    run(shape, n)
+                ours = None if a.kai_only else run(shape, n)
                 if src is not None and go is not None:
-                    run_kai_one(go, src, shape, n)
+                    run_kai_one(go, src, shape, n, ours)
     sys.stdout.flush()
 
 

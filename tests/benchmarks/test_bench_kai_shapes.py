@@ -105,3 +105,19 @@ def test_consolidation_mixed_is_kais_mixed_jobs_topology() -> None:
     assert [e.queue for e in submitted] == [f"queue-{i % 4}" for i in range(16)]
     bound = {e.name: e.node for e in events if type(e).__name__ == "PodBound"}
     assert bound == {f"job-{i:07d}-0": f"node-{i % 4}" for i in range(0, 16, 2)}
+
+
+def test_placements_are_compared_in_kais_task_names() -> None:
+    ns = runpy.run_path(str(SCRIPT))
+    assert ns["_kai_task_name"]("default/job-0000007-0") == "job-7-0"
+    kai = ns["parse_placements"](
+        "goos: linux\nhourglass-placement job-1-0 node-1\nhourglass-placement job-3-0 node-1\n"
+        "hourglass-placement job-30-0 node-3\nBenchmarkX-2 1 5 ns/op\n"
+    )
+    assert kai == {"job-1-0": "node-1", "job-3-0": "node-1", "job-30-0": "node-3"}
+    compare = ns["compare_placements"]
+    assert compare(dict(kai), kai) == "pods=same nodes=same same_node=3/3"
+    # job-1 and job-30 swap nodes: the same pods and pods per node, one pod of three where KAI put it
+    swapped = {"job-1-0": "node-3", "job-3-0": "node-1", "job-30-0": "node-1"}
+    assert compare(swapped, kai) == "pods=same nodes=same same_node=1/3"
+    assert compare({"job-1-0": "node-2"}, kai) == "pods=differ nodes=differ same_node=0/1"
