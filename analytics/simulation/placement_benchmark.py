@@ -73,6 +73,7 @@ POLICIES: dict[str, tuple[str, str, str, str]] = {
     "bestfit": ("bestfit", "binpack", "binpack", "binpack"),
     "fgd": ("fgd", "binpack", "binpack", "binpack"),
     "frag-aware": ("frag-aware", "binpack", "binpack", "binpack"),
+    "frag-aware-models": ("frag-aware-models", "binpack", "binpack", "binpack"),
 }
 
 
@@ -297,7 +298,7 @@ def run_seed(
     trace_nodes = read_nodes(nodes_csv)
     tasks = variant_tasks(variant, read_pods(pods_csv), trace_nodes)
     nodes = variant_nodes(variant, trace_nodes)
-    if config.node_scoring not in ("fgd", "frag-aware"):
+    if config.node_scoring not in scoring.FRAGMENTATION_RULES:
         return _run_seed(
             policy, seed, config, tasks, nodes, limit, until, progress, session_out, group_nodes, started
         )

@@ -6,7 +6,7 @@ on which modules happen to have been imported (a replay or a service started fro
 :func:`check_name`) when a config is loaded.
 
 * ``kai``: KAI's summed node scores (:mod:`scheduler.engine.scoring.kai`), the default;
-* ``bestfit``, ``fgd``, ``frag-aware``: fragmentation-aware rules (:mod:`scheduler.engine.scoring.fragmentation`).
+* ``bestfit``, ``fgd``, ``frag-aware``, ``frag-aware-models``: fragmentation-aware rules (:mod:`scheduler.engine.scoring.fragmentation`).
 
 ``fgd`` and ``frag-aware`` score against a task-type distribution; the table's entries use the shipped
 trace's (read on first use). :func:`task_types_in_use` swaps in another distribution for the placement
@@ -34,6 +34,11 @@ DeviceChooser = Callable[["Session", "TaskInfo", "Fit"], "Fit"]
 """Re-chooses a Fit's GPU devices inside its node before scoring (e.g. FGD's least-fragmenting GPU)."""
 
 
+#: The rules that score against a task-type distribution (the workload settings and the benchmark's
+#: per-trace distribution apply to them).
+FRAGMENTATION_RULES = ("fgd", "frag-aware", "frag-aware-models")
+
+
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One node-scoring rule: its scores and, optionally, its choice of devices inside a node."""
@@ -48,7 +53,12 @@ class UnknownScoring(ValueError):
 
 def _fragmentation_rules(types: Sequence[fragmentation.TaskType] | None) -> dict[str, Rule]:
     fgd, aware = fragmentation.policies(types)
-    return {"fgd": Rule(fgd.scores, fgd.choose), "frag-aware": Rule(aware.scores, aware.choose)}
+    models = fragmentation.model_aware_policy(types)
+    return {
+        "fgd": Rule(fgd.scores, fgd.choose),
+        "frag-aware": Rule(aware.scores, aware.choose),
+        "frag-aware-models": Rule(models.scores, models.choose),
+    }
 
 
 _RULES: dict[str, Rule] = {
@@ -87,7 +97,7 @@ def is_plain_kai(name: str) -> bool:
 def task_types_in_use(types: Sequence[fragmentation.TaskType]) -> Iterator[tuple[Rule, Rule]]:
     """Within the block, ``fgd`` and ``frag-aware`` score against `types` (the benchmark protocol's
     per-trace distribution); the shipped distribution is back afterwards. Yields the two rules."""
-    saved = {k: _RULES[k] for k in ("fgd", "frag-aware")}
+    saved = {k: _RULES[k] for k in FRAGMENTATION_RULES}
     _RULES.update(_fragmentation_rules(types))
     try:
         yield _RULES["fgd"], _RULES["frag-aware"]
@@ -96,6 +106,7 @@ def task_types_in_use(types: Sequence[fragmentation.TaskType]) -> Iterator[tuple
 
 
 __all__ = [
+    "FRAGMENTATION_RULES",
     "DeviceChooser",
     "NodeScorer",
     "Rule",

@@ -45,6 +45,8 @@ __all__ = [
     "FgdPolicy",
     "FragAwarePolicy",
     "FragModel",
+    "ModelAwarePolicy",
+    "ModelFragModel",
     "TaskType",
     "bestfit_scores",
     "cluster_fragmentation",
@@ -53,6 +55,7 @@ __all__ = [
     "decayed_task_types",
     "default_task_types",
     "learnt_task_types",
+    "model_aware_policy",
     "node_fragmentation",
     "policies",
     "typical_task_types",
@@ -562,6 +565,77 @@ class FragAwarePolicy(FgdPolicy):
         return float(_sigmoid_score(self.delta(task, fit)) * 10 + (1 if fit.node.pods > 0 else 0))
 
 
+class ModelFragModel(FragModel):
+    """``F_n`` over the types that may use the node: a type bound to other GPU models counts no fragment here.
+
+    FGD counts all of a node's free GPU as a fragment for a type that rejects the node's GPU model, so any
+    task placed on a node of a little-demanded model *lowers* ``F``: FGD fills the minority models first with
+    tasks that accept any model, and the tasks bound to those models fail early (on ``gpuspec`` the first
+    failure comes at 34 % arrived). Here the node's free GPU counts only for CPU-only types and for the types
+    that accept its model. Without model-bound types it is FGD's measure exactly (same weights, same sum).
+    """
+
+    def __init__(self, types: Sequence[TaskType]) -> None:
+        super().__init__(types)
+        self._model_weight: dict[str | None, float] = {}
+
+    def _weight(self, model: str | None) -> float:
+        w = self._model_weight.get(model)
+        if w is None:
+            w = self._model_weight[model] = math.fsum(
+                m.weight for m in self.types if m.gpu_milli == 0 or m.accepts(model)
+            )
+        return w
+
+    def frag(self, model: str | None, cpu_free: int, gpu_free: Sequence[int]) -> float:
+        """``F_n`` of a node state over the types that may use it (order of `gpu_free` does not matter)."""
+        key = (model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
+        g = key[2]
+        total = sum(g)
+        value = 0.0
+        if total:
+            value = total * self._weight(model)
+            for u, d, cpus, cum in self._groups_for(model):
+                if d > len(g) or g[d - 1] < u:  # fewer than d GPUs with u free
+                    continue
+                i = bisect_right(cpus, cpu_free)  # types of this shape whose CPU request fits
+                if i:
+                    value -= cum[i - 1] * sum(x for x in g if x >= u)
+        self._memo[key] = value
+        return value
+
+
+class ModelAwarePolicy(FragAwarePolicy):
+    """``frag-aware`` over :class:`ModelFragModel`, and a stronger in-use preference for GPU-sharing tasks.
+
+    Score: FGD's integer score of the growth of the fragmentation that the types able to use the node see
+    (:class:`ModelFragModel`). A node already running pods is preferred: for a whole-GPU or CPU task only
+    among equal scores (as ``frag-aware``); for a GPU-sharing task it also beats an empty node one score
+    level better, so sharing tasks gather on busy nodes and empty nodes stay whole. Then node order.
+    Integer levels, no randomness: deterministic.
+    """
+
+    def __init__(self, types: Sequence[TaskType]) -> None:
+        super().__init__(types)
+        self.model = ModelFragModel(types)
+
+    def node_score(self, ssn: Session, task: TaskInfo, fit: Fit) -> float:
+        """``10 * level`` plus, on a node that hosts pods, 1 (whole GPU, CPU) or 11 (a GPU share)."""
+        level = _sigmoid_score(self.delta(task, fit))
+        in_use = (11 if task.shared else 1) if fit.node.pods > 0 else 0
+        return float(level * 10 + in_use)
+
+
+def model_aware_policy(types: Sequence[TaskType] | None = None) -> FgdPolicy:
+    """The ``frag-aware-models`` policy for a task-type distribution (default: as :func:`policies`)."""
+    if types is None:
+        return _LazyPolicy(ModelAwarePolicy)  # type: ignore[return-value]
+    return ModelAwarePolicy(types)
+
+
 def policies(types: Sequence[TaskType] | None = None) -> tuple[FgdPolicy, FgdPolicy]:
     """The ``fgd`` and ``frag-aware`` policies for a task-type distribution (default: the shipped trace's,
     read on first use). Their memo tables live as long as the returned objects."""
@@ -647,3 +721,4 @@ class _LazyPolicy:
             return self._get(ssn).choose(ssn, task, fit)
         pool = fit.node.spec.labels.get(ssn.config.node_pool_label, "")
         return self._pool_policy(ssn, pool).choose(ssn, task, fit)
+

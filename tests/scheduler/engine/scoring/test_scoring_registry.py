@@ -65,8 +65,8 @@ def test_service_and_replay_score_with_fgd_from_a_bare_import(tmp_path: Path) ->
 
 
 def test_the_table_lists_every_rule_and_refuses_unknown_names(tmp_path: Path) -> None:
-    assert scoring.names() == ("bestfit", "fgd", "frag-aware", "kai")
-    with pytest.raises(scoring.UnknownScoring, match=r"'fdg'.*known: bestfit, fgd, frag-aware, kai"):
+    assert scoring.names() == ("bestfit", "fgd", "frag-aware", "frag-aware-models", "kai")
+    with pytest.raises(scoring.UnknownScoring, match=r"'fdg'.*known: bestfit, fgd, frag-aware, frag-aware-models, kai"):
         scoring.lookup("fdg")
     bad = tmp_path / "engine.yaml"
     bad.write_text("node_scoring: fdg\n")
