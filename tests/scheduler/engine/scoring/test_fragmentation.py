@@ -173,7 +173,7 @@ def _small_cluster(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("policy", ["bestfit", "fgd", "frag-aware", "binpack"])
+@pytest.mark.parametrize("policy", ["bestfit", "fgd", "frag-aware", "frag-aware-models", "binpack"])
 def test_benchmark_run_is_consistent_and_deterministic(tmp_path: Path, policy: str) -> None:
     nodes_csv = _small_cluster(tmp_path)
     sessions: list[Session] = []
@@ -240,3 +240,30 @@ def test_unallocated_at_uses_rounded_arrival_bucket() -> None:
     assert unallocated_at([10, 130], [10, 95], 100, 130) == pytest.approx(5)
     with pytest.raises(ValueError):
         unallocated_at([10], [10], 100, 100)
+
+
+def test_model_aware_measure_is_fgds_without_model_bound_types() -> None:
+    # The default trace binds no task to a GPU model: `frag-aware-models` measures exactly what FGD does.
+    types = frag.default_task_types()
+    assert not any(t.gpu_spec for t in types)
+    fgd, ours = FragModel(types), frag.ModelFragModel(types)
+    for cpu, gpus, model in [
+        (96000, [1000] * 8, "G2"),
+        (3000, [190, 1000, 530, 0, 0, 0, 1000, 60], "G2"),
+        (0, [1000, 1000], "T4"),
+        (12000, [470, 810], "P100"),
+    ]:
+        assert ours.frag(model, cpu, gpus) == fgd.frag(model, cpu, gpus)
+
+
+def test_model_aware_measure_counts_only_the_types_that_may_use_the_node() -> None:
+    # Half the tasks want a whole A100, half any whole GPU. On an idle T4 FGD counts the free GPU as a
+    # fragment for the A100-bound half (1000 x 0.5), so filling it looks like a gain; for the types that may
+    # use a T4 nothing on it is fragmented.
+    types = [TaskType(1000, 1000, 1, ("A100",), 0.5), TaskType(1000, 1000, 1, (), 0.5)]
+    assert FragModel(types).frag("T4", 8000, [1000]) == pytest.approx(500.0)
+    assert frag.ModelFragModel(types).frag("T4", 8000, [1000]) == 0.0
+    # On an A100 both halves may use it, and the measures agree.
+    assert frag.ModelFragModel(types).frag("A100", 8000, [1000, 400]) == pytest.approx(
+        FragModel(types).frag("A100", 8000, [1000, 400])
+    )
