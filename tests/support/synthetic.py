@@ -314,6 +314,16 @@ def one_pod_job(
     return out
 
 
+def _department(d: str, total_gpu_milli: int) -> ev.QueueUpserted:
+    """KAI's benchmark department ``dept-<d>``: a parent queue deserving half the cluster's GPUs."""
+    return ev.QueueUpserted(
+        uid=f"dept-{d}",
+        at_ms=0,
+        name=f"dept-{d}",
+        resources=ev.QueueResources(gpu=ev.QueueResource(quota=total_gpu_milli // 2)),
+    )
+
+
 def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev.Event]:
     """KAI's action-benchmark shape: `nodes` x 8 GPUs, 4 leaf queues in 2 departments, 1-GPU jobs.
 
@@ -329,14 +339,7 @@ def contention_events(nodes: int, shape: str, gpus_per_node: int = 8) -> list[ev
     out: list[ev.Event] = list(a100_nodes(nodes, g))
     total = nodes * g * 1000
     for d in ("a", "b"):
-        out.append(
-            ev.QueueUpserted(
-                uid=f"dept-{d}",
-                at_ms=0,
-                name=f"dept-{d}",
-                resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 2)),
-            )
-        )
+        out.append(_department(d, total))
         for q in (1, 2):
             out.append(
                 ev.QueueUpserted(
@@ -450,15 +453,7 @@ def mixed_jobs_events(nodes: int, jobs: int, gpus_per_node: int = 8) -> list[ev.
         for k, n in enumerate(a100_nodes(nodes, g))
     ]
     total = nodes * g * 1000
-    for d in ("a", "b"):
-        out.append(
-            ev.QueueUpserted(
-                uid=f"dept-{d}",
-                at_ms=0,
-                name=f"dept-{d}",
-                resources=ev.QueueResources(gpu=ev.QueueResource(quota=total // 2)),
-            )
-        )
+    out += [_department("a", total), _department("b", total)]
     for q in range(4):
         out.append(
             ev.QueueUpserted(

@@ -140,6 +140,10 @@ class FragModel:
             self._groups[model] = groups
         return groups
 
+    def _weight(self, model: str | None) -> float:
+        """The weight of the types whose whole free GPU counts as a fragment on a node of `model`: all."""
+        return self.total_weight
+
     def frag(self, model: str | None, cpu_free: int, gpu_free: Sequence[int]) -> float:
         """``F_n`` of a node state (order of `gpu_free` does not matter)."""
         key = (model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
@@ -150,7 +154,7 @@ class FragModel:
         total = sum(g)
         value = 0.0
         if total:
-            value = total * self.total_weight
+            value = total * self._weight(model)
             for u, d, cpus, cum in self._groups_for(model):
                 if d > len(g) or g[d - 1] < u:  # fewer than d GPUs with u free
                     continue
@@ -580,32 +584,13 @@ class ModelFragModel(FragModel):
         self._model_weight: dict[str | None, float] = {}
 
     def _weight(self, model: str | None) -> float:
+        """Only the CPU-only types and those that accept `model` (FGD: every type)."""
         w = self._model_weight.get(model)
         if w is None:
             w = self._model_weight[model] = math.fsum(
                 m.weight for m in self.types if m.gpu_milli == 0 or m.accepts(model)
             )
         return w
-
-    def frag(self, model: str | None, cpu_free: int, gpu_free: Sequence[int]) -> float:
-        """``F_n`` of a node state over the types that may use it (order of `gpu_free` does not matter)."""
-        key = (model, cpu_free, tuple(sorted(gpu_free, reverse=True)))
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        g = key[2]
-        total = sum(g)
-        value = 0.0
-        if total:
-            value = total * self._weight(model)
-            for u, d, cpus, cum in self._groups_for(model):
-                if d > len(g) or g[d - 1] < u:  # fewer than d GPUs with u free
-                    continue
-                i = bisect_right(cpus, cpu_free)  # types of this shape whose CPU request fits
-                if i:
-                    value -= cum[i - 1] * sum(x for x in g if x >= u)
-        self._memo[key] = value
-        return value
 
 
 class ModelAwarePolicy(FragAwarePolicy):
@@ -721,4 +706,3 @@ class _LazyPolicy:
             return self._get(ssn).choose(ssn, task, fit)
         pool = fit.node.spec.labels.get(ssn.config.node_pool_label, "")
         return self._pool_policy(ssn, pool).choose(ssn, task, fit)
-

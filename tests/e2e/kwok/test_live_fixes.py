@@ -44,6 +44,22 @@ def _events(api: Any, ns: str, kind: str, name: str) -> list[Any]:
     return list(client.CoreV1Api(api).list_namespaced_event(ns, field_selector=selector).items)
 
 
+def _gang(group: str, queue: str, names: list[str], **annotations: str) -> tuple[dict[str, Any], list[Any]]:
+    """A PodGroup of ``len(names)`` members (minMember all of them) in `queue`, and its 1-GPU pods."""
+    pg = {
+        "apiVersion": "scheduling.run.ai/v2alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": group, **({"annotations": dict(annotations)} if annotations else {})},
+        "spec": {"minMember": len(names), "queue": queue},
+    }
+    members = []
+    for n in names:
+        p = gpu_pod(n, queue, "train")
+        p["metadata"]["annotations"] = {"pod-group-name": group}
+        members.append(p)
+    return pg, members
+
+
 def test_events_name_the_pod_uid_and_queue_status_is_quantities(
     kwok_cluster: KwokCluster, kwok_namespace: str, tmp_path: Path
 ) -> None:
@@ -136,17 +152,9 @@ def test_a_gang_that_lost_a_member_is_evicted_on_a_quiet_cluster(
     from kubernetes import client
 
     ns = kwok_namespace
-    group = {
-        "apiVersion": "scheduling.run.ai/v2alpha2",
-        "kind": "PodGroup",
-        "metadata": {"name": "pair", "annotations": {"kai.scheduler/staleness-grace-period": "2s"}},
-        "spec": {"minMember": 2, "queue": "kwok-stale"},
-    }
-    members = []
-    for n in ("m-0", "m-1"):
-        p = gpu_pod(n, "kwok-stale", "train")
-        p["metadata"]["annotations"] = {"pod-group-name": "pair"}
-        members.append(p)
+    group, members = _gang(
+        "pair", "kwok-stale", ["m-0", "m-1"], **{"kai.scheduler/staleness-grace-period": "2s"}
+    )
     with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
         apply_queue(api, queue_manifest("kwok-stale", GPUS))
         create_objects(api, [group, *members], ns)
@@ -167,17 +175,7 @@ def test_a_gang_waiting_for_members_is_told_on_its_podgroup_then_runs(
     from kubernetes import client
 
     ns = kwok_namespace
-    group = {
-        "apiVersion": "scheduling.run.ai/v2alpha2",
-        "kind": "PodGroup",
-        "metadata": {"name": "trio"},
-        "spec": {"minMember": 3, "queue": "kwok-trio"},
-    }
-    members = []
-    for n in ("t-0", "t-1", "t-2"):
-        p = gpu_pod(n, "kwok-trio", "train")
-        p["metadata"]["annotations"] = {"pod-group-name": "trio"}
-        members.append(p)
+    group, members = _gang("trio", "kwok-trio", ["t-0", "t-1", "t-2"])
     with kwok_cluster.api_client() as api, HourglassStack(kwok_cluster, tmp_path / "log") as stack:
         apply_queue(api, queue_manifest("kwok-trio", GPUS))
         create_objects(api, [group, *members[:2]], ns)
