@@ -653,6 +653,12 @@ def lacks_devices(p: Pod) -> bool:
     return len(p.gpu_devices) < r.gpus
 
 
+#: The ``node_scoring`` rules that score against a task-type distribution, so the workload settings below
+#: apply to them (their scorers are in ``scheduler/engine/scoring``; ``config_hash`` keeps those settings
+#: only for them).
+FRAGMENTATION_RULES = ("fgd", "frag-aware", "frag-aware-models")
+
+
 @dataclass(slots=True)
 class SessionConfig:
     """Engine knobs that shape a cycle (recorded in the cycle's config hash)."""

@@ -34,6 +34,7 @@ from scheduler.engine.proportion import RESOURCES
 from scheduler.engine.record import written
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
+    FRAGMENTATION_RULES,
     GPU_MILLI,
     JobInfo,
     Op,
@@ -42,10 +43,6 @@ from scheduler.engine.session import (
     TaskInfo,
 )
 from scheduler.engine.state import NODE_POOL_LABEL, PodStatus
-
-#: The rules that read the workload settings (``scheduler.engine.scoring.FRAGMENTATION_RULES``; not imported
-#: here, the scoring package imports the engine).
-_FRAGMENTATION_RULES: Final = ("fgd", "frag-aware", "frag-aware-models")
 
 RECORD_VERSION: Literal[2] = 2
 # What a log holds (scheduler/engine/record/written.py): v2 content in fewer bytes.
@@ -217,10 +214,10 @@ def config_hash(config: SessionConfig) -> str:
         del fields["solver_job_budget_counts"]  # absent = every simulation counted; no job budget, no count
     if fields["node_pool"] is None and fields["node_pool_label"] == NODE_POOL_LABEL:
         del fields["node_pool"], fields["node_pool_label"]  # unsharded: the hash it always had
-    if fields["workload_types"] != "decayed" or fields["node_scoring"] not in _FRAGMENTATION_RULES:
+    if fields["workload_types"] != "decayed" or fields["node_scoring"] not in FRAGMENTATION_RULES:
         # Only the decayed distribution reads these, so configs without it keep their hash.
         del fields["workload_half_life_s"], fields["workload_window_s"], fields["workload_refresh_s"]
-    if fields["workload_types"] == "prior" or fields["node_scoring"] not in _FRAGMENTATION_RULES:
+    if fields["workload_types"] == "prior" or fields["node_scoring"] not in FRAGMENTATION_RULES:
         del fields["workload_types"]  # absent = prior; only the fragmentation rules read it
     blob = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from scheduler.engine.scoring import fragmentation
 from scheduler.engine.scoring.kai import kai_scores
+from scheduler.engine.session import FRAGMENTATION_RULES
 
 if TYPE_CHECKING:
     from scheduler.engine.scoring.fit import Fit
@@ -32,11 +33,6 @@ NodeScorer = Callable[["Session", "TaskInfo", Sequence["Fit"]], list[float]]
 
 DeviceChooser = Callable[["Session", "TaskInfo", "Fit"], "Fit"]
 """Re-chooses a Fit's GPU devices inside its node before scoring (e.g. FGD's least-fragmenting GPU)."""
-
-
-#: The rules that score against a task-type distribution (the workload settings and the benchmark's
-#: per-trace distribution apply to them).
-FRAGMENTATION_RULES = ("fgd", "frag-aware", "frag-aware-models")
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +91,8 @@ def is_plain_kai(name: str) -> bool:
 
 @contextmanager
 def task_types_in_use(types: Sequence[fragmentation.TaskType]) -> Iterator[tuple[Rule, Rule]]:
-    """Within the block, ``fgd`` and ``frag-aware`` score against `types` (the benchmark protocol's
-    per-trace distribution); the shipped distribution is back afterwards. Yields the two rules."""
+    """Within the block, the fragmentation rules score against `types` (the benchmark protocol's per-trace
+    distribution); the shipped distribution is back afterwards. Yields ``fgd`` and ``frag-aware``."""
     saved = {k: _RULES[k] for k in FRAGMENTATION_RULES}
     _RULES.update(_fragmentation_rules(types))
     try:
