@@ -84,6 +84,23 @@ class JobCache:
             self.keys.pop(uid, None)
 
 
+QueueKey = tuple[bool, bool, int, bool, float, float]
+
+
+@dataclass
+class KeyMemo:
+    """Queue keys and rules 7-8 outcomes that orderings built over one session state may share.
+
+    A fresh key is looked up by everything it reads that can change (the queue's allocation, its best job's
+    init resources), so it stays valid while fair shares, quotas and allocatable shares stay as they are:
+    the solvers keep one per solve, as they keep their memo of comparisons, and each simulation's ordering
+    finds the keys the earlier ones took.
+    """
+
+    fresh: dict[tuple[str, int, int, int, int, int, int], QueueKey] = field(default_factory=dict)
+    ties: dict[tuple[str, str], tuple[list[int | None], list[int | None], bool]] = field(default_factory=dict)
+
+
 class QueueComparator:
     """KAI's queue order, evaluated on the best pending job of each queue (or its victims)."""
 
@@ -379,9 +396,11 @@ class JobsByQueue:
         memo: dict[tuple[object, ...], int] | None = None,
         runs: Mapping[str, Run] | None = None,
         fixed_victims: bool = False,
+        keys: KeyMemo | None = None,
     ) -> None:
         """`fixed_victims` (victim mode): the caller reads the ordering only while no task of its jobs has
-        moved since it was built, so each victim's allocation is summed once."""
+        moved since it was built, so each victim's allocation is summed once. `keys`: queue keys shared
+        with other orderings over the same shares (:class:`KeyMemo`)."""
         self.ssn = ssn
         self.victim = victim
         self.cmp = QueueComparator(ssn, include_virtual, shared_init, memo, fixed_victims)
@@ -400,16 +419,16 @@ class JobsByQueue:
         # allocation may also change under the ordering (a commit of the action evicts from other queues),
         # so a key is used only while the allocation it was taken with still holds (see _key_of).
         self._keys: dict[str, tuple[int, int, int, tuple[bool, bool, int, bool, float, float]]] = {}
-        # Orderings given a memo of comparisons (the solvers' simulations, which rebuild an ordering per
-        # scenario over mostly the same queues) find their comparisons there already: keys would only add.
-        self._keyed = not victim and memo is None
+        # Orderings given a memo of comparisons and no shared keys find their comparisons there already:
+        # keys of their own would only add. The solvers' simulations, which rebuild an ordering per scenario
+        # over mostly the same queues, share their keys (`keys`), which compare faster than memo lookups.
+        self._keyed = not victim and (memo is None or keys is not None)
         # Victim orderings whose victims' allocations are fixed are keyed too, on the fast path only.
         self._victim_keyed = victim and fixed_victims and memo is None
         # With `fast` (keyed orderings): fresh keys by their inputs, and rules 7-8's outcome per sibling pair.
-        self._fresh: dict[
-            tuple[str, int, int, int, int, int, int], tuple[bool, bool, int, bool, float, float]
-        ] = {}
-        self._ties: dict[tuple[str, str], tuple[list[int | None], list[int | None], bool]] = {}
+        shared_keys = keys if keys is not None else KeyMemo()
+        self._fresh = shared_keys.fresh
+        self._ties = shared_keys.ties
         # Leaves are placed in the order `runs` lists them (then those of `jobs`, in order of first job):
         # callers give a deterministic order, the one a heap of the same jobs would have created.
         for name, run in (runs or {}).items():

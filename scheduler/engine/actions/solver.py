@@ -50,7 +50,7 @@ from scheduler.engine.actions.subgroup_allocate import (
     place_subgroups,
     subgroup_constraint_problem,
 )
-from scheduler.engine.ordering import JobCache, JobsByQueue, Run, task_order, turns
+from scheduler.engine.ordering import JobCache, JobsByQueue, KeyMemo, Run, task_order, turns
 from scheduler.engine.placement import allocate_task, best_fit, static_reason
 from scheduler.engine.session import (
     ACTIVE_ALLOCATED,
@@ -537,6 +537,7 @@ class Solver:
         # Per solve(): init resources and sort keys of jobs the solve has not touched (see JobCache).
         self._shared_init = JobCache(set())
         self._memo: dict[tuple[object, ...], int] = {}  # queue comparisons, valid for one solve()
+        self._keys = KeyMemo()  # queue keys, valid for one solve() as well
         self._under: dict[str, tuple[str, ...]] = {}  # leaf queues below each queue (the tree is fixed)
         self.budget = SearchBudget.of(ssn, action)  # scenarios this attempt and the action may simulate
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
@@ -584,6 +585,7 @@ class Solver:
         # Only the victims the search reaches and the preemptor change while solving (see _VictimStream).
         self._shared_init = JobCache({job.uid})
         self._memo = {}
+        self._keys = KeyMemo()
         stmt = self.ssn.statement()
         recorded: list[TaskInfo] = []
         solved = False
@@ -946,6 +948,7 @@ class Solver:
             shared_init=self._shared_init,
             memo=self._memo,
             runs=self._ordering_peers(involved),
+            keys=self._keys,
         )
         placed = False
         # Until the simulation ends capacity only shrinks (the preemptor and victims are placed, never

@@ -6,7 +6,8 @@ tie. Property: for random synthetic clusters (flat and nested queue trees; idle,
 pending job -- each popped job sometimes "placed" (its init resources charged to its queue and ancestors, as
 a commit does), sometimes pushed back -- gives the same sequence both ways; so does popping every victim of
 a victim ordering built as the reclaim / preempt solvers build it (fixed victims, the job index's runs,
-the rest of an elastic victim pushed back as a view); whole cycles give the same record byte for byte; and
+the rest of an elastic victim pushed back as a view); orderings that share their queue keys (a
+:class:`KeyMemo`, as one solve's simulations do) pop what orderings asking the comparator itself pop; whole cycles give the same record byte for byte; and
 every conformance scenario (hand-made ties: identical queues and jobs) ends in the same state.
 """
 
@@ -24,7 +25,7 @@ from scheduler.conformance.runner import run_doc, scenario_files
 from scheduler.engine.actions.jobindex import JobIndex
 from scheduler.engine.actions.solver import job_view, tasks_to_evict
 from scheduler.engine.cycle import ACTIONS, DEFAULT_ORDER, open_session
-from scheduler.engine.ordering import JobsByQueue, job_init_resources
+from scheduler.engine.ordering import JobsByQueue, KeyMemo, job_init_resources
 from scheduler.engine.record.decisions import make_record
 from scheduler.engine.session import JobInfo, Session
 from scheduler.engine.state import ClusterState, fold
@@ -93,6 +94,44 @@ def test_fast_reinsertion_pops_the_same_sequence_as_the_reference(
     fast = _pops(state, True, busy, steps)
     assert fast == _pops(state, False, busy, steps)
     assert fast
+
+
+def _shared_pops(state: ClusterState, busy: bool, steps: list[int], keys: bool) -> list[tuple[str, int]]:
+    """Three orderings in a row over one session, as one solve's simulations build them: one memo of
+    comparisons, and (`keys`) one KeyMemo; what each pops is charged as `steps` says and stays charged for
+    the next. Without `keys` every re-insertion asks the comparator (through the memo)."""
+    ssn = open_session(state, now_ms=10**9)
+    if busy:
+        ACTIONS["allocate"](ssn)
+    memo: dict[tuple[object, ...], int] = {}
+    shared = KeyMemo() if keys else None
+    out: list[tuple[str, int]] = []
+    i = 0
+    for _ in range(3):
+        order = JobsByQueue(ssn, [j for j in ssn.jobs if j.has_tasks_to_allocate()], memo=memo, keys=shared)
+        while (job := order.pop()) is not None:
+            step = steps[i % len(steps)] % 2 if steps else 0
+            i += 1
+            out.append((job.uid, step))
+            if step:
+                _charge(ssn, job)
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 5),
+    tree=trees,
+    busy=st.booleans(),
+    steps=st.lists(st.integers(0, 1), max_size=12),
+)
+def test_orderings_sharing_their_queue_keys_pop_what_the_comparator_pops(
+    seed: int, tree: tuple[int, int], busy: bool, steps: list[int]
+) -> None:
+    state = _state(seed, tree[0], tree[1])
+    shared = _shared_pops(state, busy, steps, keys=True)
+    assert shared == _shared_pops(state, busy, steps, keys=False)
+    assert len({uid for uid, _ in shared}) < len(shared)  # each ordering popped the jobs again
 
 
 def _victim_pops(state: ClusterState, fast: bool, steps: list[int]) -> list[tuple[str, int, int]]:
