@@ -540,14 +540,11 @@ class JobsByQueue:
                         mid = (lo + hi) // 2
                         other = siblings[mid]
                         kept = keys.get(other.name)
-                        if kept is not None:
-                            a = other.allocated
-                            if kept[0] == a[0] and kept[1] == a[1] and kept[2] == a[2]:
-                                ko = kept[3]
-                            else:
-                                ko = self._key_of(other)
-                        else:
-                            ko = self._key_of(other)
+                        a = other.allocated
+                        if kept is not None and kept[0] == a[0] and kept[1] == a[1] and kept[2] == a[2]:
+                            ko = kept[3]
+                        else:  # _key_of(other): its key afresh, looked up by its inputs
+                            ko = self._fresh_key(other)
                         if k != ko:
                             before = ko < k if inv else k < ko
                         else:  # _tie(node, other), its kept outcome looked up here
