@@ -302,7 +302,9 @@ def run_seed(
         return _run_seed(
             policy, seed, config, tasks, nodes, limit, until, progress, session_out, group_nodes, started
         )
-    with scoring.task_types_in_use(frag.typical_task_types(tasks)):
+    # Each rule at its own coverage of the trace's shapes (FGD's is the protocol's 95 %).
+    models = frag.typical_task_types(tasks, frag.ModelAwarePolicy.COVERAGE)
+    with scoring.task_types_in_use(frag.typical_task_types(tasks), models):
         return _run_seed(
             policy, seed, config, tasks, nodes, limit, until, progress, session_out, group_nodes, started
         )

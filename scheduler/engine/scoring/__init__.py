@@ -47,9 +47,12 @@ class UnknownScoring(ValueError):
     """A config names a node-scoring rule this table does not have."""
 
 
-def _fragmentation_rules(types: Sequence[fragmentation.TaskType] | None) -> dict[str, Rule]:
+def _fragmentation_rules(
+    types: Sequence[fragmentation.TaskType] | None,
+    models_types: Sequence[fragmentation.TaskType] | None = None,
+) -> dict[str, Rule]:
     fgd, aware = fragmentation.policies(types)
-    models = fragmentation.model_aware_policy(types)
+    models = fragmentation.model_aware_policy(types if models_types is None else models_types)
     return {
         "fgd": Rule(fgd.scores, fgd.choose),
         "frag-aware": Rule(aware.scores, aware.choose),
@@ -90,11 +93,15 @@ def is_plain_kai(name: str) -> bool:
 
 
 @contextmanager
-def task_types_in_use(types: Sequence[fragmentation.TaskType]) -> Iterator[tuple[Rule, Rule]]:
+def task_types_in_use(
+    types: Sequence[fragmentation.TaskType],
+    models_types: Sequence[fragmentation.TaskType] | None = None,
+) -> Iterator[tuple[Rule, Rule]]:
     """Within the block, the fragmentation rules score against `types` (the benchmark protocol's per-trace
-    distribution); the shipped distribution is back afterwards. Yields ``fgd`` and ``frag-aware``."""
+    distribution), ``frag-aware-models`` against `models_types` when given (the same trace at its own
+    coverage); the shipped distribution is back afterwards. Yields ``fgd`` and ``frag-aware``."""
     saved = {k: _RULES[k] for k in FRAGMENTATION_RULES}
-    _RULES.update(_fragmentation_rules(types))
+    _RULES.update(_fragmentation_rules(types, models_types))
     try:
         yield _RULES["fgd"], _RULES["frag-aware"]
     finally:

@@ -89,14 +89,16 @@ def test_bad_comparisons_are_one_line_and_exit_2(
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("rule", ["frag-aware", "frag-aware-models"])
 def test_a_frag_aware_simulation_with_the_learnt_distribution_replays_with_0_mismatches(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rule: str
 ) -> None:
     # The contended 5-node slice: the decayed distribution moves as tasks arrive (its refresh every 128
-    # pods and every 10 simulated minutes), and `hourglass replay --verify` re-derives it cycle by cycle.
+    # pods and every 10 simulated minutes), and `hourglass replay --verify` re-derives it cycle by cycle
+    # (frag-aware-models at its own coverage of the shapes).
     nodes = str(small_nodes_csv(tmp_path / "nodes.csv"))
     tenants = tmp_path / "tenants.yaml"
-    tenants.write_text(DEFAULT_TENANTS.read_text().replace("node_scoring: kai", "node_scoring: frag-aware"))
+    tenants.write_text(DEFAULT_TENANTS.read_text().replace("node_scoring: kai", f"node_scoring: {rule}"))
     run = tmp_path / "run"
     argv = ["simulate", "--trace-nodes", nodes, "--limit-tasks", str(SLICE), "--tenants", str(tenants)]
     assert main([*argv, "--out", str(run), "--json"]) == 0
