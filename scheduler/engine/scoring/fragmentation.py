@@ -499,10 +499,14 @@ class FgdPolicy:
     COVERAGE: ClassVar[float] = POPULARITY_THRESHOLD
 
     def __init__(self, types: Sequence[TaskType]) -> None:
-        self.model = FragModel(types)
+        self.model = self._measure(types)
         self._memo: weakref.WeakKeyDictionary[Session, dict[tuple[object, ...], object]] = (
             weakref.WeakKeyDictionary()
         )
+
+    def _measure(self, types: Sequence[TaskType]) -> FragModel:
+        """The fragmentation measure this rule scores with, over the distribution `types`: FGD's."""
+        return FragModel(types)
 
     def _session_memo(self, ssn: Session) -> dict[tuple[object, ...], object]:
         memo = self._memo.get(ssn)
@@ -637,9 +641,9 @@ class ModelAwarePolicy(FragAwarePolicy):
 
     COVERAGE: ClassVar[float] = MODELS_COVERAGE
 
-    def __init__(self, types: Sequence[TaskType]) -> None:
-        super().__init__(types)
-        self.model = ModelFragModel(single_gpu_types(types))
+    def _measure(self, types: Sequence[TaskType]) -> FragModel:
+        """:class:`ModelFragModel` over the CPU-only and single-GPU types."""
+        return ModelFragModel(single_gpu_types(types))
 
     def node_score(self, ssn: Session, task: TaskInfo, fit: Fit) -> float:
         """``10 * level`` plus, on a node that hosts pods, 1 (whole GPU, CPU) or 11 (a GPU share)."""
