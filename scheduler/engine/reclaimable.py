@@ -209,6 +209,25 @@ def loss_refused_at_boundary(
     return False
 
 
+def loss_never_refused_at_boundary(
+    snap: QueueSnapshot, reclaimer_job: JobInfo, req: Vec, victim: QueueInfo
+) -> bool:
+    """True when :func:`loss_refused_at_boundary` is False for every job of queue `victim` and every
+    evicted list: in each resource the job requests, either the victim side's leveled queue has no fair
+    share, or the reclaimer's level stays within its fair share even before anything evicted under it is
+    taken off (which only lowers it)."""
+    rq = reclaimer_job.queue
+    if rq is None:
+        return False
+    lr, lv = leveled_queues(rq, victim)
+    if lr is lv:
+        return True
+    alloc = snap.allocated[lr.name]
+    return all(
+        req[r] <= 0 or lv.fair_share[r] <= 0 or alloc[r] + req[r] <= lr.fair_share[r] for r in range(3)
+    )
+
+
 def refused_whatever_else(
     ssn: Session,
     snap: QueueSnapshot,
@@ -246,7 +265,9 @@ def refused_whatever_else(
             for r in range(3):
                 acc[1][r] += tv[r]
     for level in rq.ancestors():
-        if not reclaimer_job.preemptible and not non_preemptible_fits(level, snap.allocated_np[level.name], req):
+        if not reclaimer_job.preemptible and not non_preemptible_fits(
+            level, snap.allocated_np[level.name], req
+        ):
             return True
         mine = _add(snap.allocated[level.name], req)
         for tq, held in releasing.values():
@@ -485,7 +506,72 @@ def _kept_after(
 ) -> tuple[dict[str, Vec], list[bool]] | None:
     """The victims' losses chunk by chunk, each checked against its side's fair share or the reclaimer's
     deserved quota (KAI's per-victim check): None when a chunk is refused, else what each queue of the
-    victims' sides keeps and which resources the scenario involves (the request's and any lost)."""
+    victims' sides keeps and which resources the scenario involves (the request's and any lost).
+
+    Computed without the order when every victim side parts from the reclaimer's path (the argument of
+    :class:`LossTracker`): a chunk's check asks its leveled queue ``lv`` to keep more than a fixed line in
+    some resource, and only chunks of victims with that ``lv`` lower what it keeps, so every chunk of
+    ``lv`` passes exactly when its last one does. The sums are the same in any order.
+    """
+    per_vq: dict[str, tuple[QueueInfo, Vec]] = {}  # lost chunks summed per victim queue, first seen first
+    last: dict[str, tuple[QueueInfo, QueueInfo, Vec]] = {}  # per lv: lr, lv and its latest chunk
+    leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}
+    involved = [req[r] > 0 for r in range(3)]
+    for job, tasks in victims:
+        vq = job.queue
+        if vq is None:
+            continue
+        if len(tasks) == 1:  # victim_chunks of one task: the task, if it is still releasing
+            if tasks[0].status is not PodStatus.RELEASING:
+                continue
+            chunks = [ssn.task_vec(tasks[0])]
+        else:
+            chunks = victim_chunks(ssn, job, tasks)
+            if not chunks:
+                continue
+        pair = leveled.get(vq.name)
+        if pair is None:
+            pair = leveled[vq.name] = leveled_queues(rq, vq)
+            if pair[0] is pair[1]:
+                return _kept_after_in_order(ssn, snap, rq, req, victims)
+        acc = per_vq.get(vq.name)
+        if acc is None:
+            acc = per_vq[vq.name] = (vq, [0, 0, 0])
+        total = acc[1]
+        for chunk in chunks:
+            for r in range(3):
+                total[r] += chunk[r]
+                if chunk[r] > 0:
+                    involved[r] = True
+        last[pair[1].name] = (pair[0], pair[1], chunks[-1])
+    remaining: dict[str, Vec] = {}
+    for vq, total in per_vq.values():
+        lv = leveled[vq.name][1]
+        if lv.name not in remaining:
+            remaining[lv.name] = list(snap.allocated[lv.name])
+        for q in vq.ancestors():
+            cur = remaining.setdefault(q.name, list(snap.allocated[q.name]))
+            for r in range(3):
+                cur[r] -= total[r]
+    for name in sorted(last):
+        lr, lv, chunk = last[name]
+        before = [remaining[name][r] + chunk[r] for r in range(3)]
+        if not (
+            maintain_fair_share(lv, before)
+            or guarantee_deserved_quota(lr, snap.allocated[lr.name], req, lv, before)
+        ):
+            return None
+    return remaining, involved
+
+
+def _kept_after_in_order(
+    ssn: Session,
+    snap: QueueSnapshot,
+    rq: QueueInfo,
+    req: Vec,
+    victims: Sequence[tuple[JobInfo, Sequence[TaskInfo]]],
+) -> tuple[dict[str, Vec], list[bool]] | None:
+    """:func:`_kept_after` chunk by chunk in the validator's order (KAI's loop)."""
     remaining: dict[str, Vec] = {}
     involved = [req[r] > 0 for r in range(3)]
     leveled: dict[str, tuple[QueueInfo, QueueInfo]] = {}  # per victim queue: many victims share one

@@ -25,6 +25,7 @@ from scheduler.engine.reclaimable import (
     QueueSnapshot,
     can_reclaim,
     loss_always_refused,
+    loss_never_refused_at_boundary,
     loss_refused_at_boundary,
     reclaimable,
     snapshot,
@@ -94,7 +95,22 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     answers: dict[tuple[object, ...], bool] = {}
     per_job: dict[tuple[object, ...], bool] = {}  # the same answers by victim, for one evicted list
 
+    # Per victim queue, for the request asked about last: whether no evicted list can make the boundary
+    # refuse a loss there (the check below is then not worth its totals).
+    never: dict[str, bool] = {}
+    never_req: list[int] = []
+
     def keep_in(v: JobInfo, req: list[int], evicted: Sequence[TaskInfo]) -> bool:
+        vq = v.queue
+        if vq is not None:
+            if req != never_req:
+                never.clear()
+                never_req[:] = req
+            nv = never.get(vq.name)
+            if nv is None:
+                nv = never[vq.name] = loss_never_refused_at_boundary(snap, job, req, vq)
+            if nv:
+                return False
         if not totals or totals[0].evicted is not evicted:
             totals[:] = [EvictedTotals(ssn, evicted)]
             answers.clear()

@@ -36,7 +36,7 @@ before; on success the caller commits the returned statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -544,6 +544,7 @@ class Solver:
         # Free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve().
         self._free_gpus: int | None = None
         self._signatures: dict[str, tuple[object, ...]] = {}  # task_signature per task uid (fixed per task)
+        self._plain: dict[str, bool] = {}  # per victim job uid: re-placed on the plain path (_memo_fails)
         self._busy: dict[str, tuple[str, tuple[int, ...]]] = {}  # _Slots' device reads, per solve()
         # Evictions carried from one partial job to the next (see _carry): the uids of the recorded victims
         # the statement holds evicted, and what the partial jobs read of the solve's base state meanwhile.
@@ -963,6 +964,13 @@ class Solver:
         doom: Doom | None = None
         passed = 0
         next_doomed = 1
+        # After the preemptor's turn nothing waits on the victims' turns but the validator: once every
+        # waiting victim would find its first task in `failed` (_memo_fails), each remaining turn fails and
+        # moves nothing, so they are skipped. The checks after each turn only foresee the validator's
+        # refusal, so the outcome is the same. `failed` only grows and `waiting` only shrinks, so victims
+        # before `covered` (in `victim_jobs` order) stay covered; it is advanced as `failed` grows.
+        covered = 0
+        known_failed = 0
         for nxt in turns(order, involved):
             if nxt is preemptor:
                 if not self._place_preemptor(stmt, scenario):
@@ -979,6 +987,11 @@ class Solver:
                     if not placed and monotone and self._preemptor_shut_out(scenario, freed):
                         stmt.rollback(cp)  # the preemptor's turn could only fail: skip the rest of the queue
                         return False
+                elif placed and len(failed) > known_failed:
+                    known_failed = len(failed)
+                    covered, rest_fail = self._covered(victim_jobs, covered, waiting, failed)
+                    if rest_fail:
+                        break  # every turn still to come fails and moves nothing (see `covered`)
                 if doom is not None and not placed:
                     doom.lose(nxt, by_job.get(nxt.uid, ()))
                 passed += 1
@@ -1100,14 +1113,11 @@ class Solver:
         done: list[str] = []
         stranded = False
         for uid, v in watch.items():
-            if keeps.get(uid) is False:
+            if not self._keeps(v, req, evicted, keeps):
                 done.append(uid)  # its loss is allowed: nothing to prove (cheaper than gathering its tasks)
                 continue
             tasks = [t for t in by_job.get(uid, ()) if t.status is PodStatus.RELEASING]
             if not tasks or any(t.shared or t.pod.has_pod_constraints for t in tasks):
-                done.append(uid)
-                continue
-            if not self._keeps(v, req, evicted, keeps):
                 done.append(uid)
                 continue
             if any(best_fit(ssn, t, ssn.nodes, allow_idle=False) is None for t in tasks):
@@ -1144,16 +1154,8 @@ class Solver:
                 ),
             )
         if not topology.constrained(job) or topology.constraint_error(ssn, job) is not None:
-            if failed:
-                # allocate_job would find its first task in the memo and place nothing: ask the memo first,
-                # with the task's signature taken once per solve.
-                first = job.first_to_allocate(include_virtual=True)
-                if first is not None and memoisable(first):
-                    sig = self._signatures.get(first.uid)
-                    if sig is None:
-                        sig = self._signatures[first.uid] = task_signature(first)
-                    if sig in failed:
-                        return False
+            if failed and self._memo_fails(job, failed):
+                return False
             return allocate_job(
                 ssn, stmt, job, ssn.nodes, self.action, pipeline_only=True, record_errors=False, failed=failed
             )
@@ -1167,6 +1169,39 @@ class Solver:
             if allocate_job(ssn, stmt, job, nodes, self.action, pipeline_only=True, record_errors=False):
                 return True
         return False
+
+    def _covered(
+        self,
+        jobs: Sequence[JobInfo],
+        start: int,
+        waiting: Mapping[str, JobInfo],
+        failed: dict[tuple[object, ...], str],
+    ) -> tuple[int, bool]:
+        """From `start`, the first of `jobs` still `waiting` whose re-placement :meth:`_memo_fails` does not
+        rule out, and whether there is none (every turn still to come fails and moves nothing)."""
+        i = start
+        while i < len(jobs) and (jobs[i].uid not in waiting or self._memo_fails(jobs[i], failed)):
+            i += 1
+        return i, i == len(jobs)
+
+    def _memo_fails(self, job: JobInfo, failed: dict[tuple[object, ...], str]) -> bool:
+        """True when re-placing victim `job` must fail and move nothing: it takes the plain path of
+        :meth:`_replace_victim` and :func:`allocate_job` would find its first task in the memo `failed`
+        of tasks that fitted nowhere. The task's signature is taken once per solve."""
+        plain = self._plain.get(job.uid)
+        if plain is None:  # fixed by the job's spec and the session's topologies
+            plain = self._plain[job.uid] = not has_subgroup_constraints(job) and (
+                not topology.constrained(job) or topology.constraint_error(self.ssn, job) is not None
+            )
+        if not plain:
+            return False
+        first = job.first_to_allocate(include_virtual=True)
+        if first is None or not memoisable(first):
+            return False
+        sig = self._signatures.get(first.uid)
+        if sig is None:
+            sig = self._signatures[first.uid] = task_signature(first)
+        return sig in failed
 
     def _ordering_peers(self, involved: Sequence[JobInfo]) -> dict[str, Run]:
         """Pending jobs that can influence the order in which the preemptor and the victims are re-placed.
