@@ -139,7 +139,12 @@ def attempt(ssn: Session, job: JobInfo, index: JobIndex | None = None) -> bool:
     def doomed(evicted: list[TaskInfo], req: list[int]) -> LossTracker:
         return LossTracker(ssn, snap, job, req, evicted)
 
-    solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in, doomed)
+    def keeps_none(vq: QueueInfo | None, req: list[int]) -> bool:
+        return (
+            vq is not None and not must_keep(vq, req) and loss_never_refused_at_boundary(snap, job, req, vq)
+        )
+
+    solver = Solver(ssn, validate, NAME, reason, index, must_keep, keep_in, doomed, keeps_none)
     stmt = solver.solve(job, victims(index, ssn, job))
     if stmt is None:
         return False

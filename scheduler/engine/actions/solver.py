@@ -485,6 +485,28 @@ class _Slots:
     def ok(self) -> bool:
         return self.whole >= self.whole_need and self.short == 0
 
+    def copy_for(self, tasks: Sequence[TaskInfo]) -> _Slots:
+        """A copy counting the same victims for other tasks (any GPU counts): the per-node counts are read
+        again from the levels and the devices the victims free. Only for one whose tasks asked for whole
+        GPUs (else :meth:`add` recorded nothing)."""
+        out = _Slots.__new__(_Slots)
+        out.demand, out.whole_need = _Slots._demand(tasks)
+        out.idx = self.idx
+        buckets, level = self.idx.buckets, self.idx.level
+        out.slots = {}
+        for g in out.demand:
+            n = sum(len(b) * (k // g) for k, b in enumerate(buckets))
+            for name, devs in self.extra.items():
+                lvl = level[name]
+                n += (lvl + len(devs)) // g - lvl // g
+            out.slots[g] = n
+        out.short = sum(1 for g, k in out.demand.items() if out.slots[g] < k)
+        out.whole = self.whole
+        out.extra = {n: set(d) for n, d in self.extra.items()}
+        out.freed = set(self.freed)
+        out.busy = self.busy
+        return out
+
     def narrowed(self, tasks: Sequence[TaskInfo]) -> _Slots:
         """A copy counting the same victims for a subset of the tasks this was built for."""
         out = _Slots.__new__(_Slots)
@@ -512,6 +534,7 @@ class Solver:
         must_keep: Callable[[QueueInfo | None, Vec], bool] | None = None,
         keep_in: Callable[[JobInfo, Vec, Sequence[TaskInfo]], bool] | None = None,
         doomed: Callable[[list[TaskInfo], Vec], Doom] | None = None,
+        keeps_none: Callable[[QueueInfo | None, Vec], bool] | None = None,
     ) -> None:
         """`must_keep(queue, requested)` may say that the validator refuses any scenario in which a victim
         of `queue` loses a task (it must then be re-placed): such victims free no capacity for good, which
@@ -524,10 +547,15 @@ class Solver:
 
         `doomed(evicted, requested)` gives, as a simulation that evicted `evicted` begins, a :class:`Doom`
         told of each victim whose turn has passed; it may then say that the validator will refuse the
-        simulation whatever else is lost (see :meth:`_doomed`)."""
+        simulation whatever else is lost (see :meth:`_doomed`).
+
+        `keeps_none(queue, requested)` may say that neither `must_keep` nor `keep_in` (for any evicted
+        list) holds for any victim of `queue`: a simulation whose victims all sit in such queues has no
+        loss the checks that foresee a refusal could prove (:meth:`_nothing_kept`)."""
         self.ssn = ssn
         self.must_keep = must_keep
         self.keep_in = keep_in
+        self.keeps_none = keeps_none
         self.doomed = doomed
         self.validator = validator
         self.action = action
@@ -543,6 +571,8 @@ class Solver:
         self._complete = 0  # tasks of the current preemptor's complete list (solve())
         # Free milli-GPU of Ready devices, each >= 0 (_hopeless), per solve().
         self._free_gpus: int | None = None
+        # _hopeless_unkept's counts over the last evicted list it wholly counted, per solve().
+        self._unkept: tuple[list[TaskInfo], int, _Slots] | None = None
         self._signatures: dict[str, tuple[object, ...]] = {}  # task_signature per task uid (fixed per task)
         self._plain: dict[str, bool] = {}  # per victim job uid: re-placed on the plain path (_memo_fails)
         self._busy: dict[str, tuple[str, tuple[int, ...]]] = {}  # _Slots' device reads, per solve()
@@ -558,6 +588,7 @@ class Solver:
         """A statement with the job's tasks pipelined and its victims evicted, or None (nothing changed)."""
         self.budget.begin_job()
         self._free_gpus = None
+        self._unkept = None
         self._busy = {}
         self._carried = set()
         self._levels = _Levels.of(self.ssn.free_index)
@@ -867,6 +898,8 @@ class Solver:
                 for d in range(n.gpus)
             )
         have = self._free_gpus
+        if self._nothing_kept({id(t.job): t.job for t in evicted}.values(), scenario.requested):
+            return self._hopeless_unkept(pending, need, have, evicted)
         slots = _Slots(ssn, pending, self._busy, self._levels)
         keep_in = self.keep_in
         kept_in: dict[str, bool] = {}  # keep_in's answer per victim job (the same for each of its tasks)
@@ -890,6 +923,45 @@ class Solver:
         slots.add(batches[False], False)
         slots.add(batches[True], True)
         return not (have >= need and slots.ok())
+
+    def _hopeless_unkept(
+        self, pending: Sequence[TaskInfo], need: int, have: int, evicted: Sequence[TaskInfo]
+    ) -> bool:
+        """:meth:`_hopeless` when no victim is kept: every counted task frees what it holds.
+
+        The counts then depend on nothing but the evicted tasks, so those over the last evicted list that
+        was wholly counted are reused when this list extends it (a gang's partial jobs evict what the
+        previous one recorded and more): only the tasks beyond it are added. The levels the slots read are
+        the solve's copy of its base state, and a reused task must still be counted (active, or carried)."""
+        ssn = self.ssn
+        carried = self._carried
+        hit = self._unkept
+        base: Sequence[TaskInfo] = ()
+        freed = 0
+        slots: _Slots | None = None
+        if hit is not None:
+            done, got, old = hit
+            n = len(done)
+            if (
+                n <= len(evicted)
+                and evicted[:n] == done
+                and all(t.status in ACTIVE_ALLOCATED or t.uid in carried for t in done)
+            ):
+                base, freed, slots = done, got, old.copy_for(pending)
+        if slots is None:
+            slots = _Slots(ssn, pending, self._busy, self._levels)
+        counted: list[TaskInfo] = []
+        whole = True  # every task of `evicted` counted (else the result is not kept for reuse)
+        for t in evicted[len(base) :]:
+            if t.status not in ACTIVE_ALLOCATED and t.uid not in carried:
+                whole = False
+                continue  # (a carried victim was active in the base state: only the carry evicted it)
+            freed += ssn.task_vec(t)[0]
+            counted.append(t)
+        slots.add(counted, False)
+        if whole and slots.demand:
+            self._unkept = (list(evicted), freed, slots)
+        return not (have + freed >= need and slots.ok())
 
     def _evict(self, stmt: Statement, tasks: Sequence[TaskInfo]) -> None:
         # A task listed twice is evicted once: the filter reads each status as the batch goes.
@@ -931,15 +1003,17 @@ class Solver:
         waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
         # The waiting victims the stranded checks must still read: one they found they can skip for good
         # (its loss is allowed, or its tasks are of a kind they do not test) is dropped, so each turn reads
-        # only the victims it can prove something about rather than every waiting one.
-        watch = dict(waiting)
+        # only the victims it can prove something about rather than every waiting one. None when no
+        # victim's loss can be refused.
+        nothing_kept = self._nothing_kept(victim_jobs, scenario.requested)
+        watch = {} if nothing_kept else dict(waiting)
         keeps: dict[str, bool] = {}
         # The evicted tasks of each victim, in `evicted` order: the checks after each turn read one victim's
         # tasks at a time, which would otherwise scan every evicted task per victim per turn.
         by_job: dict[str, list[TaskInfo]] = {}
         for t in evicted:
             by_job.setdefault(t.job.uid, []).append(t)
-        if self._pair_stranded(scenario, watch.values(), by_job, keeps, evicted):
+        if watch and self._pair_stranded(scenario, watch.values(), by_job, keeps, evicted):
             return False  # nothing moved yet
         involved = sorted([*victim_jobs, preemptor], key=lambda p: p.index)
         order = JobsByQueue(
@@ -995,7 +1069,7 @@ class Solver:
                 if doom is not None and not placed:
                     doom.lose(nxt, by_job.get(nxt.uid, ()))
                 passed += 1
-                if self._loses_kept(scenario, nxt, by_job, evicted, keeps):
+                if not nothing_kept and self._loses_kept(scenario, nxt, by_job, evicted, keeps):
                     stmt.rollback(cp)  # the validator refuses the scenario: skip the rest of the queue
                     return False
             if watch and self._kept_stranded(scenario, watch, by_job, keeps, evicted):
@@ -1017,6 +1091,16 @@ class Solver:
             return False
         self._turns_from = cp
         return True
+
+    def _nothing_kept(self, victims: Iterable[JobInfo], requested: Vec) -> bool:
+        """True when `keeps_none` holds for every victim's queue: the validator refuses no scenario for
+        losing one of them, so :meth:`_keeps` is False for each and the checks built on it prove nothing."""
+        if self.must_keep is None and self.keep_in is None:
+            return True
+        if self.keeps_none is None:
+            return False
+        queues = {id(j.queue): j.queue for j in victims}
+        return all(self.keeps_none(q, requested) for q in queues.values())
 
     def _loses_kept(
         self,
