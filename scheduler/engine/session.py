@@ -532,6 +532,13 @@ class JobInfo:
         if self.subgroup_tree() is not None:
             tasks = self.tasks_to_allocate(include_virtual)
             return tasks[0] if tasks else None
+        if len(self.tasks) == 1:  # most jobs: pending_tasks without building the list
+            t = self.tasks[0]
+            if t.status is PodStatus.PENDING or (
+                include_virtual and t.virtual and t.status is PodStatus.RELEASING
+            ):
+                return t
+            return None
         pending = self.pending_tasks(include_virtual)
         if len(pending) <= 1:
             return pending[0] if pending else None

@@ -1280,10 +1280,12 @@ class Solver:
         if not plain:
             return False
         first = job.first_to_allocate(include_virtual=True)
-        if first is None or not memoisable(first):
+        if first is None:
             return False
         sig = self._signatures.get(first.uid)
         if sig is None:
+            if not memoisable(first):  # (fixed by the pod's spec: a memoisable task's signature is kept)
+                return False
             sig = self._signatures[first.uid] = task_signature(first)
         return sig in failed
 
