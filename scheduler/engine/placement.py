@@ -575,21 +575,59 @@ def _fast_binpack_scan(
     a shared task may fit idle on a device it shares."""
     idx = ssn.free_index
     by_rank = idx.by_rank
-    idle_level = idx.idle_level
     whole = not task.shared
     fallback: Fit | None = None
-    for k in range(max(need, 0), len(buckets)):
-        for r in buckets[k]:
-            n = by_rank[r]
-            if fallback is not None and whole and idle_level[n.name] < need:
-                continue
-            f = fit(ssn, task, n, allow_idle)
+    start = max(need, 0)
+    for k in range(start, len(buckets)):
+        for i, r in enumerate(buckets[k]):
+            f = fit(ssn, task, by_rank[r], allow_idle)
             if isinstance(f, Fit):
                 if f.idle:
                     return f
                 if fallback is None:
                     fallback = f
+                    if whole:
+                        if not allow_idle:
+                            return fallback  # no fit can be idle
+                        left = len(buckets[k]) - i - 1 + sum(len(b) for b in buckets[k + 1 :])
+                        return (
+                            _first_idle_after(ssn, task, allow_idle, buckets, need, (k, r), left) or fallback
+                        )
     return fallback
+
+
+def _first_idle_after(
+    ssn: Session,
+    task: TaskInfo,
+    allow_idle: bool,
+    buckets: list[list[int]],
+    need: int,
+    after: tuple[int, int],
+    left: int,
+) -> Fit | None:
+    """The first idle fit of a whole-GPU task after position `after` (free-device bucket, rank) of the scan.
+
+    Only a node with at least `need` whole idle devices can give an idle fit. When fewer such nodes
+    exist than the `left` nodes the scan has still to pass, they are fitted in scan order instead."""
+    idx = ssn.free_index
+    by_rank, level, idle_level = idx.by_rank, idx.level, idx.idle_level
+    idle_buckets = idx.idle_buckets
+    count = sum(len(b) for b in idle_buckets[max(need, 0) :])
+    if count < left:
+        order = sorted((level[by_rank[r].name], r) for b in idle_buckets[max(need, 0) :] for r in b)
+        nodes = (by_rank[pos[1]] for pos in order if pos > after)
+    else:
+        nodes = (
+            by_rank[r]
+            for k in range(after[0], len(buckets))
+            for r in buckets[k]
+            if (k, r) > after and idle_level[by_rank[r].name] >= need
+        )
+    for n in nodes:
+        f = fit(ssn, task, n, allow_idle)
+        if isinstance(f, Fit) and f.idle:
+            return f
+    return None
 
 
 def _fast_binpack_cpu(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:

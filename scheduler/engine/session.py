@@ -599,6 +599,7 @@ class FreeIndex:
         # Whole idle devices per node (no allocated, releasing or pipelined pod): at least the task's count
         # is necessary for a fit on idle capacity, which lets a binpack scan skip nodes cheaply.
         self.idle_level: dict[str, int] = {}
+        self.idle_buckets: list[list[int]] = [[] for _ in range(top + 1)]  # ranks by idle_level, sorted
         self.shared: list[int] = []  # ranks of nodes holding at least one shared device
         # CPU-only placement: nodes without GPUs [0] and with GPUs [1], each by (future CPU, rank).
         self.cpu: tuple[list[tuple[int, int]], list[tuple[int, int]]] = ([], [])
@@ -612,6 +613,7 @@ class FreeIndex:
             self.level[n.name] = k
             self.idle_level[n.name] = len(n.whole_idle_devices())
             self.buckets[k].append(self.rank[n.name])
+            self.idle_buckets[self.idle_level[n.name]].append(self.rank[n.name])
             if n.shared_devices():
                 self.shared.append(self.rank[n.name])
             self.cpu_at[n.name] = n.future(0)
@@ -630,11 +632,13 @@ class FreeIndex:
                 k += 1
                 if rel[d] == 0:
                     idle += 1
-        self.idle_level[n.name] = idle
+        old = self.idle_level[n.name]
+        if idle != old:
+            _move(self.idle_buckets[old], self.idle_buckets[idle], r)
+            self.idle_level[n.name] = idle
         old = self.level[n.name]
         if k != old:
-            self.buckets[old].remove(r)
-            bisect.insort(self.buckets[k], r)
+            _move(self.buckets[old], self.buckets[k], r)
             self.level[n.name] = k
         cpu = n.future(0)
         old_cpu = self.cpu_at[n.name]
@@ -650,6 +654,12 @@ class FreeIndex:
             self.shared.insert(i, r)
         elif present and not has:
             del self.shared[i]
+
+
+def _move(src: list[int], dst: list[int], r: int) -> None:
+    """Move rank `r` between two sorted lists."""
+    del src[bisect.bisect_left(src, r)]
+    bisect.insort(dst, r)
 
 
 def lacks_devices(p: Pod) -> bool:

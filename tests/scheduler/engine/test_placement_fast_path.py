@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import scheduler.engine.placement as placement
 from scheduler.engine.cycle import open_session, result_state, run_actions
-from scheduler.engine.state import fold
+from scheduler.engine.placement import Fit
+from scheduler.engine.session import Session, TaskInfo
+from scheduler.engine.state import PodStatus, fold
 from tests.support.synthetic import SyntheticSpec, synthetic_events
 
 
@@ -122,3 +127,55 @@ def test_cpu_fast_path_matches_full_scan(events: list[object]) -> None:
     finally:
         placement.FAST_PATH = True
     assert fast == slow
+
+
+def _first_fit_in_scan_order(ssn: Session, task: TaskInfo, allow_idle: bool) -> Fit | None:
+    """The binpack scan by its definition: every node in free-device bucket order from the task's GPU
+    count, then name; the first idle fit, else the first fit."""
+    idx = ssn.free_index
+    first: Fit | None = None
+    for k in range(task.request.gpus, len(idx.buckets)):
+        for r in idx.buckets[k]:
+            f = placement.fit(ssn, task, idx.by_rank[r], allow_idle)
+            if isinstance(f, Fit):
+                if f.idle:
+                    return f
+                first = first or f
+    return first
+
+
+def test_whole_gpu_scan_finds_the_first_idle_fit_past_a_waiting_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a fit that waits for releasing devices, the scan looks only at nodes with enough idle devices,
+    read from the idle-level index when they are fewer than the nodes still to pass. Victims are evicted
+    virtually at random (their devices release) and every pending whole-GPU task is scanned both ways."""
+    seen: set[tuple[bool, bool]] = set()  # (read from the index, an idle fit found past the waiting one)
+    real = placement._first_idle_after
+
+    def noted(
+        ssn: Session, task: TaskInfo, allow: bool, buckets: Any, need: int, after: Any, left: int
+    ) -> Any:
+        out = real(ssn, task, allow, buckets, need, after, left)
+        seen.add((sum(len(b) for b in ssn.free_index.idle_buckets[need:]) < left, out is not None))
+        return out
+
+    monkeypatch.setattr(placement, "_first_idle_after", noted)
+    for seed in range(24):
+        nodes, per_node = ((6, 3), (40, 3), (40, 12))[seed % 3]  # spare room, or a full cluster
+        spec = SyntheticSpec(
+            nodes=nodes, pending_pods=per_node * nodes, departments=2, queues_per_department=2, seed=seed
+        )
+        ssn = run_actions(open_session(fold(synthetic_events(spec)), now_ms=10**6), ("allocate",))
+        rng = random.Random(seed)
+        running = [t for j in ssn.jobs for t in j.tasks if t.status is PodStatus.ALLOCATED]
+        ssn.statement().evict_all(rng.sample(running, len(running) // 3), "test", lambda t: "", True)
+        for t in (t for j in ssn.jobs for t in j.tasks if t.status is PodStatus.PENDING):
+            if t.shared or t.request.gpus <= 0:
+                continue
+            for allow_idle in (True, False):
+                want = _first_fit_in_scan_order(ssn, t, allow_idle)
+                got = placement._fast_binpack_scan(ssn, t, allow_idle, ssn.free_index.buckets, t.request.gpus)
+                assert (got and (got.node.name, got.idle, got.devices)) == (
+                    want and (want.node.name, want.idle, want.devices)
+                ), (seed, t.uid)
+    assert {found for _, found in seen} == {True, False}
+    assert {indexed for indexed, _ in seen} == {True, False}
