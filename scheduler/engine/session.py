@@ -436,6 +436,7 @@ class JobInfo:
         "fit_errors",
         "index",
         "last_start_ms",
+        "min_available",
         "name",
         "queue",
         "spec",
@@ -456,6 +457,13 @@ class JobInfo:
         self.fit_errors: list[FitError] = []
         self.last_start_ms = spec.last_start_ms
         self.stale_since_ms = spec.stale_since_ms
+        # KAI: the PodGroup's minMember is unused when it has subgroups. Fixed with the (frozen) spec, and
+        # read by every job comparison, so taken once.
+        self.min_available = (
+            subgroup_minimum(spec.subgroups, spec.min_sub_group)
+            if spec.subgroups
+            else max(spec.min_available, 1)
+        )
 
     @property
     def priority(self) -> int:
@@ -464,12 +472,6 @@ class JobInfo:
     @property
     def preemptible(self) -> bool:
         return self.spec.preemptible
-
-    @property
-    def min_available(self) -> int:
-        if self.spec.subgroups:  # KAI: the PodGroup's minMember is unused when it has subgroups
-            return subgroup_minimum(self.spec.subgroups, self.spec.min_sub_group)
-        return max(self.spec.min_available, 1)
 
     def subgroup_tree(self) -> subgroups.Tree[TaskInfo] | None:
         """The job's subgroup tree (:mod:`scheduler.engine.subgroups`), None without subgroups.
@@ -490,7 +492,11 @@ class JobInfo:
         return self.count(statuses) >= self.min_available
 
     def count(self, statuses: frozenset[PodStatus]) -> int:
-        return sum(1 for t in self.tasks if t.status in statuses)
+        n = 0
+        for t in self.tasks:  # a plain loop: several times faster than sum() over a generator for few tasks
+            if t.status in statuses:
+                n += 1
+        return n
 
     def active_allocated(self) -> int:
         return self.count(ACTIVE_ALLOCATED)
