@@ -485,32 +485,14 @@ class _Slots:
     def ok(self) -> bool:
         return self.whole >= self.whole_need and self.short == 0
 
-    def copy_for(self, tasks: Sequence[TaskInfo]) -> _Slots:
-        """A copy counting the same victims for other tasks (any GPU counts): the per-node counts are read
-        again from the levels and the devices the victims free. Only for one whose tasks asked for whole
-        GPUs (else :meth:`add` recorded nothing)."""
+    def copy_for(self, tasks: Sequence[TaskInfo]) -> _Slots | None:
+        """A copy counting the same victims for other tasks, or None when they ask for a GPU count this
+        was not built for (its slots were not kept)."""
+        demand, whole_need = _Slots._demand(tasks)
+        if any(g not in self.slots for g in demand):
+            return None
         out = _Slots.__new__(_Slots)
-        out.demand, out.whole_need = _Slots._demand(tasks)
-        out.idx = self.idx
-        buckets, level = self.idx.buckets, self.idx.level
-        out.slots = {}
-        for g in out.demand:
-            n = sum(len(b) * (k // g) for k, b in enumerate(buckets))
-            for name, devs in self.extra.items():
-                lvl = level[name]
-                n += (lvl + len(devs)) // g - lvl // g
-            out.slots[g] = n
-        out.short = sum(1 for g, k in out.demand.items() if out.slots[g] < k)
-        out.whole = self.whole
-        out.extra = {n: set(d) for n, d in self.extra.items()}
-        out.freed = set(self.freed)
-        out.busy = self.busy
-        return out
-
-    def narrowed(self, tasks: Sequence[TaskInfo]) -> _Slots:
-        """A copy counting the same victims for a subset of the tasks this was built for."""
-        out = _Slots.__new__(_Slots)
-        out.demand, out.whole_need = _Slots._demand(tasks)
+        out.demand, out.whole_need = demand, whole_need
         out.idx = self.idx
         out.slots = {g: self.slots[g] for g in out.demand}
         out.short = sum(1 for g, k in out.demand.items() if out.slots[g] < k)
@@ -766,7 +748,8 @@ class Solver:
             if any(t.uid not in recorded for t in popped[i][0].tasks):
                 return None  # the stream would push the rest of this job back
         have += prefix.gpu
-        slots = prefix.slots.narrowed(scenario.pending)
+        slots = prefix.slots.copy_for(scenario.pending)
+        assert slots is not None  # the prefix's slots were built for the complete task list
         if have >= need and slots.ok():
             return None  # the bounds may first pass inside the prefix
         self.ssn.work[f"{self.action}.filtered"] += (
@@ -947,7 +930,9 @@ class Solver:
                 and evicted[:n] == done
                 and all(t.status in ACTIVE_ALLOCATED or t.uid in carried for t in done)
             ):
-                base, freed, slots = done, got, old.copy_for(pending)
+                slots = old.copy_for(pending)
+                if slots is not None:
+                    base, freed = done, got
         if slots is None:
             slots = _Slots(ssn, pending, self._busy, self._levels)
         counted: list[TaskInfo] = []

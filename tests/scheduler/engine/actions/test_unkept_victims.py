@@ -36,12 +36,22 @@ def _both(monkeypatch: pytest.MonkeyPatch, events: list[ev.Event], config: Sessi
         monkeypatch, events, config, "_nothing_kept", lambda s, out: bool(out), lambda s, *args: False
     )
     reused: list[int] = []
+    inside = [False]  # within _hopeless_unkept: a copy of the slots there is a reuse
     copy_for = solver._Slots.copy_for
 
+    def marked(s: solver.Solver, *args: Any) -> bool:
+        inside[0] = True
+        try:
+            return _unkept(s, *args)
+        finally:
+            inside[0] = False
+
     def counted(slots: solver._Slots, tasks: Any) -> solver._Slots:
-        reused.append(1)
+        if inside[0]:
+            reused.append(1)
         return copy_for(slots, tasks)
 
+    monkeypatch.setattr(solver.Solver, "_hopeless_unkept", marked)
     monkeypatch.setattr(solver._Slots, "copy_for", counted)
     same_with_and_without(monkeypatch, events, config, "_hopeless_unkept", lambda s, out: True, _from_scratch)
     return nothing, len(reused)
