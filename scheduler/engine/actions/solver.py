@@ -988,8 +988,8 @@ class Solver:
         waiting = {j.uid: j for j in victim_jobs}  # victims still to take their turn
         # The waiting victims the stranded checks must still read: one they found they can skip for good
         # (its loss is allowed, or its tasks are of a kind they do not test) is dropped, so each turn reads
-        # only the victims it can prove something about rather than every waiting one. None when no
-        # victim's loss can be refused.
+        # only the victims it can prove something about rather than every waiting one. Empty when no
+        # victim's loss can be refused (_nothing_kept).
         nothing_kept = self._nothing_kept(victim_jobs, scenario.requested)
         watch = {} if nothing_kept else dict(waiting)
         keeps: dict[str, bool] = {}
